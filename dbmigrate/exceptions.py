@@ -1,0 +1,63 @@
+"""One base error, a few kinds. Each carries a message and what to do next.
+
+The CLI catches DbmigrateError at the command boundary and prints one clear line
+(plus the hint), with the exit code of the kind; tracebacks only with --debug.
+"""
+
+from __future__ import annotations
+
+
+class DbmigrateError(Exception):
+    """Base of every error the tool reports to an operator."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.message
+
+
+class UsageError(DbmigrateError):
+    """Bad arguments or bad input files: nothing was attempted."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """An inventory or playbook file is invalid (names file, line and field)."""
+
+
+class ConnectionFailed(DbmigrateError):
+    """A server could not be reached or did not speak the MySQL protocol."""
+
+
+class AuthFailed(ConnectionFailed):
+    """The server refused the credentials."""
+
+
+class CredentialsError(UsageError):
+    """Credentials could not be found (option file, section or environment)."""
+
+
+class SandboxError(DbmigrateError):
+    """A local sandbox could not be created, started or stopped."""
+
+
+class WaitTimeout(DbmigrateError):
+    """A bounded wait ran out; the message names what was awaited and the bound."""
+
+
+class GateFailed(DbmigrateError):
+    """A preflight or phase gate refused to let the run continue."""
+
+
+class SafetyError(DbmigrateError):
+    """An action was refused because it would break a safety invariant."""
+
+
+class LockHeld(DbmigrateError):
+    """Another run holds the cluster lock."""
