@@ -1,0 +1,58 @@
+"""The `dbmigrate` command. Every DbmigrateError becomes one clear line and an exit code."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import typer
+from rich.markup import escape
+
+from dbmigrate.cli import common, inventory, sandbox
+from dbmigrate.exceptions import DbmigrateError
+
+app = typer.Typer(
+    name="dbmigrate",
+    help="Live MySQL/MariaDB migration and cutover: switchover, shard consolidation, lag gates, "
+         "warm-up, digest comparison and guarded rollback.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and every SQL statement (redacted).")):
+    common.state["debug"] = debug or bool(os.environ.get("DBMIGRATE_DEBUG"))
+    if common.state["debug"]:
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
+
+
+sandbox.register(app)
+inventory.register(app)
+
+# Optional command groups: each module adds its commands with register(app).
+for _mod in ("topology", "lag", "check", "runs", "promote", "digest", "warm", "schema", "consolidate", "tui"):
+    try:
+        _m = __import__(f"dbmigrate.cli.{_mod}", fromlist=["register"])
+    except ModuleNotFoundError as _e:
+        if _e.name != f"dbmigrate.cli.{_mod}":
+            raise
+        continue
+    _m.register(app)
+
+
+def main() -> None:
+    try:
+        app()
+    except DbmigrateError as e:
+        if common.state["debug"]:
+            raise
+        common.err_console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
+        if e.hint:
+            common.err_console.print(f"[yellow]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        common.err_console.print("[bold red]interrupted[/]")
+        sys.exit(130)

@@ -1,0 +1,96 @@
+"""`dbmigrate inventory check FILE`: connect to every server and show what it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from dbmigrate.cli.common import console, err_console, print_json
+from dbmigrate.config import load_inventory
+from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.topology.probe import ServerFacts, probe
+
+cmd = typer.Typer(help="Inventory files: validate and check against the servers.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cmd, name="inventory")
+
+
+def check_inventory(path: Path, cluster: str | None = None) -> list[tuple[str, ServerFacts]]:
+    inv = load_inventory(path)
+    out = []
+    for cname, c in inv.clusters.items():
+        if cluster and cname != cluster:
+            continue
+        for sname in c.servers:
+            try:
+                with inv.open(sname) as server:
+                    facts = probe(server)
+            except DbmigrateError as e:
+                spec = c.servers[sname]
+                facts = ServerFacts(sname, f"{spec.host}:{spec.port}", error=e.message + (f" ({e.hint})" if e.hint else ""))
+            out.append((cname, facts))
+    by_addr = {f.address: f for _, f in out}
+    for _, f in out:
+        if f.source and f.source in by_addr:
+            src = by_addr[f.source]
+            f.__dict__["behind"] = _behind(src, f)
+    return out
+
+
+def _behind(src: ServerFacts, rep: ServerFacts) -> dict[str, int]:
+    from dbmigrate.db.flavor import detect
+
+    fl = detect(rep.version or src.version)
+    return fl.behind(src.gtid_binlog_pos, rep.gtid_executed)
+
+
+@cmd.command("check")
+def check(file: Path = typer.Argument(..., help="Inventory YAML."),
+          cluster: str = typer.Option(None, "--cluster", help="Only this cluster."),
+          json_out: bool = typer.Option(False, "--json")):
+    """Connect to every server: flavor, version, role, read_only, GTID, replication and lag."""
+    rows = check_inventory(file, cluster)
+    failed = [f for _, f in rows if f.error]
+    if json_out:
+        servers = []
+        for cname, f in rows:
+            d = f.to_dict()
+            d["cluster"] = cname
+            d["behind"] = f.__dict__.get("behind", {})
+            d["lag_transactions"] = sum(d["behind"].values()) if d["behind"] else (0 if f.is_replica else None)
+            servers.append(d)
+        print_json({"inventory": str(file), "ok": not failed, "servers": servers})
+    else:
+        t = Table(title=f"inventory {file}")
+        for col in ("cluster", "server", "address", "flavor", "version", "role", "read_only", "gtid", "replication", "lag"):
+            t.add_column(col, overflow="fold")
+        for cname, f in rows:
+            if f.error:
+                t.add_row(cname, f.name, f.address, "-", "-", "[red]unreachable[/]", "-", "-", "-", "-")
+                continue
+            repl = "-"
+            lag = "-"
+            if f.is_replica:
+                ok = f.io_running == "Yes" and f.sql_running == "Yes"
+                repl = f"{'[green]' if ok else '[red]'}io={f.io_running} sql={f.sql_running}[/] from {f.source}"
+                behind = f.__dict__.get("behind", {})
+                lag = f"{sum(behind.values())} trx, SBM {f.seconds_behind if f.seconds_behind is not None else 'NULL'}"
+            t.add_row(cname, f.name, f.address, f.flavor, f.version.split("-")[0], f.role,
+                      "ON" if f.read_only else "OFF", f.gtid_executed or "-", repl, lag)
+        console.print(t)
+    for f in failed:
+        err_console.print(f"[bold red]error:[/] {f.name}: {f.error}", highlight=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+@cmd.command("validate")
+def validate(file: Path = typer.Argument(...)):
+    """Validate the file only (no connections)."""
+    inv = load_inventory(file)
+    n = sum(len(c.servers) for c in inv.clusters.values())
+    console.print(f"[green]ok[/]: {len(inv.clusters)} cluster(s), {n} server(s)")

@@ -1,0 +1,110 @@
+"""`dbmigrate sandbox ...`: local topologies of real MariaDB processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from dbmigrate.cli.common import console, print_json
+from dbmigrate.sandbox.manager import Sandboxes
+
+cmd = typer.Typer(help="Local sandboxes of real MariaDB instances on 127.0.0.1.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cmd, name="sandbox")
+
+
+def _progress(msg: str) -> None:
+    console.print(f"[dim]… {msg}[/]")
+
+
+@cmd.command("up")
+def up(
+    name: str = typer.Option("demo", "--name", help="Sandbox name (also the cluster name)."),
+    replicas: int = typer.Option(2, "--replicas", help="Replicas of the primary."),
+    dir: Optional[Path] = typer.Option(None, "--dir", help="Parent directory (default $DBMIGRATE_HOME/sandboxes)."),
+    buffer_pool_mb: int = typer.Option(64, "--buffer-pool-mb"),
+    haproxy: bool = typer.Option(False, "--haproxy", help="Start HAProxy in front (writer and reader ports)."),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Start 1 primary + K replicas with GTID replication, accounts and an inventory."""
+    boxes = Sandboxes(progress=None if json_out else _progress)
+    state = boxes.up(name, replicas, dir, buffer_pool_mb)
+    if haproxy:
+        from dbmigrate.sandbox import haproxy as hap
+
+        hap.start(boxes, state.name)
+        state = boxes.find(name)
+    if json_out:
+        print_json({"name": state.name, "dir": state.dir, "inventory": str(state.inventory_file),
+                    "timings": state.timings, "instances": boxes.status(name), "haproxy": state.haproxy})
+        return
+    _show(boxes, name)
+    console.print(f"[green]up and replicating in {state.timings['total_s']:.2f}s[/] "
+                  f"(datadirs and processes {state.timings['start_s']:.2f}s)")
+    console.print(f"inventory: {state.inventory_file}")
+    console.print(f"next: dbmigrate inventory check {state.inventory_file}")
+
+
+@cmd.command("add-instance")
+def add_instance(
+    sandbox: str = typer.Argument(..., help="Sandbox name."),
+    instance: Optional[str] = typer.Option(None, "--instance", help="Instance name (default NAME-N)."),
+    replica_of: Optional[str] = typer.Option(None, "--replica-of", help="Replicate from this instance."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Cluster in the inventory."),
+    buffer_pool_mb: int = typer.Option(64, "--buffer-pool-mb"),
+):
+    """Add one more instance, standalone or as a replica (e.g. "new hardware")."""
+    boxes = Sandboxes(progress=_progress)
+    ist = boxes.add_instance(sandbox, instance, replica_of, buffer_pool_mb, cluster)
+    console.print(f"[green]added {ist.name}[/] on 127.0.0.1:{ist.port} "
+                  f"({'replica of ' + ist.replica_of if ist.replica_of else 'standalone'})")
+
+
+@cmd.command("status")
+def status(name: str = typer.Argument("demo"), json_out: bool = typer.Option(False, "--json")):
+    """Instances of a sandbox: port, pid, running."""
+    boxes = Sandboxes()
+    if json_out:
+        print_json(boxes.status(name))
+        return
+    _show(boxes, name)
+
+
+def _show(boxes: Sandboxes, name: str) -> None:
+    t = Table(title=f"sandbox {name}")
+    for col in ("instance", "address", "server_id", "cluster", "created as", "pid", "state"):
+        t.add_column(col)
+    for s in boxes.status(name):
+        t.add_row(s["name"], f"127.0.0.1:{s['port']}", str(s["server_id"]), s["cluster"], s["role"],
+                  str(s["pid"] or "-"), "[green]running[/]" if s["running"] else "[red]stopped[/]")
+    console.print(t)
+
+
+@cmd.command("ls")
+def ls(json_out: bool = typer.Option(False, "--json")):
+    """All sandboxes known here."""
+    boxes = Sandboxes()
+    items = [{"name": s.name, "dir": s.dir, "instances": len(s.instances),
+              "running": sum(1 for x in boxes.status(s.name) if x["running"])} for s in boxes.list()]
+    if json_out:
+        print_json(items)
+        return
+    t = Table(title="sandboxes")
+    for col in ("name", "instances", "running", "dir"):
+        t.add_column(col)
+    for i in items:
+        t.add_row(i["name"], str(i["instances"]), str(i["running"]), i["dir"])
+    console.print(t)
+
+
+@cmd.command("down")
+def down(name: str = typer.Argument(...), keep_data: bool = typer.Option(False, "--keep-data")):
+    """Stop the sandbox's own processes (by pid) and remove its files unless --keep-data."""
+    stopped = Sandboxes().down(name, keep_data)
+    console.print(f"stopped {', '.join(stopped) or 'nothing (already stopped)'}; "
+                  f"{'data kept' if keep_data else 'files removed'}")

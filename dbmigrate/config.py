@@ -1,0 +1,231 @@
+"""Inventory: clusters, servers, logical shards, router and orchestrator (YAML + pydantic).
+
+Credentials are *references* (an option file and group, or environment
+variables), never secrets in the inventory itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dbmigrate.db import credentials as creds_mod
+from dbmigrate.db.connection import Server
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.exceptions import ConfigError, UsageError
+from dbmigrate.yamlload import format_validation_error, load_yaml_with_lines
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CredentialsRef(Strict):
+    """Where to find a user and password: an option file group, or environment variables."""
+
+    defaults_file: Optional[str] = None
+    group: Optional[str] = None
+    user: Optional[str] = None
+    user_env: Optional[str] = None
+    password_env: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.password_env and (self.defaults_file or self.group):
+            raise ValueError("use either defaults_file/group or password_env, not both")
+        if not (self.password_env or self.defaults_file or self.group):
+            raise ValueError("needs defaults_file (and group) or password_env")
+        if self.password_env and not (self.user or self.user_env):
+            raise ValueError("password_env needs user or user_env")
+        return self
+
+    def resolve(self, base: Path) -> Credentials:
+        if self.password_env:
+            return creds_mod.from_environment(self.user_env or "", self.password_env, self.user)
+        path = Path(self.defaults_file).expanduser() if self.defaults_file else None
+        if path is not None and not path.is_absolute():
+            path = base / path
+        c = creds_mod.from_option_file(path, self.group)
+        if self.user:
+            c = Credentials(self.user, c.password, c.ssl_ca, c.ssl_cert, c.ssl_key, c.ssl_mode, c.source)
+        return c
+
+
+class ServerSpec(Strict):
+    host: str
+    port: int = Field(3306, ge=1, le=65535)
+    socket: Optional[str] = None
+    role: Optional[Literal["primary", "replica", "candidate", "standby"]] = None
+    credentials: Optional[CredentialsRef] = None
+    host_name: Optional[str] = Field(None, description="physical/virtual host that runs this instance")
+    instance: Optional[str] = Field(None, description="instance name on a multi-instance host")
+    shards: list[str] = Field(default_factory=list, description="logical shards (schemas) held here")
+    datadir: Optional[str] = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if not v or " " in v:
+            raise ValueError("must be a host name or IP address")
+        return v
+
+
+class HAProxyRouter(Strict):
+    kind: Literal["haproxy"]
+    admin_socket: str
+    writer_backend: str = "writer"
+    reader_backend: Optional[str] = "readers"
+    writer_port: Optional[int] = None
+    reader_port: Optional[int] = None
+
+
+class DsnFileRouter(Strict):
+    kind: Literal["dsn-file"]
+    path: str
+
+
+class NoRouter(Strict):
+    kind: Literal["none"]
+
+
+Router = Union[HAProxyRouter, DsnFileRouter, NoRouter]
+
+
+class ClusterSpec(Strict):
+    servers: dict[str, ServerSpec]
+    orchestrator_url: Optional[str] = None
+    orchestrator_cluster: Optional[str] = None
+    replication_credentials: Optional[CredentialsRef] = None
+    app_credentials: Optional[CredentialsRef] = None
+    router: Optional[Router] = Field(None, discriminator="kind")
+
+    @field_validator("servers")
+    @classmethod
+    def _not_empty(cls, v):
+        if not v:
+            raise ValueError("a cluster needs at least one server")
+        return v
+
+    def primary_hint(self) -> str | None:
+        return next((n for n, s in self.servers.items() if s.role == "primary"), None)
+
+
+class Defaults(Strict):
+    credentials: Optional[CredentialsRef] = None
+    connect_timeout: float = Field(3.0, gt=0, le=60)
+    read_timeout: int = Field(60, gt=0)
+
+
+class Inventory(Strict):
+    version: Literal[1] = 1
+    defaults: Defaults = Field(default_factory=Defaults)
+    clusters: dict[str, ClusterSpec]
+
+    # set after loading
+    _path: Path = Path("inventory.yaml")
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def base(self) -> Path:
+        return self._path.parent
+
+    def cluster(self, name: str) -> ClusterSpec:
+        if name not in self.clusters:
+            raise UsageError(f"cluster '{name}' is not in {self._path}",
+                             hint=f"clusters there: {', '.join(self.clusters) or 'none'}")
+        return self.clusters[name]
+
+    def find_server(self, name: str) -> tuple[str, ServerSpec]:
+        """(cluster, spec) of a server given as its name or as host:port."""
+        for cname, c in self.clusters.items():
+            for sname, s in c.servers.items():
+                if sname == name or f"{s.host}:{s.port}" == name:
+                    return cname, s
+        known = [n for c in self.clusters.values() for n in c.servers]
+        raise UsageError(f"unknown server '{name}' in {self._path}",
+                         hint=f"servers there: {', '.join(known)} (or give host:port of one of them)")
+
+    def server_name(self, spec: ServerSpec) -> str:
+        for c in self.clusters.values():
+            for n, s in c.servers.items():
+                if s is spec:
+                    return n
+        return f"{spec.host}:{spec.port}"
+
+    def credentials_for(self, spec: ServerSpec) -> Credentials:
+        ref = spec.credentials or self.defaults.credentials
+        if ref is None:
+            raise ConfigError(f"{self._path}: server '{self.server_name(spec)}' has no credentials",
+                              hint="set defaults.credentials or the server's credentials (defaults_file + group, or password_env)")
+        return ref.resolve(self.base)
+
+    def replication_credentials(self, cluster: str) -> Credentials:
+        ref = self.cluster(cluster).replication_credentials
+        if ref is None:
+            raise ConfigError(f"{self._path}: cluster '{cluster}' has no replication_credentials",
+                              hint="add replication_credentials (defaults_file + group) to the cluster")
+        return ref.resolve(self.base)
+
+    def app_credentials(self, cluster: str) -> Credentials | None:
+        ref = self.cluster(cluster).app_credentials
+        return ref.resolve(self.base) if ref else None
+
+    def open(self, name: str) -> Server:
+        _, spec = self.find_server(name)
+        sname = self.server_name(spec)
+        return Server(sname, spec.host, spec.port, self.credentials_for(spec),
+                      connect_timeout=self.defaults.connect_timeout, read_timeout=self.defaults.read_timeout,
+                      unix_socket=spec.socket)
+
+
+def _check_unique_addresses(inv: Inventory, path: Path, locate) -> None:
+    seen: dict[tuple[str, int], tuple[str, str]] = {}
+    for cname, c in inv.clusters.items():
+        for sname, s in c.servers.items():
+            key = (s.host, s.port)
+            if key in seen:
+                oc, on = seen[key]
+                line = locate(["clusters", cname, "servers", sname, "port"])
+                raise ConfigError(f"{path}:{line}: clusters.{cname}.servers.{sname}.port: duplicate port: "
+                                  f"{s.host}:{s.port} is also server '{on}' (cluster {oc})",
+                                  hint="each server needs its own host:port")
+            seen[key] = (cname, sname)
+    names: dict[str, str] = {}
+    for cname, c in inv.clusters.items():
+        for sname in c.servers:
+            if sname in names:
+                line = locate(["clusters", cname, "servers", sname])
+                raise ConfigError(f"{path}:{line}: clusters.{cname}.servers.{sname}: server name also used in "
+                                  f"cluster '{names[sname]}'", hint="server names must be unique in an inventory")
+            names[sname] = cname
+
+
+def _check_credentials_present(inv: Inventory, path: Path, locate) -> None:
+    if inv.defaults.credentials is not None:
+        return
+    for cname, c in inv.clusters.items():
+        for sname, s in c.servers.items():
+            if s.credentials is None:
+                line = locate(["clusters", cname, "servers", sname])
+                raise ConfigError(f"{path}:{line}: clusters.{cname}.servers.{sname}: missing credentials",
+                                  hint="add defaults.credentials or credentials: {defaults_file: ..., group: ...} to the server")
+
+
+def load_inventory(path: str | Path, text: str | None = None) -> Inventory:
+    path = Path(path)
+    data, locate = load_yaml_with_lines(path, text)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1: an inventory is a mapping with 'clusters:'", hint="see playbooks/ and the README for an example")
+    try:
+        inv = Inventory.model_validate(data)
+    except ValidationError as e:
+        raise format_validation_error(path, e, locate, Inventory) from None
+    inv._path = path.resolve() if text is None else path
+    _check_unique_addresses(inv, path, locate)
+    _check_credentials_present(inv, path, locate)
+    return inv

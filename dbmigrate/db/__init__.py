@@ -1,0 +1,1 @@
+"""Connection layer: Server handles, flavor dialect, inspector (reads), applier (writes)."""

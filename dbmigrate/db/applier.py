@@ -1,0 +1,64 @@
+"""All writes to servers go through here: one method per change.
+
+In dry-run the applier sends nothing and records what it would have sent, so a
+plan can be reviewed statement by statement.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from dbmigrate.db.connection import Server
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.redact import redact
+
+
+class Applier:
+    def __init__(self, server: Server, dry_run: bool = False, on_planned: Callable[[str, str], None] | None = None):
+        self.server = server
+        self.flavor = server.flavor
+        self.dry_run = dry_run
+        self.planned: list[str] = []
+        self._on_planned = on_planned
+
+    def _send(self, sql: str, params: tuple | None = None) -> int:
+        if self.dry_run:
+            shown = redact(sql if params is None else f"{sql} -- {params!r}")
+            self.planned.append(shown)
+            if self._on_planned:
+                self._on_planned(self.server.name, shown)
+            return 0
+        return self.server.execute(sql, params)
+
+    def set_read_only(self, on: bool) -> None:
+        for sql in self.flavor.set_read_only_sql(on):
+            self._send(sql)
+
+    def stop_replica(self) -> None:
+        self._send(self.flavor.stop_replica_sql())
+
+    def start_replica(self) -> None:
+        self._send(self.flavor.start_replica_sql())
+
+    def reset_replica_all(self) -> None:
+        self._send(self.flavor.reset_replica_all_sql())
+
+    def change_source(self, host: str, port: int, repl: Credentials, *, ssl: bool = False) -> None:
+        self._send(self.flavor.change_source_sql(host, port, repl.user, repl.password, ssl=ssl))
+
+    def prepare_as_replica(self) -> None:
+        for sql in self.flavor.prepare_as_replica_sql():
+            self._send(sql)
+
+    def kill_connection(self, connection_id: int) -> None:
+        self._send(f"KILL CONNECTION {int(connection_id)}")
+
+    def set_global(self, name: str, value: str | int | float) -> None:
+        if not name.replace("_", "").isalnum():
+            raise ValueError(f"not a variable name: {name!r}")
+        literal = value if isinstance(value, (int, float)) else "'" + str(value).replace("'", "''") + "'"
+        self._send(f"SET GLOBAL {name}={literal}")
+
+    def sql(self, statement: str, params: tuple | None = None) -> int:
+        """An arbitrary statement from a procedure (DDL, seeding). Still tagged, logged, dry-run aware."""
+        return self._send(statement, params)

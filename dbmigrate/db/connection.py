@@ -1,0 +1,219 @@
+"""A handle on one server: connect/read timeouts, bounded retries, tagged and
+redacted statements, clear errors.
+
+Every statement carries the `/* dbmigrate */` tag so that a DBA reading the
+processlist or the slow log knows who sent it. Listeners (the journal, the
+dry-run recorder) receive each statement with secrets already masked.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import mysql.connector
+from mysql.connector import errorcode
+
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.flavor import Flavor, detect
+from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
+from dbmigrate.redact import redact
+
+log = logging.getLogger("dbmigrate.sql")
+
+TAG = "/* dbmigrate */ "
+
+StatementListener = Callable[[str, str, float], None]  # (server name, redacted sql, ms)
+
+_listeners: list[StatementListener] = []
+
+
+def add_statement_listener(fn: StatementListener) -> None:
+    _listeners.append(fn)
+
+
+def remove_statement_listener(fn: StatementListener) -> None:
+    if fn in _listeners:
+        _listeners.remove(fn)
+
+
+class QueryError(DbmigrateError):
+    """A statement failed on a server; carries the server's error number."""
+
+    def __init__(self, message: str, errno: int | None = None, hint: str | None = None):
+        super().__init__(message, hint)
+        self.errno = errno
+
+
+@dataclass
+class Server:
+    name: str
+    host: str
+    port: int
+    credentials: Credentials = field(repr=False)
+    connect_timeout: float = 3.0
+    read_timeout: int = 60
+    retries: int = 2
+    unix_socket: str | None = None
+    _conn: Any = field(default=None, init=False, repr=False)
+    _flavor: Flavor | None = field(default=None, init=False, repr=False)
+    _version: str | None = field(default=None, init=False, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # -- connection ----------------------------------------------------------
+    def _connect_args(self) -> dict[str, Any]:
+        c = self.credentials
+        args: dict[str, Any] = dict(
+            user=c.user, password=c.password or "", connection_timeout=max(1, int(round(self.connect_timeout))),
+            read_timeout=self.read_timeout, write_timeout=self.read_timeout,
+            autocommit=True, use_pure=True, charset="utf8mb4", collation="utf8mb4_general_ci",
+        )
+        if self.unix_socket:
+            args["unix_socket"] = self.unix_socket
+        else:
+            args.update(host=self.host, port=self.port)
+        if c.ssl_mode == "DISABLED" or not (c.ssl_ca or c.ssl_mode):
+            # Loopback/sandbox default: no TLS handshake (it costs ~20 ms per connect).
+            args["ssl_disabled"] = c.ssl_mode != "REQUIRED" and not c.ssl_ca
+        if c.ssl_ca:
+            args["ssl_ca"] = c.ssl_ca
+        if c.ssl_cert:
+            args.update(ssl_cert=c.ssl_cert, ssl_key=c.ssl_key)
+        if c.ssl_mode in ("VERIFY_CA", "VERIFY_IDENTITY"):
+            args["ssl_verify_cert"] = True
+            args["ssl_verify_identity"] = c.ssl_mode == "VERIFY_IDENTITY"
+        return args
+
+    def _probe_tcp(self) -> None:
+        """Fail fast and clearly for a host that does not answer at all."""
+        if self.unix_socket:
+            return
+        try:
+            with socket.create_connection((self.host, self.port), timeout=self.connect_timeout):
+                pass
+        except socket.timeout:
+            raise ConnectionFailed(f"{self.name} ({self.address}) did not answer within {self.connect_timeout:g}s",
+                                   hint="check host, port and firewall; the connect timeout is connect_timeout in the inventory")
+        except OSError as e:
+            raise ConnectionFailed(f"cannot reach {self.name} ({self.address}): {e.strerror or e}",
+                                   hint="is the server running and listening on that address?")
+
+    def connect(self):
+        if self._conn is not None and self._conn.is_connected():
+            return self._conn
+        attempt = 0
+        while True:
+            attempt += 1
+            self._probe_tcp()
+            try:
+                self._conn = mysql.connector.connect(**self._connect_args())
+                return self._conn
+            except mysql.connector.Error as e:
+                err = self._translate_connect_error(e)
+                transient = isinstance(err, ConnectionFailed) and not isinstance(err, AuthFailed) and \
+                    getattr(e, "errno", None) in (errorcode.CR_CONN_HOST_ERROR, errorcode.CR_SERVER_LOST)
+                if not transient or attempt > self.retries:
+                    raise err from None
+                time.sleep(0.2 * attempt)
+
+    def _translate_connect_error(self, e: Exception) -> DbmigrateError:
+        errno = getattr(e, "errno", None)
+        if errno == errorcode.ER_ACCESS_DENIED_ERROR:
+            return AuthFailed(f"{self.name} ({self.address}) refused user '{self.credentials.user}': access denied",
+                              hint=f"check the password in {self.credentials.source or 'the credentials'}")
+        if errno in (errorcode.ER_DBACCESS_DENIED_ERROR,):
+            return AuthFailed(f"{self.name} ({self.address}): {e.msg}")
+        if errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR, None) or "handshake" in str(e).lower() \
+                or "protocol" in str(e).lower():
+            return ConnectionFailed(f"{self.name} ({self.address}) did not answer as a MySQL server ({e.msg if hasattr(e, 'msg') else e})",
+                                    hint="is that the right port? something else is listening there")
+        return ConnectionFailed(f"cannot connect to {self.name} ({self.address}): {redact(str(e))}")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+            self._conn = None
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- statements ----------------------------------------------------------
+    def _run(self, sql: str, params: tuple | list | None, fetch: bool):
+        text = TAG + sql
+        shown = redact(sql if params is None else f"{sql} -- {params!r}")
+        retried = False
+        while True:
+            conn = self.connect()
+            started = time.perf_counter()
+            try:
+                cur = conn.cursor(dictionary=True)
+                try:
+                    cur.execute(text, params)
+                    rows = cur.fetchall() if cur.with_rows else []
+                    return rows if fetch else cur.rowcount
+                finally:
+                    cur.close()
+            except mysql.connector.Error as e:
+                errno = getattr(e, "errno", None)
+                lost = errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR) or \
+                    isinstance(e, mysql.connector.errors.OperationalError) and not conn.is_connected()
+                if lost and fetch and not retried and self._is_read(sql):
+                    # Reads are safe to retry once on a fresh connection; writes are not.
+                    retried = True
+                    self.close()
+                    continue
+                if lost:
+                    self.close()
+                raise QueryError(f"{self.name} ({self.address}): {redact(getattr(e, 'msg', str(e)))} [{errno}] in: {shown}",
+                                 errno=errno) from None
+            finally:
+                ms = (time.perf_counter() - started) * 1000
+                log.debug("%s %.1fms %s", self.name, ms, shown)
+                for fn in list(_listeners):
+                    fn(self.name, shown, ms)
+
+    @staticmethod
+    def _is_read(sql: str) -> bool:
+        return sql.lstrip().split(None, 1)[0].upper() in ("SELECT", "SHOW")
+
+    def query(self, sql: str, params: tuple | list | None = None) -> list[dict[str, Any]]:
+        return self._run(sql, params, fetch=True)
+
+    def execute(self, sql: str, params: tuple | list | None = None) -> int:
+        return self._run(sql, params, fetch=False)
+
+    def scalar(self, sql: str, params: tuple | list | None = None) -> Any:
+        rows = self.query(sql, params)
+        if not rows:
+            return None
+        return next(iter(rows[0].values()))
+
+    # -- identity ------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        if self._version is None:
+            self._version = str(self.scalar("SELECT VERSION() AS v"))
+        return self._version
+
+    @property
+    def flavor(self) -> Flavor:
+        if self._flavor is None:
+            self._flavor = detect(self.version)
+        return self._flavor
+
+    def dedicated(self) -> "Server":
+        """A second handle on the same server with its own session (locks, long waits)."""
+        return Server(self.name, self.host, self.port, self.credentials, self.connect_timeout,
+                      self.read_timeout, self.retries, self.unix_socket)

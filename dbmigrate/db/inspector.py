@@ -1,0 +1,120 @@
+"""All reads of server state go through here: one method per question."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dbmigrate.db.connection import Server
+from dbmigrate.db.flavor import ReplicaStatus
+
+
+@dataclass(frozen=True)
+class Session:
+    id: int
+    user: str
+    host: str
+    db: str | None
+    command: str
+    time: int
+    state: str | None
+
+
+class Inspector:
+    def __init__(self, server: Server):
+        self.server = server
+        self.flavor = server.flavor
+
+    def variables(self, *names: str) -> dict[str, Any]:
+        cols = ", ".join(f"@@GLOBAL.{n} AS `{n}`" for n in names)
+        return self.server.query(f"SELECT {cols}")[0]
+
+    def variable(self, name: str) -> Any:
+        return self.variables(name)[name]
+
+    def read_only(self) -> bool:
+        return str(self.variable("read_only")) in ("1", "ON")
+
+    def server_id(self) -> int:
+        return int(self.variable("server_id"))
+
+    def gtid_executed(self) -> str:
+        """What this server has applied or written (MariaDB gtid_current_pos, MySQL gtid_executed)."""
+        return self.server.scalar(self.flavor.gtid_executed_sql()) or ""
+
+    def gtid_binlog_pos(self) -> str:
+        """What this server has written to its binlog: the target a successor must reach."""
+        if self.flavor.name == "mariadb":
+            return self.server.scalar("SELECT @@GLOBAL.gtid_binlog_pos AS pos") or ""
+        return self.gtid_executed()
+
+    def gtid_state(self) -> str:
+        """Binlog state with one entry per origin, for errant-transaction checks."""
+        return self.server.scalar(self.flavor.gtid_state_sql()) or ""
+
+    def replica_status(self) -> ReplicaStatus | None:
+        rows = self.server.query(self.flavor.replica_status_sql())
+        return self.flavor.parse_replica_status(rows[0]) if rows else None
+
+    def replica_hosts(self) -> list[dict[str, Any]]:
+        """Replicas that registered with report_host/report_port."""
+        out = []
+        for r in self.server.query(self.flavor.replica_hosts_sql()):
+            out.append({"server_id": int(r.get("Server_id") or r.get("Server_Id") or 0),
+                        "host": r.get("Host") or "", "port": int(r.get("Port") or 0)})
+        return out
+
+    def binlog_dump_threads(self) -> int:
+        return int(self.server.scalar(
+            "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%%'") or 0)
+
+    def sessions(self, exclude_system: bool = True) -> list[Session]:
+        rows = self.server.query(
+            "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE FROM information_schema.PROCESSLIST "
+            "WHERE ID <> CONNECTION_ID()")
+        out = [Session(int(r["ID"]), r["USER"], r["HOST"] or "", r["DB"], r["COMMAND"], int(r["TIME"] or 0), r["STATE"])
+               for r in rows]
+        if exclude_system:
+            out = [s for s in out if s.user not in ("system user", "event_scheduler")
+                   and not s.command.startswith("Binlog Dump") and s.command != "Daemon"]
+        return out
+
+    def oldest_transaction_age(self) -> tuple[float, dict[str, Any] | None]:
+        rows = self.server.query(
+            "SELECT trx_id, trx_mysql_thread_id AS thread_id, trx_started, "
+            "TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6)) / 1e6 AS age_s "
+            "FROM information_schema.INNODB_TRX ORDER BY trx_started LIMIT 1")
+        if not rows:
+            return 0.0, None
+        return float(rows[0]["age_s"] or 0), rows[0]
+
+    def grants(self, user: str, host: str = "%") -> list[str]:
+        rows = self.server.query("SHOW GRANTS FOR %s@%s", (user, host))
+        return [next(iter(r.values())) for r in rows]
+
+    def user_exists(self, user: str) -> bool:
+        return bool(self.server.scalar("SELECT COUNT(*) AS n FROM mysql.user WHERE User=%s", (user,)))
+
+    def wait_for_gtid(self, position: str, timeout_s: float) -> bool:
+        """Block until this replica has applied `position` (bounded). True when reached."""
+        sql = self.flavor.wait_for_gtid_sql()
+        waiter = self.server
+        old = waiter.read_timeout
+        waiter.read_timeout = max(old, int(timeout_s) + 5)
+        try:
+            return self.flavor.wait_for_gtid_reached(waiter.scalar(sql, (position, timeout_s)))
+        finally:
+            waiter.read_timeout = old
+
+    def schemas(self) -> list[str]:
+        rows = self.server.query(
+            "SELECT SCHEMA_NAME AS s FROM information_schema.SCHEMATA WHERE SCHEMA_NAME NOT IN "
+            "('mysql','information_schema','performance_schema','sys')")
+        return [r["s"] for r in rows]
+
+    def status(self, *names: str) -> dict[str, str]:
+        placeholders = ",".join(["%s"] * len(names))
+        rows = self.server.query(
+            f"SELECT VARIABLE_NAME AS n, VARIABLE_VALUE AS v FROM information_schema.GLOBAL_STATUS "
+            f"WHERE VARIABLE_NAME IN ({placeholders})", tuple(n.upper() for n in names))
+        return {r["n"].lower(): r["v"] for r in rows}

@@ -1,0 +1,383 @@
+"""Create, inspect and remove sandboxes of real MariaDB instances.
+
+A sandbox is a directory: one sub-directory per instance, `sandbox.json` (the
+state: ports, server ids, roles), `credentials.cnf` (0600) and
+`inventory.yaml`. An index under $DBMIGRATE_HOME maps names to directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from dbmigrate.exceptions import SandboxError, UsageError
+from dbmigrate.sandbox import accounts as acc
+from dbmigrate.sandbox.instance import Instance, InstanceSpec, pid_alive
+from dbmigrate.sandbox.ports import free_port, port_in_use
+
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,30}$")
+
+
+def home() -> Path:
+    return Path(os.environ.get("DBMIGRATE_HOME", "~/.dbmigrate")).expanduser()
+
+
+def _index_path() -> Path:
+    return home() / "sandboxes.json"
+
+
+def _read_index() -> dict[str, str]:
+    try:
+        return json.loads(_index_path().read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _write_index(index: dict[str, str]) -> None:
+    p = _index_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(index, indent=2, sort_keys=True))
+    tmp.replace(p)
+
+
+@dataclass
+class InstanceState:
+    name: str
+    port: int
+    server_id: int
+    cluster: str
+    role: str  # primary / replica / standalone (at creation; discovery tells the truth later)
+    replica_of: str | None = None
+    buffer_pool_mb: int = 64
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SandboxState:
+    name: str
+    dir: str
+    created: float
+    instances: dict[str, InstanceState] = field(default_factory=dict)
+    haproxy: dict[str, Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    def save(self) -> None:
+        data = asdict(self)
+        tmp = self.path / "sandbox.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self.path / "sandbox.json")
+
+    @classmethod
+    def load(cls, path: Path) -> "SandboxState":
+        data = json.loads((path / "sandbox.json").read_text())
+        data["instances"] = {k: InstanceState(**v) for k, v in data["instances"].items()}
+        return cls(**data)
+
+    def spec(self, name: str) -> InstanceSpec:
+        i = self.instances[name]
+        return InstanceSpec(i.name, i.port, i.server_id, self.path / i.name, i.buffer_pool_mb, dict(i.extra))
+
+    def instance(self, name: str) -> Instance:
+        if name not in self.instances:
+            raise UsageError(f"sandbox '{self.name}' has no instance '{name}'",
+                             hint=f"instances: {', '.join(self.instances)}")
+        return Instance(self.spec(name))
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.path / "credentials.cnf"
+
+    @property
+    def inventory_file(self) -> Path:
+        return self.path / "inventory.yaml"
+
+
+Progress = Callable[[str], None]
+
+
+class Sandboxes:
+    """Operations on sandboxes. Keeps the Instance objects it started, so that a
+    long-lived caller (pytest) reaps its own children."""
+
+    def __init__(self, progress: Progress | None = None):
+        self.progress = progress or (lambda msg: None)
+        self._live: dict[tuple[str, str], Instance] = {}
+
+    # -- lookup --------------------------------------------------------------
+    def find(self, name: str) -> SandboxState:
+        index = _read_index()
+        if name not in index or not (Path(index[name]) / "sandbox.json").exists():
+            raise UsageError(f"no sandbox named '{name}'",
+                             hint=f"known sandboxes: {', '.join(sorted(index)) or 'none'} (dbmigrate sandbox ls)")
+        return SandboxState.load(Path(index[name]))
+
+    def list(self) -> list[SandboxState]:
+        out = []
+        for name, path in sorted(_read_index().items()):
+            if (Path(path) / "sandbox.json").exists():
+                out.append(SandboxState.load(Path(path)))
+        return out
+
+    def _instance(self, state: SandboxState, name: str) -> Instance:
+        return self._live.get((state.name, name)) or state.instance(name)
+
+    # -- create --------------------------------------------------------------
+    def up(self, name: str, replicas: int = 2, base_dir: Path | None = None, buffer_pool_mb: int = 64,
+           candidate_buffer_pool_mb: int | None = None) -> SandboxState:
+        if not NAME_RE.match(name):
+            raise UsageError(f"invalid sandbox name '{name}'", hint="use letters, digits, - and _ (max 31), starting with a letter")
+        if replicas < 0 or replicas > 8:
+            raise UsageError("--replicas must be between 0 and 8")
+        index = _read_index()
+        if name in index and (Path(index[name]) / "sandbox.json").exists():
+            raise UsageError(f"a sandbox named '{name}' already exists at {index[name]}",
+                             hint=f"choose another --name, or remove it first: dbmigrate sandbox down {name}")
+        root = (base_dir or home() / "sandboxes").expanduser().resolve() / name
+        if root.exists() and any(root.iterdir()):
+            raise UsageError(f"directory {root} exists and is not empty", hint="choose another --dir or --name")
+        root.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        state = SandboxState(name=name, dir=str(root), created=time.time())
+        taken: set[int] = set()
+        for i in range(1 + replicas):
+            port = free_port(taken)
+            taken.add(port)
+            iname = f"{name}-{i + 1}"
+            state.instances[iname] = InstanceState(
+                iname, port, server_id=i + 1, cluster=name, role="primary" if i == 0 else "replica",
+                replica_of=None if i == 0 else f"{name}-1", buffer_pool_mb=buffer_pool_mb)
+        accounts = acc.new_accounts()
+        acc.write_option_file(state.credentials_file, accounts)
+        state.save()
+        index[name] = str(root)
+        _write_index(index)
+        try:
+            self._install_and_start(state, list(state.instances))
+            state.timings["start_s"] = round(time.monotonic() - t0, 2)
+            primary = f"{name}-1"
+            self._bootstrap_primary(state, primary, accounts)
+            for iname, ist in state.instances.items():
+                if ist.replica_of:
+                    self._attach_replica(state, iname, ist.replica_of, accounts)
+            for iname, ist in state.instances.items():
+                if ist.replica_of:
+                    self._wait_caught_up(state, iname, ist.replica_of)
+            state.timings["total_s"] = round(time.monotonic() - t0, 2)
+            state.save()
+            self.write_inventory(state)
+        except BaseException:
+            self.down(name)
+            raise
+        return state
+
+    def add_instance(self, sandbox: str, instance: str | None = None, replica_of: str | None = None,
+                     buffer_pool_mb: int = 64, cluster: str | None = None,
+                     extra: dict[str, str] | None = None) -> InstanceState:
+        state = self.find(sandbox)
+        iname = instance or f"{sandbox}-{len(state.instances) + 1}"
+        if not NAME_RE.match(iname):
+            raise UsageError(f"invalid instance name '{iname}'")
+        if iname in state.instances:
+            raise UsageError(f"sandbox '{sandbox}' already has an instance '{iname}'", hint="choose another name")
+        if replica_of and replica_of not in state.instances:
+            raise UsageError(f"--replica-of {replica_of}: no such instance in sandbox '{sandbox}'",
+                             hint=f"instances: {', '.join(state.instances)}")
+        taken = {i.port for i in state.instances.values()}
+        server_id = max([i.server_id for i in state.instances.values()] + [0]) + 1
+        ist = InstanceState(iname, free_port(taken), server_id,
+                            cluster=cluster or (state.instances[replica_of].cluster if replica_of else iname),
+                            role="replica" if replica_of else "standalone", replica_of=replica_of,
+                            buffer_pool_mb=buffer_pool_mb, extra=dict(extra or {}))
+        state.instances[iname] = ist
+        state.save()
+        t0 = time.monotonic()
+        try:
+            self._install_and_start(state, [iname])
+            accounts = acc.read_option_file(state.credentials_file)
+            if replica_of:
+                self._attach_replica(state, iname, replica_of, accounts)
+                self._wait_caught_up(state, iname, replica_of)
+            else:
+                self._bootstrap_primary(state, iname, accounts, log_bin=False)
+        except BaseException:
+            self._stop_instance(state, iname)
+            del state.instances[iname]
+            state.save()
+            raise
+        state.timings[f"add_{iname}_s"] = round(time.monotonic() - t0, 2)
+        state.save()
+        self.write_inventory(state)
+        return ist
+
+    def _install_and_start(self, state: SandboxState, names: list[str]) -> None:
+        insts = {n: Instance(state.spec(n)) for n in names}
+        for n in names:
+            if port_in_use(state.instances[n].port):
+                raise SandboxError(f"port {state.instances[n].port} for {n} is already in use", hint="retry; ports are picked afresh")
+        t = time.monotonic()
+        procs = {n: i.install() for n, i in insts.items()}  # in parallel: ~0.6 s each
+        for n, p in procs.items():
+            insts[n].finish_install(p)
+        self.progress(f"initialised {len(names)} datadir(s) in {time.monotonic() - t:.2f}s")
+        t = time.monotonic()
+        for n, i in insts.items():
+            i.start()
+            self._live[(state.name, n)] = i
+        for i in insts.values():
+            i.wait_ready()
+        self.progress(f"started {', '.join(names)} in {time.monotonic() - t:.2f}s")
+
+    def _bootstrap_primary(self, state: SandboxState, name: str, accounts: dict, log_bin: bool = True) -> None:
+        conn = self._instance(state, name).root_connection()
+        try:
+            cur = conn.cursor()
+            if not log_bin:
+                # A standalone instance keeps its binlog free of local GTIDs, so it can
+                # later replicate from any primary without errant transactions.
+                cur.execute("SET SESSION sql_log_bin=0")
+            for sql, params in acc.bootstrap_statements(accounts):
+                cur.execute(sql, params or None)
+        finally:
+            conn.close()
+
+    def _attach_replica(self, state: SandboxState, name: str, source: str, accounts: dict) -> None:
+        src = state.instances[source]
+        repl = accounts["repl"]
+        conn = self._instance(state, name).root_connection()
+        try:
+            cur = conn.cursor()
+            cur.execute("SET GLOBAL read_only=ON")
+            cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER=%s, "
+                        "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+                        (src.port, repl.user, repl.password))
+            cur.execute("START SLAVE")
+        finally:
+            conn.close()
+
+    def _wait_caught_up(self, state: SandboxState, name: str, source: str, timeout: float = 60) -> None:
+        from dbmigrate.db.gtid import mariadb_includes
+
+        sconn = self._instance(state, source).root_connection()
+        rconn = self._instance(state, name).root_connection()
+        try:
+            cur = sconn.cursor()
+            cur.execute("SELECT @@gtid_binlog_pos")
+            target = cur.fetchone()[0]
+            deadline = time.monotonic() + timeout
+            rcur = rconn.cursor(dictionary=True)
+            while True:
+                rcur.execute("SHOW SLAVE STATUS")
+                st = rcur.fetchone() or {}
+                rcur.execute("SELECT @@gtid_current_pos AS p")
+                pos = rcur.fetchone()["p"]
+                if st.get("Slave_IO_Running") == "Yes" and st.get("Slave_SQL_Running") == "Yes" \
+                        and mariadb_includes(pos, target):
+                    return
+                if st.get("Last_IO_Error") or st.get("Last_SQL_Error"):
+                    raise SandboxError(f"replication {source} -> {name} failed: "
+                                       f"{st.get('Last_IO_Error') or st.get('Last_SQL_Error')}")
+                if time.monotonic() > deadline:
+                    raise SandboxError(f"{name} did not catch up with {source} within {timeout:g}s")
+                time.sleep(0.05)
+        finally:
+            sconn.close()
+            rconn.close()
+
+    # -- inventory -----------------------------------------------------------
+    def write_inventory(self, state: SandboxState) -> Path:
+        clusters: dict[str, Any] = {}
+        for iname, ist in state.instances.items():
+            c = clusters.setdefault(ist.cluster, {
+                "replication_credentials": {"defaults_file": "credentials.cnf", "group": "client-repl"},
+                "app_credentials": {"defaults_file": "credentials.cnf", "group": "client-app"},
+                "servers": {},
+            })
+            role = {"primary": "primary", "replica": "replica"}.get(ist.role)
+            entry: dict[str, Any] = {"host": "127.0.0.1", "port": ist.port}
+            if role:
+                entry["role"] = role
+            entry.update(host_name="sandbox", instance=iname, datadir=str(state.path / iname / "data"))
+            c["servers"][iname] = entry
+        if state.haproxy:
+            hc = clusters.get(state.name)
+            if hc is not None:
+                hc["router"] = {"kind": "haproxy", "admin_socket": state.haproxy["admin_socket"],
+                                "writer_backend": "writer", "reader_backend": "readers",
+                                "writer_port": state.haproxy["writer_port"], "reader_port": state.haproxy["reader_port"]}
+        doc = {"version": 1,
+               "defaults": {"credentials": {"defaults_file": "credentials.cnf", "group": "client-admin"}},
+               "clusters": clusters}
+        text = "# written by dbmigrate sandbox; credentials live in credentials.cnf (0600)\n" + \
+            yaml.safe_dump(doc, sort_keys=False)
+        tmp = state.inventory_file.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(state.inventory_file)
+        return state.inventory_file
+
+    # -- status / stop -------------------------------------------------------
+    def status(self, name: str) -> list[dict[str, Any]]:
+        state = self.find(name)
+        out = []
+        for iname, ist in state.instances.items():
+            inst = self._instance(state, iname)
+            pid = inst.pid()
+            out.append({"name": iname, "port": ist.port, "server_id": ist.server_id, "cluster": ist.cluster,
+                        "role": ist.role, "pid": pid, "running": bool(pid and pid_alive(pid)),
+                        "datadir": str(inst.spec.datadir)})
+        return out
+
+    def pids(self, name: str) -> list[int]:
+        return [s["pid"] for s in self.status(name) if s["pid"] and s["running"]]
+
+    def stop_instance(self, sandbox: str, instance: str) -> None:
+        self._stop_instance(self.find(sandbox), instance)
+
+    def _stop_instance(self, state: SandboxState, iname: str) -> None:
+        self._instance(state, iname).stop()
+
+    def start_instance(self, sandbox: str, instance: str) -> None:
+        state = self.find(sandbox)
+        inst = Instance(state.spec(instance))
+        if inst.is_running():
+            return
+        inst.start()
+        self._live[(state.name, instance)] = inst
+        inst.wait_ready()
+
+    def kill_instance(self, sandbox: str, instance: str) -> None:
+        state = self.find(sandbox)
+        self._instance(state, instance).kill()
+
+    def down(self, name: str, keep_data: bool = False) -> list[str]:
+        """Stop this sandbox's processes (by pid, waiting for exit); remove its files unless keep_data."""
+        state = self.find(name)
+        stopped = []
+        if state.haproxy:
+            from dbmigrate.sandbox import haproxy as hap  # optional component
+
+            hap.stop(state)
+        for iname in state.instances:
+            inst = self._instance(state, iname)
+            if inst.is_running():
+                stopped.append(iname)
+            inst.stop()
+            self._live.pop((state.name, iname), None)
+        index = _read_index()
+        if not keep_data:
+            shutil.rmtree(state.path, ignore_errors=True)
+            index.pop(name, None)
+            _write_index(index)
+        return stopped

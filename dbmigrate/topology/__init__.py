@@ -1,0 +1,1 @@
+"""Topology: what each server is (probe), how they connect (discovery), orchestrator."""
