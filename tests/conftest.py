@@ -69,3 +69,20 @@ def demo_inventory(demo):
     from dbmigrate.config import load_inventory
 
     return load_inventory(demo.inventory_file)
+
+
+def run_cli(*args: str, timeout: float = 120, env: dict | None = None):
+    """Run `python -m dbmigrate ARGS` as a subprocess (as an operator would)."""
+    import subprocess
+    import sys
+
+    e = dict(os.environ)
+    e.update(env or {})
+    e.setdefault("COLUMNS", "200")
+    return subprocess.run([sys.executable, "-m", "dbmigrate", *args], capture_output=True, text=True,
+                          timeout=timeout, env=e, cwd=str(Path(__file__).resolve().parents[1]))
+
+
+@pytest.fixture(scope="session")
+def cli():
+    return run_cli

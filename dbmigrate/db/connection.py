@@ -127,13 +127,17 @@ class Server:
         if errno == errorcode.ER_ACCESS_DENIED_ERROR:
             return AuthFailed(f"{self.name} ({self.address}) refused user '{self.credentials.user}': access denied",
                               hint=f"check the password in {self.credentials.source or 'the credentials'}")
+        first_line = str(getattr(e, "msg", e)).strip().splitlines()[0] if str(getattr(e, "msg", e)).strip() else ""
+        if errno == 3024 or "timed out" in str(e).lower():  # handshake read timeout
+            return ConnectionFailed(f"{self.name} ({self.address}) did not answer within {self.connect_timeout:g}s",
+                                    hint="check host, port and firewall; the connect timeout is connect_timeout in the inventory")
         if errno in (errorcode.ER_DBACCESS_DENIED_ERROR,):
             return AuthFailed(f"{self.name} ({self.address}): {e.msg}")
         if errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR, None) or "handshake" in str(e).lower() \
                 or "protocol" in str(e).lower():
-            return ConnectionFailed(f"{self.name} ({self.address}) did not answer as a MySQL server ({e.msg if hasattr(e, 'msg') else e})",
+            return ConnectionFailed(f"{self.name} ({self.address}) did not answer as a MySQL server ({first_line})",
                                     hint="is that the right port? something else is listening there")
-        return ConnectionFailed(f"cannot connect to {self.name} ({self.address}): {redact(str(e))}")
+        return ConnectionFailed(f"cannot connect to {self.name} ({self.address}): {redact(first_line)} [{errno}]")
 
     def close(self) -> None:
         if self._conn is not None:

@@ -28,6 +28,14 @@ def _find(candidates: tuple[str, ...]) -> str:
                        hint="install Debian's mariadb-server (apt-get install mariadb-server mariadb-client)")
 
 
+class PortConflict(SandboxError):
+    """The free port we picked was bound by someone else before mariadbd started."""
+
+
+def rewrite_config(spec: "InstanceSpec") -> None:
+    spec.config_path.write_text(render_config(spec))
+
+
 @dataclass
 class InstanceSpec:
     name: str
@@ -133,6 +141,8 @@ class Instance:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
+                if "Address already in use" in self._error_tail(20):
+                    raise PortConflict(f"port {self.spec.port} of {self.spec.name} was taken by another process")
                 raise SandboxError(f"{self.spec.name} exited during startup (exit {self._proc.returncode}): "
                                    f"{self._error_tail()}", hint=f"see {self.spec.error_log}")
             try:
@@ -144,9 +154,9 @@ class Instance:
         raise SandboxError(f"{self.spec.name} did not accept connections within {timeout:g}s: {self._error_tail()}",
                            hint=f"see {self.spec.error_log}")
 
-    def _error_tail(self) -> str:
+    def _error_tail(self, lines: int = 3) -> str:
         try:
-            return " | ".join(self.spec.error_log.read_text().strip().splitlines()[-3:])
+            return " | ".join(self.spec.error_log.read_text().strip().splitlines()[-lines:])
         except FileNotFoundError:
             return "(no error log)"
 

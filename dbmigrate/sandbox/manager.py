@@ -20,7 +20,7 @@ import yaml
 
 from dbmigrate.exceptions import SandboxError, UsageError
 from dbmigrate.sandbox import accounts as acc
-from dbmigrate.sandbox.instance import Instance, InstanceSpec, pid_alive
+from dbmigrate.sandbox.instance import Instance, InstanceSpec, PortConflict, pid_alive, rewrite_config
 from dbmigrate.sandbox.ports import free_port, port_in_use
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,30}$")
@@ -236,9 +236,25 @@ class Sandboxes:
         for n, i in insts.items():
             i.start()
             self._live[(state.name, n)] = i
-        for i in insts.values():
-            i.wait_ready()
+        for n, i in insts.items():
+            self._ready_or_move_port(state, n, i)
         self.progress(f"started {', '.join(names)} in {time.monotonic() - t:.2f}s")
+
+    def _ready_or_move_port(self, state: SandboxState, name: str, inst: Instance, attempts: int = 3) -> None:
+        """Ports are picked free but can be taken before mariadbd binds: move and retry."""
+        for attempt in range(attempts):
+            try:
+                inst.wait_ready()
+                return
+            except PortConflict:
+                if attempt == attempts - 1:
+                    raise
+                taken = {i.port for i in state.instances.values()}
+                state.instances[name].port = free_port(taken)
+                state.save()
+                inst.spec.port = state.instances[name].port
+                rewrite_config(inst.spec)
+                inst.start()
 
     def _bootstrap_primary(self, state: SandboxState, name: str, accounts: dict, log_bin: bool = True) -> None:
         conn = self._instance(state, name).root_connection()

@@ -1,0 +1,96 @@
+"""Malformed inventories: each gets one clear message naming file, line and field."""
+
+from __future__ import annotations
+
+import pytest
+
+from dbmigrate.config import load_inventory
+from dbmigrate.exceptions import ConfigError
+
+GOOD_SERVER = "{host: 127.0.0.1, port: 3306}"
+CREDS = "defaults:\n  credentials: {defaults_file: c.cnf, group: client}\n"
+
+CASES = [
+    ("invalid yaml",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: 127.0.0.1, port: 3306\n",
+     r"inv.yaml:\d+: YAML syntax error"),
+    ("unknown key in server",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: h, port: 1, colour: red}\n",
+     "inv.yaml:6: clusters.a.servers.s1.colour: unknown key 'colour'; valid keys: host, port"),
+    ("unknown top-level key",
+     CREDS + "clusterz: {}\n",
+     "inv.yaml:3: clusterz: unknown key 'clusterz'; valid keys: version, defaults, clusters"),
+    ("duplicate port",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: h, port: 3306}\n      s2:\n        host: h\n        port: 3306\n",
+     "inv.yaml:9: clusters.a.servers.s2.port: duplicate port: h:3306 is also server 's1'"),
+    ("missing credentials",
+     "clusters:\n  a:\n    servers:\n      s1: " + GOOD_SERVER + "\n",
+     "inv.yaml:4: clusters.a.servers.s1: missing credentials"),
+    ("port out of range",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: h, port: 70000}\n",
+     "inv.yaml:6: clusters.a.servers.s1.port: Input should be less than or equal to 65535"),
+    ("port not a number",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1:\n        host: h\n        port: three\n",
+     "inv.yaml:8: clusters.a.servers.s1.port: Input should be a valid integer"),
+    ("bad role",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: h, port: 1, role: boss}\n",
+     "inv.yaml:6: clusters.a.servers.s1.role: 'boss' is not valid; expected 'primary', 'replica', 'candidate' or 'standby'"),
+    ("missing host",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1: {port: 3306}\n",
+     "inv.yaml:6: clusters.a.servers.s1.host: is required but missing"),
+    ("empty cluster",
+     CREDS + "clusters:\n  a:\n    servers: {}\n",
+     "inv.yaml:5: clusters.a.servers: a cluster needs at least one server"),
+    ("duplicate yaml key",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: h, port: 1}\n      s1: {host: h, port: 2}\n",
+     "inv.yaml:7: duplicate key 's1' (first defined on line 6)"),
+    ("credentials without source",
+     "defaults:\n  credentials: {user: bob}\nclusters:\n  a:\n    servers:\n      s1: {host: h, port: 1}\n",
+     "inv.yaml:2: defaults.credentials: needs defaults_file (and group) or password_env"),
+    ("unknown router kind",
+     CREDS + "clusters:\n  a:\n    router: {kind: f5}\n    servers:\n      s1: {host: h, port: 1}\n",
+     "inv.yaml:5: clusters.a.router"),
+    ("not a mapping",
+     "- just\n- a list\n",
+     "inv.yaml:1: an inventory is a mapping with 'clusters:'"),
+    ("server name reused across clusters",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: h, port: 1}\n  b:\n    servers:\n      s1: {host: h, port: 2}\n",
+     "inv.yaml:9: clusters.b.servers.s1: server name also used in cluster 'a'"),
+    ("host with spaces",
+     CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: 'my host', port: 1}\n",
+     "inv.yaml:6: clusters.a.servers.s1.host: must be a host name or IP address"),
+]
+
+
+@pytest.mark.parametrize("name,text,expected", CASES, ids=[c[0] for c in CASES])
+def test_malformed_inventory(name, text, expected):
+    import re
+
+    with pytest.raises(ConfigError) as ei:
+        load_inventory("inv.yaml", text)
+    msg = ei.value.message
+    if expected.startswith("inv.yaml:\\d"):
+        assert re.match(expected, msg), msg
+    else:
+        assert expected in msg, msg
+    assert ei.value.exit_code == 2
+    assert ei.value.hint  # every error says what to do
+
+
+def test_good_inventory_resolves_credentials(tmp_path):
+    (tmp_path / "c.cnf").write_text("[client]\nuser=admin\npassword=\"s3cr3t pw\"\n")
+    inv_path = tmp_path / "inv.yaml"
+    inv_path.write_text(CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: 127.0.0.1, port: 3306, shards: [s_1, s_2]}\n")
+    inv = load_inventory(inv_path)
+    creds = inv.credentials_for(inv.cluster("a").servers["s1"])
+    assert creds.user == "admin" and creds.password == "s3cr3t pw"
+    assert "s3cr3t" not in repr(creds)
+    assert inv.cluster("a").servers["s1"].shards == ["s_1", "s_2"]
+    assert inv.find_server("127.0.0.1:3306")[0] == "a"
+
+
+def test_unknown_server_lists_known(tmp_path):
+    inv = load_inventory("inv.yaml", CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: h, port: 1}\n")
+    with pytest.raises(Exception) as ei:
+        inv.find_server("nope")
+    assert "unknown server 'nope'" in str(ei.value) and "s1" in ei.value.hint
