@@ -1,0 +1,179 @@
+"""Procedure `promote`: make a (new-hardware) replica the primary under live writes.
+
+Phases:
+  preflight  gates read the real state (replication, lag, errant GTIDs, grants, ...)
+  prepare    optional read share to the candidate, warm-up, baseline digest (hooks too)
+  cutover    fence -> catch up -> open candidate -> router -> reset -> repoint -> reverse
+  verify     a probe write reaches every follower, including the old primary
+
+Every undo converges on the same safe shape through `switch_back`, so rollback
+at any point (or `dbmigrate rollback RUN` after success) is the switchover back
+through the reverse replication: nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext
+from dbmigrate.procedures.registry import register
+from dbmigrate.procedures.switchover import Switchover, SwitchoverSettings, switch_back
+
+
+class WarmSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    method: Literal["dump-load", "replay", "scan"] = "dump-load"
+    target_hit_ratio: float = Field(0.95, gt=0, le=1)
+    seconds: float = Field(30, gt=0)
+
+
+class PromoteParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    candidate: str = Field(description="server name or host:port of the replica to promote")
+    via: Literal["dbmigrate", "orchestrator"] = "dbmigrate"
+    max_lag_ms: int = Field(1000, gt=0)
+    max_trx_age_s: float = Field(30, gt=0)
+    catchup_timeout_s: float = Field(5, gt=0, le=300)
+    drain_timeout_s: float = Field(2, ge=0, le=60)
+    kill_app_sessions: bool = True
+    replica_timeout_s: float = Field(30, gt=0)
+    verify_timeout_s: float = Field(10, gt=0)
+    read_share: float = Field(0.0, ge=0, le=1, description="share of reads moved to the candidate first")
+    warm: Optional[WarmSpec] = None
+    baseline_seconds: float = Field(0, ge=0, description="capture a digest baseline on the old primary first")
+
+
+def _sw(ctx: RunContext) -> Switchover:
+    r = ctx.resources
+    p: PromoteParams = ctx.params
+    settings = SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.drain_timeout_s,
+                                  kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s)
+    return Switchover(r["topology"], r["old"], r["new"], settings, r.get("router"), dry_run=ctx.dry_run,
+                      log=ctx.log, record=ctx.record_statement)
+
+
+# -- steps ---------------------------------------------------------------------
+
+def _fence(ctx: RunContext) -> str:
+    sw = _sw(ctx)
+    ctx.state["candidate_opened"] = ctx.state.get("candidate_opened", False)
+    sentence, pos = sw.fence()
+    ctx.state["fence_pos"] = pos
+    ctx.set_hook_env("FENCE_POSITION", pos)
+    return sentence
+
+
+def _fence_check(ctx: RunContext) -> bool:
+    return "fence_pos" in ctx.state and _sw(ctx).is_fenced()
+
+
+def _unfence(ctx: RunContext) -> str:
+    return switch_back(_sw(ctx), candidate_opened=bool(ctx.state.get("candidate_opened", False)))
+
+
+def _catchup(ctx: RunContext) -> str:
+    return _sw(ctx).wait_catchup(ctx.state.get("fence_pos", ""))
+
+
+def _catchup_check(ctx: RunContext) -> bool:
+    return not ctx.dry_run and "fence_pos" in ctx.state and _sw(ctx).caught_up(ctx.state["fence_pos"])
+
+
+def _open(ctx: RunContext) -> str:
+    # Journaled before the statement: after a crash we must assume it may be writable.
+    ctx.state["candidate_opened"] = True
+    return _sw(ctx).open_candidate()
+
+
+def _switch_back(ctx: RunContext) -> str:
+    return switch_back(_sw(ctx), candidate_opened=bool(ctx.state.get("candidate_opened", False)))
+
+
+def _router(ctx: RunContext) -> str:
+    return _sw(ctx).switch_router()
+
+
+def _reset(ctx: RunContext) -> str:
+    return _sw(ctx).reset_new_replication()
+
+
+def _repoint(ctx: RunContext) -> str:
+    return _sw(ctx).repoint_replicas(ctx.state.get("fence_pos", ""))
+
+
+def _reverse(ctx: RunContext) -> str:
+    sw = _sw(ctx)
+    sentence = sw.start_reverse()
+    sw.wait_replica_running(sw.old)
+    return sentence
+
+
+def _verify(ctx: RunContext) -> str:
+    p: PromoteParams = ctx.params
+    return _sw(ctx).verify_writes_flow(ctx.run_id, p.verify_timeout_s)
+
+
+def _verify_shape(ctx: RunContext) -> None:
+    sw = _sw(ctx)
+    problems = []
+    if sw.insp(sw.new).read_only():
+        problems.append(f"{sw.new} is read-only")
+    if not sw.insp(sw.old).read_only():
+        problems.append(f"{sw.old} is writable")
+    if not sw.reverse_running():
+        problems.append(f"{sw.old} does not replicate from {sw.new}")
+    if problems:
+        from dbmigrate.exceptions import SafetyError
+
+        raise SafetyError("after promotion: " + "; ".join(problems))
+
+
+def _describe(*lines: str):
+    return lambda ctx: list(lines)
+
+
+def cutover_steps(ctx: RunContext) -> list[FunctionStep]:
+    r = ctx.resources
+    old, new = r.get("old", "<old primary>"), r.get("new", "<candidate>")
+    return [
+        FunctionStep(f"fence {old}", _fence, check=_fence_check, undo=_unfence),
+        FunctionStep(f"wait for {new} to catch up", _catchup, check=_catchup_check, mutating=False),
+        FunctionStep(f"open {new} for writes", _open, check=lambda c: _sw(c).is_open(), undo=_switch_back),
+        FunctionStep("switch router", _router, check=lambda c: _sw(c).router_points_to(new) and not c.dry_run,
+                     undo=_switch_back),
+        FunctionStep(f"reset replication on {new}", _reset,
+                     check=lambda c: not _sw(c).has_replication_config(new), undo=_switch_back),
+        FunctionStep("repoint replicas", _repoint, check=lambda c: _sw(c).replicas_repointed(), undo=_switch_back),
+        FunctionStep(f"reverse replication {old} <- {new}", _reverse, check=lambda c: _sw(c).reverse_running(),
+                     verify=_verify_shape, undo=_switch_back),
+    ]
+
+
+def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
+    from dbmigrate.procedures import promote_extras as extras
+
+    phases = [
+        Phase("preflight", [], gates=extras.preflight_gates(ctx, params)),
+        Phase("prepare", extras.prepare_steps(ctx, params)),
+    ]
+    if params.via == "orchestrator":
+        phases.append(Phase("cutover", extras.orchestrator_steps(ctx, params)))
+    else:
+        phases.append(Phase("cutover", cutover_steps(ctx)))
+    phases.append(Phase("verify", [FunctionStep("verify writes flow", _verify, mutating=True)]))
+    return phases
+
+
+def prepare(playbook) -> dict[str, Any]:
+    from dbmigrate.procedures.promote_extras import promote_resources
+
+    return promote_resources(playbook.inventory_path, playbook.cluster, playbook.params.candidate)
+
+
+@register("promote", params=PromoteParams, prepare_resources=prepare,
+          description="promote a replica to primary with reverse replication and a router switch")
+def build(ctx: RunContext, params: PromoteParams) -> Procedure:
+    """Promote a replica to primary: fence, catch up, open, switch, repoint, reverse."""
+    return Procedure("promote", build_phases(ctx, params), rollback_on_failure=True)

@@ -1,0 +1,73 @@
+"""Resources and optional phases of `promote`: who is primary, gates, warm-up, orchestrator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dbmigrate.config import load_inventory
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError, UsageError
+from dbmigrate.procedures.switchover import Topology
+
+
+def find_primary(servers: dict[str, Any]) -> str:
+    """The one writable server that replicates from nobody; refuse anything else."""
+    writable, unreachable = [], []
+    for name, srv in servers.items():
+        try:
+            insp = Inspector(srv)
+            st = insp.replica_status()
+            if not insp.read_only() and (st is None or not st.source_host):
+                writable.append(name)
+        except DbmigrateError as e:
+            unreachable.append(f"{name} ({e.message})")
+    if len(writable) == 1:
+        return writable[0]
+    if not writable:
+        raise DbmigrateError("no writable primary found in the cluster" +
+                             (f"; unreachable: {', '.join(unreachable)}" if unreachable else ""),
+                             hint="dbmigrate topology show --inventory FILE --cluster NAME")
+    raise DbmigrateError(f"more than one writable primary: {', '.join(writable)}",
+                         hint="set read_only=ON on the one that must not take writes before any switchover")
+
+
+def promote_resources(inventory_path: Path | None, cluster: str, candidate: str,
+                      state: Any = None) -> dict[str, Any]:
+    """Open the cluster's servers and decide old primary / candidate / other replicas.
+
+    On resume the roles come from the run's journaled state (the topology is
+    mid-change and discovery could not tell them apart).
+    """
+    if inventory_path is None:
+        raise UsageError("the playbook names no inventory", hint="add `inventory: path/to/inventory.yaml`")
+    inv = load_inventory(inventory_path)
+    spec = inv.cluster(cluster)
+    servers = {name: inv.open(name) for name in spec.servers}
+    cand_cluster, cand_spec = inv.find_server(candidate)
+    new = inv.server_name(cand_spec)
+    if cand_cluster != cluster:
+        raise UsageError(f"candidate {candidate} belongs to cluster '{cand_cluster}', not '{cluster}'")
+    old = state.get("old") if state is not None else None
+    if not old:
+        old = find_primary(servers)
+        if old == new:
+            raise UsageError(f"{new} is already the primary of '{cluster}'", hint="nothing to promote")
+        if state is not None:
+            state["old"], state["new"] = old, new
+    replicas = [n for n in servers if n not in (old, new)]
+    router = None
+    if spec.router is not None and spec.router.kind != "none":
+        from dbmigrate.routing import router_for
+
+        router = router_for(inv, cluster)
+    return {
+        "inventory": inv,
+        "topology": Topology(servers=servers, repl=inv.replication_credentials(cluster), replicas=replicas),
+        "old": old,
+        "new": new,
+        "router": router,
+        # GET_LOCK lives on the primary at the start of the run, on its own session.
+        "lock_session": servers[old].dedicated(),
+        "servers": servers,
+    }

@@ -1,0 +1,359 @@
+"""The mechanics of a planned switchover, one method per step, each idempotent.
+
+`Switchover(old, new)` moves the writer from `old` to `new`. The promote
+procedure wraps these methods as engine steps; rollback is the same mechanics
+pointed the other way (`switch_back`), so going back is a switchover, not a
+restore.
+
+Order matters for the write gap (measured on loopback, see the README):
+read_only on the old primary, wait for the candidate to apply the old
+primary's final GTID position, STOP SLAVE and read_only=OFF on the candidate,
+flip the router, and only then the slow parts (RESET SLAVE ALL purges relay
+logs: ~180 ms) and the repointing of the other replicas.
+
+Safety rules enforced here, not left to callers:
+- the candidate is opened only after the old primary is fenced and the
+  candidate has applied everything the old primary wrote;
+- the old primary is unfenced only when the candidate is known read-only
+  (never two writable primaries);
+- every wait is bounded; a failed catch-up leads to unfencing (never left read-only).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import QueryError, Server
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError, SafetyError, WaitTimeout
+
+
+class WriterRouter(Protocol):
+    def current_writer(self) -> str | None: ...
+    def switch_writer(self, new: Server, old: Server) -> None: ...
+    def describe_switch(self, new: Server, old: Server) -> list[str]: ...
+
+
+@dataclass
+class SwitchoverSettings:
+    catchup_timeout_s: float = 5.0
+    drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
+    kill_app_sessions: bool = True  # end remaining app sessions on the fenced server
+    replica_timeout_s: float = 30.0  # bound for repointing each other replica
+    admin_users: tuple[str, ...] = ()  # sessions never killed (the tool's own, replication)
+
+
+@dataclass
+class Topology:
+    """The servers involved, by name, with what the steps need."""
+
+    servers: dict[str, Server]
+    repl: Credentials
+    replicas: list[str] = field(default_factory=list)  # other replicas to repoint (not old/new)
+
+
+Notify = Callable[[str], None]
+Record = Callable[[str, str], None]  # (server, statement) planned in dry-run
+
+
+class Switchover:
+    def __init__(self, topo: Topology, old: str, new: str, settings: SwitchoverSettings,
+                 router: WriterRouter | None = None, *, dry_run: bool = False,
+                 log: Notify | None = None, record: Record | None = None):
+        self.topo = topo
+        self.old, self.new = old, new
+        self.s = settings
+        self.router = router
+        self.dry_run = dry_run
+        self.log = log or (lambda m: None)
+        self.record = record
+
+    # -- helpers -------------------------------------------------------------
+    def server(self, name: str) -> Server:
+        return self.topo.servers[name]
+
+    def insp(self, name: str) -> Inspector:
+        return Inspector(self.server(name))
+
+    def apply(self, name: str) -> Applier:
+        return Applier(self.server(name), dry_run=self.dry_run, on_planned=self.record)
+
+    def _addr(self, name: str) -> tuple[str, int]:
+        s = self.server(name)
+        return s.host, s.port
+
+    def replicates_from(self, name: str, source: str) -> bool:
+        st = self.insp(name).replica_status()
+        host, port = self._addr(source)
+        return st is not None and st.source_port == port and st.source_host in (host, "localhost" if host == "127.0.0.1" else host)
+
+    def writable(self, name: str) -> bool:
+        return not self.insp(name).read_only()
+
+    # -- 1. fence ------------------------------------------------------------
+    def is_fenced(self) -> bool:
+        return self.insp(self.old).read_only()
+
+    def fence(self) -> tuple[str, str]:
+        """read_only on the old primary, drain app writes (bounded); returns (sentence, final position)."""
+        t0 = time.perf_counter()
+        self.apply(self.old).set_read_only(True)
+        fenced_ms = (time.perf_counter() - t0) * 1000
+        drained, killed = self._drain(self.old)
+        pos = self.insp(self.old).gtid_binlog_pos()
+        return (f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms; "
+                f"{drained} in-flight transaction(s) drained, {killed} app session(s) ended; final position {pos or '(empty)'}",
+                pos)
+
+    def _drain(self, name: str) -> tuple[int, int]:
+        """Wait (bounded) for open app transactions to end, then end app sessions."""
+        if self.dry_run:
+            return 0, 0
+        insp = self.insp(name)
+        protected = set(self.s.admin_users) | {self.server(name).credentials.user, self.topo.repl.user,
+                                                "system user", "event_scheduler"}
+        deadline = time.monotonic() + self.s.drain_timeout_s
+        first = None
+        while True:
+            open_trx = [r for r in self.server(name).query(
+                "SELECT t.trx_mysql_thread_id AS id, p.USER AS user FROM information_schema.INNODB_TRX t "
+                "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id")
+                if r["user"] not in protected]
+            first = len(open_trx) if first is None else first
+            if not open_trx or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        killed = 0
+        if self.s.kill_app_sessions:
+            app = self.apply(name)
+            for sess in insp.sessions():
+                if sess.user in protected:
+                    continue
+                try:
+                    app.kill_connection(sess.id)
+                    killed += 1
+                except QueryError as e:
+                    if e.errno != 1094:  # unknown thread: it ended by itself
+                        raise
+        return first or 0, killed
+
+    def unfence_old(self, candidate_known_closed: bool) -> str:
+        """Make the old primary writable again, only if the candidate cannot take writes."""
+        if not self.is_fenced():
+            return f"{self.old} is already writable"
+        try:
+            cand_writable = self.writable(self.new)
+        except DbmigrateError:
+            if not candidate_known_closed:
+                raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable",
+                                  hint=f"check {self.new} by hand; set read_only=ON there, then read_only=OFF on {self.old}")
+            cand_writable = False
+        if cand_writable:
+            raise SafetyError(f"refusing to unfence {self.old}: {self.new} is writable (two primaries)",
+                              hint="roll the switchover back instead: dbmigrate rollback RUN")
+        self.apply(self.old).set_read_only(False)
+        return f"unfenced {self.old} (read_only=OFF): it takes writes again"
+
+    # -- 2. catch up ---------------------------------------------------------
+    def caught_up(self, position: str) -> bool:
+        return self.server(self.new).flavor.includes(self.insp(self.new).gtid_executed(), position)
+
+    def wait_catchup(self, position: str) -> str:
+        if self.dry_run:
+            return f"would wait up to {self.s.catchup_timeout_s:g}s for {self.new} to apply {position}"
+        insp = self.insp(self.new)
+        st = insp.replica_status()
+        if st is None or st.sql_running != "Yes":
+            raise DbmigrateError(f"{self.new} is not applying replication (SQL thread {st.sql_running if st else 'absent'}"
+                                 f"{': ' + st.last_error if st and st.last_error else ''})",
+                                 hint="fix replication on the candidate and run again")
+        t0 = time.perf_counter()
+        if not insp.wait_for_gtid(position, self.s.catchup_timeout_s):
+            behind = self.server(self.new).flavor.behind(position, insp.gtid_executed())
+            raise WaitTimeout(f"{self.new} did not apply {self.old}'s final position {position} within "
+                              f"{self.s.catchup_timeout_s:g}s (still behind: {behind})",
+                              hint="the old primary will be unfenced; retry when lag is low (dbmigrate lag watch)")
+        return f"{self.new} applied {position} in {(time.perf_counter() - t0) * 1000:.1f} ms"
+
+    # -- 3. open the candidate ----------------------------------------------
+    def is_open(self) -> bool:
+        st = self.insp(self.new).replica_status()
+        return self.writable(self.new) and (st is None or st.sql_running != "Yes")
+
+    def open_candidate(self) -> str:
+        t0 = time.perf_counter()
+        a = self.apply(self.new)
+        a.stop_replica()
+        a.set_read_only(False)
+        return f"{self.new} stopped replicating and is writable (read_only=OFF) in {(time.perf_counter() - t0) * 1000:.1f} ms"
+
+    # -- 4. router -----------------------------------------------------------
+    def router_points_to(self, name: str) -> bool:
+        if self.router is None:
+            return True
+        host, port = self._addr(name)
+        return self.router.current_writer() == f"{host}:{port}"
+
+    def switch_router(self) -> str:
+        if self.router is None:
+            return "no router configured: applications must be repointed (hooks can do it)"
+        if self.dry_run:
+            for line in self.router.describe_switch(self.server(self.new), self.server(self.old)):
+                if self.record:
+                    self.record("router", line)
+            return f"would switch the writer from {self.old} to {self.new}"
+        t0 = time.perf_counter()
+        self.router.switch_writer(self.server(self.new), self.server(self.old))
+        return f"router sends writes to {self.new} (switched in {(time.perf_counter() - t0) * 1000:.1f} ms)"
+
+    # -- 5. forget the old source on the new primary -------------------------
+    def has_replication_config(self, name: str) -> bool:
+        return self.insp(name).replica_status() is not None
+
+    def reset_new_replication(self) -> str:
+        t0 = time.perf_counter()
+        a = self.apply(self.new)
+        a.stop_replica()
+        a.reset_replica_all()
+        return f"{self.new} forgot its old source (RESET SLAVE ALL, {(time.perf_counter() - t0) * 1000:.0f} ms)"
+
+    # -- 6. repoint the other replicas --------------------------------------
+    def replicas_repointed(self) -> bool:
+        return all(self.replicates_from(r, self.new) for r in self.topo.replicas)
+
+    def repoint_replicas(self, position: str) -> str:
+        done = []
+        for r in self.topo.replicas:
+            if self.replicates_from(r, self.new):
+                continue
+            self._repoint(r, self.new, position)
+            done.append(r)
+        return f"repointed {', '.join(done) or 'no replica'} to {self.new}"
+
+    def _repoint(self, replica: str, source: str, position: str) -> None:
+        """Let the replica apply `position` from its current source, then move it to `source`."""
+        insp = self.insp(replica)
+        if not self.dry_run and position and not insp.wait_for_gtid(position, self.s.replica_timeout_s):
+            raise WaitTimeout(f"replica {replica} did not reach {position} within {self.s.replica_timeout_s:g}s",
+                              hint=f"check replication on {replica}; it still points at its old source")
+        host, port = self._addr(source)
+        a = self.apply(replica)
+        a.stop_replica()
+        a.change_source(host, port, self.topo.repl)
+        a.start_replica()
+
+    # -- 7. reverse replication ---------------------------------------------
+    def reverse_running(self) -> bool:
+        st = self.insp(self.old).replica_status()
+        return st is not None and st.running and self.replicates_from(self.old, self.new)
+
+    def start_reverse(self) -> str:
+        self._make_replica(self.old, self.new)
+        return f"{self.old} replicates from {self.new} (read-only): rollback loses nothing"
+
+    def _make_replica(self, name: str, source: str) -> None:
+        host, port = self._addr(source)
+        a = self.apply(name)
+        a.set_read_only(True)
+        a.stop_replica()
+        a.prepare_as_replica()
+        a.change_source(host, port, self.topo.repl)
+        a.start_replica()
+
+    def wait_replica_running(self, name: str, timeout: float = 10) -> None:
+        if self.dry_run:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.insp(name).replica_status()
+            if st and st.running:
+                return
+            if st and st.last_error and time.monotonic() > deadline - timeout / 2:
+                raise DbmigrateError(f"replication on {name} failed: {st.last_error}")
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"replication on {name} did not start within {timeout:g}s "
+                                  f"(io={st.io_running if st else '-'} sql={st.sql_running if st else '-'})")
+            time.sleep(0.05)
+
+    # -- 8. verify -----------------------------------------------------------
+    def verify_writes_flow(self, run_id: str, timeout: float = 10) -> str:
+        """Write a probe row on the new primary and see it arrive on every other server."""
+        new = self.server(self.new)
+        new.execute("CREATE DATABASE IF NOT EXISTS dbmigrate")
+        new.execute("CREATE TABLE IF NOT EXISTS dbmigrate.switchover_probe "
+                    "(run_id VARCHAR(64) PRIMARY KEY, primary_name VARCHAR(128), ts DATETIME(6))")
+        new.execute("REPLACE INTO dbmigrate.switchover_probe VALUES (%s, %s, UTC_TIMESTAMP(6))", (run_id, self.new))
+        pos = self.insp(self.new).gtid_binlog_pos()
+        followers = [self.old, *self.topo.replicas]
+        late = []
+        for f in followers:
+            if not self.insp(f).wait_for_gtid(pos, timeout):
+                late.append(f)
+        if late:
+            raise WaitTimeout(f"{', '.join(late)} did not receive the probe write from {self.new} within {timeout:g}s",
+                              hint="check replication: dbmigrate topology show")
+        return f"a probe write on {self.new} reached {', '.join(followers) or 'no follower'}"
+
+
+def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
+    """Converge to: `sw.old` writable primary, `sw.new` and the replicas replicating from it.
+
+    Idempotent: each part checks first. Used by every undo of the promote
+    procedure, so a rollback at any point ends in the same safe shape.
+    """
+    back = Switchover(sw.topo, old=sw.new, new=sw.old, settings=sw.s, router=sw.router,
+                      dry_run=sw.dry_run, log=sw.log, record=sw.record)
+    said: list[str] = []
+    new_writable = _writable_or_none(sw, sw.new)
+    old_writable = sw.writable(sw.old)
+    if new_writable and old_writable:
+        raise SafetyError(f"both {sw.old} and {sw.new} are writable",
+                          hint=f"set read_only=ON by hand on the one that should not take writes")
+    if new_writable:
+        # The new primary may have taken writes: bring them to the old one first.
+        if not back.replicates_from(sw.old, sw.new):
+            back._make_replica(sw.old, sw.new)
+            said.append(f"{sw.old} replicates from {sw.new}")
+        else:
+            back.apply(sw.old).start_replica()
+        back.wait_replica_running(sw.old)
+        sentence, pos = back.fence()
+        said.append(sentence)
+        try:
+            said.append(back.wait_catchup(pos))
+        except DbmigrateError:
+            said.append(back.unfence_old(candidate_known_closed=True))
+            raise
+        said.append(back.open_candidate())
+    elif not old_writable:
+        # Nobody writable: the candidate never opened (or was closed). Unfence the old primary.
+        said.append(sw.unfence_old(candidate_known_closed=not candidate_opened))
+    if not back.router_points_to(sw.old):
+        said.append(back.switch_router())
+    if back.has_replication_config(sw.old):
+        said.append(back.reset_new_replication())
+    pos = back.insp(sw.old).gtid_binlog_pos()
+    for r in sw.topo.replicas:
+        if not back.replicates_from(r, sw.old):
+            back._repoint(r, sw.old, pos)
+            said.append(f"repointed {r} to {sw.old}")
+    if new_writable is not None and not back.replicates_from(sw.new, sw.old):
+        back._make_replica(sw.new, sw.old)
+        said.append(f"{sw.new} replicates from {sw.old} again")
+    elif new_writable is not None:
+        st = back.insp(sw.new).replica_status()
+        if st and not st.running:
+            back.apply(sw.new).start_replica()
+            said.append(f"{sw.new} resumed replicating from {sw.old}")
+    return "; ".join(said) or f"{sw.old} is already the primary"
+
+
+def _writable_or_none(sw: Switchover, name: str) -> bool | None:
+    try:
+        return sw.writable(name)
+    except DbmigrateError:
+        return None
