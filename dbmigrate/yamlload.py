@@ -199,6 +199,22 @@ def _explain(error: dict[str, Any], model_here: type[BaseModel] | None) -> str:
     return f"{value!r} is not valid: {message}"
 
 
+_TYPE_EXPECTED = {
+    "string_type": "a string", "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
+    "int_type": "an integer", "int_parsing": "an integer", "float_type": "a number", "float_parsing": "a number",
+    "bool_type": "a boolean", "bool_parsing": "a boolean",
+}
+
+
+def _explain_union(errors: list[dict[str, Any]]) -> str:
+    """Several union arms failed on one field: the arm that got the right type says the most."""
+    constraint = [e for e in errors if e["type"] not in _TYPE_EXPECTED]
+    if constraint:
+        return _explain(constraint[0], None)
+    expected = " or ".join(dict.fromkeys(_TYPE_EXPECTED[e["type"]] for e in errors))
+    return f"expected {expected}, got {_kind(errors[0].get('input'))}"
+
+
 def format_validation_error(
     path: str | Path,
     exc: ValidationError,
@@ -214,20 +230,19 @@ def format_validation_error(
     `model` lets unknown-key errors list the valid keys; `prefix` places a
     nested validation (e.g. a procedure's params) inside the file.
     """
-    entries: list[tuple[int, str]] = []
-    seen_fields: set[Loc] = set()
+    grouped: dict[Loc, list[dict[str, Any]]] = {}
     for error in exc.errors(include_url=False):
         loc = prefix + tuple(error["loc"])
         if data is not None:
             loc = _data_path(data, loc)
-        if loc in seen_fields:
-            continue  # each arm of a union reports the same field; the first says enough
-        seen_fields.add(loc)
-        owner = _model_at(model, loc[len(prefix):-1]) if error["type"] == "extra_forbidden" else None
+        grouped.setdefault(loc, []).append(error)
+    entries: list[tuple[int, str]] = []
+    for loc, errors in grouped.items():
         line = locate(loc) or 0
         where = f"{path}:{line}" if line else str(path)
         field = format_loc(loc)
-        explained = _explain(error, owner)
+        explained = _explain_union(errors) if len(errors) > 1 else _explain(
+            errors[0], _model_at(model, loc[len(prefix):-1]) if errors[0]["type"] == "extra_forbidden" else None)
         entries.append((line, f"{where}: {field}: {explained}" if field else f"{where}: {explained}"))
     entries.sort(key=lambda e: e[0])
     return ConfigError("\n".join(text for _, text in entries), hint=f"fix {path} and try again")
