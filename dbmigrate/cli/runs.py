@@ -198,7 +198,8 @@ def _close_resources(resources: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------------- command-line glue
 
-_err = Console(stderr=True, highlight=False)
+# soft_wrap: an error stays one greppable line whatever the terminal width.
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _reports_errors(command: Callable[..., None]) -> Callable[..., None]:
@@ -224,7 +225,7 @@ def _reports_errors(command: Callable[..., None]) -> Callable[..., None]:
 def _subscribers(json_lines: bool) -> list[Subscriber]:
     if json_lines:
         return [JsonLinesRenderer(sys.stdout)]
-    return [ConsoleRenderer(Console(highlight=False))]
+    return [ConsoleRenderer(Console(highlight=False, soft_wrap=True))]
 
 
 def _finish(outcome: RunOutcome) -> None:
@@ -265,7 +266,7 @@ def plan_command(
     if json_out:
         print(json.dumps(plan_to_dict(procedure), indent=2))
     else:
-        render_plan(procedure, Console(highlight=False))
+        render_plan(procedure, Console(highlight=False, soft_wrap=True))
 
 
 @_reports_errors
