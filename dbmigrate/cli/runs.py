@@ -305,7 +305,7 @@ def runs_ls_command(
     if json_out:
         print(json.dumps(runs, indent=2, default=str))
     else:
-        render_runs_table(runs, Console(highlight=False))
+        render_runs_table(runs, Console(highlight=False, soft_wrap=True))
 
 
 @_reports_errors
@@ -320,7 +320,7 @@ def runs_show_command(
     if json_out:
         print(json.dumps(detail, indent=2, default=str))
     else:
-        render_run_detail(detail, Console(highlight=False))
+        render_run_detail(detail, Console(highlight=False, soft_wrap=True))
 
 
 def register(app: typer.Typer) -> None:

@@ -78,10 +78,11 @@ class ConsoleRenderer:
             c.print(f"  [dim]… {escape(event.name)}[/]")
         elif isinstance(event, StepFinished):
             mark = _STATUS_MARK.get(event.status, "?")
-            what = event.sentence or event.status
-            err = f" [red]{escape(event.error)}[/]" if event.error else ""
+            what = escape(event.sentence or ("" if event.error else event.status))
+            err = f"[red]{escape(event.error)}[/]" if event.error else ""
             undo = "undo " if event.action == "undo" else ""
-            c.print(f"  {mark} {undo}{escape(event.name)}: {escape(what)}{err} [dim]{_ms(event.duration_ms)}[/]")
+            detail = " ".join(part for part in (what, err) if part)
+            c.print(f"  {mark} {undo}{escape(event.name)}: {detail} [dim]{_ms(event.duration_ms)}[/]")
         elif isinstance(event, GateWaiting) and event.kind == "manual":
             c.print(f"  [bold yellow]?[/] gate {escape(event.gate)}: {escape(event.prompt)}")
         elif isinstance(event, GateDecided):
@@ -156,14 +157,21 @@ def plan_to_dict(procedure: Procedure) -> dict[str, Any]:
 
 
 def render_runs_table(runs: list[dict[str, Any]], console: Console) -> None:
+    # The run id already says when it started (UTC). Fixed columns keep their full
+    # width (ids must stay copyable); the summary gets what is left, truncated.
+    rows = [(run["id"], run["procedure"], run["cluster"],
+             run["status"] + (" (dry run)" if run["dry_run"] else ""), run["summary"] or "") for run in runs]
+    headers = ("run", "procedure", "cluster", "status")
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
+    room = max(console.width - sum(widths) - 2 * (len(headers) + 1) - 1, 20)
     table = Table(box=None, header_style="bold")
-    for column in ("run", "procedure", "cluster", "status", "started", "by", "summary"):
-        table.add_column(column)
-    for run in runs:
-        status = run["status"] + (" (dry run)" if run["dry_run"] else "")
-        table.add_row(run["id"], run["procedure"], run["cluster"],
-                      f"[{_RUN_STYLE.get(run['status'], 'red')}]{status}[/]",
-                      run["started_at"], run["holder"] or "", escape(run["summary"] or ""))
+    for header in headers + ("summary",):
+        table.add_column(header, no_wrap=True)
+    for run_id, procedure, cluster, status, summary in rows:
+        if len(summary) > room:
+            summary = summary[: room - 1] + "…"
+        style = _RUN_STYLE.get(status.split(" ")[0], "red")
+        table.add_row(run_id, procedure, cluster, f"[{style}]{status}[/]", escape(summary))
     console.print(table)
 
 

@@ -44,7 +44,8 @@ class RunOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("done", "rolled_back")
+        # A run that failed and was rolled back by itself still failed its purpose.
+        return self.status == "done" or (self.status == "rolled_back" and self.error is None)
 
 
 def explain(exc: BaseException) -> str:
@@ -122,6 +123,8 @@ class Runner:
             rolled_back, rollback_summary = self._undo_completed(procedure, ctx)
             status = "rolled_back" if rolled_back else "rollback_failed"
             summary = f"{summary}; rollback: {rollback_summary}"
+            error.hint = (f"the completed steps were undone; fix the cause and start a new run" if rolled_back
+                          else f"fix the failing undo, then: dbmigrate rollback {ctx.run_id}")
         self._final_hooks("on_failure", ctx)
         ctx.emit(RunFinished(status=status, summary=summary))
         return RunOutcome(ctx.run_id, status, summary, error)
