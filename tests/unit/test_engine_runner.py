@@ -179,7 +179,7 @@ def test_rollback_on_failure_undoes_completed_steps_newest_first(journal):
     world.state["c"] = True  # already in place before the run: skipped, so not ours to undo
     ctx = new_context(journal)
     outcome = Runner().run(procedure, ctx)
-    assert outcome.status == "rolled_back"
+    assert outcome.status == "rolled_back" and not outcome.ok  # undone, but the run still failed
     assert world.undos() == ["undo:a"]  # b has nothing to undo, c was skipped, d failed, e never ran
     assert statuses(journal, ctx.run_id, "undo") == [("b", "skipped"), ("a", "undone")]
     assert world.state == {"b": True, "c": True}
@@ -363,3 +363,17 @@ def test_context_state_survives_in_the_journal(tmp_path):
         assert ctx.state["old_primary_gtid"] == "0-1-42"
         assert ctx.state.get("long_query_time") == {"db-1": 10.0}
         assert "missing" not in ctx.state and ctx.state.get("missing", 7) == 7
+
+
+def test_metrics_and_logs_emitted_by_steps_reach_the_journal(journal):
+    def measure(ctx):
+        ctx.metric("fenced_window", 2.1, "ms", server="db-1")
+        ctx.log("db-2 caught up")
+        return "measured"
+
+    ctx = new_context(journal)
+    Runner().run(Procedure("demo", [Phase("p", [FunctionStep("measure", measure, mutating=False)])]), ctx)
+    detail = journal.run_detail(ctx.run_id)
+    assert [(m["name"], m["value"], m["unit"], m["labels"]) for m in detail["metrics"]] == [
+        ("fenced_window", 2.1, "ms", {"server": "db-1"})]
+    assert [(log["level"], log["message"]) for log in detail["logs"]] == [("info", "db-2 caught up")]
