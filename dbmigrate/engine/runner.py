@@ -24,7 +24,7 @@ from dbmigrate.engine.events import (
 )
 from dbmigrate.engine.hooks import HookFailed, HookRunner
 from dbmigrate.engine.journal import FINISHED_OK
-from dbmigrate.engine.step import Gate, ManualGate, Phase, Procedure, RunContext, Step
+from dbmigrate.engine.step import AutoGate, Gate, ManualGate, Phase, Procedure, RunContext, Step
 from dbmigrate.exceptions import DbmigrateError, GateFailed, SafetyError
 
 # Asked for each manual gate; returns approved or (approved, reason).
@@ -215,10 +215,10 @@ class Runner:
                 )
 
     def _decide(self, gate: Gate, phase: str, ctx: RunContext) -> tuple[bool, str, dict, str]:
-        if gate.kind == "auto":
+        if isinstance(gate, AutoGate):
             ctx.emit(GateWaiting(phase=phase, gate=gate.name, kind="auto"))
             try:
-                ok, reason, details = gate.evaluate(ctx)  # type: ignore[attr-defined]
+                ok, reason, details = gate.evaluate(ctx)
             except Exception as exc:
                 return False, f"gate check raised {explain(exc)}", {}, "auto"
             return ok, reason, details, "auto"
