@@ -219,12 +219,14 @@ def _check_credentials_present(inv: Inventory, path: Path, locate) -> None:
 def load_inventory(path: str | Path, text: str | None = None) -> Inventory:
     path = Path(path)
     data, locate = load_yaml_with_lines(path, text)
+    if data is None:
+        raise ConfigError(f"{path}: file is empty", hint="an inventory needs 'clusters:'")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}:1: an inventory is a mapping with 'clusters:'", hint="see playbooks/ and the README for an example")
     try:
         inv = Inventory.model_validate(data)
     except ValidationError as e:
-        raise format_validation_error(path, e, locate, Inventory) from None
+        raise format_validation_error(path, e, locate, data=data, model=Inventory) from None
     inv._path = path.resolve() if text is None else path
     _check_unique_addresses(inv, path, locate)
     _check_credentials_present(inv, path, locate)

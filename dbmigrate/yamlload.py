@@ -1,146 +1,250 @@
-"""YAML loading that remembers where every value came from, so that an error in
-an inventory or playbook names the file, the line and the field, and says what
-would be valid.
+"""Load YAML remembering where every key came from, and explain errors by file:line.
+
+    data, locate = load_yaml_with_lines("playbooks/x.yaml")
+    try:
+        Model.model_validate(data)
+    except ValidationError as exc:
+        raise format_validation_error("playbooks/x.yaml", exc, locate, model=Model)
+
+gives messages like
+    playbooks/x.yaml:7: gates[1].kind: 'maybe' is not valid; expected one of manual, auto
+Used for playbooks and inventories alike; knows nothing about either.
 """
 
 from __future__ import annotations
 
+import re
+import types
+import typing
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Iterable, Union
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from dbmigrate.exceptions import ConfigError
 
-Locator = Callable[[Sequence[Any]], int]
+Loc = tuple[Union[str, int], ...]
 
 
-def _check_duplicates(node: yaml.Node, path: Path) -> None:
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
-        for key, value in node.value:
-            k = key.value if isinstance(key, yaml.ScalarNode) else None
-            if k in seen:
-                raise ConfigError(f"{path}:{key.start_mark.line + 1}: duplicate key '{k}' "
-                                  f"(first defined on line {seen[k]})", hint="keep only one of them")
-            seen[k] = key.start_mark.line + 1
-            _check_duplicates(value, path)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _check_duplicates(item, path)
+class Locator:
+    """Maps a data path like ("gates", 1, "kind") to the 1-based line it was written on."""
+
+    def __init__(self, lines: dict[Loc, int]) -> None:
+        self.lines = lines
+
+    def __call__(self, loc: Iterable[str | int]) -> int | None:
+        loc = tuple(loc)
+        # A missing key has no line of its own: point at the closest enclosing one.
+        while loc not in self.lines and loc:
+            loc = loc[:-1]
+        return self.lines.get(loc)
+
+
+def format_loc(loc: Iterable[str | int]) -> str:
+    """("gates", 1, "kind") -> "gates[1].kind"."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def error_at(path: str | Path, locate: Locator, loc: Loc, message: str, hint: str | None = None) -> ConfigError:
+    """A ConfigError for one field, formatted like every other config message."""
+    line = locate(loc)
+    where = f"{path}:{line}" if line else f"{path}"
+    field = format_loc(loc)
+    return ConfigError(f"{where}: {field}: {message}" if field else f"{where}: {message}", hint=hint)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe loader; duplicate keys are caught while walking the node tree below."""
 
 
 def load_yaml_with_lines(path: str | Path, text: str | None = None) -> tuple[Any, Locator]:
+    """Load YAML from `path` (or from `text`, named `path` in messages) with a line index."""
     path = Path(path)
-    if text is None:
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: file not found") from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{where}: YAML syntax error: {getattr(e, 'problem', e)}",
-                          hint="fix the indentation or quoting on that line") from None
-    if root is None:
-        raise ConfigError(f"{path}: file is empty")
-    _check_duplicates(root, path)
-    data = yaml.SafeLoader(text).get_single_data()
-
-    def locate(loc: Sequence[Any]) -> int:
-        node, line = root, root.start_mark.line + 1
-        for part in loc:
-            if isinstance(node, yaml.MappingNode):
-                for k, v in node.value:
-                    if k.value == str(part) or k.value == part:
-                        node, line = v, k.start_mark.line + 1
-                        break
-                else:
-                    return line
-            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-                node = node.value[part]
-                line = node.start_mark.line + 1
-            else:
-                return line
-        return line
-
-    return data, locate
+        if text is None:
+            text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file", hint="check the path (relative paths are from the current directory)")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}")
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, Locator({(): 1})
+        lines: dict[Loc, int] = {(): node.start_mark.line + 1}
+        _index_lines(path, node, (), lines)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        column = f" (column {mark.column + 1})" if mark else ""
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ConfigError(f"{path}{line}: YAML syntax error: {problem}{column}",
+                          hint="check indentation and quoting around that line") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: YAML syntax error: {exc}") from None
+    finally:
+        loader.dispose()
+    return data, Locator(lines)
 
 
-def _field_name(loc: Sequence[Any]) -> str:
-    out = ""
+def _index_lines(path: Path, node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in seen and key != "<<":
+                where = format_loc(loc + (key,))
+                raise ConfigError(f"{path}:{line}: {where}: duplicate key '{key}' (first defined on line {seen[key]})",
+                                  hint="a key may appear once per mapping; remove one of them")
+            seen[key] = line
+            lines[loc + (key,)] = line
+            _index_lines(path, value_node, loc + (key,), lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[loc + (i,)] = item.start_mark.line + 1
+            _index_lines(path, item, loc + (i,), lines)
+
+
+# --------------------------------------------------------------------------- validation errors
+
+
+def _data_path(data: Any, loc: Loc) -> Loc:
+    """Drop pydantic's union tags (e.g. 'list[str]') that are not keys of the data."""
+    out: list[str | int] = []
+    current = data
+    for i, part in enumerate(loc):
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+            out.append(part)
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            current = current[part]
+            out.append(part)
+        elif i == len(loc) - 1 and isinstance(part, str) and isinstance(current, dict):
+            out.append(part)  # a missing key: keep it, it is what the message is about
+    return tuple(out)
+
+
+def _unwrap(tp: Any) -> list[Any]:
+    """Candidate types behind Optional/Union/Annotated."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(tp)[0])
+    if origin is Union or origin is types.UnionType:
+        return [t for arg in typing.get_args(tp) for t in _unwrap(arg) if t is not type(None)]
+    return [tp]
+
+
+def _model_at(model: type[BaseModel] | None, loc: Loc) -> type[BaseModel] | None:
+    """Follow field annotations along loc to the model that owns the last key."""
+    candidates: list[Any] = [model] if model is not None else []
     for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def _valid_keys(model: type[BaseModel], loc: Sequence[Any]) -> list[str] | None:
-    """The keys allowed at the mapping that holds loc[-1], walking the model types."""
-    import typing
-
-    current: Any = model
-    for part in loc[:-1]:
-        current = _unwrap(current)
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(str(part))
-            if field is None:
-                return None
-            current = field.annotation
-        else:
-            origin = typing.get_origin(current)
-            args = typing.get_args(current)
-            if origin in (dict,) and args:
-                current = args[-1]
-            elif origin in (list, tuple) and args:
-                current = args[0]
-            else:
-                return None
-    current = _unwrap(current)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or n for n, f in current.model_fields.items()]
+        following: list[Any] = []
+        for tp in (t for c in candidates for t in _unwrap(c)):
+            if isinstance(tp, type) and issubclass(tp, BaseModel) and isinstance(part, str):
+                field = tp.model_fields.get(part) or next(
+                    (f for f in tp.model_fields.values() if f.alias == part), None)
+                if field is not None:
+                    following.append(field.annotation)
+            elif typing.get_origin(tp) in (list, tuple, set, typing.Sequence) and isinstance(part, int):
+                following.append(typing.get_args(tp)[0] if typing.get_args(tp) else Any)
+            elif typing.get_origin(tp) is dict and isinstance(part, str):
+                following.append(typing.get_args(tp)[1] if typing.get_args(tp) else Any)
+        candidates = following
+    for tp in (t for c in candidates for t in _unwrap(c)):
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            return tp
     return None
 
 
-def _unwrap(tp: Any) -> Any:
-    import typing
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return _unwrap(args[0])
-    if origin is typing.Annotated:
-        return _unwrap(typing.get_args(tp)[0])
-    return tp
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing (empty value)"
+    return f"{type(value).__name__} {value!r}"
 
 
-def format_validation_error(path: str | Path, exc: ValidationError, locate: Locator,
-                            model: type[BaseModel] | None = None) -> ConfigError:
-    """Turn pydantic's error list into one actionable ConfigError (first error, plus a count)."""
-    errors = exc.errors(include_url=False)
-    lines = []
-    for err in errors:
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "tagged-union")))]
-        line = locate(loc)
-        field = _field_name(loc)
-        kind = err["type"]
-        if kind == "extra_forbidden":
-            valid = _valid_keys(model, loc) if model else None
-            msg = f"unknown key '{loc[-1]}'" + (f"; valid keys: {', '.join(valid)}" if valid else "")
-        elif kind == "missing":
-            msg = "is required but missing"
-        elif kind in ("literal_error", "enum"):
-            expected = err.get("ctx", {}).get("expected", "")
-            msg = f"{err.get('input')!r} is not valid; expected {expected}"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            if "input" in err and not isinstance(err["input"], (dict, list)) and kind != "value_error":
-                msg += f" (got {err['input']!r})"
-        lines.append(f"{path}:{line}: {field}: {msg}")
-    more = f" (and {len(lines) - 1} more: " + "; ".join(lines[1:4]) + ")" if len(lines) > 1 else ""
-    return ConfigError(lines[0] + more, hint="fix the field named above; `--help` of the command shows the expected file format")
+def _explain(error: dict[str, Any], model_here: type[BaseModel] | None) -> str:
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    key = error["loc"][-1] if error["loc"] else ""
+    if kind == "extra_forbidden":
+        valid = ", ".join(f.alias or name for name, f in model_here.model_fields.items()) if model_here else ""
+        return f"unknown key '{key}'" + (f"; valid keys: {valid}" if valid else "")
+    if kind == "missing":
+        return f"required key '{key}' is missing"
+    if kind in ("literal_error", "enum"):
+        choices = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
+        return f"{value!r} is not valid; expected one of {choices}"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return f"expected a mapping (key: value), got {_kind(value)}"
+    if kind in ("list_type", "tuple_type"):
+        return f"expected a list, got {_kind(value)}"
+    if kind == "string_type":
+        return f"expected a string, got {_kind(value)}"
+    message = str(error["msg"])
+    message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    message = message[:1].lower() + message[1:]
+    if isinstance(value, (dict, list)) or value is None:
+        return message
+    return f"{value!r} is not valid: {message}"
+
+
+_TYPE_EXPECTED = {
+    "string_type": "a string", "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
+    "int_type": "an integer", "int_parsing": "an integer", "float_type": "a number", "float_parsing": "a number",
+    "bool_type": "a boolean", "bool_parsing": "a boolean",
+}
+
+
+def _explain_union(errors: list[dict[str, Any]]) -> str:
+    """Several union arms failed on one field: the arm that got the right type says the most."""
+    constraint = [e for e in errors if e["type"] not in _TYPE_EXPECTED]
+    if constraint:
+        return _explain(constraint[0], None)
+    expected = " or ".join(dict.fromkeys(_TYPE_EXPECTED[e["type"]] for e in errors))
+    return f"expected {expected}, got {_kind(errors[0].get('input'))}"
+
+
+def format_validation_error(
+    path: str | Path,
+    exc: ValidationError,
+    locate: Locator,
+    *,
+    data: Any = None,
+    model: type[BaseModel] | None = None,
+    prefix: Loc = (),
+) -> ConfigError:
+    """One line per problem, ordered by line: `file:line: field: what is wrong; what is valid`.
+
+    `data` (the loaded YAML) lets union tags be dropped from field names;
+    `model` lets unknown-key errors list the valid keys; `prefix` places a
+    nested validation (e.g. a procedure's params) inside the file.
+    """
+    grouped: dict[Loc, list[dict[str, Any]]] = {}
+    for error in exc.errors(include_url=False):
+        loc = prefix + tuple(error["loc"])
+        if data is not None:
+            loc = _data_path(data, loc)
+        grouped.setdefault(loc, []).append(error)
+    entries: list[tuple[int, str]] = []
+    for loc, errors in grouped.items():
+        line = locate(loc) or 0
+        where = f"{path}:{line}" if line else str(path)
+        field = format_loc(loc)
+        explained = _explain_union(errors) if len(errors) > 1 else _explain(
+            errors[0], _model_at(model, loc[len(prefix):-1]) if errors[0]["type"] == "extra_forbidden" else None)
+        entries.append((line, f"{where}: {field}: {explained}" if field else f"{where}: {explained}"))
+    entries.sort(key=lambda e: e[0])
+    return ConfigError("\n".join(text for _, text in entries), hint=f"fix {path} and try again")

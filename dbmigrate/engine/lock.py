@@ -1,0 +1,112 @@
+"""One run per cluster: a MySQL named lock on the primary, mirrored in the journal.
+
+The DB lock (GET_LOCK over a dedicated session held for the whole run) is the
+truth: it vanishes when the holder's connection dies, even after a SIGKILL.
+The journal entry says who holds it, so a refusal can name the run, the
+operator and since when. A journal entry whose DB lock is free is stale and
+is taken over; a DB lock without a journal entry still refuses, because
+someone we cannot see (another journal, another tool) is at work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol
+
+from dbmigrate.engine.journal import Journal
+from dbmigrate.exceptions import DbmigrateError, LockHeld
+
+# MySQL/MariaDB reject lock names longer than 64 characters.
+_MAX_LOCK_NAME = 64
+
+
+class SqlSession(Protocol):
+    def query(self, sql: str, params: tuple[Any, ...] | None = None) -> list[dict[str, Any]]: ...
+
+
+def lock_name(cluster: str) -> str:
+    name = f"dbmigrate:{cluster}"
+    if len(name) <= _MAX_LOCK_NAME:
+        return name
+    digest = hashlib.sha1(cluster.encode()).hexdigest()[:10]
+    return f"{name[: _MAX_LOCK_NAME - 11]}~{digest}"
+
+
+def _scalar(rows: list[dict[str, Any]]) -> Any:
+    if not rows:
+        return None
+    return next(iter(rows[0].values()))
+
+
+class ClusterLock:
+    """Usage: `with ClusterLock(session, cluster, journal, run_id): ...` or acquire()/release()."""
+
+    def __init__(self, session: SqlSession, cluster: str, journal: Journal, run_id: str) -> None:
+        self.session = session
+        self.cluster = cluster
+        self.journal = journal
+        self.run_id = run_id
+        self.name = lock_name(cluster)
+        self.held = False
+
+    def acquire(self) -> None:
+        entry = self.journal.active_lock(self.cluster)
+        got = _scalar(self.session.query("SELECT GET_LOCK(%s, 0) AS got", (self.name,)))
+        if got is None:
+            raise DbmigrateError(
+                f"GET_LOCK('{self.name}') returned NULL on the primary of cluster '{self.cluster}'",
+                hint="the server could not create the lock (out of memory or killed); check the primary",
+            )
+        if int(got) != 1:
+            self._refuse(entry)
+        self.held = True
+        if entry is not None and entry["run_id"] != self.run_id:
+            # The DB lock was free, so whoever the journal names is gone.
+            self.journal.mark_lock_stale(
+                entry["id"], f"taken over by run {self.run_id}: the database lock was no longer held"
+            )
+        if entry is None or entry["run_id"] != self.run_id:
+            self.journal.take_lock(self.cluster, self.run_id)
+
+    def _refuse(self, entry: dict[str, Any] | None) -> None:
+        connection = _scalar(self.session.query("SELECT IS_USED_LOCK(%s) AS conn", (self.name,)))
+        by_connection = f" (MySQL connection {connection})" if connection is not None else ""
+        if entry is not None and entry["run_id"] == self.run_id:
+            raise LockHeld(
+                f"run {self.run_id} is still active on cluster '{self.cluster}': "
+                f"{entry['holder']} pid {entry['pid']} holds the lock{by_connection}",
+                hint="the earlier process of this run is alive; stop it before resuming",
+            )
+        if entry is not None:
+            raise LockHeld(
+                f"cluster '{self.cluster}' is locked by run {entry['run_id']} "
+                f"({entry['holder']} pid {entry['pid']}) since {entry['since']}{by_connection}",
+                hint=f"wait for that run to finish, or inspect it: dbmigrate runs show {entry['run_id']}",
+            )
+        raise LockHeld(
+            f"cluster '{self.cluster}': database lock '{self.name}' is held{by_connection} "
+            f"but no run in journal {self.journal.path} holds it",
+            hint="another dbmigrate (with another journal) or another tool is working on this cluster; "
+            "find it in SHOW PROCESSLIST before going on",
+        )
+
+    def is_free(self) -> bool:
+        """Read-only probe (for status displays); does not take the lock."""
+        return _scalar(self.session.query("SELECT IS_FREE_LOCK(%s) AS free", (self.name,))) == 1
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        try:
+            self.session.query("SELECT RELEASE_LOCK(%s) AS released", (self.name,))
+        finally:
+            # Closing the session releases the DB lock anyway; the journal entry must not linger.
+            self.held = False
+            self.journal.release_lock(self.cluster, self.run_id)
+
+    def __enter__(self) -> "ClusterLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,318 @@
+"""Runs a procedure: gates, hooks and steps in order, journaled as it goes.
+
+The same loop serves a fresh run and `resume`: every step is asked check()
+first, so anything already in place is skipped. On failure the run stops
+(and, if the procedure asks for it, undoes what it did, newest first).
+`rollback` undoes the completed steps of any earlier run from the journal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from dbmigrate.engine.events import (
+    GateDecided,
+    GateWaiting,
+    PhaseStarted,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+)
+from dbmigrate.engine.hooks import HookFailed, HookRunner
+from dbmigrate.engine.journal import FINISHED_OK
+from dbmigrate.engine.step import AutoGate, Gate, ManualGate, Phase, Procedure, RunContext, Step
+from dbmigrate.exceptions import DbmigrateError, GateFailed, SafetyError
+
+# Asked for each manual gate; returns approved or (approved, reason).
+Approver = Callable[[GateWaiting], "bool | tuple[bool, str]"]
+
+
+class StepFailed(DbmigrateError):
+    """A step's check, run or verify raised; the run stopped at that step."""
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    status: str  # done, failed, refused, rolled_back, rollback_failed, declined
+    summary: str
+    error: DbmigrateError | None = None
+
+    @property
+    def ok(self) -> bool:
+        # A run that failed and was rolled back by itself still failed its purpose.
+        return self.status == "done" or (self.status == "rolled_back" and self.error is None)
+
+
+def explain(exc: BaseException) -> str:
+    """One line for the journal: our own errors speak for themselves, others get their type."""
+    if isinstance(exc, DbmigrateError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _elapsed_ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+class Runner:
+    """Executes procedures. The journal subscribes itself to the run's bus for the run's duration."""
+
+    def __init__(
+        self,
+        *,
+        approver: Approver | None = None,
+        assume_yes: bool = False,
+        hooks: HookRunner | None = None,
+    ) -> None:
+        self.approver = approver
+        self.assume_yes = assume_yes
+        self.hooks = hooks or HookRunner()
+
+    # ------------------------------------------------------------------ forward
+
+    def run(self, procedure: Procedure, ctx: RunContext, *, resume: bool = False) -> RunOutcome:
+        """Run (or resume) the procedure for the run in ctx; the run row must exist in the journal."""
+        unsubscribe = ctx.bus.subscribe(ctx.journal.record, critical=True)
+        try:
+            return self._forward(procedure, ctx, resume)
+        finally:
+            unsubscribe()
+
+    def _forward(self, procedure: Procedure, ctx: RunContext, resume: bool) -> RunOutcome:
+        journal = ctx.journal
+        prior = journal.last_step_status(ctx.run_id) if resume else {}
+        passed_gates = journal.passed_gates(ctx.run_id) if resume else set()
+        hooks_done = journal.succeeded_hooks(ctx.run_id) if resume else set()
+        if resume:
+            journal.mark_running(ctx.run_id)
+        counts: Counter[str] = Counter()
+        ctx.emit(RunStarted(procedure=procedure.name, cluster=ctx.cluster, dry_run=ctx.dry_run, resumed=resume))
+        try:
+            index = 0
+            for phase in procedure.phases:
+                self._pass_gates(phase, ctx, passed_gates)
+                self._phase_hooks("before_phase", ctx, phase.name, hooks_done)
+                ctx.emit(PhaseStarted(phase=phase.name))
+                for step in phase.steps:
+                    counts[self._execute(index, phase, step, ctx, prior.get((phase.name, step.name)))] += 1
+                    index += 1
+                self._phase_hooks("after_phase", ctx, phase.name, hooks_done)
+        except KeyboardInterrupt:
+            summary = f"interrupted by operator; continue with: dbmigrate resume {ctx.run_id}"
+            ctx.emit(RunFinished(status="interrupted", summary=summary))
+            raise
+        except Exception as exc:
+            return self._fail(procedure, ctx, exc)
+        self._final_hooks("on_success", ctx)
+        parts = [f"{counts[s]} {s}" for s in ("done", "skipped", "dry-run") if counts[s]]
+        summary = f"{procedure.name} finished" + (": " + ", ".join(parts) if parts else "")
+        ctx.emit(RunFinished(status="done", summary=summary))
+        return RunOutcome(ctx.run_id, "done", summary)
+
+    def _fail(self, procedure: Procedure, ctx: RunContext, exc: Exception) -> RunOutcome:
+        error = exc if isinstance(exc, DbmigrateError) else DbmigrateError(f"internal error: {explain(exc)}")
+        status = "refused" if isinstance(exc, GateFailed) else "failed"
+        summary = error.message
+        if procedure.rollback_on_failure:
+            ctx.log("the procedure rolls back on failure: undoing completed steps", "warning")
+            rolled_back, rollback_summary = self._undo_completed(procedure, ctx)
+            status = "rolled_back" if rolled_back else "rollback_failed"
+            summary = f"{summary}; rollback: {rollback_summary}"
+            error.hint = (f"the completed steps were undone; fix the cause and start a new run" if rolled_back
+                          else f"fix the failing undo, then: dbmigrate rollback {ctx.run_id}")
+        self._final_hooks("on_failure", ctx)
+        ctx.emit(RunFinished(status=status, summary=summary))
+        return RunOutcome(ctx.run_id, status, summary, error)
+
+    def _execute(self, index: int, phase: Phase, step: Step, ctx: RunContext, prior: str | None) -> str:
+        """Run one step; return its final status or raise StepFailed."""
+        where = dict(index=index, phase=phase.name, name=step.name)
+        started = time.perf_counter()
+
+        def finish(status: str, sentence: str = "", error: str | None = None) -> str:
+            ctx.emit(StepFinished(**where, status=status, sentence=sentence, error=error,
+                                  duration_ms=_elapsed_ms(started)))
+            return status
+
+        if prior in FINISHED_OK and step.check is None:
+            # Nothing to ask the servers; the journal is the only witness.
+            return finish("skipped", "already done earlier in this run (journal)")
+        try:
+            already = bool(step.check(ctx)) if step.check is not None else False
+        except Exception as exc:
+            finish("failed", error=f"check failed: {explain(exc)}")
+            raise self._step_failed(step, phase, ctx, f"check failed: {explain(exc)}") from exc
+        if already:
+            return finish("skipped", "already done")
+        if prior in FINISHED_OK:
+            ctx.log(f"step '{step.name}' was done earlier in this run but its check says it is not: running it again",
+                    "warning")
+
+        if ctx.dry_run and step.mutating:
+            return finish("dry-run", self._describe(step, ctx))
+
+        ctx.emit(StepStarted(**where, mutating=step.mutating))
+        try:
+            sentence = step.run(ctx)
+        except Exception as exc:
+            finish("failed", error=explain(exc))
+            raise self._step_failed(step, phase, ctx, explain(exc)) from exc
+        except BaseException:
+            finish("interrupted", error="interrupted before the step finished")
+            raise
+        try:
+            if step.verify is not None:
+                step.verify(ctx)
+        except Exception as exc:
+            finish("failed", sentence or "", error=f"postcondition not met: {explain(exc)}")
+            raise self._step_failed(step, phase, ctx, f"postcondition not met: {explain(exc)}") from exc
+        except BaseException:
+            finish("interrupted", sentence or "", error="interrupted while verifying")
+            raise
+        return finish("done", sentence or f"{step.name}: done")
+
+    @staticmethod
+    def _describe(step: Step, ctx: RunContext) -> str:
+        """Journal what a mutating step would send, and say it in one sentence."""
+        if step.describe is None:
+            return "would run; this step does not describe its statements"
+        lines = list(step.describe(ctx))
+        texts = []
+        for line in lines:
+            server, text = line if isinstance(line, tuple) else ("", line)
+            ctx.record_statement(server, text)
+            texts.append(f"{server}: {text}" if server else text)
+        if not texts:
+            return "would send nothing"
+        shown = "; ".join(texts[:2]) + (f" (+{len(texts) - 2} more)" if len(texts) > 2 else "")
+        return f"would send {len(texts)} statement{'s' if len(texts) > 1 else ''}: {shown}"
+
+    @staticmethod
+    def _step_failed(step: Step, phase: Phase, ctx: RunContext, reason: str) -> StepFailed:
+        return StepFailed(
+            f"step '{step.name}' in phase '{phase.name}' failed: {reason}",
+            hint=f"fix the cause, then: dbmigrate resume {ctx.run_id}  (or undo: dbmigrate rollback {ctx.run_id})",
+        )
+
+    # ------------------------------------------------------------------ gates and hooks
+
+    def _pass_gates(self, phase: Phase, ctx: RunContext, already_passed: set[tuple[str, str]]) -> None:
+        for gate in phase.gates:
+            if (phase.name, gate.name) in already_passed:
+                continue  # decided earlier in this run; the journal holds that decision
+            ok, reason, details, by = self._decide(gate, phase.name, ctx)
+            ctx.emit(GateDecided(phase=phase.name, gate=gate.name, kind=gate.kind, ok=ok, reason=reason,
+                                 by=by, details=details))
+            if not ok:
+                raise GateFailed(
+                    f"gate '{gate.name}' before phase '{phase.name}' refused: {reason}",
+                    hint=f"nothing of phase '{phase.name}' ran; when the condition is met: dbmigrate resume {ctx.run_id}",
+                )
+
+    def _decide(self, gate: Gate, phase: str, ctx: RunContext) -> tuple[bool, str, dict, str]:
+        if isinstance(gate, AutoGate):
+            ctx.emit(GateWaiting(phase=phase, gate=gate.name, kind="auto"))
+            try:
+                ok, reason, details = gate.evaluate(ctx)
+            except Exception as exc:
+                return False, f"gate check raised {explain(exc)}", {}, "auto"
+            return ok, reason, details, "auto"
+        prompt = gate.prompt if isinstance(gate, ManualGate) else f"Approve gate '{gate.name}'?"
+        if self.assume_yes:
+            return True, "approved by --yes", {}, "--yes"
+        if self.approver is None:
+            return False, "needs an operator's approval: run in a terminal or pass --yes", {}, "auto"
+        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual", prompt=prompt)
+        ctx.emit(waiting)
+        try:
+            answer = self.approver(waiting)
+        except (EOFError, KeyboardInterrupt):
+            return False, "no answer from the operator", {}, "operator"
+        ok, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
+        return ok, reason or ("approved by operator" if ok else "declined by operator"), {}, "operator"
+
+    def _phase_hooks(self, kind: str, ctx: RunContext, phase: str, hooks_done: set) -> None:
+        skip = {command for (k, p, command) in hooks_done if k == kind and p == phase}
+        self.hooks.run(kind, ctx, phase, skip=skip)
+
+    def _final_hooks(self, kind: str, ctx: RunContext) -> None:
+        # The outcome is already decided; a broken notifier must not change it.
+        try:
+            self.hooks.run(kind, ctx, None)
+        except HookFailed as exc:
+            ctx.log(exc.message, "warning")
+
+    # ------------------------------------------------------------------ backward
+
+    def rollback(self, procedure: Procedure, ctx: RunContext) -> RunOutcome:
+        """Undo the completed steps of the run in ctx, newest first, after confirmation."""
+        unsubscribe = ctx.bus.subscribe(ctx.journal.record, critical=True)
+        try:
+            return self._backward(procedure, ctx)
+        finally:
+            unsubscribe()
+
+    def _backward(self, procedure: Procedure, ctx: RunContext) -> RunOutcome:
+        pending = list(reversed(ctx.journal.completed_steps(ctx.run_id)))
+        missing = [r for r in pending if procedure.find_step(r["phase"], r["name"]) is None]
+        if missing:
+            names = ", ".join(f"{r['phase']}/{r['name']}" for r in missing)
+            raise SafetyError(
+                f"cannot roll back run {ctx.run_id}: step(s) {names} are journaled but no longer in "
+                f"procedure '{procedure.name}'",
+                hint="the playbook or the tool changed since the run; restore the version used for the run",
+            )
+        names = [r["name"] for r in pending]
+        gate = ManualGate("rollback", f"Undo {len(names)} step(s) of run {ctx.run_id}, newest first: "
+                                      + (", ".join(names) or "nothing"))
+        if pending:
+            ok, reason, _, by = self._decide(gate, "rollback", ctx)
+            ctx.emit(GateDecided(phase="rollback", gate="rollback", kind="manual", ok=ok, reason=reason, by=by))
+            if not ok:
+                return RunOutcome(ctx.run_id, "declined", f"rollback not started: {reason}",
+                                  GateFailed(f"rollback of run {ctx.run_id} not started: {reason}"))
+        ctx.journal.mark_running(ctx.run_id)
+        ctx.emit(RunStarted(procedure=procedure.name, cluster=ctx.cluster, dry_run=ctx.dry_run, rollback=True))
+        try:
+            ok, summary = self._undo_completed(procedure, ctx)
+        except KeyboardInterrupt:
+            ctx.emit(RunFinished(status="interrupted",
+                                 summary=f"rollback interrupted; run again: dbmigrate rollback {ctx.run_id}"))
+            raise
+        status = "rolled_back" if ok else "rollback_failed"
+        ctx.emit(RunFinished(status=status, summary=summary))
+        error = None if ok else DbmigrateError(summary, hint=f"fix the cause, then: dbmigrate rollback {ctx.run_id}")
+        return RunOutcome(ctx.run_id, status, summary, error)
+
+    def _undo_completed(self, procedure: Procedure, ctx: RunContext) -> tuple[bool, str]:
+        """Undo completed, not yet undone steps, newest first; stop at the first failure."""
+        undone = 0
+        for row in reversed(ctx.journal.completed_steps(ctx.run_id)):
+            found = procedure.find_step(row["phase"], row["name"])
+            if found is None:
+                return False, f"step '{row['name']}' is no longer part of the procedure; {undone} step(s) undone"
+            index, step = found
+            where = dict(index=index, phase=row["phase"], name=step.name, action="undo")
+            started = time.perf_counter()
+            if step.undo is None:
+                ctx.emit(StepFinished(**where, status="skipped", sentence="nothing to undo"))
+                continue
+            ctx.emit(StepStarted(**where, mutating=step.mutating))
+            try:
+                sentence = step.undo(ctx)
+            except Exception as exc:
+                ctx.emit(StepFinished(**where, status="failed", error=explain(exc), duration_ms=_elapsed_ms(started)))
+                return False, f"undo of '{step.name}' failed: {explain(exc)}; {undone} step(s) undone before it"
+            except BaseException:
+                ctx.emit(StepFinished(**where, status="interrupted", error="interrupted during undo",
+                                      duration_ms=_elapsed_ms(started)))
+                raise
+            ctx.emit(StepFinished(**where, status="undone", sentence=sentence or f"undid {step.name}",
+                                  duration_ms=_elapsed_ms(started)))
+            undone += 1
+        return True, f"undid {undone} step(s)" if undone else "nothing to undo"

@@ -1,0 +1,253 @@
+"""The contract procedures are written against: steps, gates, phases, the run context.
+
+A procedure is a flat, ordered list of named steps grouped in phases. Each
+step can say whether it is already done (check), do its work and return a
+sentence (run), read back its postcondition (verify), compensate (undo) and
+show what it would send (describe). Optional parts are None, not no-ops, so
+the runner can tell "cannot check" from "checked: not done".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
+
+from dbmigrate.engine.events import Event, Log, Metric
+from dbmigrate.engine.wait import Clock
+
+if TYPE_CHECKING:
+    from dbmigrate.engine.events import EventBus
+    from dbmigrate.engine.journal import Journal
+
+# describe() lines are SQL/commands; a (server, text) pair names the target.
+Described = Union[str, tuple[str, str]]
+GateResult = tuple[bool, str, dict[str, Any]]
+
+
+class Step:
+    """Base class for steps with methods; override run and any optional part.
+
+    check(ctx) -> bool        True when the effect is already in place (skip)
+    run(ctx) -> str           does the work, returns what it did in one sentence
+    verify(ctx) -> None       reads the postcondition back; raises if not met
+    undo(ctx) -> str          compensation used by rollback
+    describe(ctx) -> list     statements it would send (dry-run of mutating steps)
+    """
+
+    name: str = ""
+    mutating: bool = True
+    check: Callable[["RunContext"], bool] | None = None
+    verify: Callable[["RunContext"], None] | None = None
+    undo: Callable[["RunContext"], str | None] | None = None
+    describe: Callable[["RunContext"], Sequence[Described]] | None = None
+
+    def run(self, ctx: "RunContext") -> str:
+        raise NotImplementedError(f"step {type(self).__name__} must implement run(ctx)")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class FunctionStep(Step):
+    """A step assembled from plain callables, so a procedure reads as a flat list.
+
+        FunctionStep("fence old primary", run=fence, check=is_fenced,
+                     verify=assert_fenced, undo=unfence, describe=fence_sql)
+    """
+
+    def __init__(
+        self,
+        name: str,
+        run: Callable[["RunContext"], str],
+        *,
+        check: Callable[["RunContext"], bool] | None = None,
+        verify: Callable[["RunContext"], None] | None = None,
+        undo: Callable[["RunContext"], str | None] | None = None,
+        describe: Callable[["RunContext"], Sequence[Described]] | None = None,
+        mutating: bool = True,
+    ) -> None:
+        if not name:
+            raise ValueError("a step needs a name")
+        self.name = name
+        self.run = run  # type: ignore[method-assign]  # instance callable replaces the method
+        self.check = check
+        self.verify = verify
+        self.undo = undo
+        self.describe = describe
+        self.mutating = mutating
+
+
+class Gate:
+    """Something that must say yes before a phase starts."""
+
+    kind: str = ""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class AutoGate(Gate):
+    """Decided by code: check(ctx) returns (ok, reason, details)."""
+
+    kind = "auto"
+
+    def __init__(self, name: str, check: Callable[["RunContext"], GateResult | tuple[bool, str]]) -> None:
+        super().__init__(name)
+        self.check = check
+
+    def evaluate(self, ctx: "RunContext") -> GateResult:
+        result = self.check(ctx)
+        ok, reason = bool(result[0]), str(result[1])
+        details = dict(result[2]) if len(result) > 2 else {}
+        return ok, reason, details
+
+
+class ManualGate(Gate):
+    """Decided by the operator (or --yes in scripted runs)."""
+
+    kind = "manual"
+
+    def __init__(self, name: str, prompt: str = "") -> None:
+        super().__init__(name)
+        self.prompt = prompt or f"Approve gate '{name}'?"
+
+
+@dataclass
+class Phase:
+    name: str
+    steps: list[Step]
+    gates: list[Gate] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.steps]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        # Resume and rollback find steps by (phase, name), so names must be unique.
+        if duplicates:
+            raise ValueError(f"phase {self.name!r} has duplicate step names: {', '.join(duplicates)}")
+
+
+@dataclass
+class Procedure:
+    name: str
+    phases: list[Phase]
+    rollback_on_failure: bool = False
+    # Every procedure that may write takes the cluster lock; read-only ones can opt out.
+    needs_lock: bool = True
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.phases]
+        if len(set(names)) != len(names):
+            raise ValueError(f"procedure {self.name!r} has duplicate phase names")
+
+    def phase(self, name: str) -> Phase:
+        for phase in self.phases:
+            if phase.name == name:
+                return phase
+        raise KeyError(name)
+
+    def steps(self) -> Iterator[tuple[int, Phase, Step]]:
+        """(global index, phase, step) in execution order."""
+        index = 0
+        for phase in self.phases:
+            for step in phase.steps:
+                yield index, phase, step
+                index += 1
+
+    def find_step(self, phase: str, name: str) -> tuple[int, Step] | None:
+        for index, p, step in self.steps():
+            if p.name == phase and step.name == name:
+                return index, step
+        return None
+
+
+class RunState:
+    """Per-run key/value facts persisted in the journal (JSON values).
+
+    Procedures keep here what resume and rollback need after a crash of the
+    tool, e.g. the old primary's GTID position or an original setting.
+    """
+
+    def __init__(self, journal: "Journal", run_id: str) -> None:
+        self._journal = journal
+        self._run_id = run_id
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._journal.get_state(self._run_id, key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self._journal.set_state(self._run_id, key, value)
+
+    def __getitem__(self, key: str) -> Any:
+        missing = object()
+        value = self.get(key, missing)
+        if value is missing:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.set(key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._journal.all_state(self._run_id)
+
+    def items(self) -> dict[str, Any]:
+        return self._journal.all_state(self._run_id)
+
+
+class RunContext:
+    """Everything a step may use. The engine treats resources as opaque."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        procedure: str,
+        cluster: str,
+        journal: "Journal",
+        bus: "EventBus",
+        dry_run: bool = False,
+        resources: dict[str, Any] | None = None,
+        params: Any = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.procedure = procedure
+        self.cluster = cluster
+        self.journal = journal
+        self.bus = bus
+        self.dry_run = dry_run
+        self.resources: dict[str, Any] = resources if resources is not None else {}
+        self.params = params
+        self.clock = clock or Clock()
+        self.state = RunState(journal, run_id)
+        # Extra DBMIGRATE_* variables for hooks (e.g. DBMIGRATE_OLD_PRIMARY).
+        self.hook_env: dict[str, str] = {}
+
+    def emit(self, event: Event) -> None:
+        if not event.run_id:
+            event = _with_run_id(event, self.run_id)
+        self.bus.emit(event)
+
+    def log(self, message: str, level: str = "info") -> None:
+        self.emit(Log(level=level, message=message))
+
+    def metric(self, name: str, value: float, unit: str = "", **labels: str) -> None:
+        self.emit(Metric(name=name, value=float(value), unit=unit, labels={k: str(v) for k, v in labels.items()}))
+
+    def record_statement(self, server: str, sql: str, duration_ms: float | None = None) -> None:
+        """Journal a statement sent (or, in dry-run, one that would be sent)."""
+        self.journal.record_statement(self.run_id, server, sql, duration_ms, self.dry_run)
+
+    def set_hook_env(self, name: str, value: str) -> None:
+        """Expose a fact to hooks; the DBMIGRATE_ prefix is added if missing."""
+        key = name if name.startswith("DBMIGRATE_") else f"DBMIGRATE_{name.upper()}"
+        self.hook_env[key] = str(value)
+
+
+def _with_run_id(event: Event, run_id: str) -> Event:
+    return dataclasses.replace(event, run_id=run_id)

@@ -1,0 +1,168 @@
+"""Playbooks: the YAML file that says which procedure to run on which cluster, and how.
+
+    procedure: promote
+    inventory: inventories/prod.yaml      # relative to this file
+    cluster: main
+    params: {candidate: db-2, max_lag_s: 5}
+    gates:
+      - {name: go-ahead, kind: manual, before: cutover}
+      - {name: replica-lag, kind: auto, before: cutover}
+    hooks:
+      before_phase: [./hooks/notify.sh]
+      on_failure: [[pagerduty-trigger, --severity, high]]
+      timeout_s: 30
+
+Every error names the file, the line and the field, and what would be valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+
+from dbmigrate.engine.hooks import HOOK_KINDS, HookRunner
+from dbmigrate.engine.step import AutoGate, ManualGate, Procedure, RunContext
+from dbmigrate.exceptions import ConfigError, UsageError
+from dbmigrate.procedures import registry
+from dbmigrate.yamlload import Locator, error_at, format_validation_error, load_yaml_with_lines
+
+# A command line (split like a shell would) or an argv list.
+HookEntry = Union[Annotated[str, Field(min_length=1)], Annotated[list[str], Field(min_length=1)]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GateSpec(_Strict):
+    name: str = Field(min_length=1)
+    kind: Literal["manual", "auto"]
+    before: str = Field(min_length=1)
+    prompt: str | None = None
+
+
+class HooksSpec(_Strict):
+    before_phase: list[HookEntry] = []
+    after_phase: list[HookEntry] = []
+    on_success: list[HookEntry] = []
+    on_failure: list[HookEntry] = []
+    timeout_s: PositiveFloat = 60.0
+
+
+class GuardPolicy(BaseModel):
+    """Typed where known, open for the guard feature to validate its own rules."""
+
+    model_config = ConfigDict(extra="allow")
+    window_s: PositiveFloat | None = None
+    min_samples: PositiveInt | None = None
+    rules: list[dict[str, Any]] = []
+
+
+class PlaybookSpec(_Strict):
+    procedure: str = Field(min_length=1)
+    cluster: str = Field(min_length=1)
+    inventory: str | None = None
+    params: dict[str, Any] = {}
+    gates: list[GateSpec] = []
+    guard: GuardPolicy | None = None
+    hooks: HooksSpec = HooksSpec()
+    journal: str | None = None
+    dry_run: bool = False
+
+
+@dataclass
+class Playbook:
+    """A validated playbook plus where it came from (for paths and error lines)."""
+
+    path: Path
+    spec: PlaybookSpec
+    params: BaseModel
+    entry: registry.ProcedureEntry
+    locate: Locator
+    sha256: str
+
+    @property
+    def procedure(self) -> str:
+        return self.spec.procedure
+
+    @property
+    def cluster(self) -> str:
+        return self.spec.cluster
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def inventory_path(self) -> Path | None:
+        return self._relative(self.spec.inventory)
+
+    @property
+    def journal_path(self) -> Path | None:
+        return self._relative(self.spec.journal)
+
+    def _relative(self, value: str | None) -> Path | None:
+        if value is None:
+            return None
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p).resolve()
+
+    def error_at(self, loc: tuple[str | int, ...], message: str, hint: str | None = None) -> ConfigError:
+        return error_at(self.path, self.locate, loc, message, hint)
+
+    def hook_runner(self) -> HookRunner:
+        hooks = {kind: getattr(self.spec.hooks, kind) for kind in HOOK_KINDS}
+        return HookRunner(hooks, timeout_s=self.spec.hooks.timeout_s, base_dir=self.base_dir)
+
+    def build(self, ctx: RunContext) -> Procedure:
+        """Build the procedure and attach the playbook's gates to its phases."""
+        procedure = self.entry.build(ctx, self.params)
+        phases = [p.name for p in procedure.phases]
+        for i, gate in enumerate(self.spec.gates):
+            if gate.before not in phases:
+                raise self.error_at(("gates", i, "before"),
+                                    f"'{gate.before}' is not a phase of {procedure.name}; "
+                                    f"expected one of {', '.join(phases)}")
+            phase = procedure.phase(gate.before)
+            if gate.kind == "manual":
+                phase.gates.append(ManualGate(gate.name, gate.prompt or ""))
+            else:
+                check = self.entry.gates[gate.name]
+                phase.gates.append(AutoGate(gate.name, lambda c, check=check: check(c, self.params)))
+        return procedure
+
+
+def load_playbook(path: str | Path) -> Playbook:
+    path = Path(path)
+    data, locate = load_yaml_with_lines(path)
+    if not isinstance(data, dict):
+        valid = ", ".join(PlaybookSpec.model_fields)
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{path}:{locate(())}: expected a mapping with keys {valid}; got {got}")
+    try:
+        spec = PlaybookSpec.model_validate(data)
+    except ValidationError as exc:
+        raise format_validation_error(path, exc, locate, data=data, model=PlaybookSpec) from None
+
+    try:
+        entry = registry.get(spec.procedure)
+    except UsageError:
+        known = ", ".join(registry.known()) or "(none registered)"
+        raise error_at(path, locate, ("procedure",),
+                       f"'{spec.procedure}' is not a known procedure; expected one of {known}") from None
+    try:
+        params = entry.params.model_validate(spec.params)
+    except ValidationError as exc:
+        raise format_validation_error(path, exc, locate, data=data, model=entry.params, prefix=("params",)) from None
+
+    for i, gate in enumerate(spec.gates):
+        if gate.kind == "auto" and gate.name not in entry.gates:
+            offered = ", ".join(sorted(entry.gates)) or "(this procedure offers none)"
+            raise error_at(path, locate, ("gates", i, "name"),
+                           f"'{gate.name}' is not an automatic gate of {entry.name}; expected one of {offered}")
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return Playbook(path=path, spec=spec, params=params, entry=entry, locate=locate, sha256=sha)
