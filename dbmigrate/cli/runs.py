@@ -10,6 +10,8 @@ renderer and turn the outcome into an exit code:
 
 from __future__ import annotations
 
+import inspect
+
 import functools
 import json
 import sys
@@ -33,7 +35,7 @@ from dbmigrate.engine.render import (
     render_runs_table,
 )
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
-from dbmigrate.engine.step import Procedure, RunContext
+from dbmigrate.engine.step import Procedure, RunContext, RunState
 from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
 from dbmigrate.playbook import Playbook, load_playbook
 
@@ -153,7 +155,7 @@ def _drive_with_resources(
     warn_changed: bool,
 ) -> RunOutcome:
     run_id = run["id"]
-    resources = playbook.entry.prepare_resources(playbook)
+    resources = _prepare(playbook, RunState(journal, run_id))
     try:
         ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
                          bus=bus, dry_run=run["dry_run"], resources=resources, params=playbook.params)
@@ -170,6 +172,15 @@ def _drive_with_resources(
             return runner.run(procedure, ctx, resume=(mode == "resume"))
     finally:
         _close_resources(resources)
+
+
+def _prepare(playbook: Playbook, state: RunState) -> dict[str, Any]:
+    """Open the procedure's resources; preparers that take the run state get it, so that
+    a resumed run can use facts journaled before a crash (e.g. which server was primary)."""
+    prepare = playbook.entry.prepare_resources
+    if len(inspect.signature(prepare).parameters) >= 2:
+        return prepare(playbook, state)
+    return prepare(playbook)
 
 
 def _cluster_lock(procedure: Procedure, resources: dict[str, Any], cluster: str, journal: Journal,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 BUILTIN: tuple[str, ...] = (
-    # "dbmigrate.procedures.promote",
+    "dbmigrate.procedures.promote",
 )
 
 _loaded = False

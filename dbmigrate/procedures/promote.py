@@ -166,10 +166,10 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
     return phases
 
 
-def prepare(playbook) -> dict[str, Any]:
+def prepare(playbook, state) -> dict[str, Any]:
     from dbmigrate.procedures.promote_extras import promote_resources
 
-    return promote_resources(playbook.inventory_path, playbook.cluster, playbook.params.candidate)
+    return promote_resources(playbook.inventory_path, playbook.cluster, playbook.params.candidate, state)
 
 
 @register("promote", params=PromoteParams, prepare_resources=prepare,

@@ -71,3 +71,32 @@ def promote_resources(inventory_path: Path | None, cluster: str, candidate: str,
         "lock_session": servers[old].dedicated(),
         "servers": servers,
     }
+
+
+# -- preflight -------------------------------------------------------------------
+
+def preflight_gates(ctx, params) -> list:
+    """One automatic gate per preflight check; each reads the servers when evaluated."""
+    from dbmigrate.engine.step import AutoGate
+    from dbmigrate import gates
+
+    def make(name):
+        def check(c):
+            results = _preflight_results(c, params)
+            return results[name]
+        return AutoGate(name, check)
+
+    return [make(name) for name in gates.PREFLIGHT_GATES]
+
+
+def _preflight_results(ctx, params) -> dict:
+    """Evaluate all preflight gates once per run phase and hand each AutoGate its own result."""
+    cache = ctx.resources.setdefault("_preflight", {})
+    if "results" not in cache:
+        from dbmigrate import gates
+
+        r = ctx.resources
+        limits = gates.Limits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s)
+        results = gates.run_preflight(r["inventory"], ctx.cluster, r["new"], limits, primary=r["old"])
+        cache["results"] = {g.name: (g.ok, g.reason, g.details) for g in results}
+    return cache["results"]

@@ -33,9 +33,11 @@ from dbmigrate.exceptions import DbmigrateError, SafetyError, WaitTimeout
 
 
 class WriterRouter(Protocol):
-    def current_writer(self) -> str | None: ...
-    def switch_writer(self, new: Server, old: Server) -> None: ...
-    def describe_switch(self, new: Server, old: Server) -> list[str]: ...
+    """What a switchover needs of a router (see dbmigrate.routing.base.Router)."""
+
+    def current(self) -> Any: ...  # RouteState with .writer "host:port"
+    def switch_writer(self, new: Server, old: Server | None = None) -> Any: ...
+    def describe_switch(self, new: Server, old: Server | None = None) -> list[str]: ...
 
 
 @dataclass
@@ -196,7 +198,8 @@ class Switchover:
         if self.router is None:
             return True
         host, port = self._addr(name)
-        return self.router.current_writer() == f"{host}:{port}"
+        writer = self.router.current().writer
+        return writer is not None and writer.rsplit(":", 1) == [host, str(port)]
 
     def switch_router(self) -> str:
         if self.router is None:
