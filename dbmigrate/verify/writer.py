@@ -251,7 +251,7 @@ class ZeroLossVerifier:
         lost: dict[str, list[int]] = {}
         caught_up: dict[str, bool] = {}
         for server in servers:
-            missing = self._missing_on(server, ids, catch_up_timeout_s)
+            missing = self.missing_on(server, ids, catch_up_timeout_s)
             lost[server.name] = missing
             caught_up[server.name] = not missing
         by_server: dict[int, int] = {}
@@ -263,7 +263,9 @@ class ZeroLossVerifier:
                             lost=lost, caught_up=caught_up, errors=self.errors, gap=longest_gap(acks),
                             duration_s=(end - self._started) if self._started else 0.0, acks_by_server_id=by_server)
 
-    def _missing_on(self, server: Server, ids: list[int], timeout_s: float) -> list[int]:
+    def missing_on(self, server: Server, ids: Sequence[int], timeout_s: float = 0.0) -> list[int]:
+        """Which of `ids` are not in the table on `server`, waiting up to timeout_s for them."""
+        ids = sorted(ids)
         if not ids:
             return []
         deadline = time.monotonic() + timeout_s
