@@ -93,8 +93,7 @@ class ZeroLossVerifier:
         c = self.credentials
         conn = pymysql.connect(host=self.host, port=self.port, user=c.user, password=c.password or "",
                                connect_timeout=self.connect_timeout_s, read_timeout=self.io_timeout_s,
-                               write_timeout=self.io_timeout_s, autocommit=True, ssl_disabled=True,
-                               client_flag=0)
+                               write_timeout=self.io_timeout_s, autocommit=True, ssl_disabled=True)
         with conn.cursor() as cur:
             cur.execute("SELECT @@server_id")
             server_id = int(cur.fetchone()[0])

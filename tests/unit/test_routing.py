@@ -329,3 +329,39 @@ clusters:
     assert isinstance(b, DsnFileRouter) and b.path == tmp_path / "dsn.json"
     c = router_for(inv, "c")
     assert isinstance(c, NoRouting) and c.verify("127.0.0.1:3308")[0]
+
+
+# -- sandbox HAProxy configuration ------------------------------------------------
+
+def test_sandbox_haproxy_config_is_valid_and_lists_every_instance(tmp_path):
+    import shutil
+    import subprocess
+
+    from dbmigrate.sandbox.haproxy import render_config
+
+    text = render_config(str(tmp_path / "admin.sock"), str(tmp_path / "state"), 41001, 41002,
+                         {"sb-1": 3306, "sb-2": 3307})
+    assert f"stats socket {tmp_path}/admin.sock mode 600 level admin" in text
+    assert "load-server-state-from-file global" in text and "timeout connect 1s" in text
+    assert text.count("server sb-1 127.0.0.1:3306") == 2 and text.count("server sb-2 127.0.0.1:3307") == 2
+    assert "disabled" not in text  # non-writers go to maint at runtime, not in the file
+    if shutil.which("haproxy"):
+        cfg = tmp_path / "h.cfg"
+        cfg.write_text(text)
+        check = subprocess.run(["haproxy", "-c", "-q", "-f", str(cfg)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+
+
+def test_sandbox_admin_socket_moves_to_a_short_dir_when_the_path_is_too_long(tmp_path):
+    import shutil
+
+    from dbmigrate.sandbox.haproxy import MAX_SOCKET_PATH, _socket_path
+
+    short, tmp = _socket_path(tmp_path)
+    assert short == f"{tmp_path}/admin.sock" and tmp is None
+    deep = tmp_path / ("d" * 120)
+    path, tmp = _socket_path(deep)
+    try:
+        assert len(path) <= MAX_SOCKET_PATH and path == f"{tmp}/admin.sock" and Path(tmp).is_dir()
+    finally:
+        shutil.rmtree(tmp)
