@@ -79,6 +79,7 @@ class HAProxyRouter(Strict):
     reader_backend: Optional[str] = "readers"
     writer_port: Optional[int] = None
     reader_port: Optional[int] = None
+    state_file: Optional[str] = Field(None, description="HAProxy's server-state-file: dumped after every route change")
 
 
 class DsnFileRouter(Strict):

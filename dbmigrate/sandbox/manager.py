@@ -333,6 +333,8 @@ class Sandboxes:
                 hc["router"] = {"kind": "haproxy", "admin_socket": state.haproxy["admin_socket"],
                                 "writer_backend": "writer", "reader_backend": "readers",
                                 "writer_port": state.haproxy["writer_port"], "reader_port": state.haproxy["reader_port"]}
+                if state.haproxy.get("state_file"):
+                    hc["router"]["state_file"] = state.haproxy["state_file"]
         doc = {"version": 1,
                "defaults": {"credentials": {"defaults_file": "credentials.cnf", "group": "client-admin"}},
                "clusters": clusters}

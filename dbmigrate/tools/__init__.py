@@ -1,0 +1,1 @@
+"""External tools dbmigrate drives: sysbench, Percona Toolkit, backups."""
