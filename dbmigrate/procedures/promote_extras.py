@@ -76,27 +76,24 @@ def promote_resources(inventory_path: Path | None, cluster: str, candidate: str,
 # -- preflight -------------------------------------------------------------------
 
 def preflight_gates(ctx, params) -> list:
-    """One automatic gate per preflight check; each reads the servers when evaluated."""
+    """The preflight checks as one automatic gate before the cutover phases.
+
+    Each check reads the servers when the gate is evaluated (not at build time);
+    the gate's details keep every check's verdict, so the journal shows all of them.
+    """
     from dbmigrate.engine.step import AutoGate
+
+    return [AutoGate("preflight", lambda c: evaluate_preflight(c, params))]
+
+
+def evaluate_preflight(ctx, params) -> tuple[bool, str, dict]:
     from dbmigrate import gates
 
-    def make(name):
-        def check(c):
-            results = _preflight_results(c, params)
-            return results[name]
-        return AutoGate(name, check)
-
-    return [make(name) for name in gates.PREFLIGHT_GATES]
-
-
-def _preflight_results(ctx, params) -> dict:
-    """Evaluate all preflight gates once per run phase and hand each AutoGate its own result."""
-    cache = ctx.resources.setdefault("_preflight", {})
-    if "results" not in cache:
-        from dbmigrate import gates
-
-        r = ctx.resources
-        limits = gates.Limits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s)
-        results = gates.run_preflight(r["inventory"], ctx.cluster, r["new"], limits, primary=r["old"])
-        cache["results"] = {g.name: (g.ok, g.reason, g.details) for g in results}
-    return cache["results"]
+    r = ctx.resources
+    limits = gates.Limits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s)
+    results = gates.run_preflight(r["inventory"], ctx.cluster, r["new"], limits)
+    failed = [g for g in results if not g.ok]
+    details = {g.name: {"ok": g.ok, "reason": g.reason} for g in results}
+    if failed:
+        return False, "; ".join(f"{g.name}: {g.reason}" for g in failed), details
+    return True, f"all {len(results)} preflight gates passed", details
