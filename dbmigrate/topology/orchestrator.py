@@ -105,7 +105,7 @@ class OrchestratorClient:
         return [str(c) for c in body]
 
     def cluster(self, name: str) -> list[dict[str, Any]]:
-        body = self._get(f"/api/cluster/{quote(name, safe='')}")
+        body = self._get(f"/api/cluster/{quote(name, safe=':')}")
         if not isinstance(body, list):
             raise OrchestratorError(f"orchestrator /api/cluster/{name}: expected a list, got {type(body).__name__}")
         if not body:
@@ -128,7 +128,7 @@ class OrchestratorClient:
 
     def graceful_takeover_auto(self, cluster: str, host: str, port: int) -> dict[str, Any]:
         """Planned switchover to host:port; orchestrator also restarts the old primary's replication."""
-        path = f"/api/graceful-master-takeover-auto/{quote(cluster, safe='')}/{self._key(host, port)}"
+        path = f"/api/graceful-master-takeover-auto/{quote(cluster, safe=':')}/{self._key(host, port)}"
         return self._details(self._get(path, timeout=self.takeover_timeout), "graceful-master-takeover-auto") or {}
 
 
