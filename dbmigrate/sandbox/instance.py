@@ -69,6 +69,9 @@ def render_config(spec: InstanceSpec) -> str:
         "socket": str(spec.socket),
         "pid-file": str(spec.pid_file),
         "log-error": str(spec.error_log),
+        # A private tmpdir: every mariadbd deletes '#sql*' files in its tmpdir at startup,
+        # which broke other instances' mariadb-install-db running at the same time in /tmp.
+        "tmpdir": str(spec.dir / "tmp"),
         "bind-address": "127.0.0.1",
         "server_id": spec.server_id,
         "report_host": "127.0.0.1",
@@ -106,6 +109,7 @@ class Instance:
     def install(self) -> subprocess.Popen:
         """Write the config and start mariadb-install-db (returns the process; call finish_install)."""
         self.spec.dir.mkdir(parents=True, exist_ok=True)
+        (self.spec.dir / "tmp").mkdir(exist_ok=True)
         self.spec.config_path.write_text(render_config(self.spec))
         cmd = [_find(INSTALL_BINARIES), f"--defaults-file={self.spec.config_path}",
                "--auth-root-authentication-method=normal", "--skip-test-db"]
@@ -121,6 +125,7 @@ class Instance:
             raise SandboxError(f"mariadb-install-db failed for {self.spec.name} (exit {rc}): {tail}")
 
     def start(self) -> None:
+        (self.spec.dir / "tmp").mkdir(exist_ok=True)
         cmd = [_find(SERVER_BINARIES), f"--defaults-file={self.spec.config_path}"]
         if os.geteuid() == 0:
             cmd.append("--user=root")
