@@ -8,7 +8,7 @@ covered by unit tests of the generated SQL only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dbmigrate.db import gtid
@@ -33,6 +33,8 @@ class ReplicaStatus:
     channel: str = ""
     retrieved_gtid: str = ""
     executed_gtid: str = ""
+    # Non-empty replication filters (Replicate_Do_DB, ...): name -> value as shown by the server.
+    filters: dict[str, str] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
@@ -41,6 +43,18 @@ class ReplicaStatus:
     @property
     def last_error(self) -> str:
         return self.last_io_error or self.last_sql_error
+
+
+# Filter columns of SHOW SLAVE STATUS / SHOW REPLICA STATUS. A filtered replica
+# holds a subset of the data: promoting it silently loses the rest.
+_COMMON_FILTERS = ("Replicate_Do_DB", "Replicate_Ignore_DB", "Replicate_Do_Table", "Replicate_Ignore_Table",
+                   "Replicate_Wild_Do_Table", "Replicate_Wild_Ignore_Table")
+MARIADB_FILTERS = _COMMON_FILTERS + ("Replicate_Do_Domain_Ids", "Replicate_Ignore_Domain_Ids")
+MYSQL_FILTERS = _COMMON_FILTERS + ("Replicate_Rewrite_DB",)
+
+
+def _filters(row: dict[str, Any], names: tuple[str, ...]) -> dict[str, str]:
+    return {n: str(row[n]) for n in names if row.get(n) not in (None, "")}
 
 
 class Flavor:
@@ -96,6 +110,7 @@ class MariaDB(Flavor):
             last_io_error=row.get("Last_IO_Error", "") or "", last_sql_error=row.get("Last_SQL_Error", "") or "",
             using_gtid=row.get("Using_Gtid", ""), channel=row.get("Connection_name", "") or "",
             retrieved_gtid=row.get("Gtid_IO_Pos", "") or "", executed_gtid=row.get("Gtid_Slave_Pos", "") or "",
+            filters=_filters(row, MARIADB_FILTERS),
         )
 
     def read_only_privileges(self) -> set[str]:
@@ -171,6 +186,7 @@ class MySQL(Flavor):
             using_gtid="Auto_Position" if str(row.get("Auto_Position")) == "1" else "No",
             channel=row.get("Channel_Name", "") or "",
             retrieved_gtid=row.get("Retrieved_Gtid_Set", "") or "", executed_gtid=row.get("Executed_Gtid_Set", "") or "",
+            filters=_filters(row, MYSQL_FILTERS),
         )
 
     def read_only_privileges(self) -> set[str]:

@@ -118,3 +118,14 @@ class Inspector:
             f"SELECT VARIABLE_NAME AS n, VARIABLE_VALUE AS v FROM information_schema.GLOBAL_STATUS "
             f"WHERE VARIABLE_NAME IN ({placeholders})", tuple(n.upper() for n in names))
         return {r["n"].lower(): r["v"] for r in rows}
+
+    def user_hosts(self, user: str) -> list[str]:
+        """Host parts of the accounts named `user` (for SHOW GRANTS FOR user@host)."""
+        rows = self.server.query("SELECT Host AS h FROM mysql.user WHERE User=%s ORDER BY Host", (user,))
+        return [str(r["h"]) for r in rows]
+
+    def data_size_bytes(self) -> int:
+        """Data + index bytes of the user schemas (a rough size of what a copy must hold)."""
+        return int(self.server.scalar(
+            "SELECT COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) AS n FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA NOT IN ('mysql','information_schema','performance_schema','sys')") or 0)

@@ -57,13 +57,13 @@ def bootstrap_statements(accounts: dict[str, Account]) -> list[tuple[str, tuple]
     """Statements run once on a new primary; replicas receive them through replication."""
     a, r, p = accounts["admin"], accounts["repl"], accounts["app"]
     stmts: list[tuple[str, tuple]] = [
-        ("CREATE USER %s@'%%' IDENTIFIED BY %s", (a.user, a.password)),
-        ("GRANT ALL PRIVILEGES ON *.* TO %s@'%%' WITH GRANT OPTION", (a.user,)),
-        ("CREATE USER %s@'%%' IDENTIFIED BY %s", (r.user, r.password)),
-        ("GRANT REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.* TO %s@'%%'", (r.user,)),
-        ("CREATE USER %s@'%%' IDENTIFIED BY %s", (p.user, p.password)),
+        ("CREATE USER %s@'%' IDENTIFIED BY %s", (a.user, a.password)),
+        ("GRANT ALL PRIVILEGES ON *.* TO %s@'%' WITH GRANT OPTION", (a.user,)),
+        ("CREATE USER %s@'%' IDENTIFIED BY %s", (r.user, r.password)),
+        ("GRANT REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.* TO %s@'%'", (r.user,)),
+        ("CREATE USER %s@'%' IDENTIFIED BY %s", (p.user, p.password)),
     ]
     for schema in APP_SCHEMAS:
         stmts.append((f"CREATE DATABASE IF NOT EXISTS `{schema}`", ()))
-        stmts.append((f"GRANT ALL PRIVILEGES ON `{schema}`.* TO %s@'%%'", (p.user,)))
+        stmts.append((f"GRANT ALL PRIVILEGES ON `{schema}`.* TO %s@'%'", (p.user,)))
     return stmts

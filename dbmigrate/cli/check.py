@@ -1,0 +1,54 @@
+"""`dbmigrate check`: the preflight gates for promoting a candidate, as a table or JSON.
+
+Exit codes: 0 every gate passed, 1 a gate failed, 2 usage error (bad arguments, unknown candidate).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from dbmigrate.cli.common import console, print_json
+from dbmigrate.config import load_inventory
+from dbmigrate.gates import GateResult, Limits, run_preflight
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check)
+
+
+def gate_table(results: list[GateResult], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("gate")
+    t.add_column("ok")
+    t.add_column("reason", overflow="fold")
+    for r in results:
+        t.add_row(r.name, "[green]pass[/]" if r.ok else "[bold red]FAIL[/]", escape(r.reason))
+    return t
+
+
+def check(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inventory YAML."),
+          cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster name in the inventory."),
+          candidate: str = typer.Option(..., "--candidate", help="Server to promote: inventory name or HOST:PORT."),
+          max_lag_ms: float = typer.Option(1000.0, "--max-lag-ms", min=0, help="Replication lag limit (ms)."),
+          max_trx_age_s: float = typer.Option(30.0, "--max-trx-age-s", min=0,
+                                              help="Oldest open transaction allowed on the primary (s)."),
+          min_free_mb: int = typer.Option(1024, "--min-free-mb", min=0,
+                                          help="Free disk required on a local candidate datadir, beyond the data."),
+          json_out: bool = typer.Option(False, "--json")):
+    """Preflight gates before a switchover: replication, lag, errant GTIDs, binlog, versions, filters,
+    read_only, long transactions, reverse path, application fence, disk. Exit 0 all pass, 1 a failure, 2 usage."""
+    limits = Limits(max_lag_ms=max_lag_ms, max_trx_age_s=max_trx_age_s, min_free_mb=min_free_mb)
+    results = run_preflight(load_inventory(inventory), cluster, candidate, limits)
+    ok = all(r.ok for r in results)
+    if json_out:
+        print_json({"cluster": cluster, "candidate": candidate, "ok": ok, "gates": [r.to_dict() for r in results]})
+    else:
+        console.print(gate_table(results, f"preflight: promote {candidate} in {cluster}"))
+        failed = [r.name for r in results if not r.ok]
+        console.print("[green]all gates pass[/]" if ok else f"[bold red]{len(failed)} gate(s) failed:[/] {', '.join(failed)}")
+    if not ok:
+        raise typer.Exit(1)

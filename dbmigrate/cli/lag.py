@@ -1,0 +1,136 @@
+"""`dbmigrate lag watch`: replication lag per replica, once (JSON) or live with a sparkline."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+
+import typer
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from dbmigrate.cli.common import console, print_json
+from dbmigrate.config import load_inventory
+from dbmigrate.exceptions import DbmigrateError, UsageError
+from dbmigrate.lag import HeartbeatTable, HeartbeatWriter, LagSample, heartbeat_age_ms, read_heartbeat, sample_lag
+from dbmigrate.topology.discovery import discover_inventory
+
+cmd = typer.Typer(help="Replication lag: heartbeat (ms), GTID distance, Seconds_Behind_Master.", no_args_is_help=True)
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cmd, name="lag")
+
+
+def sparkline(values: list[float | None], top: float) -> str:
+    """One character per value, scaled to `top`; '·' for an unknown value."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append("·")
+        else:
+            out.append(BARS[min(len(BARS) - 1, int(len(BARS) * max(0.0, v) / top)) if top > 0 else 0])
+    return "".join(out)
+
+
+def samples_json(samples: list[LagSample]) -> dict:
+    return {"replicas": [{"name": s.name, "address": s.address,
+                          "lag_ms": None if s.lag_ms is None else round(s.lag_ms, 1),
+                          "behind": s.behind, "seconds_behind_master": s.seconds_behind_master,
+                          "io_running": s.io_running, "sql_running": s.sql_running, "heartbeat": s.heartbeat,
+                          "ok": s.ok, "limit_ms": s.limit_ms, "reason": s.reason}
+                         for s in samples]}
+
+
+def lag_table(samples: list[LagSample], history: dict[str, deque], limit_ms: float, title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("replica", "lag ms", "behind", "SBM", "io/sql", "heartbeat", "history", "status"):
+        t.add_column(col, overflow="fold")
+    for s in samples:
+        lag = "-" if s.lag_ms is None else f"{s.lag_ms:.0f}"
+        style = "green" if s.ok else "bold red"
+        t.add_row(f"{s.name} ({s.address})" if s.name != s.address else s.address,
+                  f"[{style}]{lag}[/]", ",".join(f"{d}:{n}" for d, n in s.behind.items()) or "-",
+                  "NULL" if s.seconds_behind_master is None else str(s.seconds_behind_master),
+                  f"{s.io_running or '-'}/{s.sql_running or '-'}", s.heartbeat,
+                  sparkline(list(history.get(s.address, [])), limit_ms),
+                  f"[{style}]{escape(s.reason)}[/]")
+    return t
+
+
+@cmd.command("watch")
+def watch(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inventory YAML."),
+          cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster name in the inventory."),
+          once: bool = typer.Option(False, "--once", help="One sample (writes one heartbeat), then exit."),
+          json_out: bool = typer.Option(False, "--json", help="With --once: print one JSON object."),
+          interval: float = typer.Option(1.0, "--interval", min=0.05, help="Seconds between samples."),
+          limit_ms: float = typer.Option(1000.0, "--limit-ms", min=0, help="Lag above this is flagged."),
+          count: int = typer.Option(0, "--count", min=0, help="Stop after N samples (0: until Ctrl-C)."),
+          pt_heartbeat: str = typer.Option(None, "--pt-heartbeat", metavar="DB.TABLE",
+                                           help="Read pt-heartbeat's table (e.g. percona.heartbeat) instead of "
+                                                "writing our own heartbeat.")):
+    """Lag per replica: heartbeat lag in ms, transactions behind per GTID domain, Seconds_Behind_Master.
+
+    Without a running heartbeat writer, --once writes one heartbeat and waits up to limit+500 ms for each
+    replica to apply it; a live watch runs its own writer (every 100 ms) for as long as it runs.
+    """
+    if json_out and not once:
+        raise UsageError("--json needs --once", hint="dbmigrate lag watch ... --once --json")
+    hb = HeartbeatTable.pt_heartbeat(pt_heartbeat) if pt_heartbeat else HeartbeatTable()
+    with discover_inventory(load_inventory(inventory), cluster, use_orchestrator=False) as cl:
+        primary = cl.primary
+        if primary is None:
+            raise DbmigrateError(f"cluster {cluster}: no single primary to measure lag against",
+                                 hint="; ".join(cl.problems) or "see: dbmigrate topology show")
+        replicas = [n.server for n in cl.replicas if n.server is not None]
+        if once:
+            samples = sample_lag(primary.server, replicas, limit_ms=limit_ms, write=not pt_heartbeat, hb=hb)
+            if json_out:
+                print_json(samples_json(samples))
+            else:
+                console.print(lag_table(samples, {}, limit_ms, f"lag in {cluster} (primary {primary.address})"))
+            if not all(s.ok for s in samples):
+                raise typer.Exit(1)
+            return
+        _live(primary.server, replicas, hb, interval, limit_ms, count, f"lag in {cluster} (primary {primary.address})")
+
+
+def _external_writer(primary, hb: HeartbeatTable, watch_s: float = 0.3) -> bool:
+    """Is someone else writing the heartbeat? A recent row is not enough (a one-off write looks
+    recent): the row must move while we look."""
+    origin = primary.scalar("SELECT @@server_id AS id")
+    first = read_heartbeat(primary, origin, hb)
+    if first is None or heartbeat_age_ms(primary, first, hb) > 1000:
+        return False
+    time.sleep(watch_s)
+    return (read_heartbeat(primary, origin, hb) or first) > first
+
+
+def _live(primary, replicas, hb: HeartbeatTable, interval: float, limit_ms: float, count: int, title: str) -> None:
+    writer = None
+    if hb.kind == "dbmigrate" and not _external_writer(primary, hb):
+        writer = HeartbeatWriter(primary).start()  # nobody else keeps it fresh: do it while watching
+    history: dict[str, deque] = {}
+    n = 0
+    try:
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                started = time.monotonic()
+                samples = sample_lag(primary, replicas, limit_ms=limit_ms, write=False, hb=hb)
+                for s in samples:
+                    history.setdefault(s.address, deque(maxlen=40)).append(s.lag_ms)
+                suffix = f" - heartbeat writer {'running' if writer else 'external'}"
+                live.update(lag_table(samples, history, limit_ms, title + suffix), refresh=True)
+                n += 1
+                if count and n >= count:
+                    break
+                time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if writer is not None:
+            writer.stop()

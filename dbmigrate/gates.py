@@ -1,0 +1,332 @@
+"""Preflight gates: may this candidate replace this primary right now?
+
+Each gate returns a `GateResult(ok, reason, details)` (it unpacks as that
+3-tuple) with the gate's name attached. The rules are pure functions of facts
+already read (`*_rule`), so they are unit-tested without servers; thin
+wrappers read the facts through the inspector. `run_preflight` runs them all
+for an inventory cluster and never stops at the first failure: the operator
+sees every reason at once.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from dbmigrate.db.connection import Server
+from dbmigrate.db.flavor import Flavor, detect
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError, UsageError
+from dbmigrate.lag import sample_lag
+from dbmigrate.topology.discovery import Cluster, Node, discover_inventory, normalize_address
+from dbmigrate.topology.probe import ServerFacts
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class GateResult:
+    ok: bool
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+    def __iter__(self):
+        return iter((self.ok, self.reason, self.details))
+
+    def named(self, name: str) -> "GateResult":
+        self.name = name
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_lag_ms: float = 1000.0
+    max_trx_age_s: float = 30.0
+    min_free_mb: int = 1024
+
+
+# ---- grant parsing (pure) -----------------------------------------------------
+
+_GRANT = re.compile(r"^\s*GRANT\s+(?P<privs>.+?)\s+ON\s+(?P<on>\S+)\s+TO\s+", re.IGNORECASE | re.DOTALL)
+
+
+def parse_grant(line: str) -> tuple[set[str], str] | None:
+    """'GRANT SELECT, SUPER ON *.* TO ...' -> ({'SELECT', 'SUPER'}, '*.*'); None for role grants.
+
+    Only privilege names and the object are kept: a grant line can carry a
+    password hash, which must not reach reports.
+    """
+    m = _GRANT.match(line)
+    if not m:
+        return None
+    privs = re.sub(r"\([^)]*\)", "", m.group("privs"))  # column lists: SELECT (a, b)
+    names = {" ".join(p.split()).upper() for p in privs.split(",") if p.strip()}
+    return names, m.group("on").replace("`", "")
+
+
+def global_privileges(grant_lines: list[str]) -> set[str]:
+    out: set[str] = set()
+    for line in grant_lines:
+        parsed = parse_grant(line)
+        if parsed and parsed[1] == "*.*":
+            out |= parsed[0]
+    return out
+
+
+# ---- rules (pure) ---------------------------------------------------------------
+
+def replication_running_rule(nodes: list[Node]) -> GateResult:
+    stopped = {n.address: f"io={n.facts.io_running} sql={n.facts.sql_running}"
+               + (f" ({n.facts.last_error})" if n.facts.last_error else "")
+               for n in nodes if not n.reachable or not n.replicating}
+    details = {"checked": [n.address for n in nodes], "stopped": stopped}
+    if stopped:
+        return GateResult(False, "replication not running on " + "; ".join(f"{a}: {s}" for a, s in stopped.items()),
+                          details)
+    return GateResult(True, f"IO and SQL threads running on {len(nodes)} replica(s)", details)
+
+
+def errant_rule(flavor: Flavor, candidate_state: str, primary_state: str, candidate: str) -> GateResult:
+    errant = flavor.errant(candidate_state, primary_state)
+    details = {"errant": errant, "candidate_state": candidate_state, "primary_state": primary_state}
+    if errant:
+        return GateResult(False, f"errant GTIDs on {candidate}: {', '.join(errant)} (written there, never on the "
+                                 f"primary)", details)
+    return GateResult(True, f"no errant GTIDs on {candidate}", details)
+
+
+def binlog_rule(f: ServerFacts) -> GateResult:
+    bad = []
+    if not f.log_bin:
+        bad.append("log_bin is OFF")
+    if (f.binlog_format or "").upper() != "ROW":
+        bad.append(f"binlog_format is {f.binlog_format or '?'}, not ROW")
+    if not f.log_slave_updates:
+        bad.append("log_slave_updates is OFF (its replicas would miss what it replicated)")
+    details = {"log_bin": f.log_bin, "binlog_format": f.binlog_format, "log_slave_updates": f.log_slave_updates}
+    if bad:
+        return GateResult(False, f"{f.address}: " + "; ".join(bad), details)
+    return GateResult(True, f"{f.address}: log_bin ON, ROW, log_slave_updates ON", details)
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    m = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def versions_rule(candidate_version: str, primary_version: str) -> GateResult:
+    cf, pf = detect(candidate_version).name, detect(primary_version).name
+    cv, pv = _major_minor(candidate_version), _major_minor(primary_version)
+    details = {"candidate": candidate_version, "primary": primary_version}
+    if cf != pf:
+        return GateResult(False, f"flavors differ: candidate is {cf}, primary is {pf}", details)
+    if cv is None or pv is None:
+        return GateResult(False, f"cannot read versions '{candidate_version}' / '{primary_version}'", details)
+    if cv < pv:
+        return GateResult(False, f"candidate {cv[0]}.{cv[1]} is older than primary {pv[0]}.{pv[1]}: the old primary "
+                                 f"could not replicate back from it safely", details)
+    return GateResult(True, f"{cf} {cv[0]}.{cv[1]} >= {pv[0]}.{pv[1]}", details)
+
+
+def filters_rule(nodes: list[Node]) -> GateResult:
+    found = {n.address: n.filters for n in nodes if n.filters}
+    if found:
+        return GateResult(False, "replication filters on " + "; ".join(
+            f"{a}: " + ", ".join(f"{k}={v}" for k, v in fl.items()) for a, fl in found.items()), {"filters": found})
+    return GateResult(True, f"no replication filters on {len(nodes)} replica(s)", {"filters": {}})
+
+
+def read_only_rule(primary: Node, replicas: list[Node]) -> GateResult:
+    wrong = {}
+    if primary.facts.read_only is not False:
+        wrong[primary.address] = f"primary read_only={primary.facts.read_only}, expected OFF"
+    for n in replicas:
+        if n.facts.read_only is not True:
+            wrong[n.address] = f"replica read_only={n.facts.read_only}, expected ON"
+    details = {"read_only": {n.address: n.facts.read_only for n in [primary, *replicas]}, "wrong": wrong}
+    if wrong:
+        return GateResult(False, "; ".join(f"{a}: {w}" for a, w in wrong.items()), details)
+    return GateResult(True, f"primary writable, {len(replicas)} replica(s) read_only", details)
+
+
+def long_trx_rule(age_s: float, trx: dict[str, Any] | None, max_age_s: float) -> GateResult:
+    details = {"oldest_age_s": round(age_s, 1), "max_age_s": max_age_s,
+               "transaction": {k: str(v) for k, v in (trx or {}).items()}}
+    if trx is not None and age_s > max_age_s:
+        return GateResult(False, f"transaction {trx.get('trx_id')} (connection {trx.get('thread_id')}) open for "
+                                 f"{age_s:.0f}s > {max_age_s:g}s: a fence would wait on it or kill it", details)
+    if trx is None:
+        return GateResult(True, "no open transaction on the primary", details)
+    return GateResult(True, f"oldest transaction {age_s:.1f}s <= {max_age_s:g}s", details)
+
+
+REPLICATION_PRIVS = {"REPLICATION SLAVE", "REPLICATION REPLICA", "ALL PRIVILEGES", "ALL"}
+
+
+def reverse_path_rule(user: str, grants_by_host: dict[str, list[str]], candidate: str) -> GateResult:
+    privs = {h: sorted(global_privileges(g)) for h, g in grants_by_host.items()}
+    details = {"user": user, "hosts": sorted(grants_by_host), "global_privileges": privs}
+    if not grants_by_host:
+        return GateResult(False, f"replication user '{user}' does not exist on {candidate}: the old primary could "
+                                 f"not replicate from it (no way back)", details)
+    able = [h for h, p in privs.items() if REPLICATION_PRIVS & set(p)]
+    if not able:
+        return GateResult(False, f"'{user}' on {candidate} lacks REPLICATION SLAVE on *.*", details)
+    return GateResult(True, f"'{user}'@{','.join(able)} can replicate from {candidate}", details)
+
+
+def app_fence_rule(user: str, grants_by_host: dict[str, list[str]], bypass: set[str], server: str) -> GateResult:
+    privs = {h: sorted(global_privileges(g)) for h, g in grants_by_host.items()}
+    details = {"user": user, "bypass_privileges": sorted(bypass), "global_privileges": privs}
+    if not grants_by_host:
+        return GateResult(False, f"application user '{user}' not found on {server}: cannot tell whether read_only "
+                                 f"would fence it", details)
+    holders = {h: sorted(bypass & set(p)) for h, p in privs.items() if bypass & set(p)}
+    if holders:
+        return GateResult(False, f"application user '{user}' bypasses read_only on {server}: " + "; ".join(
+            f"@{h} has {', '.join(p)}" for h, p in holders.items()), details)
+    return GateResult(True, f"read_only fences '{user}' on {server} (none of {', '.join(sorted(bypass))})", details)
+
+
+def disk_rule(path: str, free_bytes: int, need_bytes: int) -> GateResult:
+    details = {"path": path, "free_mb": free_bytes // MIB, "need_mb": need_bytes // MIB}
+    if free_bytes < need_bytes:
+        return GateResult(False, f"{path}: {free_bytes // MIB} MiB free < {need_bytes // MIB} MiB needed", details)
+    return GateResult(True, f"{path}: {free_bytes // MIB} MiB free >= {need_bytes // MIB} MiB needed", details)
+
+
+# ---- gates that read servers ----------------------------------------------------------
+
+def _grants_by_host(server: Server, user: str) -> dict[str, list[str]]:
+    insp = Inspector(server)
+    return {h: insp.grants(user, h) for h in insp.user_hosts(user)}
+
+
+def lag_gate(primary: Server, replicas: list[Server], max_lag_ms: float) -> GateResult:
+    samples = sample_lag(primary, replicas, limit_ms=max_lag_ms, write=True)
+    details = {"max_lag_ms": max_lag_ms, "replicas": [s.to_dict() for s in samples]}
+    bad = [s for s in samples if not s.ok]
+    if bad:
+        return GateResult(False, "; ".join(f"{s.name}: {s.reason}" for s in bad), details)
+    worst = max((s.lag_ms or 0.0 for s in samples), default=0.0)
+    return GateResult(True, f"{len(samples)} replica(s) within {max_lag_ms:g} ms (worst {worst:.0f} ms)", details)
+
+
+def long_trx_gate(primary: Server, max_age_s: float) -> GateResult:
+    age, trx = Inspector(primary).oldest_transaction_age()
+    return long_trx_rule(age, trx, max_age_s)
+
+
+def reverse_path_gate(candidate: Server, repl_user: str) -> GateResult:
+    return reverse_path_rule(repl_user, _grants_by_host(candidate, repl_user), candidate.address)
+
+
+def app_fence_gate(servers: list[Server], app_user: str) -> GateResult:
+    results = [app_fence_rule(app_user, _grants_by_host(s, app_user), s.flavor.read_only_privileges(), s.address)
+               for s in servers]
+    bad = [r for r in results if not r.ok]
+    details = {"servers": {s.address: r.details for s, r in zip(servers, results)}}
+    if bad:
+        return GateResult(False, "; ".join(r.reason for r in bad), details)
+    return GateResult(True, results[0].reason if len(results) == 1 else
+                      f"read_only fences '{app_user}' on {', '.join(s.address for s in servers)}", details)
+
+
+def is_local_host(host: str) -> bool:
+    names = {"127.0.0.1", "localhost", "::1", socket.gethostname(), socket.getfqdn()}
+    return host in names
+
+
+def disk_gate(host: str, datadir: str | None, need_bytes: int,
+              usage: Callable[[str], Any] = shutil.disk_usage) -> GateResult:
+    if not datadir:
+        return GateResult(True, "skipped: no datadir for the candidate in the inventory", {})
+    if not is_local_host(host) or not Path(datadir).exists():
+        return GateResult(True, f"remote: {datadir} on {host} is not on this machine, not checked",
+                          {"path": datadir, "host": host})
+    return disk_rule(datadir, int(usage(datadir).free), need_bytes)
+
+
+# ---- the whole preflight ------------------------------------------------------------
+
+def _guard(name: str, fn: Callable[[], GateResult]) -> GateResult:
+    try:
+        return fn().named(name)
+    except DbmigrateError as e:
+        return GateResult(False, f"could not check: {e.message}", {"error": e.message}, name)
+
+
+def resolve_candidate(inventory, cluster: str, candidate: str) -> tuple[str, Any]:
+    """(address, ServerSpec) of the candidate; UsageError when it is not a server of that cluster."""
+    cname, spec = inventory.find_server(candidate)
+    if cname != cluster:
+        raise UsageError(f"candidate '{candidate}' belongs to cluster '{cname}', not '{cluster}'",
+                         hint=f"servers of {cluster}: {', '.join(inventory.cluster(cluster).servers)}")
+    return normalize_address(spec.host, spec.port), spec
+
+
+def run_preflight(inventory, cluster: str, candidate: str, limits: Limits = Limits()) -> list[GateResult]:
+    """Every preflight gate for promoting `candidate` (inventory name or host:port) in `cluster`."""
+    cand_addr, cand_spec = resolve_candidate(inventory, cluster, candidate)
+    with discover_inventory(inventory, cluster, use_orchestrator=False) as cl:
+        return _preflight(inventory, cluster, cl, cand_addr, cand_spec, limits)
+
+
+def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, limits: Limits) -> list[GateResult]:
+    primary = cl.primary
+    if primary is None:
+        return [GateResult(False, "no single primary: " + ("; ".join(cl.problems) or "none found"),
+                           {"problems": cl.problems}, "topology")]
+    if cand_addr == primary.address:
+        raise UsageError(f"candidate {cand_addr} is the current primary", hint="name one of its replicas")
+    cand = cl.nodes.get(cand_addr)
+    if cand is None or not cand.reachable:
+        why = cand.facts.error if cand is not None else "not found by discovery"
+        return [GateResult(False, f"candidate {cand_addr} is unreachable: {why}", {}, "topology")]
+    replicas = cl.replicas
+    if cand not in replicas:
+        return [GateResult(False, f"candidate {cand_addr} is not a replica in this cluster (role {cand.role})",
+                           {"role": cand.role}, "topology")]
+    others = [n for n in replicas if n is not cand]
+    results = [GateResult(True, f"primary {primary.address}, candidate {cand.address}, {len(others)} other replica(s)",
+                          {"primary": primary.address, "candidate": cand.address,
+                           "replicas": [n.address for n in others]}, "topology")]
+    reachable = [n for n in replicas if n.reachable]
+
+    def repl_user() -> str:
+        return inventory.replication_credentials(cluster).user
+
+    def app_user() -> str:
+        creds = inventory.app_credentials(cluster)
+        if creds is None:
+            raise UsageError("the inventory names no app_credentials for this cluster: add them so the fence "
+                             "can be verified")
+        return creds.user
+
+    def need_bytes() -> int:
+        missing = max(0, Inspector(primary.server).data_size_bytes() - Inspector(cand.server).data_size_bytes())
+        return limits.min_free_mb * MIB + missing
+
+    gates: list[tuple[str, Callable[[], GateResult]]] = [
+        ("replication_running", lambda: replication_running_rule([cand, *others])),
+        ("lag", lambda: lag_gate(primary.server, [n.server for n in reachable], limits.max_lag_ms)),
+        ("errant_gtids", lambda: errant_rule(cand.server.flavor, cand.gtid_state, primary.gtid_state, cand.address)),
+        ("candidate_binlog", lambda: binlog_rule(cand.facts)),
+        ("versions", lambda: versions_rule(cand.facts.version, primary.facts.version)),
+        ("replication_filters", lambda: filters_rule([cand, *others])),
+        ("read_only", lambda: read_only_rule(primary, replicas)),
+        ("long_transactions", lambda: long_trx_gate(primary.server, limits.max_trx_age_s)),
+        ("reverse_path", lambda: reverse_path_gate(cand.server, repl_user())),
+        ("app_user_fenced", lambda: app_fence_gate([primary.server, cand.server], app_user())),
+        ("disk", lambda: disk_gate(cand_spec.host, cand_spec.datadir, need_bytes())),
+    ]
+    results += [_guard(name, fn) for name, fn in gates]
+    return results

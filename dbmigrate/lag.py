@@ -1,0 +1,331 @@
+"""Replication lag in milliseconds: a heartbeat, GTID distance, and samples per replica.
+
+The heartbeat is one row per primary (`dbmigrate.heartbeat`: server_id, ts
+DATETIME(6)), written on the primary with UTC_TIMESTAMP(6). A replica's copy of
+that row says up to when it has applied the primary's writes. Lag is the
+primary's *current* heartbeat minus the replica's applied one: both
+timestamps come from the primary's clock, so clock skew between hosts does
+not enter the figure.
+
+A heartbeat row is only evidence while someone keeps writing it. When no
+writer runs, the row's age is not lag: the sample says "stale" (or "absent")
+and the decision falls back to GTID distance (transactions behind, per
+domain). A sample can write one heartbeat itself (`write=True`) and wait a
+bounded time for each replica to apply it; a replica that does not apply it
+within that time is lagging by at least that long, whatever its row says.
+
+Seconds_Behind_Master is reported next to these figures, never trusted alone:
+it is 0 while the SQL thread is stopped with an empty relay log, and NULL
+while the IO thread reconnects.
+
+The writer refuses to write where read_only is ON (one statement checks and
+writes), because the tool's own account bypasses read_only: a heartbeat must
+never become a write on a fenced primary or an errant transaction on a replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from dbmigrate.db.connection import QueryError, Server
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
+
+log = logging.getLogger("dbmigrate.lag")
+
+DEFAULT_TABLE = "dbmigrate.heartbeat"
+PT_HEARTBEAT_TABLE = "percona.heartbeat"
+NO_TABLE_ERRNOS = (1146, 1049)  # table / database does not exist (yet) on that server
+_IDENT = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
+
+
+@dataclass(frozen=True)
+class HeartbeatTable:
+    """Where heartbeats live: our own table, or pt-heartbeat's (ts is an ISO string there)."""
+
+    table: str = DEFAULT_TABLE
+    kind: str = "dbmigrate"  # "dbmigrate" (we write it) or "pt-heartbeat" (read only)
+
+    def __post_init__(self):
+        if not _IDENT.match(self.table):
+            raise UsageError(f"heartbeat table '{self.table}' is not db.table", hint="e.g. percona.heartbeat")
+
+    @property
+    def quoted(self) -> str:
+        db, tbl = self.table.split(".")
+        return f"`{db}`.`{tbl}`"
+
+    @classmethod
+    def pt_heartbeat(cls, table: str = PT_HEARTBEAT_TABLE) -> "HeartbeatTable":
+        return cls(table, "pt-heartbeat")
+
+
+def _ts(value: Any) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).strip().replace(" ", "T"))
+
+
+def _ms(a: datetime, b: datetime) -> float:
+    return (a - b).total_seconds() * 1000.0
+
+
+# ---- writing -----------------------------------------------------------------
+
+def ensure_heartbeat_table(server: Server, hb: HeartbeatTable = HeartbeatTable()) -> None:
+    if hb.kind != "dbmigrate":
+        raise UsageError(f"{hb.table} is pt-heartbeat's table; dbmigrate only reads it",
+                         hint="run pt-heartbeat --update on the primary, or use the built-in heartbeat")
+    if Inspector(server).read_only():
+        raise SafetyError(f"{server.name} ({server.address}) is read_only: not creating {hb.table} there",
+                          hint="the heartbeat is written on the writable primary only")
+    db = hb.table.split(".")[0]
+    server.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+    server.execute(f"CREATE TABLE IF NOT EXISTS {hb.quoted} (server_id INT UNSIGNED NOT NULL PRIMARY KEY, "
+                   f"ts DATETIME(6) NOT NULL) ENGINE=InnoDB COMMENT='dbmigrate replication heartbeat'")
+
+
+def write_heartbeat(server: Server, hb: HeartbeatTable = HeartbeatTable()) -> datetime | None:
+    """One heartbeat on the primary. Returns its ts, or None when the server is read_only (nothing written)."""
+    sql = (f"REPLACE INTO {hb.quoted} (server_id, ts) SELECT @@server_id, UTC_TIMESTAMP(6) FROM DUAL "
+           f"WHERE @@GLOBAL.read_only = 0")
+    try:
+        written = server.execute(sql)
+    except QueryError as e:
+        if e.errno not in NO_TABLE_ERRNOS:
+            raise
+        ensure_heartbeat_table(server, hb)
+        written = server.execute(sql)
+    if not written:
+        return None
+    return _ts(server.scalar(f"SELECT ts FROM {hb.quoted} WHERE server_id = @@server_id"))
+
+
+class HeartbeatWriter:
+    """Writes the heartbeat every `interval_s` on its own connection, in a background thread.
+
+    Write errors do not stop it (a primary restarting, a brief network cut):
+    they are counted and the last one kept; it retries at the next tick.
+    """
+
+    def __init__(self, primary: Server, interval_s: float = 0.1, hb: HeartbeatTable = HeartbeatTable()):
+        if interval_s <= 0:
+            raise UsageError("heartbeat interval must be > 0")
+        self.server = primary.dedicated()
+        self.interval_s = interval_s
+        self.hb = hb
+        self.writes = 0
+        self.paused = 0  # ticks skipped because the server was read_only
+        self.errors = 0
+        self.last_error: str | None = None
+        self.last_ts: datetime | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> "HeartbeatWriter":
+        if self.running:
+            return self
+        st = Inspector(self.server).replica_status()
+        if st is not None and st.source_host:
+            raise SafetyError(f"{self.server.name} ({self.server.address}) replicates from "
+                              f"{st.source_host}:{st.source_port}: not writing heartbeats on a replica",
+                              hint="start the heartbeat writer on the primary")
+        ensure_heartbeat_table(self.server, self.hb)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{self.server.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                ts = write_heartbeat(self.server, self.hb)
+                if ts is None:
+                    self.paused += 1
+                else:
+                    self.writes += 1
+                    self.last_ts = ts
+            except DbmigrateError as e:
+                self.errors += 1
+                self.last_error = e.message
+                log.warning("heartbeat write on %s failed: %s", self.server.name, e.message)
+                self.server.close()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.server.close()
+
+    def __enter__(self) -> "HeartbeatWriter":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ---- reading -----------------------------------------------------------------
+
+def read_heartbeat(server: Server, origin_server_id: int, hb: HeartbeatTable = HeartbeatTable()) -> datetime | None:
+    """The origin's heartbeat as applied on `server` (None when absent there)."""
+    try:
+        rows = server.query(f"SELECT ts FROM {hb.quoted} WHERE server_id = %s", (origin_server_id,))
+        if not rows and hb.kind == "pt-heartbeat":
+            # pt-heartbeat --master-server-id may differ from ours; take its newest row.
+            rows = server.query(f"SELECT ts FROM {hb.quoted} ORDER BY ts DESC LIMIT 1")
+    except QueryError as e:
+        if e.errno in NO_TABLE_ERRNOS:
+            return None
+        raise
+    return _ts(rows[0]["ts"]) if rows else None
+
+
+def heartbeat_age_ms(primary: Server, ts: datetime, hb: HeartbeatTable = HeartbeatTable()) -> float:
+    """How old the primary's own heartbeat is, by the primary's clock."""
+    row = primary.query("SELECT UTC_TIMESTAMP(6) AS utc_now, NOW(6) AS local_now")[0]
+    if hb.kind == "pt-heartbeat":
+        # pt-heartbeat writes local time unless --utc: accept whichever reading is closer.
+        return min(abs(_ms(_ts(row["utc_now"]), ts)), abs(_ms(_ts(row["local_now"]), ts)))
+    return _ms(_ts(row["utc_now"]), ts)
+
+
+# ---- samples -------------------------------------------------------------------
+
+@dataclass
+class LagSample:
+    name: str
+    address: str
+    lag_ms: float | None  # heartbeat-based; None when stale/absent (then GTID distance decides)
+    behind: dict[str, int] = field(default_factory=dict)  # transactions behind the primary, per domain
+    seconds_behind_master: int | None = None
+    io_running: str | None = None
+    sql_running: str | None = None
+    heartbeat: str = "absent"  # fresh / stale / absent
+    limit_ms: float | None = None
+    ok: bool = False
+    reason: str = ""
+    error: str | None = None
+
+    @property
+    def behind_total(self) -> int:
+        return sum(self.behind.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["lag_ms"] is not None:
+            d["lag_ms"] = round(d["lag_ms"], 1)
+        return d
+
+
+def judge(sample: LagSample, limit_ms: float) -> LagSample:
+    """Decide ok/reason for one sample (pure)."""
+    sample.limit_ms = limit_ms
+    if sample.error:
+        sample.ok, sample.reason = False, f"cannot read: {sample.error}"
+        return sample
+    stopped = [t for t, v in (("io", sample.io_running), ("sql", sample.sql_running)) if v != "Yes"]
+    behind = f"{sample.behind_total} trx behind" if sample.behind else "GTID distance unknown"
+    if stopped:
+        sample.ok = False
+        sample.reason = f"replication {'/'.join(stopped)} thread not running"
+    elif sample.lag_ms is not None:
+        sample.ok = sample.lag_ms <= limit_ms
+        sample.reason = f"lag {sample.lag_ms:.0f} ms {'<=' if sample.ok else '>'} {limit_ms:g} ms ({behind})"
+        return sample
+    else:
+        sample.ok = sample.behind_total == 0 and bool(sample.behind)
+        sample.reason = f"heartbeat {sample.heartbeat}: {behind} (GTID distance decides)"
+        return sample
+    if sample.lag_ms is not None:
+        sample.reason += f"; lag {sample.lag_ms:.0f} ms"
+    sample.reason += f"; {behind}"
+    return sample
+
+
+def sample_lag(primary: Server, replicas: Iterable[Server], *, limit_ms: float = 1000.0, write: bool = True,
+               settle_ms: float | None = None, fresh_ms: float = 2000.0, hb: HeartbeatTable = HeartbeatTable(),
+               poll_s: float = 0.005, clock: Callable[[], float] = time.monotonic) -> list[LagSample]:
+    """One lag sample per replica.
+
+    With `write` (built-in heartbeat only), one heartbeat is written on the
+    primary first and each replica gets up to `settle_ms` (default limit + 500)
+    to apply it: an idle healthy replica then reads ~0 ms instead of the age of
+    an old row, and one that cannot apply it is at least `settle_ms` behind.
+    Without `write`, a primary heartbeat older than `fresh_ms` is "stale".
+    """
+    replicas = list(replicas)
+    insp = Inspector(primary)
+    origin = insp.server_id()
+    wrote_at: float | None = None
+    primary_ts: datetime | None = None
+    if write and hb.kind == "dbmigrate":
+        primary_ts = write_heartbeat(primary, hb)
+        wrote_at = clock() if primary_ts is not None else None
+    if primary_ts is None:
+        primary_ts = read_heartbeat(primary, origin, hb)
+    fresh = primary_ts is not None and (wrote_at is not None or heartbeat_age_ms(primary, primary_ts, hb) <= fresh_ms)
+    target = insp.gtid_binlog_pos()
+
+    applied: dict[int, float] = {}  # replica index -> ms after the write when it showed up
+    latest: dict[int, datetime | None] = {}
+    errors: dict[int, str] = {}
+    settle = (limit_ms + 500.0) if settle_ms is None else settle_ms
+    while True:
+        for i, r in enumerate(replicas):
+            if i in applied or i in errors:
+                continue
+            try:
+                latest[i] = read_heartbeat(r, origin, hb)
+            except DbmigrateError as e:
+                errors[i] = e.message
+                continue
+            if fresh and latest[i] is not None and latest[i] >= primary_ts:
+                applied[i] = (clock() - wrote_at) * 1000.0 if wrote_at is not None else 0.0
+        waiting = wrote_at is not None and len(applied) + len(errors) < len(replicas)
+        if not waiting or (clock() - wrote_at) * 1000.0 >= settle:
+            break
+        time.sleep(poll_s)
+    waited_ms = (clock() - wrote_at) * 1000.0 if wrote_at is not None else 0.0
+
+    out = []
+    for i, r in enumerate(replicas):
+        s = LagSample(r.name, r.address, None)
+        if i in errors:
+            s.error = errors[i]
+            out.append(judge(s, limit_ms))
+            continue
+        try:
+            st = Inspector(r).replica_status()
+            if st is not None:
+                s.io_running, s.sql_running, s.seconds_behind_master = st.io_running, st.sql_running, st.seconds_behind
+            s.behind = r.flavor.behind(target, Inspector(r).gtid_executed()) if target else {}
+        except DbmigrateError as e:
+            s.error = e.message
+            out.append(judge(s, limit_ms))
+            continue
+        row = latest.get(i)
+        s.heartbeat = "absent" if row is None else ("fresh" if fresh else "stale")
+        if i in applied:
+            s.lag_ms = applied[i]
+        elif fresh and row is not None:
+            s.lag_ms = max(0.0, _ms(primary_ts, row), waited_ms)
+        elif wrote_at is not None:
+            # Our probe write did not arrive within the wait: that is a measurement, not a row's age.
+            s.lag_ms = waited_ms
+        out.append(judge(s, limit_ms))
+    return out
