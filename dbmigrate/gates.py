@@ -210,6 +210,13 @@ def _grants_by_host(server: Server, user: str) -> dict[str, list[str]]:
     return {h: insp.grants(user, h) for h in insp.user_hosts(user)}
 
 
+def fresh_states(candidate: Server, primary: Server) -> tuple[str, str]:
+    """Candidate's binlog state, then the primary's: read in this order, the primary is
+    never behind the snapshot of its replica, so live writes cannot look errant."""
+    cand_state = Inspector(candidate).gtid_state()
+    return cand_state, Inspector(primary).gtid_state()
+
+
 def lag_gate(primary: Server, replicas: list[Server], max_lag_ms: float) -> GateResult:
     samples = sample_lag(primary, replicas, limit_ms=max_lag_ms, write=True)
     details = {"max_lag_ms": max_lag_ms, "replicas": [s.to_dict() for s in samples]}
@@ -318,7 +325,7 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
     gates: list[tuple[str, Callable[[], GateResult]]] = [
         ("replication_running", lambda: replication_running_rule([cand, *others])),
         ("lag", lambda: lag_gate(primary.server, [n.server for n in reachable], limits.max_lag_ms)),
-        ("errant_gtids", lambda: errant_rule(cand.server.flavor, cand.gtid_state, primary.gtid_state, cand.address)),
+        ("errant_gtids", lambda: errant_rule(cand.server.flavor, *fresh_states(cand.server, primary.server), cand.address)),
         ("candidate_binlog", lambda: binlog_rule(cand.facts)),
         ("versions", lambda: versions_rule(cand.facts.version, primary.facts.version)),
         ("replication_filters", lambda: filters_rule([cand, *others])),

@@ -3,6 +3,7 @@ always torn down (even when a test fails)."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-_HOME = Path(tempfile.mkdtemp(prefix="dbm-test-"))
+_HOME = Path(tempfile.mkdtemp(prefix="dbm-test-"))  # removed by the `boxes` fixture or at exit
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 # Every sandbox, journal and CLI subprocess of this test session lives under here.
 os.environ["DBMIGRATE_HOME"] = str(_HOME)
 os.environ.setdefault("DBMIGRATE_JOURNAL", str(_HOME / "journal.sqlite"))

@@ -97,3 +97,91 @@ def evaluate_preflight(ctx, params) -> tuple[bool, str, dict]:
     if failed:
         return False, "; ".join(f"{g.name}: {g.reason}" for g in failed), details
     return True, f"all {len(results)} preflight gates passed", details
+
+
+# -- prepare -----------------------------------------------------------------------
+
+def prepare_steps(ctx, params) -> list:
+    """Before the fence: a share of reads to the candidate, warm-up, a digest baseline."""
+    from dbmigrate.engine.step import FunctionStep
+
+    steps = []
+    if params.read_share > 0:
+        steps.append(FunctionStep(f"move {params.read_share:.0%} of reads to the candidate", _shift_reads,
+                                  undo=_restore_reads))
+    return steps
+
+
+def _reader_weights(ctx, share: float) -> dict[str, int]:
+    r = ctx.resources
+    topo = r["topology"]
+    cand = topo.servers[r["new"]]
+    others = [topo.servers[n] for n in topo.replicas]
+    weights = {f"{s.host}:{s.port}": max(1, round(100 * (1 - share))) for s in others}
+    weights[f"{cand.host}:{cand.port}"] = max(1, round(100 * share)) if others else 100
+    return weights
+
+
+def _shift_reads(ctx) -> str:
+    router = ctx.resources.get("router")
+    if router is None:
+        return "no router configured: read share skipped"
+    weights = _reader_weights(ctx, ctx.params.read_share)
+    if ctx.dry_run:
+        for addr, w in weights.items():
+            ctx.record_statement("router", f"reader weight {addr} -> {w}")
+        return f"would set reader weights {weights}"
+    ctx.state["reader_weights_before"] = router.current().reader_weights
+    router.set_reader_weights(weights)
+    return f"reader weights now {weights}"
+
+
+def _restore_reads(ctx) -> str:
+    router = ctx.resources.get("router")
+    before = ctx.state.get("reader_weights_before")
+    if router is None or not before:
+        return "nothing to restore"
+    router.set_reader_weights(before)
+    return f"reader weights restored to {before}"
+
+
+# -- orchestrator --------------------------------------------------------------------
+
+def orchestrator_steps(ctx, params) -> list:
+    """Fence and promotion by orchestrator's graceful-master-takeover-auto; the rest stays ours."""
+    from dbmigrate.engine.step import FunctionStep
+    from dbmigrate.procedures.promote import _router, _switch_back, _sw, _verify_shape
+
+    return [
+        FunctionStep("graceful-master-takeover-auto (orchestrator)", _orchestrator_takeover,
+                     check=lambda c: not c.dry_run and _sw(c).writable(c.resources["new"]), undo=_switch_back),
+        FunctionStep("switch router", _router, check=lambda c: not c.dry_run and _sw(c).router_points_to(c.resources["new"]),
+                     undo=_switch_back),
+        FunctionStep("check reverse replication", _check_reverse, verify=_verify_shape, mutating=False),
+    ]
+
+
+def _orchestrator_takeover(ctx) -> str:
+    from dbmigrate.topology.orchestrator import OrchestratorClient
+
+    r = ctx.resources
+    spec = r["inventory"].cluster(ctx.cluster)
+    if not spec.orchestrator_url:
+        raise UsageError(f"cluster '{ctx.cluster}' has no orchestrator_url", hint="add it to the inventory or use via: dbmigrate")
+    client = OrchestratorClient(spec.orchestrator_url)
+    cand = r["topology"].servers[r["new"]]
+    cluster_name = spec.orchestrator_cluster or client.cluster_name_of(cand.host, cand.port)
+    if ctx.dry_run:
+        ctx.record_statement("orchestrator", f"GET /api/graceful-master-takeover-auto/{cluster_name}/{cand.host}/{cand.port}")
+        return "would ask orchestrator for a graceful master takeover"
+    ctx.state["candidate_opened"] = True
+    answer = client.graceful_takeover_auto(cluster_name, cand.host, cand.port)
+    return f"orchestrator promoted {r['new']}: {getattr(answer, 'message', answer)}"
+
+
+def _check_reverse(ctx) -> str:
+    from dbmigrate.procedures.promote import _sw
+
+    sw = _sw(ctx)
+    sw.wait_replica_running(sw.old, timeout=10)
+    return f"{sw.old} replicates from {sw.new}"

@@ -339,10 +339,13 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
         said.append(back.switch_router())
     if back.has_replication_config(sw.old):
         said.append(back.reset_new_replication())
-    pos = back.insp(sw.old).gtid_binlog_pos()
+    # Replicas still under sw.new must first apply everything sw.new wrote (it is
+    # read-only now, so its position is final); sw.old's own position would be
+    # unreachable for them, since it moves on with new writes.
+    final_new = _binlog_pos_or_empty(back, sw.new)
     for r in sw.topo.replicas:
         if not back.replicates_from(r, sw.old):
-            back._repoint(r, sw.old, pos)
+            back._repoint(r, sw.old, final_new if back.replicates_from(r, sw.new) else "")
             said.append(f"repointed {r} to {sw.old}")
     if new_writable is not None and not back.replicates_from(sw.new, sw.old):
         back._make_replica(sw.new, sw.old)
@@ -353,6 +356,13 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
             back.apply(sw.new).start_replica()
             said.append(f"{sw.new} resumed replicating from {sw.old}")
     return "; ".join(said) or f"{sw.old} is already the primary"
+
+
+def _binlog_pos_or_empty(sw: Switchover, name: str) -> str:
+    try:
+        return sw.insp(name).gtid_binlog_pos()
+    except DbmigrateError:
+        return ""
 
 
 def _writable_or_none(sw: Switchover, name: str) -> bool | None:

@@ -215,7 +215,9 @@ def assess(cluster: Cluster, lag_warn_s: int = 60) -> Cluster:
             flavor = detect(f.version)
             n.behind = {d: c for d, c in flavor.behind(primary.facts.gtid_binlog_pos, f.gtid_executed).items()}
             if n.gtid_state and primary.gtid_state:
-                errant = flavor.errant(n.gtid_state, primary.gtid_state)
+                # The primary was read before some replicas: its own newer GTIDs are not errant.
+                errant = [g for g in flavor.errant(n.gtid_state, primary.gtid_state)
+                          if not (flavor.name == "mariadb" and g.split("-")[1] == str(primary.facts.server_id))]
                 if errant:
                     n.problems.append("errant GTIDs: " + ", ".join(errant))
     cluster.problems = cluster_problems + [f"{n.address}: {p}" for n in nodes.values() for p in n.problems]
