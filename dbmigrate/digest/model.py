@@ -129,7 +129,7 @@ class Digest:
         if not isinstance(data, dict) or (data and "classes" not in data and "global" not in data):
             raise DigestFormatError(f"{where}: no 'global' or 'classes' key",
                                     hint="expected pt-query-digest --output json, or a file written by dbmigrate digest")
-        exact = bool(samples)
+        exact = samples is not None  # collected, even if the log was empty
         classes = []
         for i, raw in enumerate(data.get("classes") or []):
             w = f"{where}: classes[{i}]"
@@ -223,3 +223,16 @@ def _table_names(tables: Iterable[Any]) -> Iterable[str]:
         name = text.removeprefix("SHOW CREATE TABLE ").removesuffix("\\G").strip()
         if name:
             yield name
+
+
+def format_latency(seconds: float | None) -> str:
+    """707 µs, 12.3 ms, 1.52 s: the unit a person reads at a glance."""
+    if seconds is None:
+        return "n/a"
+    us = seconds * 1e6
+    if abs(us) < 1000:
+        return f"{us:.0f} µs"
+    if abs(us) < 1_000_000:
+        ms = us / 1000
+        return f"{ms:.2f} ms" if abs(ms) < 10 else f"{ms:.1f} ms" if abs(ms) < 100 else f"{ms:.0f} ms"
+    return f"{seconds:.2f} s"
