@@ -90,7 +90,9 @@ class QueryClass:
 
     @property
     def label(self) -> str:
-        return self.distillate or self.fingerprint[:60]
+        """The fingerprint, shortened: distillates ("SELECT orders") do not tell two classes apart."""
+        text = self.fingerprint or self.distillate
+        return text if len(text) <= 72 else text[:71] + "…"
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -58,7 +59,7 @@ def digest_table(digest: Digest, limit: int = 20) -> Table:
         t.add_column(col, justify=just)
     total = digest.total_time or 1
     for c in sorted(digest.classes, key=lambda c: (-c.total_time, c.checksum))[:limit]:
-        t.add_row(f"{c.label} [dim]{c.checksum[:8]}[/]", f"{c.total_time / total:.0%}", f"{c.count:,}",
+        t.add_row(f"{escape(c.label)} [dim]{c.checksum[:8]}[/]", f"{c.total_time / total:.0%}", f"{c.count:,}",
                   format_latency(c.avg), format_latency(c.p95), format_latency(c.p99), format_latency(c.max),
                   "–" if c.rows_examined_avg is None else f"{c.rows_examined_avg:,.0f}")
     return t
@@ -87,7 +88,7 @@ def comparison_renderable(cmp: Comparison, limit: int = 30) -> Group:
         t.add_column(f"Δ {m}", justify="right")
     for r in cmp.rows[:limit]:
         cells: list[Any] = [
-            f"{r.label} [dim]{r.key[:8]}[/]", r.status,
+            f"{escape(r.label)} [dim]{r.key[:8]}[/]", r.status,
             f"{r.share_before:.0%}" if r.share_before is not None else "–",
             f"{_rate(r.volume.before, per_s)} → {_rate(r.volume.after, per_s)}"]
         for m in metrics:

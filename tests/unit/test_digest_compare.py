@@ -32,8 +32,8 @@ def fixtures():
     return Digest.load(FIX / "before.json"), Digest.load(FIX / "after.json")
 
 
-def row(cmp, label):
-    return next(r for r in cmp.rows if r.label == label)
+def row(cmp, distillate):
+    return next(r for r in cmp.rows if (r.before or r.after).distillate == distillate)
 
 
 def test_regression_improvement_noise_new_and_gone(fixtures):
@@ -52,8 +52,8 @@ def test_regression_improvement_noise_new_and_gone(fixtures):
     assert items.latency["avg"].direction == "same" and not items.latency["avg"].significant
     assert row(cmp, "SELECT legacy_flags").status == "gone"
     assert row(cmp, "INSERT audit").status == "new"
-    assert [r.label for r in cmp.regressions] == ["SELECT orders"]
-    assert [r.label for r in cmp.improvements] == ["UPDATE orders"]
+    assert cmp.regressions == [orders]
+    assert cmp.improvements == [update]
     assert any("1 class(es) only before (gone), 1 only after (new)" in n for n in cmp.notes)
 
 
@@ -121,10 +121,10 @@ def test_markdown_report(fixtures):
     md = report.comparison_markdown(compare(*fixtures))
     assert "| query class | before | after | change |" in md
     assert "average query latency 128 µs → 619 µs (+385%)" in md
-    assert "| `SELECT orders` 794F5440 | 200 µs | 2.00 ms | **▲ +900% (+1.80 ms)** |" in md
-    assert "| `UPDATE orders` 102435CD | 300 µs | 150 µs | ▼ −50% (−150 µs) |" in md
-    assert "| `INSERT audit` 23DCA152 | – | 400 µs | new |" in md
-    assert "| `SELECT legacy_flags` 996859AA | 100 µs | – | gone |" in md
+    assert "| `select c from orders where customer_id = ?` 794F5440 | 200 µs | 2.00 ms | **▲ +900% (+1.80 ms)** |" in md
+    assert "| `update orders set status = ? where id = ?` 102435CD | 300 µs | 150 µs | ▼ −50% (−150 µs) |" in md
+    assert "| `insert into audit (who, what) values(?+)` 23DCA152 | – | 400 µs | new |" in md
+    assert "| `select * from legacy_flags where id = ?` 996859AA | 100 µs | – | gone |" in md
     assert "**1 class(es) slower**" in md
 
 
@@ -138,7 +138,8 @@ def test_json_report_round_trips(fixtures):
     data = json.loads(json.dumps(report.comparison_json(compare(*fixtures))))
     assert data["overall"]["avg"]["direction"] == "worse"
     statuses = {c["label"]: c["status"] for c in data["classes"]}
-    assert statuses["INSERT audit"] == "new" and statuses["SELECT legacy_flags"] == "gone"
+    assert statuses["insert into audit (who, what) values(?+)"] == "new"
+    assert statuses["select * from legacy_flags where id = ?"] == "gone"
     assert data["noise"] == {"pct": 10.0, "abs_us": 50.0}
 
 

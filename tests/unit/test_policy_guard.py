@@ -91,7 +91,7 @@ def test_each_top_class_reports_the_worst():
     cur = digest([qc("A", 600, 0.001), qc("B", 300, 0.001, p95=0.004), qc("C", 100, 0.001)], p95=0.002)
     policy = GuardPolicy(rules=[Rule(metric="p95", scope="each_top_class", share=0.9, max_regression_pct=30)])
     d = evaluate(policy, BASE, cur)
-    assert d.rollback and "SELECT B [B]" in d.reasons[0] and "+100%" in d.reasons[0]
+    assert d.rollback and "select b [B]" in d.reasons[0] and "+100%" in d.reasons[0]
     # the weighted aggregate of the same set dilutes B's +100% to +33% (weights 600 and 300)
     agg = evaluate(GuardPolicy(rules=[Rule(metric="p95", scope="top_time_share", share=0.9, max_regression_pct=40)]),
                    BASE, cur)
