@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -22,11 +23,16 @@ def _progress(msg: str) -> None:
     err_console.print(f"[dim]… {msg}[/]", highlight=False)
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _open_server(inventory: Optional[Path], server: Optional[str]):
     from dbmigrate.config import load_inventory
 
     if inventory is None or server is None:
-        raise UsageError("--inventory and --server are required", hint="e.g. --inventory inventory.yaml --server db-1")
+        raise UsageError("--inventory and --server are required",
+                         hint="e.g. --inventory inventory.yaml --server db-1 (or digest an existing log with --slow-log FILE)")
     return load_inventory(inventory).open(server)
 
 
@@ -52,6 +58,9 @@ def capture(
         sentence = f"digested {d.query_count} queries in {len(d.classes)} classes from {slow_log}; digest in {target}"
     else:
         srv = _open_server(inventory, server)
+        # A plain `kill` should still close the window: turn SIGTERM into an exit that runs
+        # the restore. SIGKILL cannot be caught; that is what `digest restore` is for.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
             result = proc.capture_window(srv, seconds, out, saved_settings_file=saved_settings, log_file=log_file,
                                          progress=None if json_out else _progress)

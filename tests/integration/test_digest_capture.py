@@ -227,3 +227,26 @@ def test_crash_mid_window_is_repaired_by_restore(box, tmp_path):
 
     r = cli("digest", "restore", "--inventory", inventory, "--server", f"{SANDBOX}-1", "--from-file", str(saved_file))
     assert r.returncode == 2 and "already restored" in r.stderr
+
+
+def test_sigterm_mid_window_restores_before_exiting(box, tmp_path):
+    state, inv = box
+    primary = inv.open(f"{SANDBOX}-1")
+    primary.execute("SET GLOBAL long_query_time=4")
+    out = tmp_path / "term.digest.json"
+    proc = subprocess.Popen([sys.executable, "-m", "dbmigrate", "digest", "capture", "--inventory",
+                             str(state.inventory_file), "--server", f"{SANDBOX}-1", "--seconds", "120", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while slow_settings(primary)["long_query_time"] != 0:
+            assert time.monotonic() < deadline, "the capture window never opened"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert slow_settings(primary)["long_query_time"] == 4
+    assert json.loads((tmp_path / "term.saved-settings.json").read_text())["restored_at"]
