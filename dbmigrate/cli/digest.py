@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
 
 from dbmigrate.cli.common import console, err_console, print_json
 from dbmigrate.exceptions import UsageError
@@ -110,7 +112,10 @@ def compare(
     elif markdown:
         typer.echo(report.comparison_markdown(cmp, limit), nl=False)
     else:
-        console.print(report.comparison_renderable(cmp, limit))
+        out = console
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            out = Console(width=200)  # a file or a pipe: no reason to crop at 80 columns
+        out.print(report.comparison_renderable(cmp, limit, width=out.width))
 
 
 @cmd.command("evaluate")

@@ -265,15 +265,19 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
             persist(saved)
 
     window = SlowLogWindow(server, log_file=log_file, persist=persist_all)
-    window.open()
-    say(f"window open on {server.name}: long_query_time=0 to {window.log_file} for {seconds:g}s "
-        f"(previous settings saved in {saved_path})")
+    restored: list[str] = []
+    # open() is inside the try: an interrupt that lands just after the last SET
+    # must still restore (open() itself undoes a half-applied window).
     try:
+        window.open()
+        say(f"window open on {server.name}: long_query_time=0 to {window.log_file} for {seconds:g}s "
+            f"(previous settings saved in {saved_path})")
         sleep(seconds)
     finally:
-        restored = window.close()
-        mark_restored(saved_path, window.saved_settings or {})
-        say(f"window closed after {window.duration_s:.1f}s; settings restored ({len(restored)} changed)")
+        if window.saved_settings is not None:
+            restored = window.close()
+            mark_restored(saved_path, window.saved_settings)
+            say(f"window closed after {window.duration_s or 0:.1f}s; settings restored ({len(restored)} changed)")
     local_log = (reader or LocalFileReader()).fetch(window.log_file or "", out.parent)
     source = {"kind": "window", "server": server.name, "address": server.address, "slow_log": str(window.log_file),
               "captured_at": window.saved_settings["opened_at"] if window.saved_settings else _now_iso(),
