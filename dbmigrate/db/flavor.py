@@ -79,10 +79,23 @@ class Flavor:
     def set_read_only_sql(self, on: bool) -> list[str]: raise NotImplementedError
     def prepare_as_replica_sql(self) -> list[str]: raise NotImplementedError
 
+    # -- slow log capture window --
+    def slow_log_variables(self) -> tuple[str, ...]: raise NotImplementedError
+    def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]: raise NotImplementedError
+
     # -- GTID arithmetic --
     def behind(self, source_pos: str, replica_pos: str) -> dict[str, int]: raise NotImplementedError
     def errant(self, candidate_state: str, source_state: str) -> list[str]: raise NotImplementedError
     def includes(self, pos: str, target: str) -> bool: raise NotImplementedError
+
+
+def _log_output_with_file(current: Any) -> str:
+    """log_output that also writes to FILE, keeping TABLE if it was there (the general log shares it)."""
+    kinds = [k.strip().upper() for k in str(current or "").split(",") if k.strip()]
+    kinds = [k for k in kinds if k != "NONE"]
+    if "FILE" not in kinds:
+        kinds.append("FILE")
+    return ",".join(kinds)
 
 
 class MariaDB(Flavor):
@@ -148,6 +161,29 @@ class MariaDB(Flavor):
     def prepare_as_replica_sql(self) -> list[str]:
         # A former primary has an empty gtid_slave_pos: start from what it wrote itself.
         return ["SET GLOBAL gtid_slave_pos=@@GLOBAL.gtid_binlog_pos"]
+
+    # Everything that decides what reaches the slow log. Order matters on restore:
+    # long_query_time first (stops the flood), the file last.
+    _SLOW_LOG_EVERYTHING = ("admin,filesort,filesort_on_disk,filesort_priority_queue,full_join,full_scan,"
+                            "query_cache,query_cache_miss,tmp_table,tmp_table_on_disk")
+
+    def slow_log_variables(self) -> tuple[str, ...]:
+        return ("long_query_time", "slow_query_log", "log_slow_rate_limit", "log_slow_filter",
+                "log_slow_verbosity", "min_examined_row_limit", "log_output", "slow_query_log_file")
+
+    def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]:
+        # Applied in this order: point at our file and log every statement type,
+        # then switch logging on, and long_query_time=0 last.
+        return {
+            "slow_query_log_file": log_file,
+            "log_output": _log_output_with_file(current.get("log_output")),
+            "log_slow_rate_limit": 1,             # >1 samples sessions: we need them all
+            "log_slow_filter": self._SLOW_LOG_EVERYTHING,  # the default: no statement type filtered out
+            "log_slow_verbosity": "",             # query plans/EXPLAIN per statement would be costly at long_query_time=0
+            "min_examined_row_limit": 0,
+            "slow_query_log": 1,
+            "long_query_time": 0,
+        }
 
     def behind(self, source_pos, replica_pos):
         return {str(d): n for d, n in gtid.mariadb_behind(source_pos, replica_pos).items()}
@@ -227,6 +263,20 @@ class MySQL(Flavor):
 
     def prepare_as_replica_sql(self) -> list[str]:
         return []  # auto-position needs no seeding
+
+    def slow_log_variables(self) -> tuple[str, ...]:
+        return ("long_query_time", "slow_query_log", "log_slow_admin_statements", "min_examined_row_limit",
+                "log_output", "slow_query_log_file")
+
+    def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "slow_query_log_file": log_file,
+            "log_output": _log_output_with_file(current.get("log_output")),
+            "log_slow_admin_statements": 1,
+            "min_examined_row_limit": 0,
+            "slow_query_log": 1,
+            "long_query_time": 0,
+        }
 
     def behind(self, source_pos, replica_pos):
         missing = gtid.mysql_subtract(gtid.parse_mysql_set(source_pos), gtid.parse_mysql_set(replica_pos))

@@ -112,6 +112,18 @@ class Inspector:
             "('mysql','information_schema','performance_schema','sys')")
         return [r["s"] for r in rows]
 
+    def slow_log_settings(self) -> dict[str, Any]:
+        """The slow-log variables of this flavor, as JSON-safe values of the right type
+        (numbers stay numbers: SET GLOBAL long_query_time='10' is refused)."""
+        out: dict[str, Any] = {}
+        for name, value in self.variables(*self.flavor.slow_log_variables()).items():
+            if isinstance(value, (bytes, bytearray)):
+                value = value.decode()
+            elif value is not None and not isinstance(value, (int, float, str)):
+                value = float(value)  # Decimal
+            out[name] = value
+        return out
+
     def status(self, *names: str) -> dict[str, str]:
         placeholders = ",".join(["%s"] * len(names))
         rows = self.server.query(

@@ -1,0 +1,173 @@
+"""`dbmigrate digest ...`: capture query digests, compare before/after, restore after a crash."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from dbmigrate.cli.common import console, err_console, print_json
+from dbmigrate.exceptions import UsageError
+
+cmd = typer.Typer(help="Query digests (pt-query-digest): capture, compare before/after, guard policy.",
+                  no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cmd, name="digest")
+
+
+def _progress(msg: str) -> None:
+    err_console.print(f"[dim]… {msg}[/]", highlight=False)
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _open_server(inventory: Optional[Path], server: Optional[str]):
+    from dbmigrate.config import load_inventory
+
+    if inventory is None or server is None:
+        raise UsageError("--inventory and --server are required",
+                         hint="e.g. --inventory inventory.yaml --server db-1 (or digest an existing log with --slow-log FILE)")
+    return load_inventory(inventory).open(server)
+
+
+@cmd.command("capture")
+def capture(
+    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="Inventory file."),
+    server: Optional[str] = typer.Option(None, "--server", "-s", help="Server name or host:port from the inventory."),
+    seconds: float = typer.Option(20.0, "--seconds", help="Length of the slow-log window."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Digest file (default $DBMIGRATE_HOME/digests/...)."),
+    slow_log: Optional[Path] = typer.Option(None, "--slow-log", help="Digest this existing slow log instead of opening a window."),
+    saved_settings: Optional[Path] = typer.Option(None, "--saved-settings",
+                                                  help="Where to keep the server's previous settings (default: next to --out)."),
+    log_file: Optional[str] = typer.Option(None, "--server-log-file", help="Server-side path of the window's slow log."),
+    json_out: bool = typer.Option(False, "--json", help="Print the digest as JSON."),
+):
+    """Capture a digest: long_query_time=0 for N seconds on a server (settings restored), or digest a slow log."""
+    from dbmigrate.digest.report import digest_table
+    from dbmigrate.procedures import digest as proc
+
+    if slow_log is not None:
+        target = out or proc.default_digest_file(slow_log.stem)
+        d = proc.digest_slow_log(slow_log, target)
+        sentence = f"digested {d.query_count} queries in {len(d.classes)} classes from {slow_log}; digest in {target}"
+    else:
+        srv = _open_server(inventory, server)
+        # A plain `kill` should still close the window: turn SIGTERM into an exit that runs
+        # the restore. SIGKILL cannot be caught; that is what `digest restore` is for.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            result = proc.capture_window(srv, seconds, out, saved_settings_file=saved_settings, log_file=log_file,
+                                         progress=None if json_out else _progress)
+        finally:
+            srv.close()
+        d, sentence = result.digest, result.sentence()
+        if result.sessions_before and not json_out:
+            _progress(f"{result.sessions_before} client session(s) were connected before the window opened: "
+                      "their statements are not captured (long_query_time is copied at connect)")
+    if json_out:
+        print_json(d.to_dict())
+        return
+    console.print(digest_table(d))
+    console.print(sentence)
+
+
+@cmd.command("show")
+def show(digest_file: Path = typer.Argument(..., help="A digest file (dbmigrate or pt-query-digest JSON)."),
+         limit: int = typer.Option(20, "--limit")):
+    """Show one digest: classes by share of query time."""
+    from dbmigrate.digest.model import Digest
+    from dbmigrate.digest.report import digest_table
+
+    console.print(digest_table(Digest.load(digest_file), limit))
+
+
+@cmd.command("compare")
+def compare(
+    before: Path = typer.Argument(..., help="Digest before (baseline)."),
+    after: Path = typer.Argument(..., help="Digest after."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable comparison."),
+    markdown: bool = typer.Option(False, "--markdown", help="A report to paste (tables and overall sentences)."),
+    noise_pct: float = typer.Option(10.0, "--noise-pct", help="Hide latency changes under this percentage."),
+    noise_us: float = typer.Option(50.0, "--noise-us", help="Hide latency changes under this many microseconds."),
+    limit: int = typer.Option(30, "--limit", help="Classes shown (JSON has them all)."),
+):
+    """Compare two digests per query class and overall (▲ worse, ▼ better)."""
+    from dbmigrate.digest.compare import Noise, compare as do_compare
+    from dbmigrate.digest.model import Digest
+    from dbmigrate.digest import report
+
+    if json_out and markdown:
+        raise UsageError("choose one of --json and --markdown")
+    cmp = do_compare(Digest.load(before), Digest.load(after), Noise(noise_pct, noise_us))
+    if json_out:
+        print_json(report.comparison_json(cmp))
+    elif markdown:
+        typer.echo(report.comparison_markdown(cmp, limit), nl=False)
+    else:
+        out = console
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            out = Console(width=200)  # a file or a pipe: no reason to crop at 80 columns
+        out.print(report.comparison_renderable(cmp, limit, width=out.width))
+
+
+@cmd.command("evaluate")
+def evaluate(
+    policy_file: Path = typer.Option(..., "--policy", help="Guard policy (YAML/JSON; a playbook's guard: section works)."),
+    baseline: Path = typer.Argument(..., help="Digest before the cutover."),
+    current: Path = typer.Argument(..., help="Digest of the guard window."),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """What the latency guard would decide for these two digests (exit 3 when it would roll back)."""
+    from dbmigrate.digest.model import Digest
+    from dbmigrate.digest.policy import evaluate as do_evaluate, load_policy
+    from dbmigrate.digest.report import decision_text
+
+    decision = do_evaluate(load_policy(policy_file), Digest.load(baseline), Digest.load(current))
+    if json_out:
+        print_json({"rollback": decision.rollback, "insufficient": decision.insufficient,
+                    "reasons": decision.reasons, "numbers": decision.numbers})
+    else:
+        console.print(decision_text(decision))
+    if decision.rollback:
+        raise typer.Exit(3)
+
+
+@cmd.command("restore")
+def restore(
+    inventory: Path = typer.Option(..., "--inventory", "-i", help="Inventory file."),
+    server: str = typer.Option(..., "--server", "-s", help="Server the window was opened on."),
+    from_file: Path = typer.Option(..., "--from-file", help="The .saved-settings.json written when the window opened."),
+    force: bool = typer.Option(False, "--force", help="Apply even if the file says it was already restored."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the statements, change nothing."),
+):
+    """Put back the slow-log settings saved before a capture window (after a crash of the tool)."""
+    from dbmigrate.db.applier import Applier
+    from dbmigrate.procedures import digest as proc
+
+    saved = proc.load_saved_settings(from_file)
+    if saved.get("restored_at") and not force:
+        raise UsageError(f"{from_file} was already restored at {saved['restored_at']}",
+                         hint="settings may have changed since; pass --force to apply them again anyway")
+    srv = _open_server(inventory, server)
+    try:
+        applier = Applier(srv, dry_run=dry_run)
+        changed = proc.restore(srv, saved, applier=applier)
+    finally:
+        srv.close()
+    if dry_run:
+        for sql in applier.planned:
+            console.print(sql, highlight=False)
+        return
+    proc.mark_restored(from_file, saved)
+    if changed:
+        console.print(f"[green]restored on {srv.name}:[/] " + "; ".join(changed), highlight=False)
+    else:
+        console.print(f"{srv.name} already had the saved settings; nothing changed")

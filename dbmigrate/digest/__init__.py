@@ -1,0 +1,1 @@
+"""Query digests: parsed pt-query-digest captures, comparisons, the latency guard policy, reports."""
