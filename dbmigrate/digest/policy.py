@@ -159,12 +159,11 @@ def load_policy(path: str | Path) -> GuardPolicy:
     """A policy from a YAML/JSON file (errors name file, line and field)."""
     path = Path(path)
     data, locate = load_yaml_with_lines(path)
+    locate_inner = locate
     if isinstance(data, dict) and "guard" in data and "rules" not in data:
         data = data["guard"]  # a playbook fragment: guard: {window_s: ..., rules: [...]}
-        locate_inner = lambda loc: locate(["guard", *loc])  # noqa: E731
-    else:
-        locate_inner = locate
+        locate_inner = lambda loc: locate(("guard", *loc))  # noqa: E731
     try:
         return GuardPolicy.model_validate(data)
     except ValidationError as e:
-        raise format_validation_error(path, e, locate_inner, GuardPolicy) from None
+        raise format_validation_error(path, e, locate_inner, data=data, model=GuardPolicy) from None
