@@ -120,6 +120,8 @@ class Playbook:
 
     def build(self, ctx: RunContext) -> Procedure:
         """Build the procedure and attach the playbook's gates to its phases."""
+        # Procedures may read playbook-level sections (e.g. the guard policy) at build time.
+        ctx.resources.setdefault("playbook", self)
         procedure = self.entry.build(ctx, self.params)
         phases = [p.name for p in procedure.phases]
         for i, gate in enumerate(self.spec.gates):

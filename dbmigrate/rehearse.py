@@ -39,6 +39,26 @@ def _shape(inv, cluster: str) -> list[dict[str, Any]]:
     return out
 
 
+def _wait_applied(inv, cluster: str, replica: str, timeout: float = 30) -> None:
+    primary = next(n for n, s in inv.cluster(cluster).servers.items() if s.role == "primary")
+    with inv.open(primary) as p, inv.open(replica) as r:
+        pos = Inspector(p).gtid_binlog_pos()
+        if not Inspector(r).wait_for_gtid(pos, timeout):
+            raise RuntimeError(f"{replica} did not apply {pos} within {timeout}s")
+
+
+def _guard_facts(run_id: str) -> dict[str, Any]:
+    """What the guard decided, read back from the run's journal."""
+    from dbmigrate.cli.runs import resolve_journal_path
+    from dbmigrate.engine.journal import Journal
+
+    with Journal(resolve_journal_path()) as j:
+        state = j.all_state(run_id)
+    windows = state.get("guard_decisions") or []
+    return {"tripped": state.get("guard_tripped"), "last": windows[-1] if windows else None,
+            "windows": windows, "switched_at": state.get("switched_at")}
+
+
 def _write_playbook(path: Path, inventory: Path, cluster: str, candidate: str, extra: dict[str, Any]) -> Path:
     doc = {
         "procedure": "promote",
@@ -54,8 +74,28 @@ def _write_playbook(path: Path, inventory: Path, cluster: str, candidate: str, e
     return path
 
 
+GUARD_POLICY = {
+    "window_s": 15,
+    "min_samples": 100,
+    "min_class_samples": 20,
+    "rules": [
+        {"metric": "p95", "scope": "top_time_share", "share": 0.5, "max_regression_pct": 100, "min_abs_us": 1000},
+        {"metric": "avg", "scope": "overall", "max_regression_pct": 200, "min_abs_us": 1000},
+    ],
+}
+
+
+def _drop_index_locally(inv, candidate: str) -> None:
+    """The deliberate regression: the candidate loses the index the read workload uses,
+    without binlogging it (so no other server is touched)."""
+    with inv.open(candidate) as c:
+        c.execute("SET SESSION sql_log_bin=0")
+        c.execute("ALTER TABLE app.orders DROP INDEX idx_customer")
+
+
 def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5, keep: bool = False,
-                     subscribers=(), playbook_extra: dict[str, Any] | None = None,
+                     subscribers=(), playbook_extra: dict[str, Any] | None = None, regress: bool = False,
+                     guard: bool = True,
                      before_cutover: Callable[[Any, str, str], None] | None = None) -> dict[str, Any]:
     from dbmigrate.cli.runs import start_run
     from dbmigrate.sandbox import haproxy
@@ -67,7 +107,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
     name = f"rehearsal-{secrets.token_hex(2)}"
     t0 = time.monotonic()
     state = boxes.up(name, replicas=2)
-    verifier = background = None
+    verifier = background = reads = None
     try:
         candidate = f"{name}-new"
         boxes.add_instance(name, candidate, replica_of=f"{name}-1", buffer_pool_mb=256)
@@ -83,6 +123,17 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         say(f"sysbench oltp_write_only for {load_seconds}s on the old primary")
         load_before = bench.run(time_s=load_seconds)
 
+        from dbmigrate.tools.readload import ReadLoad, create_orders
+
+        with inv.open(f"{name}-1") as p:
+            create_orders(p)
+        if regress:
+            _wait_applied(inv, name, candidate)
+            _drop_index_locally(inv, candidate)
+            say(f"regression built: idx_customer dropped on {candidate} only (sql_log_bin=0)")
+        router = inv.cluster(name).router
+        reads = ReadLoad("127.0.0.1", router.writer_port, inv.app_credentials(name))
+        reads.start()
         verifier = ZeroLossVerifier.for_cluster(inv, name)
         verifier.prepare()
         verifier.start()
@@ -93,10 +144,15 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         if before_cutover:
             before_cutover(inv, name, candidate)
 
-        playbook = _write_playbook(state.path / "promote.yaml", state.inventory_file, name, candidate,
-                                   playbook_extra or {})
-        say(f"running playbook {playbook.name}: promote {candidate}")
+        extra = dict(playbook_extra or {})
+        if guard:
+            extra.setdefault("guard", GUARD_POLICY)
+            extra.setdefault("params", {}).setdefault("baseline_seconds", 6)
+        playbook = _write_playbook(state.path / "promote.yaml", state.inventory_file, name, candidate, extra)
+        say(f"running playbook {playbook.name}: promote {candidate}"
+            f"{' with the latency guard' if guard else ''}{' (regression built in)' if regress else ''}")
         outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+        finished = time.time()
         time.sleep(0.3)  # a few writes on the final primary before the check
         try:
             background.stop()
@@ -104,6 +160,10 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             pass  # it may have died at the flip (see above); the verifier is the judge
         background = None
         verifier.stop()
+        reads.stop()
+        reads_summary = reads.summary()
+        reads = None
+        guard_info = _guard_facts(outcome.run_id)
 
         shape_after = _shape(inv, name)
         primary = next(s["name"] for s in shape_after if not s["read_only"])
@@ -135,6 +195,11 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             "topology_after": shape_after,
             "load_before": load_before.to_dict(),
             "load_after": load_after.to_dict(),
+            "reads": reads_summary,
+            "guard": guard_info.get("tripped") or guard_info.get("last"),
+            "guard_windows": guard_info.get("windows", []),
+            "rollback_s": (round(finished - guard_info["switched_at"], 2)
+                           if rolled_back and guard_info.get("switched_at") else None),
             "elapsed_s": round(time.monotonic() - t0, 1),
         }
     finally:
@@ -145,5 +210,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                 pass
         if verifier is not None:
             verifier.stop()
+        if reads is not None:
+            reads.stop()
         if not keep:
             boxes.down(name)

@@ -20,6 +20,9 @@ def promote(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object (the report)."),
     load_seconds: int = typer.Option(5, "--load-seconds", help="sysbench window before and after."),
     keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running for inspection."),
+    regress: bool = typer.Option(False, "--regress", help="Drop an index the reads use on the candidate only: "
+                                 "the latency guard must roll the cutover back."),
+    guard: bool = typer.Option(True, "--guard/--no-guard", help="Baseline digest and latency guard around the cutover."),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
     from dbmigrate.engine.render import ConsoleRenderer
@@ -27,12 +30,14 @@ def promote(
 
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
     subscribers = [] if json_out else [ConsoleRenderer(console)]
-    report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep, subscribers=subscribers)
+    report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep, subscribers=subscribers,
+                              regress=regress, guard=guard or regress)
     if json_out:
         print_json(report)
     else:
         render_report(report)
-    if report["lost_writes"] or report["run_status"] not in ("done",):
+    expected = report["rolled_back"] if regress else (report["run_status"] == "done" and not report["rolled_back"])
+    if report["lost_writes"] or not expected:
         raise typer.Exit(1)
 
 
@@ -56,6 +61,12 @@ def render_report(r: dict) -> None:
     console.print(f"new primary: [bold]{r['new_primary']}[/]  old primary replicating from it: "
                   f"{'[green]yes[/]' if r['old_primary_replicating'] else '[red]no[/]'}")
     console.print(f"fenced window (longest gap between acknowledged writes): [bold]{r['fenced_ms']} ms[/]")
+    if r.get("guard"):
+        g = r["guard"]
+        console.print(f"latency guard: {'[red]rolled back[/]' if g.get('rollback') else '[green]within policy[/]'}"
+                      f" ({'; '.join(g.get('reasons') or []) or 'no rule fired'})")
+    if r.get("rollback_s") is not None:
+        console.print(f"rollback complete {r['rollback_s']} s after the new primary took traffic")
     console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: "
                   f"{'[green]0[/]' if not lost else f'[red]{lost}[/]'}; run {r['run_id']} {r['run_status']}"
                   f"{' (rolled back)' if r['rolled_back'] else ''}")

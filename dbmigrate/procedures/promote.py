@@ -42,7 +42,8 @@ class PromoteParams(BaseModel):
     verify_timeout_s: float = Field(10, gt=0)
     read_share: float = Field(0.0, ge=0, le=1, description="share of reads moved to the candidate first")
     warm: Optional[WarmSpec] = None
-    baseline_seconds: float = Field(0, ge=0, description="capture a digest baseline on the old primary first")
+    baseline_seconds: float = Field(10, gt=0, description="baseline digest length on the old primary (with a guard)")
+    guard_sample_s: float = Field(5, gt=0, description="length of each guard window after the cutover")
 
 
 def _sw(ctx: RunContext) -> Switchover:
@@ -92,7 +93,12 @@ def _switch_back(ctx: RunContext) -> str:
 
 
 def _router(ctx: RunContext) -> str:
-    return _sw(ctx).switch_router()
+    sentence = _sw(ctx).switch_router()
+    if not ctx.dry_run:
+        import time
+
+        ctx.state["switched_at"] = time.time()  # the new primary takes traffic from here
+    return sentence
 
 
 def _reset(ctx: RunContext) -> str:
@@ -154,15 +160,25 @@ def cutover_steps(ctx: RunContext) -> list[FunctionStep]:
 def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
     from dbmigrate.procedures import promote_extras as extras
 
+    from dbmigrate.procedures import guard
+
+    policy = guard.policy_of(ctx)
+    prepare = extras.prepare_steps(ctx, params)
+    if policy is not None:
+        prepare += [guard.open_window_step("old", "baseline_window", "baseline"),
+                    guard.collect_baseline_step(params.baseline_seconds),
+                    guard.open_window_step("new", "guard_window", "guard")]
     phases = [
         Phase("preflight", [], gates=extras.preflight_gates(ctx, params)),
-        Phase("prepare", extras.prepare_steps(ctx, params)),
+        Phase("prepare", prepare),
     ]
     if params.via == "orchestrator":
         phases.append(Phase("cutover", extras.orchestrator_steps(ctx, params)))
     else:
         phases.append(Phase("cutover", cutover_steps(ctx)))
     phases.append(Phase("verify", [FunctionStep("verify writes flow", _verify, mutating=True)]))
+    if policy is not None:
+        phases.append(Phase("guard", [guard.guard_step(policy, params.guard_sample_s)]))
     return phases
 
 

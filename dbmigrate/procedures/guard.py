@@ -1,0 +1,179 @@
+"""The latency guard of a cutover: baseline before the fence, windows after it,
+and an automatic rollback when the playbook's policy says the new primary is slower.
+
+Slow-log windows are opened by steps of their own (journaled done, with an undo
+that restores the server's settings), so a crash of the tool while a window is
+open is repaired by `resume` (the window is reused or closed) or by `rollback`
+(the undo restores long_query_time and slow_query_log).
+
+Why the window on the candidate opens *before* the cutover: MariaDB and MySQL
+copy long_query_time into each session when it connects, so the connections an
+application opens right after the router flip are only logged if the window is
+already open by then.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from dbmigrate.db.applier import Applier
+from dbmigrate.digest.model import Digest
+from dbmigrate.digest.policy import GuardPolicy, evaluate
+from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.procedures import digest as capture
+
+
+class GuardTripped(DbmigrateError):
+    """The latency guard decided to roll the cutover back."""
+
+
+def policy_of(ctx: RunContext) -> GuardPolicy | None:
+    playbook = ctx.resources.get("playbook")
+    spec = getattr(getattr(playbook, "spec", None), "guard", None)
+    if spec is None:
+        return None
+    try:
+        return GuardPolicy.model_validate(spec.model_dump(exclude_none=True))
+    except Exception as e:  # the playbook's guard section is validated here, at build time
+        from pydantic import ValidationError
+
+        if isinstance(e, ValidationError) and playbook is not None:
+            from dbmigrate.yamlload import format_validation_error
+
+            raise format_validation_error(playbook.path, e, lambda loc: playbook.locate(("guard", *loc)),
+                                          model=GuardPolicy) from None
+        raise
+
+
+def _digest_dir(ctx: RunContext) -> Path:
+    d = capture.home() / "digests" / ctx.run_id
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _server(ctx: RunContext, role: str):
+    r = ctx.resources
+    return r["topology"].servers[r[role]]
+
+
+# -- windows as steps --------------------------------------------------------------
+
+def open_window_step(role: str, key: str, label: str) -> FunctionStep:
+    """Open long_query_time=0 on the `role` server ("old" or "new"); saved settings go to the journal."""
+
+    def is_open(ctx: RunContext) -> bool:
+        saved = ctx.state.get(key)
+        if not saved or saved.get("restored"):
+            return False
+        current = _server(ctx, role).scalar("SELECT @@GLOBAL.slow_query_log_file AS f")
+        return str(current).startswith(str(saved["window_file"]).removesuffix(".slow.log"))
+
+    def run(ctx: RunContext) -> str:
+        if ctx.dry_run:
+            ctx.record_statement(ctx.resources[role], "SET GLOBAL long_query_time=0, slow_query_log=ON (to a file of our own)")
+            return f"would open a slow-log window on {ctx.resources[role]}"
+        server = _server(ctx, role)
+        window = capture.SlowLogWindow(server, persist=lambda saved: ctx.state.set(key, saved))
+        window.open()
+        return f"slow-log window open on {server.name} ({label}): {window.log_file}"
+
+    def undo(ctx: RunContext) -> str:
+        return close_window(ctx, role, key)
+
+    where = "old primary" if role == "old" else "candidate"
+    return FunctionStep(f"open {label} window on the {where}", run, check=is_open, undo=undo)
+
+
+def close_window(ctx: RunContext, role: str, key: str) -> str:
+    saved = ctx.state.get(key)
+    if not saved or saved.get("restored"):
+        return "window already closed"
+    changed = capture.restore(_server(ctx, role), saved, applier=Applier(_server(ctx, role), dry_run=ctx.dry_run))
+    if not ctx.dry_run:
+        ctx.state[key] = {**saved, "restored": True}
+    return f"slow-log settings restored on {saved.get('server')} ({len(changed)} changed)"
+
+
+def collect_baseline_step(seconds: float) -> FunctionStep:
+    def run(ctx: RunContext) -> str:
+        if ctx.dry_run:
+            return f"would collect {seconds:g}s of baseline traffic on the old primary"
+        saved = ctx.state.get("baseline_window")
+        opened = time.time() if not saved else _iso_to_ts(saved.get("opened_at")) or time.time()
+        time.sleep(max(0.0, seconds - (time.time() - opened)))  # a resumed run waits only the rest
+        close_window(ctx, "old", "baseline_window")
+        out = _digest_dir(ctx) / "baseline.digest.json"
+        digest = capture.digest_slow_log(saved["window_file"], out, duration_s=seconds,
+                                         source={"kind": "baseline", "server": ctx.resources["old"]})
+        ctx.state["baseline_digest"] = str(out)
+        ctx.metric("baseline_queries", digest.query_count)
+        return f"baseline: {digest.query_count} queries in {len(digest.classes)} classes on {ctx.resources['old']}"
+
+    return FunctionStep("collect baseline digest", run,
+                        check=lambda c: bool(c.state.get("baseline_digest")) and Path(c.state["baseline_digest"]).exists(),
+                        undo=lambda c: close_window(c, "old", "baseline_window"))
+
+
+def _iso_to_ts(text: str | None) -> float | None:
+    import datetime as dt
+
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+# -- the guard ---------------------------------------------------------------------
+
+def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
+    def run(ctx: RunContext) -> str:
+        if ctx.dry_run:
+            return f"would watch {policy.window_s:g}s of traffic on the new primary against the baseline"
+        baseline = Digest.load(ctx.state["baseline_digest"])
+        server = _server(ctx, "new")
+        saved = ctx.state.get("guard_window")
+        if not saved or saved.get("restored"):
+            raise DbmigrateError("the guard's slow-log window on the new primary is not open",
+                                 hint="resume the run: the 'open guard window' step reopens it")
+        base_file = str(saved["window_file"])
+        started = time.monotonic()
+        decisions: list[dict[str, Any]] = []
+        i = 0
+        try:
+            while time.monotonic() - started < policy.window_s:
+                i += 1
+                period = min(sample_s, policy.window_s - (time.monotonic() - started))
+                time.sleep(max(0.0, period))
+                current = str(server.scalar("SELECT @@GLOBAL.slow_query_log_file AS f"))
+                # Rotate: sessions keep long_query_time=0, new entries go to the next file.
+                Applier(server).set_global("slow_query_log_file", f"{base_file.removesuffix('.slow.log')}.{i}.slow.log")
+                digest = capture.digest_slow_log(current, _digest_dir(ctx) / f"guard-{i}.digest.json",
+                                                 duration_s=period, source={"kind": "guard", "server": server.name})
+                decision = evaluate(policy, baseline, digest)
+                record = {"window": i, "queries": digest.query_count, "rollback": decision.rollback,
+                          "insufficient": decision.insufficient, "reasons": decision.reasons,
+                          "numbers": decision.numbers, "at": time.time()}
+                decisions.append(record)
+                ctx.state["guard_decisions"] = decisions
+                ctx.metric("guard_window_queries", digest.query_count, window=str(i))
+                ctx.log(f"guard window {i}: {'; '.join(decision.reasons) or 'within policy'}")
+                if decision.rollback:
+                    ctx.state["guard_tripped"] = record
+                    raise GuardTripped("latency guard: " + "; ".join(decision.reasons),
+                                       hint="the cutover is being rolled back through the reverse replication")
+        finally:
+            close_window(ctx, "new", "guard_window")
+        judged = [d for d in decisions if not d["insufficient"]]
+        return (f"guard watched {policy.window_s:g}s on {server.name}: {len(judged)} of {len(decisions)} window(s) "
+                f"judged, no regression past the policy")
+
+    return FunctionStep("latency guard", run, undo=lambda c: close_window(c, "new", "guard_window"))
+
+
+def guard_enabled(ctx: RunContext) -> bool:
+    return policy_of(ctx) is not None
