@@ -149,6 +149,7 @@ def cutover_steps(ctx: RunContext) -> list[FunctionStep]:
         FunctionStep(f"open {new} for writes", _open, check=lambda c: _sw(c).is_open(), undo=_switch_back),
         FunctionStep("switch router", _router, check=lambda c: _sw(c).router_points_to(new) and not c.dry_run,
                      undo=_switch_back),
+        FunctionStep(f"end application sessions on {old}", lambda c: _sw(c).end_sessions()),
         FunctionStep(f"reset replication on {new}", _reset,
                      check=lambda c: not _sw(c).has_replication_config(new), undo=_switch_back),
         FunctionStep("repoint replicas", _repoint, check=lambda c: _sw(c).replicas_repointed(), undo=_switch_back),

@@ -101,15 +101,24 @@ class Switchover:
         return self.insp(self.old).read_only()
 
     def fence(self) -> tuple[str, str]:
-        """read_only on the old primary, drain app writes (bounded); returns (sentence, final position)."""
+        """read_only on the old primary; returns (sentence, final position).
+
+        SET GLOBAL read_only=ON returns once commits in progress are done, and no
+        application commit can follow, so the position read right after it is final.
+        Application sessions are ended later (`end_sessions`), after the router
+        flip, because nothing they do can change the data any more.
+        """
         t0 = time.perf_counter()
         self.apply(self.old).set_read_only(True)
         fenced_ms = (time.perf_counter() - t0) * 1000
-        drained, killed = self._drain(self.old)
         pos = self.insp(self.old).gtid_binlog_pos()
-        return (f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms; "
-                f"{drained} in-flight transaction(s) drained, {killed} app session(s) ended; final position {pos or '(empty)'}",
-                pos)
+        return f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms; final position {pos or '(empty)'}", pos
+
+    def end_sessions(self, name: str | None = None) -> str:
+        """Wait (bounded) for open app transactions on a fenced server, then end its app sessions."""
+        name = name or self.old
+        drained, killed = self._drain(name)
+        return f"{name}: {drained} open app transaction(s) at the start, {killed} app session(s) ended"
 
     def _drain(self, name: str) -> tuple[int, int]:
         """Wait (bounded) for open app transactions to end, then end app sessions."""
@@ -337,6 +346,8 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
         said.append(sw.unfence_old(candidate_known_closed=not candidate_opened))
     if not back.router_points_to(sw.old):
         said.append(back.switch_router())
+    if new_writable:
+        said.append(back.end_sessions(sw.new))
     if back.has_replication_config(sw.old):
         said.append(back.reset_new_replication())
     # Replicas still under sw.new must first apply everything sw.new wrote (it is
