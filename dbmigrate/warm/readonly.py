@@ -37,8 +37,9 @@ def refusal(sql: str) -> str | None:
         return "empty statement"
     if ";" in text.rstrip(";"):
         return "more than one statement"
-    first = text.split(None, 1)[0]
-    if first not in ("SELECT", "WITH", "("):
+    words = text.lstrip("( ").split(None, 1)
+    first = words[0] if words else "("
+    if first not in ("SELECT", "WITH"):
         return f"not a SELECT ({first})"
     if first == "WITH" and re.search(r"\b(UPDATE|DELETE|INSERT|REPLACE)\b", text):
         return "WITH ... writes rows"
