@@ -87,6 +87,9 @@ def render_config(spec: InstanceSpec) -> str:
         "performance_schema": "OFF",
         "max_connections": 300,
         "slow_query_log_file": str(spec.slow_log),
+        # Its own temp dir: on a shared /tmp, another program's cleanup can delete the
+        # on-disk temp tables of information_schema queries while they run (errno 6).
+        "tmpdir": str(spec.dir),
         "character-set-server": "utf8mb4",
         "collation-server": "utf8mb4_general_ci",
     }
