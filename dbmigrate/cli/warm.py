@@ -123,7 +123,7 @@ def warm(
                     plan = _plan(inv, slow_log, source, required=False)
                     if plan is None:
                         raise UsageError("scan needs --tables schema.table,... (or a digest: --slow-log/--from)")
-                    wanted = plan.hot_tables()
+                    wanted, _ = warm_proc.expand_numbered_tables(tgt, plan.hot_tables())
                 result = warm_proc.scan(tgt, wanted, target_hit_ratio=target_hit_ratio, **common)
     if json_out:
         print_json(result.to_dict())

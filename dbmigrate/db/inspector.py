@@ -184,6 +184,13 @@ class Inspector:
             ix["columns"].append((r["col"], str(r["dtype"]).lower()))
         return list(out.values())
 
+    def tables_matching(self, schema: str, regex: str) -> list[str]:
+        """Base tables of `schema` whose name matches `regex` (server-side REGEXP), as 'schema.table'."""
+        rows = self.server.query(
+            "SELECT TABLE_NAME AS t FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_TYPE='BASE TABLE' "
+            "AND TABLE_NAME REGEXP %s ORDER BY TABLE_NAME", (schema, regex))
+        return [f"{schema}.{r['t']}" for r in rows]
+
     def key_range(self, schema: str, table: str, column: str) -> tuple[Any, Any]:
         row = self.server.query(f"SELECT MIN(`{column}`) AS lo, MAX(`{column}`) AS hi FROM `{schema}`.`{table}`")[0]
         return row["lo"], row["hi"]

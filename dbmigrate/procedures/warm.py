@@ -256,18 +256,44 @@ def scan(target: Server, tables: list[str], *, seconds: float = 600, target_hit_
 
 
 # -- method: replay -------------------------------------------------------------
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def expand_numbered_tables(target: Server, tables: list[str]) -> tuple[list[str], list[str]]:
+    """pt-query-digest folds digits in table names (sbtest3 -> sbtest?), so one class stands
+    for all its numbered siblings while its example names only one. Add the siblings
+    that exist on the target. Returns (tables, notes)."""
+    insp = Inspector(target)
+    out: list[str] = list(tables)
+    notes = []
+    for t in tables:
+        schema, name = split_table(t)
+        m = _NUMBERED.match(name)
+        if not m or not m.group(1):
+            continue
+        siblings = insp.tables_matching(schema, "^" + re.escape(m.group(1)) + "[0-9]+$")
+        added = [s for s in siblings if s not in out]
+        if added:
+            out.extend(added)
+            notes.append(f"the digest folds numbered tables together: {t} also stands for {', '.join(added)}")
+    return out, notes
+
+
 def replay(target: Server, plan: ReplayPlan, *, tables: list[str] | None = None, seconds: float = 600,
            target_hit_ratio: float | None = None, threads: int = 2, per_table: bool = False,
            probe_queries: int = 300, on_progress: Progress | None = None) -> WarmResult:
     """Replay the digest's SELECT examples once each and scan the tables they read."""
     progress = on_progress or _quiet
     t0 = time.monotonic()
-    wanted = tables or plan.hot_tables()
+    notes: list[str] = []
+    wanted = tables
+    if not wanted:
+        wanted, notes = expand_numbered_tables(target, plan.hot_tables())
     present, missing = check_tables_on(target, wanted)
     if not present:
         raise UsageError(f"{target.name} has none of the tables the digest reads as InnoDB tables: "
                          f"{', '.join(missing)}", hint="is this the right target, and is its schema loaded?")
-    notes = [f"not on {target.name}, not warmed: {t}" for t in missing]
+    notes += [f"not on {target.name}, not warmed: {t}" for t in missing]
     m = _Measure(target, present, per_table, probe_queries)
     notes += m.reads.notes
     progress(0.0, f"measuring {target.name} before warm-up")

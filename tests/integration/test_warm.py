@@ -133,6 +133,14 @@ def test_replay_from_the_serving_servers_slow_log(cold_target, primary):
     _assert_warmed(result)
 
 
+def test_numbered_siblings_of_a_digest_table_are_warmed_too(inv):
+    # pt-query-digest folds t1 and t2 into one class "t?" whose example names only one of them.
+    with inv.open(TARGET) as target:
+        tables, notes = warm.expand_numbered_tables(target, ["app.t1"])
+    assert tables == ["app.t1", "app.t2"]
+    assert notes == ["the digest folds numbered tables together: app.t1 also stands for app.t2"]
+
+
 def test_gate_blocks_while_cold_and_passes_once_warm(cold_target):
     ok, reason, details = warm.warm_gate(cold_target, 0.99, tables=TABLES, probe_queries=400)
     assert not ok and "still cold" in reason, reason
