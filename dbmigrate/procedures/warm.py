@@ -98,14 +98,6 @@ def check_tables_on(server: Server, tables: list[str]) -> tuple[list[str], list[
     return present, missing
 
 
-def require_tables_on(server: Server, tables: list[str], what: str) -> list[str]:
-    present, missing = check_tables_on(server, tables)
-    if not present:
-        raise UsageError(f"{server.name} has none of the {what} as InnoDB tables: {', '.join(missing)}",
-                         hint="is this the right target, and is its schema loaded? (tables are schema.table)")
-    return present
-
-
 class _Measure:
     """Before/after snapshots and probes around one warm-up."""
 
