@@ -97,6 +97,15 @@ def warm(
     if check:
         return _check(inv, target, wanted, target_hit_ratio or 0.99, json_out)
 
+    # Everything that can be refused is checked before the progress bar starts.
+    if method == "dump-load" and not source:
+        raise UsageError("dump-load needs --from SERVER (the server whose pages are loaded)")
+    plan = None
+    if method == "replay" or slow_log or (method == "scan" and not wanted):
+        plan = _plan(inv, slow_log, None if method == "dump-load" else source, required=method != "dump-load")
+    if method == "scan" and not wanted and plan is None:
+        raise UsageError("scan needs --tables schema.table,... (or a digest: --slow-log/--from)")
+
     out: Console = err_console if json_out else console
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), TextColumn("{task.fields[msg]}"), console=out, transient=json_out) as bar:
@@ -108,21 +117,14 @@ def warm(
         common = dict(seconds=seconds, threads=threads, per_table=per_table, on_progress=on_progress)
         with inv.open(target) as tgt:
             if method == "dump-load":
-                if not source:
-                    raise UsageError("dump-load needs --from SERVER (the server whose pages are loaded)")
-                plan = _plan(inv, slow_log, None, required=False)
                 with inv.open(source) as src:
                     result = warm_proc.dump_load(src, tgt, plan=plan, source_datadir=sspec.datadir,
                                                  target_datadir=tspec.datadir, **common)
             elif method == "replay":
-                plan = _plan(inv, slow_log, source, required=True)
                 result = warm_proc.replay(tgt, plan, tables=wanted or None, target_hit_ratio=target_hit_ratio,
                                           **common)
             else:
                 if not wanted:
-                    plan = _plan(inv, slow_log, source, required=False)
-                    if plan is None:
-                        raise UsageError("scan needs --tables schema.table,... (or a digest: --slow-log/--from)")
                     wanted, _ = warm_proc.expand_numbered_tables(tgt, plan.hot_tables())
                 result = warm_proc.scan(tgt, wanted, target_hit_ratio=target_hit_ratio, **common)
     if json_out:
