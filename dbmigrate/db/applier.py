@@ -59,6 +59,17 @@ class Applier:
         literal = value if isinstance(value, (int, float)) else "'" + str(value).replace("'", "''") + "'"
         self._send(f"SET GLOBAL {name}={literal}")
 
+    def buffer_pool_dump_now(self) -> None:
+        """Ask InnoDB to write its page list (space_id,page_no) to innodb_buffer_pool_filename."""
+        self._send("SET GLOBAL innodb_buffer_pool_dump_now=ON")
+
+    def buffer_pool_load_now(self) -> None:
+        """Start reading the pages listed in innodb_buffer_pool_filename (in the background)."""
+        self._send("SET GLOBAL innodb_buffer_pool_load_now=ON")
+
+    def buffer_pool_load_abort(self) -> None:
+        self._send("SET GLOBAL innodb_buffer_pool_load_abort=ON")
+
     def sql(self, statement: str, params: tuple | None = None) -> int:
         """An arbitrary statement from a procedure (DDL, seeding). Still tagged, logged, dry-run aware."""
         return self._send(statement, params)

@@ -154,7 +154,7 @@ class Server:
         self.close()
 
     # -- statements ----------------------------------------------------------
-    def _run(self, sql: str, params: tuple | list | None, fetch: bool):
+    def _run(self, sql: str, params: tuple | list | None, fetch: bool | str):
         text = TAG + sql
         shown = redact(sql if params is None else f"{sql} -- {params!r}")
         retried = False
@@ -165,6 +165,8 @@ class Server:
                 cur = conn.cursor(dictionary=True)
                 try:
                     cur.execute(text, params)
+                    if fetch == "count":
+                        return sum(1 for _ in cur) if cur.with_rows else 0
                     rows = cur.fetchall() if cur.with_rows else []
                     return rows if fetch else cur.rowcount
                 finally:
@@ -194,6 +196,10 @@ class Server:
 
     def query(self, sql: str, params: tuple | list | None = None) -> list[dict[str, Any]]:
         return self._run(sql, params, fetch=True)
+
+    def consume(self, sql: str, params: tuple | list | None = None) -> int:
+        """Run a read and discard its rows as they arrive (warm-up, probes): returns the row count."""
+        return self._run(sql, params, fetch="count")
 
     def execute(self, sql: str, params: tuple | list | None = None) -> int:
         return self._run(sql, params, fetch=False)

@@ -67,6 +67,10 @@ class Flavor:
     def gtid_state_sql(self) -> str: raise NotImplementedError
     def parse_replica_status(self, row: dict[str, Any]) -> ReplicaStatus: raise NotImplementedError
     def read_only_privileges(self) -> set[str]: raise NotImplementedError
+    def global_status_sql(self, count: int) -> str: raise NotImplementedError
+    def innodb_tables_sql(self) -> str: raise NotImplementedError
+    def with_statement_timeout(self, select: str, seconds: float) -> str: raise NotImplementedError
+    statement_timeout_errnos: frozenset[int] = frozenset()
 
     # -- writes --
     def change_source_sql(self, host: str, port: int, user: str, password: str | None, *,
@@ -129,6 +133,19 @@ class MariaDB(Flavor):
     def read_only_privileges(self) -> set[str]:
         # In MariaDB 10.11 READ ONLY ADMIN (and SUPER, which grants it) bypasses read_only.
         return {"SUPER", "READ ONLY ADMIN", "ALL PRIVILEGES"}
+
+    def global_status_sql(self, count: int) -> str:
+        return ("SELECT VARIABLE_NAME AS n, VARIABLE_VALUE AS v FROM information_schema.GLOBAL_STATUS "
+                f"WHERE VARIABLE_NAME IN ({','.join(['%s'] * count)})")
+
+    def innodb_tables_sql(self) -> str:
+        # NAME is 'schema/table' in filename encoding; SPACE is what ib_buffer_pool lines name.
+        return "SELECT NAME AS name, SPACE AS space FROM information_schema.INNODB_SYS_TABLES"
+
+    def with_statement_timeout(self, select: str, seconds: float) -> str:
+        return f"SET STATEMENT max_statement_time={max(0.001, seconds):.3f} FOR {select}"
+
+    statement_timeout_errnos = frozenset({1969})  # ER_STATEMENT_TIMEOUT
 
     def change_source_sql(self, host, port, user, password, *, connect_retry=1, ssl=False) -> str:
         parts = [f"MASTER_HOST={sql_quote(host)}", f"MASTER_PORT={int(port)}", f"MASTER_USER={sql_quote(user)}"]
@@ -228,6 +245,22 @@ class MySQL(Flavor):
     def read_only_privileges(self) -> set[str]:
         # super_read_only blocks even these, which is why set_read_only uses it.
         return {"SUPER", "CONNECTION_ADMIN", "ALL PRIVILEGES"}
+
+    def global_status_sql(self, count: int) -> str:
+        # information_schema.GLOBAL_STATUS is gone in 8.0; performance_schema has it.
+        return ("SELECT VARIABLE_NAME AS n, VARIABLE_VALUE AS v FROM performance_schema.global_status "
+                f"WHERE VARIABLE_NAME IN ({','.join(['%s'] * count)})")
+
+    def innodb_tables_sql(self) -> str:
+        return "SELECT NAME AS name, SPACE AS space FROM information_schema.INNODB_TABLES"
+
+    def with_statement_timeout(self, select: str, seconds: float) -> str:
+        # The optimizer hint must follow the SELECT keyword; it applies to read-only SELECTs only.
+        ms = max(1, int(seconds * 1000))
+        head, rest = select.lstrip()[:6], select.lstrip()[6:]
+        return f"{head} /*+ MAX_EXECUTION_TIME({ms}) */{rest}"
+
+    statement_timeout_errnos = frozenset({3024})  # ER_QUERY_TIMEOUT
 
     def change_source_sql(self, host, port, user, password, *, connect_retry=1, ssl=False) -> str:
         parts = [f"SOURCE_HOST={sql_quote(host)}", f"SOURCE_PORT={int(port)}", f"SOURCE_USER={sql_quote(user)}"]

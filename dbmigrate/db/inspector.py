@@ -125,10 +125,7 @@ class Inspector:
         return out
 
     def status(self, *names: str) -> dict[str, str]:
-        placeholders = ",".join(["%s"] * len(names))
-        rows = self.server.query(
-            f"SELECT VARIABLE_NAME AS n, VARIABLE_VALUE AS v FROM information_schema.GLOBAL_STATUS "
-            f"WHERE VARIABLE_NAME IN ({placeholders})", tuple(n.upper() for n in names))
+        rows = self.server.query(self.flavor.global_status_sql(len(names)), tuple(n.upper() for n in names))
         return {r["n"].lower(): r["v"] for r in rows}
 
     def user_hosts(self, user: str) -> list[str]:
@@ -141,3 +138,82 @@ class Inspector:
         return int(self.server.scalar(
             "SELECT COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) AS n FROM information_schema.TABLES "
             "WHERE TABLE_SCHEMA NOT IN ('mysql','information_schema','performance_schema','sys')") or 0)
+
+    # -- InnoDB buffer pool --------------------------------------------------
+    BUFFER_POOL_COUNTERS = ("Innodb_buffer_pool_read_requests", "Innodb_buffer_pool_reads",
+                            "Innodb_buffer_pool_pages_data", "Innodb_buffer_pool_pages_free",
+                            "Innodb_buffer_pool_pages_total")
+
+    def buffer_pool_counters(self) -> dict[str, int]:
+        """Page requests, misses and page counts; keys without the Innodb_buffer_pool_ prefix."""
+        raw = self.status(*self.BUFFER_POOL_COUNTERS)
+        return {n.lower().removeprefix("innodb_buffer_pool_"): int(raw.get(n.lower()) or 0)
+                for n in self.BUFFER_POOL_COUNTERS}
+
+    def buffer_pool_dump_status(self) -> str:
+        return str(self.status("Innodb_buffer_pool_dump_status").get("innodb_buffer_pool_dump_status") or "")
+
+    def buffer_pool_load_status(self) -> str:
+        return str(self.status("Innodb_buffer_pool_load_status").get("innodb_buffer_pool_load_status") or "")
+
+    def buffer_pool_pages_by_table(self, schemas: list[str] | None = None) -> dict[str, int]:
+        """Resident pages per table ('schema.table'). Scans the whole pool under its mutexes:
+        seconds on a pool of hundreds of GB, so callers make it optional."""
+        rows = self.server.query(
+            "SELECT TABLE_NAME AS t, COUNT(*) AS n FROM information_schema.INNODB_BUFFER_PAGE "
+            "WHERE TABLE_NAME IS NOT NULL GROUP BY TABLE_NAME")
+        out: dict[str, int] = {}
+        for r in rows:
+            parts = [p.strip("`") for p in str(r["t"]).split("`.`")]
+            if len(parts) != 2:
+                continue  # the InnoDB dictionary (SYS_*) has no schema
+            name = f"{parts[0]}.{parts[1]}"
+            if schemas is None or parts[0] in schemas:
+                out[name] = int(r["n"])
+        return out
+
+    def innodb_tablespaces(self) -> dict[str, int]:
+        """{'schema/table' (InnoDB's encoded name): tablespace id} for every InnoDB table."""
+        return {str(r["name"]): int(r["space"]) for r in self.server.query(self.flavor.innodb_tables_sql())}
+
+    def datadir_file(self, variable: str) -> str:
+        """Absolute path of a file InnoDB names relative to the datadir (e.g. innodb_buffer_pool_filename)."""
+        v = self.variables("datadir", variable)
+        name = str(v[variable])
+        return name if name.startswith("/") else str(v["datadir"]).rstrip("/") + "/" + name
+
+    # -- tables ----------------------------------------------------------------
+    def table_info(self, schema: str, table: str) -> dict[str, Any] | None:
+        """Engine and on-disk size of a table, or None when it does not exist."""
+        rows = self.server.query(
+            "SELECT ENGINE AS engine, COALESCE(DATA_LENGTH,0) + COALESCE(INDEX_LENGTH,0) AS bytes, "
+            "TABLE_ROWS AS est_rows FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+            (schema, table))
+        return rows[0] if rows else None
+
+    def table_indexes(self, schema: str, table: str) -> list[dict[str, Any]]:
+        """Indexes in key order: [{'name', 'columns': [(column, data_type)], 'unique', 'type'}], PRIMARY first."""
+        rows = self.server.query(
+            "SELECT s.INDEX_NAME AS idx, s.COLUMN_NAME AS col, s.NON_UNIQUE AS non_unique, c.DATA_TYPE AS dtype, "
+            "s.INDEX_TYPE AS itype "
+            "FROM information_schema.STATISTICS s JOIN information_schema.COLUMNS c "
+            "ON c.TABLE_SCHEMA=s.TABLE_SCHEMA AND c.TABLE_NAME=s.TABLE_NAME AND c.COLUMN_NAME=s.COLUMN_NAME "
+            "WHERE s.TABLE_SCHEMA=%s AND s.TABLE_NAME=%s ORDER BY s.INDEX_NAME='PRIMARY' DESC, s.INDEX_NAME, "
+            "s.SEQ_IN_INDEX", (schema, table))
+        out: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            ix = out.setdefault(r["idx"], {"name": r["idx"], "columns": [], "unique": not int(r["non_unique"]),
+                                           "type": str(r["itype"] or "BTREE").upper()})
+            ix["columns"].append((r["col"], str(r["dtype"]).lower()))
+        return list(out.values())
+
+    def tables_matching(self, schema: str, regex: str) -> list[str]:
+        """Base tables of `schema` whose name matches `regex` (server-side REGEXP), as 'schema.table'."""
+        rows = self.server.query(
+            "SELECT TABLE_NAME AS t FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_TYPE='BASE TABLE' "
+            "AND TABLE_NAME REGEXP %s ORDER BY TABLE_NAME", (schema, regex))
+        return [f"{schema}.{r['t']}" for r in rows]
+
+    def key_range(self, schema: str, table: str, column: str) -> tuple[Any, Any]:
+        row = self.server.query(f"SELECT MIN(`{column}`) AS lo, MAX(`{column}`) AS hi FROM `{schema}`.`{table}`")[0]
+        return row["lo"], row["hi"]

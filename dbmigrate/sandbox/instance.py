@@ -78,7 +78,8 @@ def render_config(spec: InstanceSpec) -> str:
         "pid-file": str(spec.pid_file),
         "log-error": str(spec.error_log),
         # A private tmpdir: every mariadbd deletes '#sql*' files in its tmpdir at startup,
-        # which broke other instances' mariadb-install-db running at the same time in /tmp.
+        # which broke other instances' mariadb-install-db running at the same time in /tmp,
+        # and other programs' /tmp cleanup can delete on-disk temp tables mid-query (errno 6).
         "tmpdir": str(spec.dir / "tmp"),
         "bind-address": "127.0.0.1",
         "server_id": spec.server_id,
