@@ -51,6 +51,9 @@ class Limits:
     max_lag_ms: float = 1000.0
     max_trx_age_s: float = 30.0
     min_free_mb: int = 1024
+    # Off in dry-runs: the heartbeat is a write (and creates its table on first use);
+    # lag then comes from an existing heartbeat or from GTID distance.
+    write_heartbeat: bool = True
 
 
 # ---- grant parsing (pure) -----------------------------------------------------
@@ -217,8 +220,8 @@ def fresh_states(candidate: Server, primary: Server) -> tuple[str, str]:
     return cand_state, Inspector(primary).gtid_state()
 
 
-def lag_gate(primary: Server, replicas: list[Server], max_lag_ms: float) -> GateResult:
-    samples = sample_lag(primary, replicas, limit_ms=max_lag_ms, write=True)
+def lag_gate(primary: Server, replicas: list[Server], max_lag_ms: float, write: bool = True) -> GateResult:
+    samples = sample_lag(primary, replicas, limit_ms=max_lag_ms, write=write)
     details = {"max_lag_ms": max_lag_ms, "replicas": [s.to_dict() for s in samples]}
     bad = [s for s in samples if not s.ok]
     if bad:
@@ -324,7 +327,8 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
 
     gates: list[tuple[str, Callable[[], GateResult]]] = [
         ("replication_running", lambda: replication_running_rule([cand, *others])),
-        ("lag", lambda: lag_gate(primary.server, [n.server for n in reachable], limits.max_lag_ms)),
+        ("lag", lambda: lag_gate(primary.server, [n.server for n in reachable], limits.max_lag_ms,
+                                       limits.write_heartbeat)),
         ("errant_gtids", lambda: errant_rule(cand.server.flavor, *fresh_states(cand.server, primary.server), cand.address)),
         ("candidate_binlog", lambda: binlog_rule(cand.facts)),
         ("versions", lambda: versions_rule(cand.facts.version, primary.facts.version)),

@@ -130,7 +130,8 @@ class EventBus:
     """Synchronous, thread-safe fan-out of events to subscribers.
 
     Delivery is serialized so every subscriber sees events in emission order,
-    even when a TUI worker thread emits. Critical subscribers (the journal)
+    even when a TUI worker thread emits; critical subscribers get each event
+    before the others. Critical subscribers (the journal)
     propagate their errors: a run must not continue unrecorded. A failing
     renderer, however, must never abort a cutover half-way, so its errors are
     reported once on stderr and swallowed.
@@ -153,7 +154,10 @@ class EventBus:
 
     def emit(self, event: Event) -> None:
         with self._lock:
-            for callback, critical in list(self._subscribers):
+            # Critical subscribers first: whatever a display shows (and whoever acts on
+            # it, e.g. a watcher that kills the process) is already in the journal.
+            ordered = sorted(self._subscribers, key=lambda s: not s[1])
+            for callback, critical in ordered:
                 try:
                     callback(event)
                 except Exception as exc:

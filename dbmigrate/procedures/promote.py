@@ -13,7 +13,7 @@ through the reverse replication: nothing acknowledged is lost.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,13 +46,28 @@ class PromoteParams(BaseModel):
     guard_sample_s: float = Field(5, gt=0, description="length of each guard window after the cutover")
 
 
-def _sw(ctx: RunContext) -> Switchover:
+def _sw(ctx: RunContext, record=None) -> Switchover:
     r = ctx.resources
     p: PromoteParams = ctx.params
     settings = SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.drain_timeout_s,
                                   kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s)
-    return Switchover(r["topology"], r["old"], r["new"], settings, r.get("router"), dry_run=ctx.dry_run,
-                      log=ctx.log, record=ctx.record_statement)
+    dry_run = ctx.dry_run or record is not None
+    return Switchover(r["topology"], r["old"], r["new"], settings, r.get("router"), dry_run=dry_run,
+                      log=ctx.log, record=record or ctx.record_statement)
+
+
+def _planned(action: Callable[[RunContext, Switchover], Any]) -> Callable[[RunContext], list[tuple[str, str]]]:
+    """describe() for a dry-run: the (server, statement) pairs `action` would send.
+
+    The action runs against a dry-run Switchover, so its appliers and router only
+    collect what they would send; the runner journals the list.
+    """
+    def describe(ctx: RunContext) -> list[tuple[str, str]]:
+        lines: list[tuple[str, str]] = []
+        action(ctx, _sw(ctx, record=lambda server, text: lines.append((server, text))))
+        return lines
+
+    return describe
 
 
 # -- steps ---------------------------------------------------------------------
@@ -117,8 +132,11 @@ def _reverse(ctx: RunContext) -> str:
 
 
 def _verify(ctx: RunContext) -> str:
-    p: PromoteParams = ctx.params
-    return _sw(ctx).verify_writes_flow(ctx.run_id, p.verify_timeout_s)
+    return _probe(ctx, _sw(ctx))
+
+
+def _probe(ctx: RunContext, sw: Switchover) -> str:
+    return sw.verify_writes_flow(ctx.run_id, ctx.params.verify_timeout_s)
 
 
 def _verify_shape(ctx: RunContext) -> None:
@@ -144,17 +162,22 @@ def cutover_steps(ctx: RunContext) -> list[FunctionStep]:
     r = ctx.resources
     old, new = r.get("old", "<old primary>"), r.get("new", "<candidate>")
     return [
-        FunctionStep(f"fence {old}", _fence, check=_fence_check, undo=_unfence),
+        FunctionStep(f"fence {old}", _fence, check=_fence_check, undo=_unfence,
+                     describe=_planned(lambda c, sw: sw.fence())),
         FunctionStep(f"wait for {new} to catch up", _catchup, check=_catchup_check, mutating=False),
-        FunctionStep(f"open {new} for writes", _open, check=lambda c: _sw(c).is_open(), undo=_switch_back),
+        FunctionStep(f"open {new} for writes", _open, check=lambda c: _sw(c).is_open(), undo=_switch_back,
+                     describe=_planned(lambda c, sw: sw.open_candidate())),
         FunctionStep("switch router", _router, check=lambda c: _sw(c).router_points_to(new) and not c.dry_run,
-                     undo=_switch_back),
-        FunctionStep(f"end application sessions on {old}", lambda c: _sw(c).end_sessions()),
+                     undo=_switch_back, describe=_planned(lambda c, sw: sw.switch_router())),
+        FunctionStep(f"end application sessions on {old}", lambda c: _sw(c).end_sessions(),
+                     describe=lambda c: [(old, "KILL CONNECTION <id> for each remaining application session")]),
         FunctionStep(f"reset replication on {new}", _reset,
-                     check=lambda c: not _sw(c).has_replication_config(new), undo=_switch_back),
-        FunctionStep("repoint replicas", _repoint, check=lambda c: _sw(c).replicas_repointed(), undo=_switch_back),
+                     check=lambda c: not _sw(c).has_replication_config(new), undo=_switch_back,
+                     describe=_planned(lambda c, sw: sw.reset_new_replication())),
+        FunctionStep("repoint replicas", _repoint, check=lambda c: _sw(c).replicas_repointed(), undo=_switch_back,
+                     describe=_planned(lambda c, sw: sw.repoint_replicas(c.state.get("fence_pos", "")))),
         FunctionStep(f"reverse replication {old} <- {new}", _reverse, check=lambda c: _sw(c).reverse_running(),
-                     verify=_verify_shape, undo=_switch_back),
+                     verify=_verify_shape, undo=_switch_back, describe=_planned(lambda c, sw: sw.start_reverse())),
     ]
 
 
@@ -177,7 +200,8 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
         phases.append(Phase("cutover", extras.orchestrator_steps(ctx, params)))
     else:
         phases.append(Phase("cutover", cutover_steps(ctx)))
-    phases.append(Phase("verify", [FunctionStep("verify writes flow", _verify, mutating=True)]))
+    phases.append(Phase("verify", [FunctionStep("verify writes flow", _verify, mutating=True,
+                                                describe=_planned(_probe))]))
     if policy is not None:
         phases.append(Phase("guard", [guard.guard_step(policy, params.guard_sample_s)]))
     return phases

@@ -90,7 +90,8 @@ def evaluate_preflight(ctx, params) -> tuple[bool, str, dict]:
     from dbmigrate import gates
 
     r = ctx.resources
-    limits = gates.Limits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s)
+    limits = gates.Limits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s,
+                          write_heartbeat=not ctx.dry_run)
     results = gates.run_preflight(r["inventory"], ctx.cluster, r["new"], limits)
     failed = [g for g in results if not g.ok]
     details = {g.name: {"ok": g.ok, "reason": g.reason} for g in results}

@@ -175,7 +175,8 @@ class Switchover:
 
     def wait_catchup(self, position: str) -> str:
         if self.dry_run:
-            return f"would wait up to {self.s.catchup_timeout_s:g}s for {self.new} to apply {position}"
+            return (f"would wait up to {self.s.catchup_timeout_s:g}s for {self.new} to apply "
+                    f"{position or f'the final position of {self.old}'}")
         insp = self.insp(self.new)
         st = insp.replica_status()
         if st is None or st.sql_running != "Yes":
@@ -294,13 +295,15 @@ class Switchover:
     # -- 8. verify -----------------------------------------------------------
     def verify_writes_flow(self, run_id: str, timeout: float = 10) -> str:
         """Write a probe row on the new primary and see it arrive on every other server."""
-        new = self.server(self.new)
-        new.execute("CREATE DATABASE IF NOT EXISTS dbmigrate")
-        new.execute("CREATE TABLE IF NOT EXISTS dbmigrate.switchover_probe "
-                    "(run_id VARCHAR(64) PRIMARY KEY, primary_name VARCHAR(128), ts DATETIME(6))")
-        new.execute("REPLACE INTO dbmigrate.switchover_probe VALUES (%s, %s, UTC_TIMESTAMP(6))", (run_id, self.new))
-        pos = self.insp(self.new).gtid_binlog_pos()
+        a = self.apply(self.new)  # through the applier: in dry-run the probe is only described
+        a.sql("CREATE DATABASE IF NOT EXISTS dbmigrate")
+        a.sql("CREATE TABLE IF NOT EXISTS dbmigrate.switchover_probe "
+              "(run_id VARCHAR(64) PRIMARY KEY, primary_name VARCHAR(128), ts DATETIME(6))")
+        a.sql("REPLACE INTO dbmigrate.switchover_probe VALUES (%s, %s, UTC_TIMESTAMP(6))", (run_id, self.new))
         followers = [self.old, *self.topo.replicas]
+        if self.dry_run:
+            return f"would write a probe row on {self.new} and wait up to {timeout:g}s for {', '.join(followers)}"
+        pos = self.insp(self.new).gtid_binlog_pos()
         late = []
         for f in followers:
             if not self.insp(f).wait_for_gtid(pos, timeout):

@@ -60,3 +60,28 @@ def test_critical_subscriber_errors_propagate_and_unsubscribe_works():
         bus.emit(Log(level="info", message="x"))
     unsubscribe()
     bus.emit(Log(level="info", message="x"))
+
+
+def test_critical_subscribers_see_each_event_before_displays():
+    # A display subscribed before the journal must still see events only once journaled.
+    bus = EventBus()
+    order = []
+    bus.subscribe(lambda e: order.append("display"))
+    bus.subscribe(lambda e: order.append("journal"), critical=True)
+    bus.subscribe(lambda e: order.append("tui"))
+    bus.emit(Log(level="info", message="x"))
+    assert order == ["journal", "display", "tui"]
+
+
+def test_a_failing_journal_stops_the_event_before_any_display_shows_it():
+    bus = EventBus()
+    shown = []
+    bus.subscribe(shown.append)
+
+    def journal_down(event):
+        raise OSError("disk full")
+
+    bus.subscribe(journal_down, critical=True)
+    with pytest.raises(OSError):
+        bus.emit(Log(level="info", message="x"))
+    assert shown == []
