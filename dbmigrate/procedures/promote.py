@@ -23,10 +23,14 @@ from dbmigrate.procedures.switchover import Switchover, SwitchoverSettings, swit
 
 
 class WarmSpec(BaseModel):
+    """Warm the candidate before it takes traffic; the warm-up gate stands before the cutover."""
+
     model_config = ConfigDict(extra="forbid")
-    method: Literal["dump-load", "replay", "scan"] = "dump-load"
+    method: Literal["dump-load", "replay", "scan", "none"] = Field(
+        "dump-load", description="none: only the gate (the candidate must already be warm)")
     target_hit_ratio: float = Field(0.95, gt=0, le=1)
-    seconds: float = Field(30, gt=0)
+    seconds: float = Field(120, gt=0, description="time limit of the warm-up")
+    tables: list[str] = Field(default_factory=list, description="schema.table to scan and to probe in the gate")
 
 
 class PromoteParams(BaseModel):
@@ -192,6 +196,8 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
         prepare += [guard.open_window_step("old", "baseline_window", "baseline"),
                     guard.collect_baseline_step(params.baseline_seconds),
                     guard.open_window_step("new", "guard_window", "guard")]
+    if params.warm is not None and params.warm.method != "none":
+        prepare.append(extras.warm_step(ctx, params.warm))
     phases = [
         Phase("preflight", [], gates=extras.preflight_gates(ctx, params)),
         Phase("prepare", prepare),
@@ -200,6 +206,8 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
         phases.append(Phase("cutover", extras.orchestrator_steps(ctx, params)))
     else:
         phases.append(Phase("cutover", cutover_steps(ctx)))
+    if params.warm is not None:
+        phases[-1].gates.append(extras.warm_gate(params.warm))
     phases.append(Phase("verify", [FunctionStep("verify writes flow", _verify, mutating=True,
                                                 describe=_planned(_probe))]))
     if policy is not None:

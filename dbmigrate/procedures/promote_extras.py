@@ -146,6 +146,57 @@ def _restore_reads(ctx) -> str:
     return f"reader weights restored to {before}"
 
 
+# -- warm-up -------------------------------------------------------------------------
+
+def warm_step(ctx, spec):
+    from dbmigrate.engine.step import FunctionStep
+
+    def run(c) -> str:
+        from dbmigrate.procedures import warm
+
+        r = c.resources
+        source, target = r["topology"].servers[r["old"]], r["topology"].servers[r["new"]]
+        if c.dry_run:
+            return f"would warm {target.name} from {source.name} by {spec.method}"
+        progress = lambda frac, msg: c.metric("warm_progress", frac, message=msg)  # noqa: E731
+        if spec.method == "dump-load":
+            result = warm.dump_load(source, target, seconds=spec.seconds, on_progress=progress)
+        elif spec.method == "replay":
+            plan = warm.replay_plan_from_server(source)
+            result = warm.replay(target, plan, tables=spec.tables or None, seconds=spec.seconds,
+                                 target_hit_ratio=spec.target_hit_ratio, on_progress=progress)
+        else:
+            if not spec.tables:
+                raise UsageError("warm.method scan needs warm.tables (schema.table, ...)")
+            result = warm.scan(target, spec.tables, seconds=spec.seconds, target_hit_ratio=spec.target_hit_ratio,
+                               on_progress=progress)
+        for label, hr in (("before", result.hit_ratio_before), ("after", result.hit_ratio_after)):
+            if hr is not None:
+                c.metric(f"hit_ratio_{label}", hr.ratio, server=target.name)
+        c.metric("resident_pages_before", result.before.pages_data, server=target.name)
+        c.metric("resident_pages_after", result.after.pages_data, server=target.name)
+        for note in result.notes:
+            c.log(note)
+        return result.sentence()
+
+    return FunctionStep(f"warm the candidate ({spec.method})", run)
+
+
+def warm_gate(spec):
+    """Before the cutover: the candidate's measured hit ratio reaches the target (or its load completed)."""
+    from dbmigrate.engine.step import AutoGate
+
+    def check(c):
+        from dbmigrate.procedures import warm
+
+        r = c.resources
+        target = r["topology"].servers[r["new"]]
+        return warm.warm_gate(target, spec.target_hit_ratio, tables=spec.tables or None,
+                              accept_completed_load=spec.method == "dump-load")
+
+    return AutoGate("warm-up", check)
+
+
 # -- orchestrator --------------------------------------------------------------------
 
 def orchestrator_steps(ctx, params) -> list:

@@ -82,6 +82,9 @@ def render_config(spec: InstanceSpec) -> str:
         # and other programs' /tmp cleanup can delete on-disk temp tables mid-query (errno 6).
         "tmpdir": str(spec.dir / "tmp"),
         "bind-address": "127.0.0.1",
+        # Every instance starts read-only, as production servers should: a restarted
+        # replica must not take writes, and a primary is made writable on purpose.
+        "read_only": "ON",
         "server_id": spec.server_id,
         "report_host": "127.0.0.1",
         "report_port": spec.port,

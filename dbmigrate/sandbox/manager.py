@@ -266,6 +266,7 @@ class Sandboxes:
                 cur.execute("SET SESSION sql_log_bin=0")
             for sql, params in acc.bootstrap_statements(accounts):
                 cur.execute(sql, params or None)
+            cur.execute("SET GLOBAL read_only=OFF")  # the primary (or a standalone) takes writes
         finally:
             conn.close()
 
