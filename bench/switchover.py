@@ -123,7 +123,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    home = Path(os.environ.setdefault("DBMIGRATE_HOME", f"/tmp/dbm-bench-{os.getpid()}"))
+    import shutil
+    import tempfile
+
+    if "DBMIGRATE_HOME" not in os.environ:  # a private home, removed at the end
+        os.environ["DBMIGRATE_HOME"] = tempfile.mkdtemp(prefix="dbm-bench-")
+        import atexit
+
+        atexit.register(shutil.rmtree, os.environ["DBMIGRATE_HOME"], ignore_errors=True)
+    home = Path(os.environ["DBMIGRATE_HOME"])
     os.environ.setdefault("DBMIGRATE_JOURNAL", str(home / "journal.sqlite"))
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
     results = [run_series(args.rounds, "dbmigrate", None, say)]
