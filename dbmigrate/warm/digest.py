@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,26 +104,16 @@ def plan_replay(classes: list[DigestClass], origin: str, limit: int = 1000) -> R
 
 def run_pt_query_digest(slow_log: Path, timeout: float = 600) -> dict[str, Any]:
     """pt-query-digest --output json on a local slow log file."""
-    exe = shutil.which("pt-query-digest")
-    if exe is None:
-        raise DbmigrateError("pt-query-digest is not installed", hint="apt-get install percona-toolkit")
+    from dbmigrate.tools import percona
+
     if not slow_log.is_file():
         raise UsageError(f"slow log {slow_log} does not exist")
     if slow_log.stat().st_size == 0:
         raise UsageError(f"slow log {slow_log} is empty",
                          hint="enable it with slow_query_log=ON and long_query_time=0 while the server serves reads")
-    proc = subprocess.run([exe, "--output", "json", "--limit", "100%:1000", "--no-version-check", str(slow_log)],
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise DbmigrateError(f"pt-query-digest failed on {slow_log} (exit {proc.returncode}): "
-                             f"{proc.stderr.strip()[-400:]}")
-    text = proc.stdout.strip()
-    if not text:
-        return {"classes": []}  # nothing parseable in the log
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DbmigrateError(f"pt-query-digest printed something that is not JSON for {slow_log}: {e}")
+    # Our own tagged statements stay in: they are refused below unless they read user tables.
+    report = percona.run_query_digest(slow_log, timeout_s=timeout, exclude_own=False).report
+    return report if report.get("classes") is not None else {"classes": []}
 
 
 def load_digest(path: Path) -> list[DigestClass]:
