@@ -16,10 +16,3 @@ state = {"debug": False}
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
-
-
-def fail(message: str, hint: str | None = None, code: int = 1) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
-    if hint:
-        err_console.print(f"[yellow]hint:[/] {hint}", highlight=False, soft_wrap=True)
-    raise SystemExit(code)
