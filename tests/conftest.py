@@ -88,3 +88,33 @@ def run_cli(*args: str, timeout: float = 120, env: dict | None = None):
 @pytest.fixture(scope="session")
 def cli():
     return run_cli
+
+
+def _our_processes() -> list[tuple[int, str]]:
+    """Processes whose command line names this test session's home (mariadbd, haproxy, ...)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(_HOME) in cmd and "pytest" not in cmd:
+            found.append((int(proc.name), cmd.strip()))
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test may leave a server behind: fail the session if one is still running, and stop it."""
+    import signal
+
+    leftovers = _our_processes()
+    for pid, _ in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if leftovers:
+        print("\nprocesses left behind by the tests (now killed):\n" + "\n".join(f"  {p} {c}" for p, c in leftovers))
+        session.exitstatus = 1
