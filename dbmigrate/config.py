@@ -62,6 +62,9 @@ class ServerSpec(Strict):
     host_name: Optional[str] = Field(None, description="physical/virtual host that runs this instance")
     instance: Optional[str] = Field(None, description="instance name on a multi-instance host")
     shards: list[str] = Field(default_factory=list, description="logical shards (schemas) held here")
+    replication_host: Optional[str] = Field(None, description="how other servers reach this one for replication "
+                                                              "(containers, NAT); default: host")
+    replication_port: Optional[int] = Field(None, ge=1, le=65535, description="default: port")
     datadir: Optional[str] = None
 
     @field_validator("host")
@@ -164,6 +167,11 @@ class Inventory(Strict):
             raise ConfigError(f"{self._path}: server '{self.server_name(spec)}' has no credentials",
                               hint="set defaults.credentials or the server's credentials (defaults_file + group, or password_env)")
         return ref.resolve(self.base)
+
+    def replication_address(self, name: str) -> tuple[str, int]:
+        """Where replicas connect to reach `name` (may differ from where this tool connects)."""
+        _, spec = self.find_server(name)
+        return spec.replication_host or spec.host, spec.replication_port or spec.port
 
     def replication_credentials(self, cluster: str) -> Credentials:
         ref = self.cluster(cluster).replication_credentials

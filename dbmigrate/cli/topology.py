@@ -68,3 +68,21 @@ def show(inventory: Path = typer.Option(None, "--inventory", "-i", help="Invento
             console.print(cluster_tree(c))
     if c.problems:
         raise typer.Exit(1)
+
+
+@cmd.command("wire")
+def wire_command(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inventory YAML."),
+                 cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster name in the inventory."),
+                 root_user: str = typer.Option("root", "--root-user", help="A user that may create accounts."),
+                 root_password_env: str = typer.Option("DBMIGRATE_ROOT_PASSWORD", "--root-password-env",
+                                                       help="Environment variable holding its password.")):
+    """Wire fresh servers (e.g. docker compose): accounts from the inventory's credentials and GTID replication
+    from the server marked `role: primary`."""
+    from dbmigrate.topology.wire import wire
+
+    inv = load_inventory(inventory)
+    root = creds_mod.from_environment("", root_password_env, user=root_user)
+    said = wire(inv, cluster, root)
+    for line in said:
+        console.print(f"  {line}")
+    console.print(f"[green]wired[/] cluster {cluster}: " + (f"{len(said)} change(s)" if said else "already in place"))

@@ -63,7 +63,8 @@ def promote_resources(inventory_path: Path | None, cluster: str, candidate: str,
         router = router_for(inv, cluster)
     return {
         "inventory": inv,
-        "topology": Topology(servers=servers, repl=inv.replication_credentials(cluster), replicas=replicas),
+        "topology": Topology(servers=servers, repl=inv.replication_credentials(cluster), replicas=replicas,
+                             repl_addresses={n: inv.replication_address(n) for n in servers}),
         "old": old,
         "new": new,
         "router": router,

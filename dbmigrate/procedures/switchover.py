@@ -56,6 +56,9 @@ class Topology:
     servers: dict[str, Server]
     repl: Credentials
     replicas: list[str] = field(default_factory=list)  # other replicas to repoint (not old/new)
+    # How servers reach each other for replication, when it differs from how this
+    # tool reaches them (containers, NAT): name -> (host, port).
+    repl_addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 Notify = Callable[[str], None]
@@ -84,13 +87,16 @@ class Switchover:
     def apply(self, name: str) -> Applier:
         return Applier(self.server(name), dry_run=self.dry_run, on_planned=self.record)
 
+    def _repl_addr(self, name: str) -> tuple[str, int]:
+        return self.topo.repl_addresses.get(name) or self._addr(name)
+
     def _addr(self, name: str) -> tuple[str, int]:
         s = self.server(name)
         return s.host, s.port
 
     def replicates_from(self, name: str, source: str) -> bool:
         st = self.insp(name).replica_status()
-        host, port = self._addr(source)
+        host, port = self._repl_addr(source)
         return st is not None and st.source_port == port and st.source_host in (host, "localhost" if host == "127.0.0.1" else host)
 
     def writable(self, name: str) -> bool:
@@ -253,7 +259,7 @@ class Switchover:
         if not self.dry_run and position and not insp.wait_for_gtid(position, self.s.replica_timeout_s):
             raise WaitTimeout(f"replica {replica} did not reach {position} within {self.s.replica_timeout_s:g}s",
                               hint=f"check replication on {replica}; it still points at its old source")
-        host, port = self._addr(source)
+        host, port = self._repl_addr(source)
         a = self.apply(replica)
         a.stop_replica()
         a.change_source(host, port, self.topo.repl)
@@ -269,7 +275,7 @@ class Switchover:
         return f"{self.old} replicates from {self.new} (read-only): rollback loses nothing"
 
     def _make_replica(self, name: str, source: str) -> None:
-        host, port = self._addr(source)
+        host, port = self._repl_addr(source)
         a = self.apply(name)
         a.set_read_only(True)
         a.stop_replica()

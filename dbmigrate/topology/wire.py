@@ -1,0 +1,110 @@
+"""Wire a fresh topology: accounts on every server and GTID replication from the
+primary, as the inventory describes it (roles and credentials).
+
+For servers that were started empty (containers of a docker compose file, new
+hosts): the accounts of the inventory's credential references are created on
+every server with sql_log_bin=0 (so no server gets GTIDs the others lack), the
+replicas replicate from the primary, and every server but the primary is
+read-only. Idempotent: what is already in place is left alone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import Server
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError, UsageError, WaitTimeout
+
+
+@dataclass(frozen=True)
+class Account:
+    credentials: Credentials
+    grants: tuple[str, ...]  # "PRIVILEGES ON what", granted TO the account
+
+
+def accounts_for(inv, cluster: str, app_schemas: tuple[str, ...]) -> list[Account]:
+    spec = inv.cluster(cluster)
+    admin = inv.credentials_for(next(iter(spec.servers.values())))
+    out = [Account(admin, ("ALL PRIVILEGES ON *.*",)),
+           Account(inv.replication_credentials(cluster),
+                   ("REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.*",))]
+    app = inv.app_credentials(cluster)
+    if app is not None:
+        out.append(Account(app, tuple(f"ALL PRIVILEGES ON `{s}`.*" for s in app_schemas)))
+    return out
+
+
+def ensure_accounts(server: Server, accounts: list[Account], app_schemas: tuple[str, ...]) -> list[str]:
+    """Create missing accounts and schemas on one server, without binlogging them."""
+    done = []
+    server.execute("SET SESSION sql_log_bin=0")
+    try:
+        for schema in app_schemas:
+            server.execute(f"CREATE DATABASE IF NOT EXISTS `{schema}`")
+        for acc in accounts:
+            c = acc.credentials
+            if Inspector(server).user_exists(c.user):
+                continue
+            server.execute("CREATE USER %s@'%' IDENTIFIED BY %s", (c.user, c.password or ""))
+            for grant in acc.grants:
+                server.execute(f"GRANT {grant} TO %s@'%'" + (" WITH GRANT OPTION" if "*.*" in grant and
+                                                             grant.startswith("ALL") else ""), (c.user,))
+            done.append(f"{c.user}@{server.name}")
+    finally:
+        server.execute("SET SESSION sql_log_bin=1")
+    return done
+
+
+def wire(inv, cluster: str, root: Credentials, *, app_schemas: tuple[str, ...] = ("app", "sbtest"),
+         timeout_s: float = 60, say=lambda m: None) -> list[str]:
+    spec = inv.cluster(cluster)
+    primaries = [n for n, s in spec.servers.items() if s.role == "primary"]
+    if len(primaries) != 1:
+        raise UsageError(f"cluster '{cluster}' needs exactly one server with role: primary to be wired "
+                         f"(found {len(primaries)})", hint="mark the primary in the inventory")
+    primary = primaries[0]
+
+    def as_root(name: str) -> Server:
+        s = spec.servers[name]
+        return Server(name, s.host, s.port, root, connect_timeout=inv.defaults.connect_timeout, unix_socket=s.socket)
+
+    said = []
+    accounts = accounts_for(inv, cluster, app_schemas)
+    repl = inv.replication_credentials(cluster)
+    with as_root(primary) as p:
+        created = ensure_accounts(p, accounts, app_schemas)
+        Applier(p).set_read_only(False)
+        target = Inspector(p).gtid_binlog_pos()
+    said += created
+    for name, s in spec.servers.items():
+        if name == primary:
+            continue
+        with as_root(name) as r:
+            said += ensure_accounts(r, accounts, app_schemas)
+            insp, app = Inspector(r), Applier(r)
+            app.set_read_only(True)
+            st = insp.replica_status()
+            host, port = inv.replication_address(primary)
+            if st is not None and st.source_host == host and st.source_port == port and st.running:
+                continue
+            app.stop_replica()
+            app.change_source(host, port, repl)
+            app.start_replica()
+            said.append(f"{name} replicates from {primary}")
+            deadline = time.monotonic() + timeout_s
+            while True:
+                st = insp.replica_status()
+                if st and st.running and r.flavor.includes(insp.gtid_executed(), target):
+                    break
+                if st and st.last_error:
+                    raise DbmigrateError(f"replication {primary} -> {name} failed: {st.last_error}")
+                if time.monotonic() > deadline:
+                    raise WaitTimeout(f"{name} did not start replicating from {primary} within {timeout_s:g}s")
+                time.sleep(0.1)
+    for line in said:
+        say(line)
+    return said
