@@ -9,9 +9,10 @@ import time
 import pytest
 
 from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure
+from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures import registry
 from dbmigrate.tui.app import CutoverApp
-from dbmigrate.tui.widgets import GateModal, StepList
+from dbmigrate.tui.widgets import GateModal, LagPanel, LatencyPanel, StepList, WarmPanel
 from tests.unit.test_engine_support import FakeLockServer
 
 pytestmark = pytest.mark.asyncio
@@ -23,12 +24,18 @@ class Demo:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.hold = False
+        self.fail_prepare: Exception | None = None
         self.entered = threading.Event()
         self.release = threading.Event()
 
     def step(self, name: str) -> FunctionStep:
         def run(ctx) -> str:
             self.calls.append(f"run:{name}")
+            if name == "snapshot":
+                ctx.metric("warm_progress", 0.5, message="replayed 1000 of 2000 queries")
+                ctx.metric("hit_ratio_after", 0.987, server="db-2")
+                ctx.metric("baseline_queries", 1234)
+                ctx.log("candidate buffer pool is warm", "warning")
             if self.hold and name == "fence":
                 self.entered.set()
                 assert self.release.wait(10), "the test never released the step"
@@ -51,8 +58,13 @@ class Demo:
 def demo(monkeypatch, tmp_path):
     d = Demo()
     lock_server = FakeLockServer()
+    def prepare(playbook):
+        if d.fail_prepare is not None:
+            raise d.fail_prepare
+        return {"lock_session": lock_server.connect()}
+
     entry = registry.ProcedureEntry(
-        "tuidemo", d.build, prepare_resources=lambda playbook: {"lock_session": lock_server.connect()},
+        "tuidemo", d.build, prepare_resources=prepare,
         gates={"healthy": lambda ctx, p: (True, "replicas healthy", {"lag": {"ok": True, "reason": "lag 3 ms"}})})
     monkeypatch.setitem(registry._REGISTRY, "tuidemo", entry)
     d.journal = tmp_path / "journal.sqlite"
@@ -198,3 +210,46 @@ async def test_rollback_key_undoes_a_finished_run_after_confirmation(demo):
         assert app.outcome.status == "rolled_back"
         assert all(line.lstrip().startswith("↶") for line in step_lines(app).values())
         assert run_status(demo, app.outcome.run_id) == "rolled_back"
+
+
+async def test_run_metrics_and_logs_reach_the_panels(demo):
+    app = new_app(demo)
+    async with app.run_test(size=(140, 45)) as pilot:
+        assert "no inventory" in app.query_one(LagPanel).text.plain  # nothing to sample without one
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog")
+        warm = app.query_one(WarmPanel).text.plain
+        assert "50%" in warm and "replayed 1000 of 2000 queries" in warm and "hit ratio after (db-2): 0.987" in warm
+        assert "baseline_queries: 1234" in app.query_one(LatencyPanel).text.plain
+        assert "candidate buffer pool is warm" in app.event_log
+        await pilot.press("n")
+        await until(pilot, lambda: app.busy is None, what="the run to end")
+
+
+async def test_abort_from_the_gate_dialog_declines_the_gate(demo):
+    app = new_app(demo)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog")
+        await pilot.press("a")
+        await until(pilot, lambda: app.busy is None, what="the run to end")
+        assert not isinstance(app.screen, GateModal) and app.cancel.is_set()
+        assert demo.calls == ["run:snapshot", "undo:snapshot"]
+        assert "run aborted by operator" in app.outcome.summary
+
+
+async def test_a_run_that_cannot_start_says_why_and_can_be_started_again(demo):
+    demo.fail_prepare = ConnectionFailed("db-1 (127.0.0.1:1) refused the connection", hint="is it running?")
+    app = new_app(demo)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: app.busy is None and app.error is not None, what="the start to fail")
+        assert app.board.status == "did not start" and app.outcome is None
+        assert "did not start: db-1 (127.0.0.1:1) refused the connection" in app.query_one(StepList).plain
+        assert "hint: is it running?" in app.event_log
+        demo.fail_prepare = None
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog of the new run")
+        await pilot.press("y")
+        await until(pilot, lambda: app.busy is None, what="the run to end")
+        assert app.outcome.status == "done" and app.error is None
