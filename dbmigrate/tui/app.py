@@ -201,12 +201,18 @@ class CutoverApp(App[None]):
                 outcome = rollback_run(self.board.run_id, subscribers=[relay], approver=self.gates,
                                        journal_path=self.journal_path)
         except DbmigrateError as exc:
-            self.post_message(RunEnded(mode, None, exc.message, exc.hint))
+            self._ended(RunEnded(mode, None, exc.message, exc.hint))
             return
         except Exception as exc:  # the session must show it, not die with a traceback mid-cutover
-            self.post_message(RunEnded(mode, None, f"internal error: {explain(exc)}"))
+            self._ended(RunEnded(mode, None, f"internal error: {explain(exc)}"))
             return
-        self.post_message(RunEnded(mode, outcome))
+        self._ended(RunEnded(mode, outcome))
+
+    def _ended(self, message: RunEnded) -> None:
+        # Kept on the app as well: after a forced quit no screen receives the message,
+        # and the command still reports how the run ended.
+        self.outcome, self.error = message.outcome, message.error
+        self.post_message(message)
 
     def _relay(self, event: Event) -> None:
         """Event bus subscriber (worker thread): hand the event to the UI thread."""
@@ -274,11 +280,9 @@ class CutoverApp(App[None]):
         self.busy = None
         self._quit_armed_at = None
         if message.outcome is not None:
-            self.outcome = message.outcome
             if message.mode == "run" and not self.board.run_id:
                 self.board.run_id = message.outcome.run_id
             return
-        self.error = message.error
         if message.mode == "run" and self.board.status in ("idle", "running"):
             self.board.status, self.board.summary = "did not start", message.error or ""
             self._show_board()

@@ -134,7 +134,7 @@ async def test_declining_the_gate_stops_before_the_phase_and_undoes_what_ran(dem
     async with app.run_test(size=(140, 45)) as pilot:
         await pilot.press("g")
         await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog")
-        await pilot.press("n")
+        await pilot.press("enter")  # Enter lands on decline: approving takes a deliberate `y`
         await until(pilot, lambda: app.busy is None, what="the run to end")
         assert demo.calls == ["run:snapshot", "undo:snapshot"]  # rollback_on_failure undid the prepare phase
         assert app.outcome.status == "rolled_back"

@@ -53,6 +53,8 @@ class StepList(Static):
                 self._gate_line(text, gate)
             for row in steps:
                 self._step_line(text, row)
+            if not steps:
+                text.append("     (no steps)\n", style="dim")
         extra = [g for g in board.gates if g.phase not in board.phases]
         for gate in extra:  # e.g. the rollback confirmation
             self._gate_line(text, gate)
