@@ -223,7 +223,8 @@ class CutoverApp(App[None]):
         worker = get_current_worker()
         assert self.inventory_path is not None
         try:
-            monitor = ClusterMonitor(self.inventory_path, self.cluster, limit_ms=self.lag_limit_ms)
+            monitor = ClusterMonitor(self.inventory_path, self.cluster, limit_ms=self.lag_limit_ms,
+                                     write_heartbeat=not self.dry_run)
         except DbmigrateError as exc:
             self.post_message(ClusterSampled(None, exc.message))
             return

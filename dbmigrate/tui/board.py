@@ -35,11 +35,6 @@ ICONS = {
     "interrupted": "!",
 }
 
-# Run states in which nothing is executing any more.
-ENDED = ("done", "failed", "refused", "cancelled", "rolled_back", "rollback_failed", "declined", "interrupted",
-         "did not start")
-
-
 @dataclass
 class StepRow:
     index: int

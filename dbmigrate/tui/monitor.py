@@ -3,7 +3,7 @@
 Called from a worker thread only. The writer is whichever server is writable
 right now (it changes during a cutover); replication lag is measured against
 it with a heartbeat (`dbmigrate.lag.sample_lag`, which never writes where
-read_only is ON), and the round trip of the read_only query on the writer is
+read_only is ON, and not at all in a dry run), and the round trip of the read_only query on the writer is
 the latency probe: a cheap statement the fenced window visibly stretches.
 """
 
@@ -33,9 +33,11 @@ class ClusterMonitor:
     """Keeps one short-timeout session per server of the cluster; `sample()` reads them all once."""
 
     def __init__(self, inventory_path: Path, cluster: str, *, limit_ms: float = 1000.0,
-                 settle_ms: float = 500.0) -> None:
+                 settle_ms: float = 500.0, write_heartbeat: bool = True) -> None:
         inventory = load_inventory(inventory_path)
         self.cluster = cluster
+        # Off for dry runs: then only an existing heartbeat writer's rows (or GTID distance) tell the lag.
+        self.write_heartbeat = write_heartbeat
         self.limit_ms = limit_ms
         self.settle_ms = settle_ms
         self.servers: dict[str, Server] = {}
@@ -63,12 +65,14 @@ class ClusterMonitor:
             if not read_only:
                 writable.append(name)
         if len(writable) != 1:
-            note = "no writable server (fenced?)" if not writable else f"{len(writable)} writable: {', '.join(writable)}"
+            note = (f"{len(writable)} writable: {', '.join(writable)}" if writable
+                    else "no writable server (fenced?)")
             return ClusterSample(None, note, None, unreachable=unreachable)
         writer = writable[0]
         replicas = [s for n, s in reachable.items() if n != writer]
         try:
-            lag = sample_lag(self.servers[writer], replicas, limit_ms=self.limit_ms, settle_ms=self.settle_ms)
+            lag = sample_lag(self.servers[writer], replicas, limit_ms=self.limit_ms, settle_ms=self.settle_ms,
+                             write=self.write_heartbeat)
         except DbmigrateError as exc:
             # The writer changed under us (a fence between two reads): the next tick sees the new shape.
             unreachable[writer] = exc.message
