@@ -253,3 +253,14 @@ async def test_a_run_that_cannot_start_says_why_and_can_be_started_again(demo):
         await pilot.press("y")
         await until(pilot, lambda: app.busy is None, what="the run to end")
         assert app.outcome.status == "done" and app.error is None
+
+
+async def test_dry_run_started_by_flag_changes_nothing_and_marks_steps_dry_run(demo):
+    app = CutoverApp(demo.playbook, journal_path=demo.journal, autostart=True, dry_run=True)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog without pressing g")
+        await pilot.press("y")
+        await until(pilot, lambda: app.busy is None, what="the dry run to end")
+        assert demo.calls == [] and app.outcome.status == "done"
+        assert all(line.lstrip().startswith("≈") for line in step_lines(app).values())
+        assert "done (dry run)" in app.query_one(StepList).plain
