@@ -10,11 +10,11 @@ renderer and turn the outcome into an exit code:
 
 from __future__ import annotations
 
-import inspect
-
 import functools
+import inspect
 import json
 import sys
+import threading
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any, Callable, ContextManager, Iterable, Optional
@@ -71,7 +71,9 @@ def start_run(
     assume_yes: bool = False,
     dry_run: bool = False,
     journal_path: Path | None = None,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
+    """Start a new run of a playbook; `cancel`, once set, stops it before its next gate or step."""
     playbook = load_playbook(playbook_path)
     with Journal(resolve_journal_path(journal_path, playbook)) as journal:
         run_id = new_run_id()
@@ -80,7 +82,7 @@ def start_run(
             params=playbook.params.model_dump(mode="json"), playbook=str(playbook.path.resolve()),
             playbook_sha=playbook.sha256, dry_run=dry_run or playbook.spec.dry_run,
         )
-        return _drive(playbook, journal, run_id, "run", subscribers, approver, assume_yes)
+        return _drive(playbook, journal, run_id, "run", subscribers, approver, assume_yes, cancel=cancel)
 
 
 def resume_run(run_ref: str, **kwargs: Any) -> RunOutcome:
@@ -99,6 +101,7 @@ def _continue_run(
     approver: Approver | None = None,
     assume_yes: bool = False,
     journal_path: Path | None = None,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
     with Journal(resolve_journal_path(journal_path)) as journal:
         run_id = journal.resolve_run_id(run_ref)
@@ -112,7 +115,7 @@ def _continue_run(
         playbook = load_playbook(run["playbook"])
         changed = playbook.sha256 != run["playbook_sha"]
         return _drive(playbook, journal, run_id, mode, subscribers, approver, assume_yes,
-                      warn_changed=changed)
+                      warn_changed=changed, cancel=cancel)
 
 
 def _drive(
@@ -125,6 +128,7 @@ def _drive(
     assume_yes: bool,
     *,
     warn_changed: bool = False,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
     """Prepare resources, build, lock, and hand over to the runner (run, resume or rollback)."""
     run = journal.get_run(run_id)
@@ -133,7 +137,7 @@ def _drive(
     for subscriber in subscribers:
         bus.subscribe(subscriber)
     try:
-        return _drive_with_resources(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed)
+        return _drive_with_resources(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed, cancel)
     except Exception as exc:
         # A fresh run that never reached the runner (no resources, lock refused,
         # bad gate) must not stay "running" in the journal. Resumed runs keep
@@ -153,6 +157,7 @@ def _drive_with_resources(
     approver: Approver | None,
     assume_yes: bool,
     warn_changed: bool,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
     run_id = run["id"]
     resources = _prepare(playbook, RunState(journal, run_id))
@@ -165,7 +170,7 @@ def _drive_with_resources(
             bus.emit(warning)
             journal.record_log(warning)
         procedure = playbook.build(ctx)
-        runner = Runner(approver=approver, assume_yes=assume_yes, hooks=playbook.hook_runner())
+        runner = Runner(approver=approver, assume_yes=assume_yes, hooks=playbook.hook_runner(), cancel=cancel)
         with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id):
             if mode == "rollback":
                 return runner.rollback(procedure, ctx)

@@ -8,6 +8,7 @@ first, so anything already in place is skipped. On failure the run stops
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -35,10 +36,14 @@ class StepFailed(DbmigrateError):
     """A step's check, run or verify raised; the run stopped at that step."""
 
 
+class RunCancelled(DbmigrateError):
+    """The operator asked the run to stop; it stopped between two steps, never inside one."""
+
+
 @dataclass
 class RunOutcome:
     run_id: str
-    status: str  # done, failed, refused, rolled_back, rollback_failed, declined
+    status: str  # done, failed, refused, cancelled, rolled_back, rollback_failed, declined
     summary: str
     error: DbmigrateError | None = None
 
@@ -68,10 +73,13 @@ class Runner:
         approver: Approver | None = None,
         assume_yes: bool = False,
         hooks: HookRunner | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.approver = approver
         self.assume_yes = assume_yes
         self.hooks = hooks or HookRunner()
+        # Set from another thread (e.g. an interactive UI) to stop before the next gate or step.
+        self.cancel = cancel
 
     # ------------------------------------------------------------------ forward
 
@@ -95,10 +103,12 @@ class Runner:
         try:
             index = 0
             for phase in procedure.phases:
+                self._stop_if_cancelled(ctx, f"the gates of phase '{phase.name}'")
                 self._pass_gates(phase, ctx, passed_gates)
                 self._phase_hooks("before_phase", ctx, phase.name, hooks_done)
                 ctx.emit(PhaseStarted(phase=phase.name))
                 for step in phase.steps:
+                    self._stop_if_cancelled(ctx, f"step '{step.name}'")
                     counts[self._execute(index, phase, step, ctx, prior.get((phase.name, step.name)))] += 1
                     index += 1
                 self._phase_hooks("after_phase", ctx, phase.name, hooks_done)
@@ -116,7 +126,8 @@ class Runner:
 
     def _fail(self, procedure: Procedure, ctx: RunContext, exc: Exception) -> RunOutcome:
         error = exc if isinstance(exc, DbmigrateError) else DbmigrateError(f"internal error: {explain(exc)}")
-        status = "refused" if isinstance(exc, GateFailed) else "failed"
+        status = ("refused" if isinstance(exc, GateFailed)
+                  else "cancelled" if isinstance(exc, RunCancelled) else "failed")
         summary = error.message
         if procedure.rollback_on_failure:
             ctx.log("the procedure rolls back on failure: undoing completed steps", "warning")
@@ -128,6 +139,11 @@ class Runner:
         self._final_hooks("on_failure", ctx)
         ctx.emit(RunFinished(status=status, summary=summary))
         return RunOutcome(ctx.run_id, status, summary, error)
+
+    def _stop_if_cancelled(self, ctx: RunContext, before: str) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise RunCancelled(f"cancelled by the operator before {before}",
+                               hint=f"continue later with: dbmigrate resume {ctx.run_id}")
 
     def _execute(self, index: int, phase: Phase, step: Step, ctx: RunContext, prior: str | None) -> str:
         """Run one step; return its final status or raise StepFailed."""

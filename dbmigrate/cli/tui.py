@@ -1,0 +1,45 @@
+"""`dbmigrate tui PLAYBOOK`: run a playbook in an interactive terminal session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dbmigrate.cli.common import console
+
+
+def tui_command(
+    playbook: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
+    journal: Annotated[Optional[Path], typer.Option("--journal", help="Journal file (default: the playbook's "
+                                                                      "`journal:`, $DBMIGRATE_JOURNAL or "
+                                                                      "$DBMIGRATE_HOME/journal.sqlite).")] = None,
+    start: Annotated[bool, typer.Option("--start", help="Start the run at once instead of waiting for `g`.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Read, check and describe; change nothing.")] = False,
+    monitor: Annotated[bool, typer.Option("--monitor/--no-monitor",
+                                          help="Sample lag and writer latency from the cluster.")] = True,
+    interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between panel samples.")] = 1.0,
+    lag_limit_ms: Annotated[float, typer.Option("--lag-limit-ms", min=1, help="Lag above this shows red.")] = 1000.0,
+) -> None:
+    """Open an interactive cutover session: g start, y/n at gates, a abort, r roll back, q quit."""
+    from dbmigrate.tui.app import CutoverApp  # Textual loads only for this command
+
+    app = CutoverApp(playbook, journal_path=journal, autostart=start, dry_run=dry_run, monitor=monitor,
+                     monitor_interval_s=interval, lag_limit_ms=lag_limit_ms)
+    app.run()
+    # The screen is gone: leave the outcome in the terminal's scrollback.
+    outcome = app.outcome
+    if outcome is not None:
+        console.print(f"run {outcome.run_id}: {outcome.status}: {outcome.summary}", markup=False, highlight=False)
+        if outcome.error is not None and outcome.error.hint:
+            console.print(f"hint: {outcome.error.hint}", markup=False, highlight=False)
+        if not outcome.ok:
+            raise typer.Exit(1)
+    elif app.error:
+        console.print(f"error: {app.error}", markup=False, highlight=False)
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tui")(tui_command)
