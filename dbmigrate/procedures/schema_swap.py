@@ -290,8 +290,10 @@ def take_out(ctx: RunContext, side: str) -> str:
 def describe_take_out(ctx: RunContext, side: str) -> list[tuple[str, str]]:
     if _router(ctx) is None:
         return [("router", f"no router configured: {side} keeps its traffic")]
+    if not _in_readers(ctx, side):
+        return [("router", f"{side} is not in the reader pool: nothing to change")]
     remaining, _ = _pool_without(ctx, side)
-    return [("router", f"{_router(ctx).describe()}: readers -> {', '.join(remaining)} ({side} drains)")]
+    return [("router", f"readers -> {', '.join(remaining)} ({side} drains)")]
 
 
 def put_back(ctx: RunContext, side: str) -> str:
@@ -424,7 +426,7 @@ def apply_ddl(ctx: RunContext, side: str) -> str:
             ms = (time.perf_counter() - t0) * 1000
             for sql in server.flavor.ddl_without_binlog_sql(ddl.statement):
                 ctx.record_statement(side, sql, ms)
-            done.append(f"{ddl.table} ({ms / 1000:.1f}s)")
+            done.append(f"{ddl.table} ({ms:.0f} ms)" if ms < 1000 else f"{ddl.table} ({ms / 1000:.1f} s)")
     finally:
         session.close()
     own_after = insp.own_gtids()
@@ -521,6 +523,8 @@ def side_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
     from dbmigrate import gates
 
     p = _params(ctx)
+    if ctx.dry_run and side == ctx.resources["primary"]:
+        return True, f"dry-run: {side} becomes a replica only in the switchover; checked then", {}
     primary = _server(ctx, _current_primary(ctx, side))
     server = _server(ctx, side)
     st = Inspector(server).replica_status()
@@ -743,6 +747,15 @@ def route_reads(ctx: RunContext) -> str:
     return f"readers now {', '.join(wanted)}"
 
 
+def describe_route_reads(ctx: RunContext) -> list[tuple[str, str]]:
+    wanted = final_readers(ctx)
+    if _router(ctx) is None or wanted is None:
+        return [("router", "no router configured: readers unchanged")]
+    if sorted(_readers(ctx)) == sorted(wanted):
+        return [("router", f"reader pool already as intended: {', '.join(wanted)}")]
+    return [("router", f"readers -> {', '.join(wanted)}")]
+
+
 def readers_routed(ctx: RunContext) -> bool:
     router, wanted = _router(ctx), final_readers(ctx)
     return not ctx.dry_run and router is not None and wanted is not None and sorted(_readers(ctx)) == sorted(wanted)
@@ -819,7 +832,7 @@ def build(ctx: RunContext, params: SchemaSwapParams) -> Procedure:
         else:
             closing = []
         closing.append(FunctionStep("route reads", route_reads, check=readers_routed, undo=restore_reader_pool,
-                                    describe=lambda c: [("router", f"readers -> {', '.join(final_readers(c) or [])}")]))
+                                    describe=describe_route_reads))
         phases += side_phases(ctx, params, primary, primary_side=True, closing_steps=closing, closing_name="finish")
     return Procedure("schema-swap", phases, rollback_on_failure=True,
                      description="schema change A/B swap")
