@@ -87,14 +87,6 @@ class Ddl:
     expectations: tuple[Expectation, ...] = field(default=())
     added_columns: tuple[str, ...] = ()
 
-    @property
-    def schema(self) -> str:
-        return self.table.split(".", 1)[0]
-
-    @property
-    def table_name(self) -> str:
-        return self.table.split(".", 1)[1]
-
 
 # -- lexer -------------------------------------------------------------------------
 

@@ -559,7 +559,6 @@ def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
     p = _params(ctx)
     primary = _server(ctx, r["primary"])
     sides = [_server(ctx, s) for s in r["sides"]]
-    checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = []
 
     def row_binlog() -> tuple[bool, str]:
         bad = []
@@ -616,8 +615,9 @@ def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
         readers = rt.current().readers
         return True, f"{rt.describe()}: readers {', '.join(readers) or 'none'}"
 
-    checks = [("row_binlog", row_binlog), ("replication_running", replication), ("lag", lag),
-              ("errant_gtids", errant), ("tables", tables), ("router", router)]
+    checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = [
+        ("row_binlog", row_binlog), ("replication_running", replication), ("lag", lag),
+        ("errant_gtids", errant), ("tables", tables), ("router", router)]
     details: dict[str, Any] = {}
     failed = []
     for name, fn in checks:

@@ -97,6 +97,7 @@ class OwnGtidWatch:
         self.inv = inv
         self.before: dict[str, list[str]] = {}
         self.after: dict[str, list[str]] = {}
+        self.readers_during: dict[str, list[str]] = {}
 
     def __call__(self, event) -> None:
         if not isinstance(event, (StepStarted, StepFinished)) or event.action != "run" \
@@ -106,6 +107,8 @@ class OwnGtidWatch:
         with self.inv.open(side) as s:
             own = Inspector(s).own_gtids()
         (self.before if isinstance(event, StepStarted) else self.after)[side] = own
+        if isinstance(event, StepStarted):
+            self.readers_during[side] = readers(self.inv)
 
 
 def test_ddl_that_breaks_row_replication_is_refused_before_anything_changes(cluster, cli):
@@ -152,6 +155,9 @@ def test_swap_under_load_switches_back_and_loses_nothing(cluster):
     # Each side's DDL step wrote no GTID of its own (under replicated writes, so only its own entries count).
     assert sorted(watch.before) == sorted(SERVERS)
     assert watch.after == watch.before
+    # Each side was out of the reader pool while its DDL ran; the last replica's reads went elsewhere.
+    for side, during in watch.readers_during.items():
+        assert addr(inv, side) not in during and during, (side, during)
     # Only servers that were primaries ever wrote GTIDs: swap-3 (never primary) appears nowhere.
     for n, origins in binlog_state_origins(inv).items():
         assert origins <= {ids[f"{NAME}-1"], ids[f"{NAME}-2"]}, (n, origins)
