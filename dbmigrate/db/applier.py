@@ -70,6 +70,13 @@ class Applier:
     def buffer_pool_load_abort(self) -> None:
         self._send("SET GLOBAL innodb_buffer_pool_load_abort=ON")
 
+    def ddl_without_binlog(self, statement: str) -> None:
+        """Apply DDL on this server only: no binlog event, no GTID, nothing replicates.
+        Give the applier a dedicated session (Server.dedicated()): the MySQL form
+        spans three statements of one session."""
+        for sql in self.flavor.ddl_without_binlog_sql(statement):
+            self._send(sql)
+
     def sql(self, statement: str, params: tuple | None = None) -> int:
         """An arbitrary statement from a procedure (DDL, seeding). Still tagged, logged, dry-run aware."""
         return self._send(statement, params)

@@ -82,6 +82,11 @@ class Flavor:
     def wait_for_gtid_reached(self, result: Any) -> bool: raise NotImplementedError
     def set_read_only_sql(self, on: bool) -> list[str]: raise NotImplementedError
     def prepare_as_replica_sql(self) -> list[str]: raise NotImplementedError
+    def ddl_without_binlog_sql(self, statement: str) -> list[str]: raise NotImplementedError
+
+    # -- this server's own transactions (errant-GTID checks around local changes) --
+    def server_identity_sql(self) -> str: raise NotImplementedError
+    def own_gtids(self, state: str, identity: str) -> list[str]: raise NotImplementedError
 
     # -- slow log capture window --
     def slow_log_variables(self) -> tuple[str, ...]: raise NotImplementedError
@@ -178,6 +183,18 @@ class MariaDB(Flavor):
     def prepare_as_replica_sql(self) -> list[str]:
         # A former primary has an empty gtid_slave_pos: start from what it wrote itself.
         return ["SET GLOBAL gtid_slave_pos=@@GLOBAL.gtid_binlog_pos"]
+
+    def ddl_without_binlog_sql(self, statement: str) -> list[str]:
+        # One statement: the setting cannot outlive it, even if the connection is
+        # replaced between two statements (measured on 10.11: the session keeps sql_log_bin=1).
+        return [f"SET STATEMENT sql_log_bin=0 FOR {statement}"]
+
+    def server_identity_sql(self) -> str:
+        return "SELECT @@GLOBAL.server_id AS id"
+
+    def own_gtids(self, state: str, identity: str) -> list[str]:
+        # A binlog state keeps one entry per (domain, server_id): ours are the ones with our server_id.
+        return [str(g) for g in gtid.parse_mariadb(state) if str(g.server_id) == str(identity)]
 
     # Everything that decides what reaches the slow log. Order matters on restore:
     # long_query_time first (stops the flood), the file last.
@@ -296,6 +313,18 @@ class MySQL(Flavor):
 
     def prepare_as_replica_sql(self) -> list[str]:
         return []  # auto-position needs no seeding
+
+    def ddl_without_binlog_sql(self, statement: str) -> list[str]:
+        # SET_VAR cannot set sql_log_bin: the three statements must share one session
+        # (callers use a dedicated connection and check for own GTIDs afterwards).
+        return ["SET SESSION sql_log_bin=0", statement, "SET SESSION sql_log_bin=1"]
+
+    def server_identity_sql(self) -> str:
+        return "SELECT @@GLOBAL.server_uuid AS id"
+
+    def own_gtids(self, state: str, identity: str) -> list[str]:
+        own = {u: iv for u, iv in gtid.parse_mysql_set(state).items() if u.lower() == str(identity).lower()}
+        return [gtid.mysql_format(own)] if own else []
 
     def slow_log_variables(self) -> tuple[str, ...]:
         return ("long_query_time", "slow_query_log", "log_slow_admin_statements", "min_examined_row_limit",

@@ -52,6 +52,11 @@ class Inspector:
         """Binlog state with one entry per origin, for errant-transaction checks."""
         return self.server.scalar(self.flavor.gtid_state_sql()) or ""
 
+    def own_gtids(self) -> list[str]:
+        """Transactions this server wrote itself, per its binlog state (on a replica: errant ones)."""
+        identity = str(self.server.scalar(self.flavor.server_identity_sql()))
+        return self.flavor.own_gtids(self.gtid_state(), identity)
+
     def replica_status(self) -> ReplicaStatus | None:
         rows = self.server.query(self.flavor.replica_status_sql())
         return self.flavor.parse_replica_status(rows[0]) if rows else None
@@ -206,6 +211,13 @@ class Inspector:
                                            "type": str(r["itype"] or "BTREE").upper()})
             ix["columns"].append((r["col"], str(r["dtype"]).lower()))
         return list(out.values())
+
+    def table_columns(self, schema: str, table: str) -> list[tuple[str, str]]:
+        """(column, full column type) in table order; empty when the table does not exist."""
+        rows = self.server.query(
+            "SELECT COLUMN_NAME AS c, COLUMN_TYPE AS t FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (schema, table))
+        return [(str(r["c"]), str(r["t"]).lower()) for r in rows]
 
     def tables_matching(self, schema: str, regex: str) -> list[str]:
         """Base tables of `schema` whose name matches `regex` (server-side REGEXP), as 'schema.table'."""

@@ -1,0 +1,208 @@
+"""schema-swap without servers: which DDL is accepted or refused (and why), what it must
+leave behind, ROW compatibility, the SQL that keeps DDL out of the binlog, and the plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dbmigrate.cli.runs import plan_playbook
+from dbmigrate.db.flavor import MARIADB, MYSQL
+from dbmigrate.exceptions import ConfigError
+from dbmigrate.procedures import schema_ddl
+from dbmigrate.procedures.schema_ddl import DdlRefused, Expectation, classify
+from dbmigrate.procedures.schema_swap import expectation_holds
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- accepted ---------------------------------------------------------------------------
+
+def test_add_column_and_index_in_one_alter():
+    d = classify("ALTER TABLE app.orders ADD COLUMN note2 VARCHAR(32) NULL, ADD INDEX idx_amount (amount), "
+                 "ALGORITHM=INPLACE, LOCK=NONE;")
+    assert (d.table, d.kind) == ("app.orders", "alter-table")
+    assert d.expectations == (Expectation("app.orders", column="note2"), Expectation("app.orders", index="idx_amount"))
+    assert d.added_columns == ("note2",)
+
+
+def test_quoted_names_and_strings_are_not_keywords():
+    d = classify("alter table `app`.`my orders` add `after` int default 0 comment 'FIRST, AFTER x; DROP', "
+                 "add key (`a`(10), b desc)")
+    assert d.table == "app.my orders"
+    assert d.expectations == (Expectation("app.my orders", column="after"),
+                              Expectation("app.my orders", index_columns=("a", "b")))
+
+
+@pytest.mark.parametrize("sql, kind, expectation", [
+    ("CREATE INDEX ix_b ON app.t (b)", "create-index", Expectation("app.t", index="ix_b")),
+    ("CREATE FULLTEXT INDEX ft ON app.t (body)", "create-index", Expectation("app.t", index="ft")),
+    ("DROP INDEX ix_b ON app.t", "drop-index", Expectation("app.t", index="ix_b", absent=True)),
+    ("ALTER TABLE app.t DROP INDEX ix_b", "alter-table", Expectation("app.t", index="ix_b", absent=True)),
+    ("CREATE TABLE IF NOT EXISTS app.n (id INT PRIMARY KEY)", "create-table", Expectation("app.n")),
+    ("ALTER TABLE app.t ADD c INT NOT NULL", "alter-table", Expectation("app.t", column="c")),
+])
+def test_accepted_kinds(sql, kind, expectation):
+    d = classify(sql)
+    assert d.kind == kind and d.expectations == (expectation,)
+
+
+# -- refused ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sql, why", [
+    ("ALTER TABLE app.t DROP COLUMN b", "DROP COLUMN b shifts the columns"),
+    ("ALTER TABLE app.t ADD COLUMN c INT, DROP b", "DROP COLUMN b shifts"),
+    ("ALTER TABLE app.t ADD COLUMN c INT AFTER a", "AFTER places the column in the middle"),
+    ("ALTER TABLE app.t ADD COLUMN c INT FIRST", "FIRST places the column first"),
+    ("ALTER TABLE app.t MODIFY a BIGINT", "MODIFY changes a column's type"),
+    ("ALTER TABLE app.t CHANGE a a2 INT", "CHANGE renames or retypes"),
+    ("ALTER TABLE app.t RENAME COLUMN a TO a2", "RENAME renames"),
+    ("ALTER TABLE app.t CONVERT TO CHARACTER SET utf8mb4", "CONVERT changes the character set"),
+    ("ALTER TABLE app.t ADD UNIQUE INDEX u (a)", "UNIQUE index"),
+    ("CREATE UNIQUE INDEX u ON app.t (a)", "UNIQUE index"),
+    ("ALTER TABLE app.t ADD COLUMN c INT UNIQUE", "UNIQUE index"),
+    ("ALTER TABLE app.t DROP PRIMARY KEY", "PRIMARY KEY"),
+    ("ALTER TABLE app.t ADD PRIMARY KEY (id)", "PRIMARY KEY"),
+    ("ALTER TABLE app.t ADD COLUMN n INT AUTO_INCREMENT", "AUTO_INCREMENT"),
+    ("ALTER TABLE app.t ADD FOREIGN KEY (a) REFERENCES app.u (id)", "ADD FOREIGN"),
+    ("UPDATE app.t SET a = 1", "not DDL (UPDATE"),
+    ("INSERT INTO app.t VALUES (1)", "not DDL (INSERT"),
+    ("delete from app.t", "not DDL (DELETE"),
+    ("CREATE TABLE app.c SELECT * FROM app.t", "CREATE TABLE ... SELECT"),
+    ("DROP TABLE app.t", "DROP TABLE"),
+    ("TRUNCATE TABLE app.t", "TRUNCATE"),
+    ("ALTER TABLE t ADD COLUMN c INT", "not schema-qualified"),
+    ("CREATE INDEX ix ON t (a)", "not schema-qualified"),
+    ("ALTER TABLE app.t ADD COLUMN c INT; DROP TABLE app.t", "more than one statement"),
+    ("/*!50000 ALTER TABLE app.t ADD c INT */", "executable comment"),
+    ("ALTER TABLE app.t ALGORITHM=INPLACE", "options only"),
+    ("CREATE VIEW app.v AS SELECT 1", "CREATE VIEW is not supported"),
+    ("ALTER TABLE app.t ADD COLUMN `c", "unterminated"),
+])
+def test_refused_with_the_reason(sql, why):
+    with pytest.raises(DdlRefused) as e:
+        classify(sql)
+    assert why in e.value.message, e.value.message
+    assert e.value.exit_code == 2
+
+
+def test_undo_may_drop_what_was_added_but_must_be_qualified_ddl():
+    assert schema_ddl.check_undo("ALTER TABLE app.t DROP INDEX ix, DROP COLUMN c;") == "app.t"
+    with pytest.raises(DdlRefused, match="undo must be DDL"):
+        schema_ddl.check_undo("DELETE FROM app.t")
+    with pytest.raises(DdlRefused, match="schema-qualified"):
+        schema_ddl.check_undo("ALTER TABLE t DROP COLUMN c")
+
+
+# -- ROW compatibility -----------------------------------------------------------------------
+
+SOURCE = [("id", "int(11)"), ("a", "int(11)"), ("b", "varchar(10)")]
+
+
+def test_extra_trailing_columns_are_row_compatible():
+    ok, why = schema_ddl.row_compatible(SOURCE, SOURCE + [("c", "int(11)")])
+    assert ok and "extra trailing: c" in why
+    assert schema_ddl.row_compatible(SOURCE, SOURCE)[0]
+
+
+@pytest.mark.parametrize("target, why", [
+    ([("id", "int(11)"), ("b", "varchar(10)"), ("a", "int(11)")], "position 2 is b"),
+    ([("id", "int(11)"), ("a", "bigint(20)"), ("b", "varchar(10)")], "position 2 is a bigint(20)"),
+    ([("id", "int(11)"), ("a", "int(11)")], "column b (varchar(10)) is missing"),
+    ([], "table missing"),
+])
+def test_anything_else_is_not(target, why):
+    ok, reason = schema_ddl.row_compatible(SOURCE, target)
+    assert not ok and why in reason
+
+
+# -- expectations read back ----------------------------------------------------------------------
+
+class FakeInspector:
+    def __init__(self, columns, indexes, exists=True):
+        self.columns, self.indexes, self.exists = columns, indexes, exists
+
+    def table_columns(self, schema, table):
+        return self.columns
+
+    def table_indexes(self, schema, table):
+        return self.indexes
+
+    def table_info(self, schema, table):
+        return {"engine": "InnoDB"} if self.exists else None
+
+
+def test_expectations_hold_or_not():
+    insp = FakeInspector(SOURCE + [("Note2", "varchar(32)")],
+                         [{"name": "PRIMARY", "columns": [("id", "int")]},
+                          {"name": "idx_ab", "columns": [("a", "int"), ("b", "varchar")]}])
+    assert expectation_holds(insp, Expectation("app.t", column="note2")) == (True, "app.t has column note2")
+    assert expectation_holds(insp, Expectation("app.t", index="IDX_AB"))[0]
+    assert expectation_holds(insp, Expectation("app.t", index_columns=("a", "b")))[0]
+    assert not expectation_holds(insp, Expectation("app.t", index_columns=("b", "a")))[0]
+    assert not expectation_holds(insp, Expectation("app.t", index="idx_ab", absent=True))[0]
+    assert expectation_holds(insp, Expectation("app.t", index="gone", absent=True))[0]
+    assert not expectation_holds(FakeInspector([], [], exists=False), Expectation("app.n"))[0]
+
+
+# -- SQL per flavor ----------------------------------------------------------------------------------
+
+def test_ddl_without_binlog_per_flavor():
+    assert MARIADB.ddl_without_binlog_sql("ALTER TABLE app.t ADD c INT") == \
+        ["SET STATEMENT sql_log_bin=0 FOR ALTER TABLE app.t ADD c INT"]
+    assert MYSQL.ddl_without_binlog_sql("ALTER TABLE app.t ADD c INT") == \
+        ["SET SESSION sql_log_bin=0", "ALTER TABLE app.t ADD c INT", "SET SESSION sql_log_bin=1"]
+
+
+def test_own_gtids_per_flavor():
+    assert MARIADB.own_gtids("0-1-30,0-2-25,1-2-4", "2") == ["0-2-25", "1-2-4"]
+    assert MARIADB.own_gtids("0-1-30", "3") == []
+    uuid_a, uuid_b = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "4e11fa47-71ca-11e1-9e33-c80aa9429562"
+    assert MYSQL.own_gtids(f"{uuid_a}:1-5,{uuid_b}:1-3", uuid_b.upper()) == [f"{uuid_b}:1-3"]
+
+
+# -- playbooks ------------------------------------------------------------------------------------------
+
+def _playbook(tmp_path, **params) -> Path:
+    inv = ROOT / "playbooks" / "inventory.example.yaml"
+    doc = {"procedure": "schema-swap", "inventory": str(inv), "cluster": "orders",
+           "params": {"ddl": ["ALTER TABLE orders.orders ADD COLUMN n INT NULL"], **params}}
+    path = tmp_path / "swap.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_refused_ddl_is_a_located_playbook_error(tmp_path):
+    path = _playbook(tmp_path, ddl=["ALTER TABLE orders.orders ADD COLUMN n INT NULL",
+                                    "ALTER TABLE orders.orders MODIFY note TEXT"])
+    with pytest.raises(ConfigError) as e:
+        plan_playbook(path)
+    assert f"{path}:" in e.value.message and "params.ddl" in e.value.message
+    assert "statement 2 refused" in e.value.message and "MODIFY" in e.value.message
+
+
+def test_plan_lists_every_side_then_the_primary(tmp_path):
+    procedure = plan_playbook(_playbook(tmp_path, candidate="db-orders-3"))
+    names = [p.name for p in procedure.phases]
+    assert names == ["preflight", "alter db-orders-2", "return db-orders-2", "alter db-orders-3", "return db-orders-3",
+                     "alter db-orders-4", "return db-orders-4", "switchover", "alter db-orders-1 (old primary)",
+                     "finish"]
+    assert procedure.rollback_on_failure and procedure.needs_lock
+    cutover = [s.name for s in procedure.phase("switchover").steps]
+    assert cutover[0] == "fence db-orders-1" and "open db-orders-3 for writes" in cutover
+    assert [s.name for s in procedure.phase("finish").steps] == [
+        "switch back to db-orders-1", "verify writes flow to db-orders-1", "route reads"]
+    assert [g.name for g in procedure.phase("return db-orders-2").gates] == ["db-orders-2 ready"]
+    ddl_step = procedure.phase("alter db-orders-2").steps[2]
+    assert ddl_step.name == "apply DDL on db-orders-2 (binlog off)" and ddl_step.undo is not None
+
+
+def test_plan_variants(tmp_path):
+    skip = plan_playbook(_playbook(tmp_path, primary="skip"))
+    assert [p.name for p in skip.phases][-1] == "return db-orders-4"
+    keep = plan_playbook(_playbook(tmp_path, switch_back=False, warm={"method": "scan", "tables": ["orders.orders"]}))
+    assert [s.name for s in keep.phase("finish").steps] == ["route reads"]
+    assert [g.name for g in keep.phase("finish").gates] == ["db-orders-1 ready", "warm-up"]
+    assert "warm db-orders-2 (scan)" in [s.name for s in keep.phase("alter db-orders-2").steps]
