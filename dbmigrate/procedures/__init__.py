@@ -11,6 +11,7 @@ import importlib
 
 BUILTIN: tuple[str, ...] = (
     "dbmigrate.procedures.promote",
+    "dbmigrate.procedures.consolidate",
 )
 
 _loaded = False
