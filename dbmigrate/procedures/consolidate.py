@@ -63,6 +63,7 @@ class ConsolidateParams(BaseModel):
     routes: Optional[str] = Field(None, description="DSN file with one entry per shard; default: the cluster's "
                                                     "dsn-file router")
     max_lag_s: float = Field(5, ge=0, description="catch-up gate: seconds behind on every connection")
+    gate_timeout_s: float = Field(30, ge=0, description="how long the catch-up gate waits for that")
     catchup_timeout_s: float = Field(10, gt=0, le=600, description="fenced wait for an instance to apply an "
                                                                    "old server's final position")
     checksum: bool = Field(True, description="CHECKSUM TABLE old vs new inside the fenced window")
@@ -249,7 +250,17 @@ def evaluate_preflight(ctx: RunContext, params: ConsolidateParams) -> tuple[bool
 
 
 def evaluate_caught_up(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict]:
-    """Every seeded connection runs and is within max_lag_s of its old server."""
+    """Every seeded connection runs and is within max_lag_s of its old server, waiting
+    up to gate_timeout_s (a connection just started is still 'Connecting' for a moment)."""
+    deadline = time.monotonic() + params.gate_timeout_s
+    while True:
+        ok, reason, details = _caught_up_once(ctx, params)
+        if ok or time.monotonic() >= deadline:
+            return ok, reason if ok else f"{reason} (after {params.gate_timeout_s:g}s)", details
+        time.sleep(0.2)
+
+
+def _caught_up_once(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict]:
     plan = _plan(ctx)
     details: dict[str, Any] = {}
     problems = []
