@@ -73,3 +73,18 @@ def test_named_connection_sql_for_both_flavors():
         "CHANGE REPLICATION FILTER REPLICATE_WILD_DO_TABLE=('s1.%') FOR CHANNEL 'old_a'"
     with pytest.raises(ValueError):
         MARIADB.start_named_sql("old-a'; DROP")
+
+
+def test_shipped_consolidate_playbook_plans_one_seed_and_one_cutover_per_old_server():
+    from pathlib import Path
+
+    from dbmigrate.cli.runs import plan_playbook
+
+    root = Path(__file__).resolve().parents[2]
+    proc = plan_playbook(root / "playbooks" / "consolidate-shards.yaml")
+    assert [p.name for p in proc.phases] == ["preflight", "provision", "seed", "cutover", "verify"]
+    assert [s.name for s in proc.phase("cutover").steps] == [
+        "cut over db-legacy-1 -> db-multi-1-1", "cut over db-legacy-2 -> db-multi-1-2"]
+    assert [(g.name, g.kind) for g in proc.phase("cutover").gates] == [("caught-up", "auto"), ("go-ahead", "manual")]
+    assert all(s.undo is not None for s in proc.phase("seed").steps + proc.phase("cutover").steps)
+    assert not proc.rollback_on_failure  # a failed cutover puts back its own old server only
