@@ -62,31 +62,33 @@ def register(app: typer.Typer) -> None:
 
 
 def _gb(v: float) -> str:
-    return f"{v:.2f}"
+    """GB figures, in MB below 1 GB (rehearsal shards would all read 0.00)."""
+    return f"{v * 1024:.1f} MB" if abs(v) < 1 else f"{v:.2f} GB"
 
 
 def render(doc: dict) -> None:
     s = doc["settings"]
     t = Table(title=f"shards (growth {s['growth_pct']:g}%, {s['qps_per_core']:g} qps per core)")
-    for c in ("shard", "old server", "size GB", "disk GB", "working set GB", "qps", "cpu cores", "estimates"):
-        t.add_column(c, justify="right" if c.endswith(("GB", "qps", "cores")) else "left")
+    for c in ("shard", "old server", "size", "disk", "working set", "qps", "cpu cores", "estimates"):
+        t.add_column(c, justify="left" if c in ("shard", "old server", "estimates") else "right")
     for sh in doc["shards"]:
         t.add_row(sh["name"], sh["source"], _gb(sh["size_bytes"] / GB), _gb(sh["size_bytes"] * (1 + s["growth_pct"] / 100) / GB),
                   _gb(sh["working_set_bytes"] / GB), f"{sh['qps']:.1f}", f"{sh['qps'] / s['qps_per_core']:.2f}",
                   "; ".join(f"{k}: {v}" for k, v in sh["estimates"].items() if k != "size"))
     console.print(t)
     t = Table(title=f"instances (strategy {doc['strategy']})")
-    for c in ("instance", "host", "address", "shards", "sources", "disk GB", "memory GB", "cpu cores", "buffer pool MB"):
-        t.add_column(c, justify="right" if c.endswith(("GB", "cores", "MB")) else "left")
+    for c in ("instance", "host", "address", "shards", "sources", "disk", "memory", "cpu cores", "buffer pool MB"):
+        t.add_column(c, justify="right" if c in ("disk", "memory", "cpu cores", "buffer pool MB") else "left")
     for i in doc["instances"]:
         d = i["demand"]
         t.add_row(i["name"], i["host"], f"{i['address']}:{i['port']}", ", ".join(i["shards"]), ", ".join(i["sources"]),
                   _gb(d["disk"]), _gb(d["memory"]), f"{d['cpu']:.2f}", str(i["buffer_pool_mb"]))
     console.print(t)
     t = Table(title=f"hosts (headroom {s['headroom_pct']:g}%, {s['reserved_memory_gb']:g} GB memory reserved)")
-    for c in ("host", "instances", "disk GB used/usable/total", "memory GB used/usable/total", "cpu used/usable/total"):
+    for c in ("host", "instances", "disk used/usable/total", "memory used/usable/total", "cpu cores used/usable/total"):
         t.add_column(c, justify="left" if c in ("host", "instances") else "right")
     for h in doc["hosts"]:
-        cells = [f"{h['used'][r]:.2f} / {h['usable'][r]:.2f} / {h['capacity'][r]:.2f}" for r in ("disk", "memory", "cpu")]
+        cells = [" / ".join(_gb(h[k][r]) for k in ("used", "usable", "capacity")) for r in ("disk", "memory")]
+        cells.append(" / ".join(f"{h[k]['cpu']:.2f}" for k in ("used", "usable", "capacity")))
         t.add_row(h["name"], f"{len(h['instances'])} of {h['max_instances']}", *cells)
     console.print(t)

@@ -165,6 +165,8 @@ def _dominant(d: Demand, ref: Demand) -> float:
 
 
 def _fmt(resource: str, value: float) -> str:
+    if UNITS[resource] == "GB" and abs(value) < 1:
+        return f"{value * 1024:.1f} MB"  # small shards and rehearsals: GB would round to 0.00
     return f"{value:.2f} {UNITS[resource]}"
 
 
