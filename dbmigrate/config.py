@@ -116,6 +116,38 @@ class ClusterSpec(Strict):
         return next((n for n, s in self.servers.items() if s.role == "primary"), None)
 
 
+class HostSpec(Strict):
+    """A target host for consolidation: what it offers and where its instances live."""
+
+    cores: float = Field(gt=0)
+    memory_gb: float = Field(gt=0)
+    disk_gb: float = Field(gt=0)
+    max_instances: int = Field(1, ge=1, le=64)
+    address: str = Field("127.0.0.1", description="host name or IP the instances listen on")
+    base_port: int = Field(3306, ge=1, le=65535, description="first instance's port; the next ones count up")
+    datadir_root: str = Field("/var/lib/mysql-instances", description="one datadir per instance under here")
+    sandbox: Optional[str] = Field(None, description="rehearsal: create the instances in this local sandbox")
+
+
+class PlanningSpec(Strict):
+    """How much of each host the consolidation plan may use."""
+
+    headroom_pct: float = Field(20, ge=0, lt=100, description="kept free on every host, per resource")
+    growth_pct: float = Field(30, ge=0, description="disk growth allowed per shard on top of today's size")
+    reserved_memory_gb: float = Field(1, ge=0, description="per host, for the OS and page cache")
+    instance_overhead_mb: int = Field(256, ge=0, description="per mysqld beyond its buffer pool")
+    qps_per_core: float = Field(2000, gt=0, description="queries per second one core serves")
+    working_set_fraction: float = Field(0.25, gt=0, le=1, description="working set estimate when not measured")
+    min_buffer_pool_mb: int = Field(64, ge=8)
+
+
+class HostsFile(Strict):
+    """A file describing target hosts (`--hosts FILE`), same shape as the inventory's sections."""
+
+    hosts: dict[str, HostSpec]
+    planning: PlanningSpec = Field(default_factory=PlanningSpec)
+
+
 class Defaults(Strict):
     credentials: Optional[CredentialsRef] = None
     connect_timeout: float = Field(3.0, gt=0, le=60)
@@ -126,6 +158,8 @@ class Inventory(Strict):
     version: Literal[1] = 1
     defaults: Defaults = Field(default_factory=Defaults)
     clusters: dict[str, ClusterSpec]
+    hosts: dict[str, HostSpec] = Field(default_factory=dict, description="target hosts for consolidation")
+    planning: PlanningSpec = Field(default_factory=PlanningSpec)
 
     # set after loading
     _path: Path = Path("inventory.yaml")
@@ -240,3 +274,15 @@ def load_inventory(path: str | Path, text: str | None = None) -> Inventory:
     _check_unique_addresses(inv, path, locate)
     _check_credentials_present(inv, path, locate)
     return inv
+
+
+def load_hosts(path: str | Path) -> HostsFile:
+    """Target hosts and planning settings from a YAML file; errors name file, line and field."""
+    path = Path(path)
+    data, locate = load_yaml_with_lines(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1: a hosts file is a mapping with 'hosts:' (and optionally 'planning:')")
+    try:
+        return HostsFile.model_validate(data)
+    except ValidationError as e:
+        raise format_validation_error(path, e, locate, data=data, model=HostsFile) from None

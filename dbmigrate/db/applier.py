@@ -46,6 +46,22 @@ class Applier:
     def change_source(self, host: str, port: int, repl: Credentials, *, ssl: bool = False) -> None:
         self._send(self.flavor.change_source_sql(host, port, repl.user, repl.password, ssl=ssl))
 
+    def add_source(self, conn: str, host: str, port: int, repl: Credentials, log_file: str, log_pos: int,
+                   wild_do_tables: list[str]) -> None:
+        """A named replication connection from (file, pos), filtered to the given schema.table patterns."""
+        self._send(self.flavor.named_source_sql(conn, host, port, repl.user, repl.password, log_file, log_pos))
+        self._send(self.flavor.named_filter_sql(conn, wild_do_tables))
+
+    def start_source(self, conn: str) -> None:
+        self._send(self.flavor.start_named_sql(conn))
+
+    def stop_source(self, conn: str) -> None:
+        self._send(self.flavor.stop_named_sql(conn))
+
+    def remove_source(self, conn: str) -> None:
+        self._send(self.flavor.stop_named_sql(conn))
+        self._send(self.flavor.reset_named_all_sql(conn))
+
     def prepare_as_replica(self) -> None:
         for sql in self.flavor.prepare_as_replica_sql():
             self._send(sql)

@@ -53,6 +53,13 @@ MARIADB_FILTERS = _COMMON_FILTERS + ("Replicate_Do_Domain_Ids", "Replicate_Ignor
 MYSQL_FILTERS = _COMMON_FILTERS + ("Replicate_Rewrite_DB",)
 
 
+def _conn(name: str) -> str:
+    """A replication connection/channel name: letters, digits and _ only (it is also an identifier)."""
+    if not name or not all(c.isalnum() or c == "_" for c in name) or len(name) > 64:
+        raise ValueError(f"not a valid replication connection name: {name!r}")
+    return name
+
+
 def _filters(row: dict[str, Any], names: tuple[str, ...]) -> dict[str, str]:
     return {n: str(row[n]) for n in names if row.get(n) not in (None, "")}
 
@@ -87,6 +94,18 @@ class Flavor:
     # -- this server's own transactions (errant-GTID checks around local changes) --
     def server_identity_sql(self) -> str: raise NotImplementedError
     def own_gtids(self, state: str, identity: str) -> list[str]: raise NotImplementedError
+
+    # -- named replication connections (multi-source; file/position coordinates) --
+    def named_source_sql(self, conn: str, host: str, port: int, user: str, password: str | None,
+                         log_file: str, log_pos: int) -> str: raise NotImplementedError
+    def named_filter_sql(self, conn: str, wild_do_tables: list[str]) -> str: raise NotImplementedError
+    def start_named_sql(self, conn: str) -> str: raise NotImplementedError
+    def stop_named_sql(self, conn: str) -> str: raise NotImplementedError
+    def reset_named_all_sql(self, conn: str) -> str: raise NotImplementedError
+    def named_status_sql(self, conn: str) -> str: raise NotImplementedError
+    def all_connections_sql(self) -> str: raise NotImplementedError
+    def wait_for_position_sql(self, conn: str) -> str: raise NotImplementedError
+    def binlog_coordinates_sql(self) -> str: raise NotImplementedError
 
     # -- slow log capture window --
     def slow_log_variables(self) -> tuple[str, ...]: raise NotImplementedError
@@ -228,6 +247,41 @@ class MariaDB(Flavor):
     def includes(self, pos, target):
         return gtid.mariadb_includes(pos, target)
 
+    # -- named connections: CHANGE MASTER 'name', one per source (multi-source replication) --
+    def named_source_sql(self, conn, host, port, user, password, log_file, log_pos) -> str:
+        parts = [f"MASTER_HOST={sql_quote(host)}", f"MASTER_PORT={int(port)}", f"MASTER_USER={sql_quote(user)}"]
+        if password is not None:
+            parts.append(f"MASTER_PASSWORD={sql_quote(password)}")
+        parts += ["MASTER_USE_GTID=no", f"MASTER_LOG_FILE={sql_quote(log_file)}", f"MASTER_LOG_POS={int(log_pos)}",
+                  "MASTER_CONNECT_RETRY=1"]
+        return f"CHANGE MASTER {sql_quote(_conn(conn))} TO " + ", ".join(parts)
+
+    def named_filter_sql(self, conn, wild_do_tables) -> str:
+        # Per-connection filter; the connection must exist and be stopped.
+        return f"SET GLOBAL `{_conn(conn)}`.replicate_wild_do_table={sql_quote(','.join(wild_do_tables))}"
+
+    def start_named_sql(self, conn) -> str:
+        return f"START SLAVE {sql_quote(_conn(conn))}"
+
+    def stop_named_sql(self, conn) -> str:
+        return f"STOP SLAVE {sql_quote(_conn(conn))}"
+
+    def reset_named_all_sql(self, conn) -> str:
+        return f"RESET SLAVE {sql_quote(_conn(conn))} ALL"
+
+    def named_status_sql(self, conn) -> str:
+        return f"SHOW SLAVE {sql_quote(_conn(conn))} STATUS"
+
+    def all_connections_sql(self) -> str:
+        return "SHOW ALL SLAVES STATUS"
+
+    def wait_for_position_sql(self, conn) -> str:
+        # (file, pos, timeout): >= 0 reached, -1 timed out, NULL not running
+        return f"SELECT MASTER_POS_WAIT(%s, %s, %s, {sql_quote(_conn(conn))}) AS r"
+
+    def binlog_coordinates_sql(self) -> str:
+        return "SHOW MASTER STATUS"
+
 
 class MySQL(Flavor):
     """MySQL 8.0.23+ / 8.4 (terminology: source/replica)."""
@@ -350,6 +404,40 @@ class MySQL(Flavor):
 
     def includes(self, pos, target):
         return not gtid.mysql_subtract(gtid.parse_mysql_set(target), gtid.parse_mysql_set(pos))
+
+    # -- named connections: replication channels --
+    def named_source_sql(self, conn, host, port, user, password, log_file, log_pos) -> str:
+        parts = [f"SOURCE_HOST={sql_quote(host)}", f"SOURCE_PORT={int(port)}", f"SOURCE_USER={sql_quote(user)}"]
+        if password is not None:
+            parts.append(f"SOURCE_PASSWORD={sql_quote(password)}")
+        parts += ["SOURCE_AUTO_POSITION=0", f"SOURCE_LOG_FILE={sql_quote(log_file)}", f"SOURCE_LOG_POS={int(log_pos)}",
+                  "SOURCE_CONNECT_RETRY=1", "GET_SOURCE_PUBLIC_KEY=1"]
+        return "CHANGE REPLICATION SOURCE TO " + ", ".join(parts) + f" FOR CHANNEL {sql_quote(_conn(conn))}"
+
+    def named_filter_sql(self, conn, wild_do_tables) -> str:
+        patterns = ", ".join(sql_quote(p) for p in wild_do_tables)
+        return f"CHANGE REPLICATION FILTER REPLICATE_WILD_DO_TABLE=({patterns}) FOR CHANNEL {sql_quote(_conn(conn))}"
+
+    def start_named_sql(self, conn) -> str:
+        return f"START REPLICA FOR CHANNEL {sql_quote(_conn(conn))}"
+
+    def stop_named_sql(self, conn) -> str:
+        return f"STOP REPLICA FOR CHANNEL {sql_quote(_conn(conn))}"
+
+    def reset_named_all_sql(self, conn) -> str:
+        return f"RESET REPLICA ALL FOR CHANNEL {sql_quote(_conn(conn))}"
+
+    def named_status_sql(self, conn) -> str:
+        return f"SHOW REPLICA STATUS FOR CHANNEL {sql_quote(_conn(conn))}"
+
+    def all_connections_sql(self) -> str:
+        return "SHOW REPLICA STATUS"
+
+    def wait_for_position_sql(self, conn) -> str:
+        return f"SELECT SOURCE_POS_WAIT(%s, %s, %s, {sql_quote(_conn(conn))}) AS r"
+
+    def binlog_coordinates_sql(self) -> str:
+        return "SHOW BINARY LOG STATUS"  # 8.2+; SHOW MASTER STATUS before
 
 
 MARIADB = MariaDB()

@@ -229,3 +229,77 @@ class Inspector:
     def key_range(self, schema: str, table: str, column: str) -> tuple[Any, Any]:
         row = self.server.query(f"SELECT MIN(`{column}`) AS lo, MAX(`{column}`) AS hi FROM `{schema}`.`{table}`")[0]
         return row["lo"], row["hi"]
+
+    # -- shards and named replication connections (consolidation) ------------------
+    def schema_sizes(self, schemas: list[str]) -> dict[str, int]:
+        """Data + index bytes per schema, for the schemas that exist (an empty one counts 0)."""
+        if not schemas:
+            return {}
+        marks = ", ".join(["%s"] * len(schemas))
+        rows = self.server.query(
+            "SELECT s.SCHEMA_NAME AS s, COALESCE(SUM(t.DATA_LENGTH + t.INDEX_LENGTH), 0) AS n "
+            "FROM information_schema.SCHEMATA s LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME "
+            f"WHERE s.SCHEMA_NAME IN ({marks}) GROUP BY s.SCHEMA_NAME", tuple(schemas))
+        return {str(r["s"]): int(r["n"]) for r in rows}
+
+    def userstat_enabled(self) -> bool:
+        """MariaDB/Percona per-table statistics (information_schema.TABLE_STATISTICS) are being collected."""
+        try:
+            return str(self.variable("userstat")) in ("1", "ON")
+        except Exception:  # MySQL has no userstat
+            return False
+
+    def rows_touched_by_schema(self, schemas: list[str]) -> dict[str, int]:
+        """Rows read + changed per schema since userstat was turned on (a counter)."""
+        if not schemas:
+            return {}
+        marks = ", ".join(["%s"] * len(schemas))
+        rows = self.server.query(
+            "SELECT TABLE_SCHEMA AS s, SUM(ROWS_READ + ROWS_CHANGED) AS n FROM information_schema.TABLE_STATISTICS "
+            f"WHERE TABLE_SCHEMA IN ({marks}) GROUP BY TABLE_SCHEMA", tuple(schemas))
+        return {str(r["s"]): int(r["n"] or 0) for r in rows}
+
+    def base_tables(self, schema: str) -> list[str]:
+        rows = self.server.query(
+            "SELECT TABLE_NAME AS t FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_TYPE='BASE TABLE' "
+            "ORDER BY TABLE_NAME", (schema,))
+        return [str(r["t"]) for r in rows]
+
+    def table_checksums(self, schema: str) -> dict[str, int | None]:
+        """CHECKSUM TABLE of every base table of `schema` (reads every row: size it before calling)."""
+        tables = self.base_tables(schema)
+        if not tables:
+            return {}
+        rows = self.server.query("CHECKSUM TABLE " + ", ".join(f"`{schema}`.`{t}`" for t in tables))
+        return {str(r["Table"]).split(".", 1)[1]: (None if r["Checksum"] is None else int(r["Checksum"])) for r in rows}
+
+    def binlog_coordinates(self) -> tuple[str, int]:
+        """(binlog file, position) this server has written up to."""
+        rows = self.server.query(self.flavor.binlog_coordinates_sql())
+        if not rows:
+            from dbmigrate.exceptions import DbmigrateError
+
+            raise DbmigrateError(f"{self.server.name} has no binary log", hint="enable log_bin: a source needs it")
+        return str(rows[0]["File"]), int(rows[0]["Position"])
+
+    def connection_status(self, conn: str) -> dict[str, Any] | None:
+        """Raw status row of one named replication connection, or None if it does not exist."""
+        for r in self.server.query(self.flavor.all_connections_sql()):
+            if (r.get("Connection_name") or r.get("Channel_Name") or "") == conn:
+                return r
+        return None
+
+    def connection_names(self) -> list[str]:
+        return [str(r.get("Connection_name") or r.get("Channel_Name") or "")
+                for r in self.server.query(self.flavor.all_connections_sql())]
+
+    def wait_for_position(self, conn: str, log_file: str, log_pos: int, timeout_s: float) -> bool:
+        """Block until connection `conn` has applied the source's (file, pos); True when reached."""
+        waiter = self.server
+        old = waiter.read_timeout
+        waiter.read_timeout = max(old, int(timeout_s) + 5)
+        try:
+            r = waiter.scalar(self.flavor.wait_for_position_sql(conn), (log_file, int(log_pos), timeout_s))
+        finally:
+            waiter.read_timeout = old
+        return r is not None and int(r) >= 0

@@ -12,6 +12,7 @@ import importlib
 BUILTIN: tuple[str, ...] = (
     "dbmigrate.procedures.promote",
     "dbmigrate.procedures.schema_swap",
+    "dbmigrate.procedures.consolidate",
 )
 
 _loaded = False

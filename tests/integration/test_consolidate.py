@@ -1,0 +1,273 @@
+"""Shard consolidation on real servers, under a write load per shard.
+
+Two old servers (standalone instances) hold shard_1, shard_2 and shard_3, shard_4.
+Applications find each shard's writer in a DSN file. The capacity plan puts them
+on one target host (a sandbox standing in for a multi-instance host), then the
+consolidate playbook seeds, replicates, fences and routes. One writer per shard
+follows the DSN file the way an application must (reconnect on read-only, retry
+an unknown outcome with the same id) and every acknowledged id is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pymysql
+import pytest
+import yaml
+
+from dbmigrate.cli.runs import resolve_journal_path, rollback_run, start_run
+from dbmigrate.config import HostSpec, load_inventory
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.journal import Journal
+from dbmigrate.procedures.plan import measure_shards, plan
+from dbmigrate.routing.dsn_file import DsnFileRouter
+
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.integration
+
+NAME = "consol"
+OLD = {"consol-1": ["shard_1", "shard_2"], "consol-old2": ["shard_3", "shard_4"]}
+SHARDS = [s for shards in OLD.values() for s in shards]
+
+
+class ShardWriter(threading.Thread):
+    """Writes ids 1, 2, ... into SHARD.seq at whatever the DSN file names as its writer."""
+
+    def __init__(self, routes: Path, shard: str, creds):
+        super().__init__(daemon=True, name=f"writer-{shard}")
+        self.routes, self.shard, self.creds = routes, shard, creds
+        self.acks: list[tuple[int, str]] = []  # (id, address it was acknowledged by)
+        self.errors: dict[str, int] = {}
+        self.stop_flag = threading.Event()
+
+    def writer(self) -> str:
+        return json.loads(self.routes.read_text())["clusters"][self.shard]["writer"]
+
+    def run(self) -> None:
+        conn, addr, next_id, unknown = None, None, None, False
+        while not self.stop_flag.is_set():
+            try:
+                if conn is None:
+                    addr = self.writer()
+                    host, _, port = addr.rpartition(":")
+                    conn = pymysql.connect(host=host, port=int(port), user=self.creds.user,
+                                           password=self.creds.password, connect_timeout=1, read_timeout=2,
+                                           write_timeout=2, autocommit=True, ssl_disabled=True)
+                if next_id is None:  # continue after the ids of an earlier load
+                    with conn.cursor() as cur:
+                        cur.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {self.shard}.seq")
+                        next_id = int(cur.fetchone()[0])
+                with conn.cursor() as cur:
+                    cur.execute(f"INSERT INTO {self.shard}.seq (id, ts) VALUES (%s, NOW(6))", (next_id,))
+                self.acks.append((next_id, addr))
+                next_id, unknown = next_id + 1, False
+                time.sleep(0.004)
+            except pymysql.MySQLError as e:
+                code = e.args[0] if e.args and isinstance(e.args[0], int) else 0
+                self.errors[str(code)] = self.errors.get(str(code), 0) + 1
+                if code == 1062 and unknown:  # the lost attempt did commit
+                    self.acks.append((next_id, addr))
+                    next_id, unknown = next_id + 1, False
+                    continue
+                unknown = unknown or code in (2013, 2006)
+                if conn is not None:
+                    conn.close()
+                conn = None  # 1290 (fenced) or a lost connection: reconnect through the DSN file
+                time.sleep(0.005)
+        if conn is not None:
+            conn.close()
+
+    def acked_on(self, address: str) -> int:
+        return sum(1 for _, a in self.acks if a == address)
+
+    def wait_acks_on(self, address: str, n: int, timeout_s: float = 20) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.acked_on(address) < n:
+            assert time.monotonic() < deadline, f"{self.shard}: only {self.acked_on(address)} acks on {address}"
+            time.sleep(0.02)
+
+
+def ids_on(server, shard: str) -> set[int]:
+    return {int(r["id"]) for r in server.query(f"SELECT id FROM {shard}.seq")}
+
+
+@pytest.fixture(scope="module")
+def legacy(boxes):
+    boxes.up(NAME, 0)
+    boxes.add_instance(NAME, "consol-old2", cluster=NAME)
+    state = boxes.find(NAME)
+    base = load_inventory(state.inventory_file)
+    for server, shards in OLD.items():
+        with base.open(server) as s:
+            for sh in shards:
+                s.execute(f"CREATE DATABASE {sh}")
+                s.execute(f"CREATE TABLE {sh}.items (id INT PRIMARY KEY AUTO_INCREMENT, name VARCHAR(40), qty INT)")
+                s.execute(f"INSERT INTO {sh}.items (name, qty) VALUES " +
+                          ",".join(f"('{sh}-item{i}', {i})" for i in range(300)))
+                s.execute(f"CREATE TABLE {sh}.seq (id BIGINT PRIMARY KEY, ts DATETIME(6) NOT NULL)")
+            s.execute("GRANT ALL PRIVILEGES ON `shard\\_%`.* TO dbm_app@'%'")
+    doc = yaml.safe_load(state.inventory_file.read_text())
+    cluster = doc["clusters"][NAME]
+    for server, shards in OLD.items():
+        cluster["servers"][server]["shards"] = shards
+    cluster["router"] = {"kind": "dsn-file", "path": "shards.json"}
+    doc["hosts"] = {"h1": {"cores": 2, "memory_gb": 1, "disk_gb": 5, "max_instances": 2, "sandbox": NAME}}
+    doc["planning"] = {"reserved_memory_gb": 0.25, "instance_overhead_mb": 64, "min_buffer_pool_mb": 32}
+    inv_path = state.path / "legacy.yaml"
+    inv_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    inv = load_inventory(inv_path)
+    routes = state.path / "shards.json"
+    for server, shards in OLD.items():  # what the applications use today
+        spec = inv.cluster(NAME).servers[server]
+        for sh in shards:
+            DsnFileRouter(sh, routes).switch_writer(f"{spec.host}:{spec.port}")
+    yield state, inv, routes
+    boxes.down(NAME)
+
+
+def address(inv, server: str) -> str:
+    spec = inv.cluster(NAME).servers[server]
+    return f"{spec.host}:{spec.port}"
+
+
+def playbook(state, plan_file: Path, strategy: str) -> Path:
+    path = state.path / f"consolidate-{strategy}.yaml"
+    path.write_text(yaml.safe_dump({
+        "procedure": "consolidate", "inventory": "legacy.yaml", "cluster": NAME,
+        "params": {"plan": plan_file.name, "strategy": strategy, "catchup_timeout_s": 5, "drain_timeout_s": 0.3}}))
+    return path
+
+
+def start_writers(inv, routes) -> dict[str, ShardWriter]:
+    creds = inv.app_credentials(NAME)
+    writers = {sh: ShardWriter(routes, sh, creds) for sh in SHARDS}
+    for w in writers.values():
+        w.start()
+    try:
+        for sh, w in writers.items():
+            w.wait_acks_on(w.writer(), 20)
+    except BaseException:
+        stop_writers(writers)
+        raise
+    return writers
+
+
+def stop_writers(writers) -> None:
+    for w in writers.values():
+        w.stop_flag.set()
+    for w in writers.values():
+        w.join(10)
+
+
+def test_plan_command_measures_and_places_each_old_server_in_its_own_instance(legacy):
+    state, inv, _ = legacy
+    out = state.path / "plan.json"
+    r = run_cli("consolidate", "plan", "--inventory", str(inv.path), "--from-inventory", "--sample-s", "0.3",
+                "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "h1-1" in r.stdout and "shard_1, shard_2" in r.stdout and "of 2" in r.stdout
+    doc = json.loads(out.read_text())
+    assert [(i["name"], i["shards"], i["sources"]) for i in doc["instances"]] == [
+        ("h1-1", ["shard_1", "shard_2"], ["consol-1"]), ("h1-2", ["shard_3", "shard_4"], ["consol-old2"])]
+    for sh in doc["shards"]:
+        assert sh["size_bytes"] > 0 and "Com_*" in sh["estimates"]["qps"]
+    assert all(i["buffer_pool_mb"] >= 32 for i in doc["instances"])
+    # Too little disk: refused, naming the resource.
+    tight = state.path / "tight-hosts.yaml"
+    tight.write_text(yaml.safe_dump({"hosts": {"h1": {"cores": 2, "memory_gb": 1, "disk_gb": 0.0001}}}))
+    r = run_cli("consolidate", "plan", "--inventory", str(inv.path), "--hosts", str(tight), "--sample-s", "0.1")
+    assert r.returncode == 1 and "disk: need" in r.stderr and "short by" in r.stderr, r.stderr
+
+
+def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legacy):
+    state, inv, routes = legacy
+    plan_file = state.path / "plan.json"
+    assert plan_file.exists(), "the plan test runs first"
+    writers = start_writers(inv, routes)
+    try:
+        outcome = start_run(playbook(state, plan_file, "instance-per-group"), assume_yes=True)
+        assert outcome.status == "done", outcome.summary
+        with Journal(resolve_journal_path()) as j:
+            st = j.all_state(outcome.run_id)
+            steps = j.run_detail(outcome.run_id)["steps"]
+        new = st["instances"]
+        assert set(new) == {"h1-1", "h1-2"}
+        target = {"shard_1": new["h1-1"], "shard_2": new["h1-1"], "shard_3": new["h1-2"], "shard_4": new["h1-2"]}
+        # Routes: each shard to its instance; writes land there.
+        for sh in SHARDS:
+            assert DsnFileRouter(sh, routes).current().writer == target[sh]
+            writers[sh].wait_acks_on(target[sh], 30)
+        # Every table compared inside the fence, and equal.
+        for sh in SHARDS:
+            sums = st["checksums"][sh]
+            assert set(sums["old"]) == {"items", "seq"} and sums["old"] == sums["new"], sums
+        assert any("checksummed equal" in s["sentence"] for s in steps if s["name"].startswith("cut over"))
+        # 0 acknowledged writes lost at the cutover: all on the new instances.
+        with inv.open("consol-1") as old1:
+            assert Inspector(old1).read_only()
+        for inst, shards in (("h1-1", ["shard_1", "shard_2"]), ("h1-2", ["shard_3", "shard_4"])):
+            host, _, port = new[inst].rpartition(":")
+            from dbmigrate.db.connection import Server
+
+            with Server(inst, host, int(port), inv.credentials_for(inv.cluster(NAME).servers["consol-1"])) as srv:
+                assert Inspector(srv).connection_names() == []  # forward connections dropped after the switch
+                assert not Inspector(srv).read_only()
+                for sh in shards:
+                    acked = {i for i, _ in list(writers[sh].acks)}
+                    assert acked <= ids_on(srv, sh), f"{sh}: lost {sorted(acked - ids_on(srv, sh))[:5]}"
+        # Roll back: routes return to the old servers, after they applied what the instances took.
+        back = rollback_run(outcome.run_id, assume_yes=True)
+        assert back.status == "rolled_back", back.summary
+        for server, shards in OLD.items():
+            for sh in shards:
+                assert DsnFileRouter(sh, routes).current().writer == address(inv, server)
+                writers[sh].wait_acks_on(address(inv, server), writers[sh].acked_on(address(inv, server)) + 30)
+    finally:
+        stop_writers(writers)
+    for server, shards in OLD.items():
+        with inv.open(server) as srv:
+            assert not Inspector(srv).read_only()
+            assert Inspector(srv).connection_names() == []  # reverse connections gone
+            for sh in shards:
+                w = writers[sh]
+                acked = {i for i, _ in w.acks}
+                assert w.acked_on(target[sh]) >= 30  # the instance really took writes in between
+                missing = acked - ids_on(srv, sh)
+                assert not missing, f"{sh}: {len(missing)} acknowledged writes lost, e.g. {sorted(missing)[:5]}"
+
+
+def test_merge_puts_both_old_servers_into_one_instance_by_multi_source(legacy):
+    state, inv, routes = legacy
+    shards = measure_shards(inv, sample_s=0.2)
+    merged = plan(shards, {"m1": HostSpec(cores=2, memory_gb=1, disk_gb=5, max_instances=1, sandbox=NAME)},
+                  inv.planning, "merge")
+    assert [(i.name, i.sources) for i in merged.instances] == [("m1-1", ["consol-1", "consol-old2"])]
+    plan_file = state.path / "plan-merge.json"
+    plan_file.write_text(json.dumps(merged.to_dict()))
+    writers = start_writers(inv, routes)
+    try:
+        outcome = start_run(playbook(state, plan_file, "merge"), assume_yes=True)
+        assert outcome.status == "done", outcome.summary
+        with Journal(resolve_journal_path()) as j:
+            st = j.all_state(outcome.run_id)
+        m1 = st["instances"]["m1-1"]
+        for sh in SHARDS:
+            assert DsnFileRouter(sh, routes).current().writer == m1
+            writers[sh].wait_acks_on(m1, 30)
+            assert st["checksums"][sh]["old"] == st["checksums"][sh]["new"]
+    finally:
+        stop_writers(writers)
+    host, _, port = m1.rpartition(":")
+    from dbmigrate.db.connection import Server
+
+    with Server("m1-1", host, int(port), inv.credentials_for(inv.cluster(NAME).servers["consol-1"])) as srv:
+        assert str(Inspector(srv).variable("gtid_strict_mode")) in ("0", "OFF")
+        for sh in SHARDS:
+            acked = {i for i, _ in writers[sh].acks}
+            missing = acked - ids_on(srv, sh)
+            assert not missing, f"{sh}: {len(missing)} acknowledged writes lost"
