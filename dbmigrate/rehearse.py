@@ -56,7 +56,25 @@ def _guard_facts(run_id: str) -> dict[str, Any]:
         state = j.all_state(run_id)
     windows = state.get("guard_decisions") or []
     return {"tripped": state.get("guard_tripped"), "last": windows[-1] if windows else None,
-            "windows": windows, "switched_at": state.get("switched_at")}
+            "windows": windows, "switched_at": state.get("switched_at"),
+            "digest": _digest_before_after(state.get("baseline_digest"), len(windows))}
+
+
+def _digest_before_after(baseline_file: str | None, windows: int) -> dict[str, Any] | None:
+    """pt-query-digest before (old primary, before the fence) and after (the guard's last window)."""
+    if not baseline_file or not windows:
+        return None
+    from dbmigrate.digest.compare import compare
+    from dbmigrate.digest.model import Digest
+    from dbmigrate.digest.report import comparison_json, comparison_markdown, overall_sentence
+
+    after_file = Path(baseline_file).with_name(f"guard-{windows}.digest.json")
+    if not after_file.exists():
+        return None
+    cmp = compare(Digest.load(baseline_file), Digest.load(after_file))
+    return {"before": baseline_file, "after": str(after_file), "avg": overall_sentence(cmp, "avg"),
+            "p95": overall_sentence(cmp, "p95"), "comparison": comparison_json(cmp),
+            "markdown": comparison_markdown(cmp)}
 
 
 def _write_playbook(path: Path, inventory: Path, cluster: str, candidate: str, extra: dict[str, Any]) -> Path:
@@ -198,6 +216,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             "reads": reads_summary,
             "guard": guard_info.get("tripped") or guard_info.get("last"),
             "guard_windows": guard_info.get("windows", []),
+            "digest": guard_info.get("digest"),
             "rollback_s": (round(finished - guard_info["switched_at"], 2)
                            if rolled_back and guard_info.get("switched_at") else None),
             "elapsed_s": round(time.monotonic() - t0, 1),

@@ -61,6 +61,8 @@ def render_report(r: dict) -> None:
     console.print(f"new primary: [bold]{r['new_primary']}[/]  old primary replicating from it: "
                   f"{'[green]yes[/]' if r['old_primary_replicating'] else '[red]no[/]'}")
     console.print(f"fenced window (longest gap between acknowledged writes): [bold]{r['fenced_ms']} ms[/]")
+    if r.get("digest"):
+        console.print(f"pt-query-digest before -> after: {r['digest']['avg']}; {r['digest']['p95']}")
     if r.get("guard"):
         g = r["guard"]
         console.print(f"latency guard: {'[red]rolled back[/]' if g.get('rollback') else '[green]within policy[/]'}"

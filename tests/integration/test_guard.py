@@ -40,6 +40,9 @@ def test_no_regression_no_rollback(cli):
     judged = [w for w in report["guard_windows"] if not w["insufficient"]]
     assert judged, report["guard_windows"]  # the guard really compared traffic
     assert not any(w["rollback"] for w in report["guard_windows"])
+    # The before/after comparison every cutover produces: baseline on the old primary vs the new one.
+    assert report["digest"]["avg"].startswith("average query latency")
+    assert report["digest"]["comparison"]["overall"]["p95"]["before"] > 0
 
 
 def test_crash_with_window_open_is_restored_by_rollback(boxes):
