@@ -33,7 +33,7 @@ sandbox.register(app)
 inventory.register(app)
 
 # Optional command groups: each module adds its commands with register(app).
-for _mod in ("topology", "lag", "check", "runs", "rehearse", "digest", "warm", "schema", "consolidate", "tui"):
+for _mod in ("topology", "lag", "check", "checksum", "runs", "rehearse", "digest", "warm", "schema", "consolidate", "tui"):
     try:
         _m = __import__(f"dbmigrate.cli.{_mod}", fromlist=["register"])
     except ModuleNotFoundError as _e:

@@ -48,6 +48,8 @@ class PromoteParams(BaseModel):
     warm: Optional[WarmSpec] = None
     baseline_seconds: float = Field(10, gt=0, description="baseline digest length on the old primary (with a guard)")
     guard_sample_s: float = Field(5, gt=0, description="length of each guard window after the cutover")
+    checksum_databases: list[str] = Field(default_factory=list,
+                                          description="pt-table-checksum these databases; the candidate must match")
 
 
 def _sw(ctx: RunContext, record=None) -> Switchover:
@@ -208,6 +210,8 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
         phases.append(Phase("cutover", cutover_steps(ctx)))
     if params.warm is not None:
         phases[-1].gates.append(extras.warm_gate(params.warm))
+    if params.checksum_databases:
+        phases[-1].gates.append(extras.checksum_gate(params.checksum_databases))
     phases.append(Phase("verify", [FunctionStep("verify writes flow", _verify, mutating=True,
                                                 describe=_planned(_probe))]))
     if policy is not None:

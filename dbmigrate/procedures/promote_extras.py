@@ -198,6 +198,30 @@ def warm_gate(spec):
     return AutoGate("warm-up", check)
 
 
+# -- data consistency ------------------------------------------------------------------
+
+def checksum_gate(databases: list[str]):
+    """Before the cutover: pt-table-checksum finds no chunk of the candidate that differs."""
+    from dbmigrate.engine.step import AutoGate
+
+    def check(c):
+        from dbmigrate.tools.pt_connect import table_checksum
+
+        r = c.resources
+        servers = r["topology"].servers
+        report = table_checksum(servers[r["old"]], [servers[r["new"]]], databases)
+        diffs = report.diffs.get(r["new"], [])
+        if report.errors:
+            return False, "pt-table-checksum: " + "; ".join(report.errors[:3]), report.to_dict()
+        if diffs:
+            return False, (f"{r['new']} differs from {r['old']} in " +
+                           ", ".join(f"{d['table']} ({d['chunks']} chunk(s))" for d in diffs)), report.to_dict()
+        return True, f"{r['new']} matches {r['old']} in {report.tables} table(s) of {', '.join(databases)}", \
+            report.to_dict()
+
+    return AutoGate("table checksums", check)
+
+
 # -- orchestrator --------------------------------------------------------------------
 
 def orchestrator_steps(ctx, params) -> list:

@@ -50,3 +50,21 @@ def test_cold_candidate_blocks_then_warm_candidate_is_promoted(boxes):
         metrics = {m["name"]: m["value"] for m in j.run_detail(warm_run.run_id)["metrics"]}
     assert metrics["resident_pages_after"] > metrics["resident_pages_before"]
     boxes.down(name)
+
+
+def test_checksum_gate_refuses_a_drifted_candidate(boxes):
+    name = "prosum"
+    state, inv = kit.topology(boxes, name)
+    with inv.open(f"{name}-1") as p:
+        p.execute("CREATE TABLE app.ledger (id INT PRIMARY KEY, amount INT)")
+        p.execute("INSERT INTO app.ledger VALUES " + ",".join(f"({i},{i})" for i in range(1, 301)))
+        pos = Inspector(p).gtid_binlog_pos()
+    with inv.open(f"{name}-new") as c:
+        assert Inspector(c).wait_for_gtid(pos, 30)
+        c.execute("SET SESSION sql_log_bin=0")
+        c.execute("UPDATE app.ledger SET amount = 0 WHERE id = 7")  # silent drift, no GTID
+    outcome = start_run(kit.playbook(state, name, params={"checksum_databases": ["app"]}), assume_yes=True)
+    assert outcome.status in ("refused", "rolled_back", "failed"), outcome.summary
+    assert "table checksums" in outcome.summary and "app.ledger" in outcome.summary
+    assert kit.writers(kit.shape(inv, name)) == [f"{name}-1"]  # nothing was fenced
+    boxes.down(name)
