@@ -30,8 +30,10 @@ class Applier:
             return 0
         return self.server.execute(sql, params)
 
-    def set_read_only(self, on: bool) -> None:
-        for sql in self.flavor.set_read_only_sql(on):
+    def set_read_only(self, on: bool, lock_wait_timeout: float | None = None) -> None:
+        """With lock_wait_timeout, turning read_only ON gives up after that many seconds
+        instead of queueing every write behind a long statement (global read lock)."""
+        for sql in self.flavor.set_read_only_sql(on, lock_wait_timeout if on else None):
             self._send(sql)
 
     def stop_replica(self) -> None:

@@ -87,7 +87,8 @@ class Flavor:
     def reset_replica_all_sql(self) -> str: raise NotImplementedError
     def wait_for_gtid_sql(self) -> str: raise NotImplementedError
     def wait_for_gtid_reached(self, result: Any) -> bool: raise NotImplementedError
-    def set_read_only_sql(self, on: bool) -> list[str]: raise NotImplementedError
+    def set_read_only_sql(self, on: bool, lock_wait_timeout: float | None = None) -> list[str]:
+        raise NotImplementedError
     def prepare_as_replica_sql(self) -> list[str]: raise NotImplementedError
     def ddl_without_binlog_sql(self, statement: str) -> list[str]: raise NotImplementedError
 
@@ -196,8 +197,11 @@ class MariaDB(Flavor):
     def wait_for_gtid_reached(self, result) -> bool:
         return result is not None and int(result) == 0
 
-    def set_read_only_sql(self, on: bool) -> list[str]:
-        return [f"SET GLOBAL read_only={'ON' if on else 'OFF'}"]
+    def set_read_only_sql(self, on: bool, lock_wait_timeout: float | None = None) -> list[str]:
+        sql = f"SET GLOBAL read_only={'ON' if on else 'OFF'}"
+        if lock_wait_timeout is not None:
+            return [f"SET STATEMENT lock_wait_timeout={max(1, int(lock_wait_timeout))} FOR {sql}"]
+        return [sql]
 
     def prepare_as_replica_sql(self) -> list[str]:
         # A former primary has an empty gtid_slave_pos: start from what it wrote itself.
@@ -359,10 +363,11 @@ class MySQL(Flavor):
     def wait_for_gtid_reached(self, result) -> bool:
         return result is not None and int(result) == 0
 
-    def set_read_only_sql(self, on: bool) -> list[str]:
+    def set_read_only_sql(self, on: bool, lock_wait_timeout: float | None = None) -> list[str]:
         # super_read_only=ON implies read_only=ON; turning off needs both, in this order.
         if on:
-            return ["SET GLOBAL super_read_only=ON"]
+            bound = [f"SET SESSION lock_wait_timeout={max(1, int(lock_wait_timeout))}"] if lock_wait_timeout else []
+            return [*bound, "SET GLOBAL super_read_only=ON"]
         return ["SET GLOBAL super_read_only=OFF", "SET GLOBAL read_only=OFF"]
 
     def prepare_as_replica_sql(self) -> list[str]:

@@ -79,16 +79,21 @@ GtidSet = dict[str, list[tuple[int, int]]]  # uuid -> sorted, merged closed inte
 
 
 def parse_mysql_set(text: str | None) -> GtidSet:
+    """Parse "uuid:1-5:7,uuid2:1-3", including MySQL 8.3+ tagged GTIDs "uuid:1-5:tag:1-3"
+    (a tag's intervals are kept under "uuid:tag")."""
     out: GtidSet = {}
     for part in (text or "").replace("\n", "").split(","):
         part = part.strip()
         if not part:
             continue
-        uuid, *ranges = part.split(":")
-        iv = out.setdefault(uuid.lower(), [])
-        for r in ranges:
-            a, _, b = r.partition("-")
-            iv.append((int(a), int(b or a)))
+        uuid, *segments = part.split(":")
+        key = uuid.lower()
+        for seg in segments:
+            a, _, b = seg.partition("-")
+            if not a.isdigit():
+                key = f"{uuid.lower()}:{seg.lower()}"  # a tag: the intervals after it are its own
+                continue
+            out.setdefault(key, []).append((int(a), int(b or a)))
     return {u: _merge(iv) for u, iv in out.items()}
 
 

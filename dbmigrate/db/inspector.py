@@ -101,15 +101,16 @@ class Inspector:
         return bool(self.server.scalar("SELECT COUNT(*) AS n FROM mysql.user WHERE User=%s", (user,)))
 
     def wait_for_gtid(self, position: str, timeout_s: float) -> bool:
-        """Block until this replica has applied `position` (bounded). True when reached."""
-        sql = self.flavor.wait_for_gtid_sql()
-        waiter = self.server
-        old = waiter.read_timeout
-        waiter.read_timeout = max(old, int(timeout_s) + 5)
+        """Block until this replica has applied `position` (bounded). True when reached.
+
+        Runs on a session of its own whose read timeout outlasts the wait (an open
+        connection keeps the timeout it was opened with)."""
+        waiter = self.server.dedicated()
+        waiter.read_timeout = max(waiter.read_timeout, int(timeout_s) + 5)
         try:
-            return self.flavor.wait_for_gtid_reached(waiter.scalar(sql, (position, timeout_s)))
+            return self.flavor.wait_for_gtid_reached(waiter.scalar(self.flavor.wait_for_gtid_sql(), (position, timeout_s)))
         finally:
-            waiter.read_timeout = old
+            waiter.close()
 
     def schemas(self) -> list[str]:
         rows = self.server.query(

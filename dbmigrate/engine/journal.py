@@ -354,6 +354,21 @@ class Journal:
                 done.pop(key, None)
         return list(done.values())
 
+    def unfinished_steps(self, run_id: str) -> list[dict[str, Any]]:
+        """Steps whose latest forward execution started but did not end done (killed, failed,
+        interrupted) and that are not undone since: their effect may be partly in place."""
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for row in self.step_rows(run_id):
+            key = (row["phase"], row["name"])
+            if row["action"] == "run":
+                if row["status"] in ("started", "failed", "interrupted"):
+                    out[key] = row
+                else:
+                    out.pop(key, None)
+            elif row["action"] == "undo" and row["status"] in ("undone", "skipped"):
+                out.pop(key, None)
+        return list(out.values())
+
     # ------------------------------------------------------------------ gates and hooks
 
     def record_gate(self, event: GateDecided) -> None:

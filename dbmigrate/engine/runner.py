@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from dbmigrate.engine.events import (
     GateDecided,
@@ -273,8 +273,17 @@ class Runner:
         finally:
             unsubscribe()
 
+    def _to_undo(self, procedure: Procedure, ctx: RunContext) -> list[dict[str, Any]]:
+        """Completed steps, plus unfinished ones that ask to be undone anyway, oldest first."""
+        rows = {(r["phase"], r["name"]): r for r in ctx.journal.completed_steps(ctx.run_id)}
+        for row in ctx.journal.unfinished_steps(ctx.run_id):
+            found = procedure.find_step(row["phase"], row["name"])
+            if found is not None and found[1].undo_if_started:
+                rows[(row["phase"], row["name"])] = row  # once, even if an earlier attempt finished
+        return sorted(rows.values(), key=lambda r: r["index"])
+
     def _backward(self, procedure: Procedure, ctx: RunContext) -> RunOutcome:
-        pending = list(reversed(ctx.journal.completed_steps(ctx.run_id)))
+        pending = list(reversed(self._to_undo(procedure, ctx)))
         missing = [r for r in pending if procedure.find_step(r["phase"], r["name"]) is None]
         if missing:
             names = ", ".join(f"{r['phase']}/{r['name']}" for r in missing)
@@ -308,7 +317,7 @@ class Runner:
     def _undo_completed(self, procedure: Procedure, ctx: RunContext) -> tuple[bool, str]:
         """Undo completed, not yet undone steps, newest first; stop at the first failure."""
         undone = 0
-        for row in reversed(ctx.journal.completed_steps(ctx.run_id)):
+        for row in reversed(self._to_undo(procedure, ctx)):
             found = procedure.find_step(row["phase"], row["name"])
             if found is None:
                 return False, f"step '{row['name']}' is no longer part of the procedure; {undone} step(s) undone"

@@ -37,6 +37,9 @@ class Step:
 
     name: str = ""
     mutating: bool = True
+    # Undo this step on rollback even when it did not finish (killed or failed half-way):
+    # for steps whose partial effect must not outlive the run, like a fence.
+    undo_if_started: bool = False
     check: Callable[["RunContext"], bool] | None = None
     verify: Callable[["RunContext"], None] | None = None
     undo: Callable[["RunContext"], str | None] | None = None
@@ -66,6 +69,7 @@ class FunctionStep(Step):
         undo: Callable[["RunContext"], str | None] | None = None,
         describe: Callable[["RunContext"], Sequence[Described]] | None = None,
         mutating: bool = True,
+        undo_if_started: bool = False,
     ) -> None:
         if not name:
             raise ValueError("a step needs a name")
@@ -76,6 +80,7 @@ class FunctionStep(Step):
         self.undo = undo
         self.describe = describe
         self.mutating = mutating
+        self.undo_if_started = undo_if_started
 
 
 class Gate:

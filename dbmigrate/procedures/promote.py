@@ -40,6 +40,7 @@ class PromoteParams(BaseModel):
     max_lag_ms: int = Field(1000, gt=0)
     max_trx_age_s: float = Field(30, gt=0)
     catchup_timeout_s: float = Field(5, gt=0, le=300)
+    fence_timeout_s: float = Field(5, gt=0, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout)")
     drain_timeout_s: float = Field(2, ge=0, le=60)
     kill_app_sessions: bool = True
     replica_timeout_s: float = Field(30, gt=0)
@@ -56,6 +57,7 @@ def _sw(ctx: RunContext, record=None) -> Switchover:
     r = ctx.resources
     p: PromoteParams = ctx.params
     settings = SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.drain_timeout_s,
+                                  fence_timeout_s=p.fence_timeout_s,
                                   kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s)
     dry_run = ctx.dry_run or record is not None
     return Switchover(r["topology"], r["old"], r["new"], settings, r.get("router"), dry_run=dry_run,
@@ -104,9 +106,18 @@ def _catchup_check(ctx: RunContext) -> bool:
 
 
 def _open(ctx: RunContext) -> str:
+    sw = _sw(ctx)
+    # Accounts that bypass read_only (SUPER / READ ONLY ADMIN) may still have committed on
+    # the old primary after the fence: the candidate must have those too before it opens.
+    fence_pos = ctx.state.get("fence_pos", "")
+    now = sw.insp(sw.old).gtid_binlog_pos() if not ctx.dry_run else fence_pos
+    said = ""
+    if now != fence_pos:
+        said = sw.wait_catchup(now) + " (the old primary moved after the fence); "
+        ctx.state["fence_pos"] = now
     # Journaled before the statement: after a crash we must assume it may be writable.
     ctx.state["candidate_opened"] = True
-    return _sw(ctx).open_candidate()
+    return said + sw.open_candidate()
 
 
 def _switch_back(ctx: RunContext) -> str:
@@ -168,7 +179,8 @@ def cutover_steps(ctx: RunContext) -> list[FunctionStep]:
     r = ctx.resources
     old, new = r.get("old", "<old primary>"), r.get("new", "<candidate>")
     return [
-        FunctionStep(f"fence {old}", _fence, check=_fence_check, undo=_unfence,
+        # Undone even when it did not finish: read_only may be in place though the step failed.
+        FunctionStep(f"fence {old}", _fence, check=_fence_check, undo=_unfence, undo_if_started=True,
                      describe=_planned(lambda c, sw: sw.fence())),
         FunctionStep(f"wait for {new} to catch up", _catchup, check=_catchup_check, mutating=False),
         FunctionStep(f"open {new} for writes", _open, check=lambda c: _sw(c).is_open(), undo=_switch_back,

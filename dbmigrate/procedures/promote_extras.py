@@ -207,6 +207,8 @@ def checksum_gate(databases: list[str]):
     def check(c):
         from dbmigrate.tools.pt_connect import table_checksum
 
+        if c.dry_run:  # pt-table-checksum writes its checksums through the primary
+            return True, f"would run pt-table-checksum on {', '.join(databases)}", {}
         r = c.resources
         servers = r["topology"].servers
         report = table_checksum(servers[r["old"]], [servers[r["new"]]], databases)
@@ -231,7 +233,8 @@ def orchestrator_steps(ctx, params) -> list:
 
     return [
         FunctionStep("graceful-master-takeover-auto (orchestrator)", _orchestrator_takeover,
-                     check=lambda c: not c.dry_run and _sw(c).writable(c.resources["new"]), undo=_switch_back),
+                     check=lambda c: not c.dry_run and _sw(c).writable(c.resources["new"]), undo=_switch_back,
+                     undo_if_started=True),  # orchestrator may fence and give up: unfence on rollback
         FunctionStep("switch router", _router, check=lambda c: not c.dry_run and _sw(c).router_points_to(c.resources["new"]),
                      undo=_switch_back),
         FunctionStep("check reverse replication", _check_reverse, verify=_verify_shape, mutating=False),

@@ -43,6 +43,7 @@ class WriterRouter(Protocol):
 @dataclass
 class SwitchoverSettings:
     catchup_timeout_s: float = 5.0
+    fence_timeout_s: float = 5.0  # SET GLOBAL read_only=ON waits for the global read lock: bounded
     drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
     kill_app_sessions: bool = True  # end remaining app sessions on the fenced server
     replica_timeout_s: float = 30.0  # bound for repointing each other replica
@@ -114,8 +115,13 @@ class Switchover:
         Application sessions are ended later (`end_sessions`), after the router
         flip, because nothing they do can change the data any more.
         """
+        if not self.dry_run and self.server(self.old).flavor.name == "mysql" and \
+                str(self.insp(self.old).variable("gtid_mode")).upper() != "ON":
+            # Without GTIDs the final position would be empty and the catch-up wait a no-op.
+            raise SafetyError(f"{self.old} runs with gtid_mode={self.insp(self.old).variable('gtid_mode')}",
+                              hint="switchovers need gtid_mode=ON and enforce_gtid_consistency=ON")
         t0 = time.perf_counter()
-        self.apply(self.old).set_read_only(True)
+        self.apply(self.old).set_read_only(True, lock_wait_timeout=self.s.fence_timeout_s)
         fenced_ms = (time.perf_counter() - t0) * 1000
         pos = self.insp(self.old).gtid_binlog_pos()
         return f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms; final position {pos or '(empty)'}", pos
@@ -130,6 +136,10 @@ class Switchover:
         """Wait (bounded) for open app transactions to end, then end app sessions."""
         if self.dry_run:
             return 0, 0
+        try:
+            self.server(name).scalar("SELECT 1")
+        except DbmigrateError:
+            return 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
         insp = self.insp(name)
         protected = set(self.s.admin_users) | {self.server(name).credentials.user, self.topo.repl.user,
                                                 "system user", "event_scheduler"}
@@ -167,7 +177,8 @@ class Switchover:
         except DbmigrateError:
             if not candidate_known_closed:
                 raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable",
-                                  hint=f"check {self.new} by hand; set read_only=ON there, then read_only=OFF on {self.old}")
+                                  hint=f"check {self.new} by hand: set read_only=ON there and bring its writes to "
+                                       f"{self.old} (replicate until caught up) before {self.old} takes writes again")
             cand_writable = False
         if cand_writable:
             raise SafetyError(f"refusing to unfence {self.old}: {self.new} is writable (two primaries)",
@@ -350,8 +361,18 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
             said.append(back.unfence_old(candidate_known_closed=True))
             raise
         said.append(back.open_candidate())
+    elif not old_writable and new_writable is False and _has_writes_old_lacks(sw):
+        # The new primary took writes and is read-only now (restarted, or fenced by hand):
+        # its position is final; bring those writes to the old primary before it opens.
+        if not back.replicates_from(sw.old, sw.new):
+            back._make_replica(sw.old, sw.new)
+        else:
+            back.apply(sw.old).start_replica()
+        back.wait_replica_running(sw.old)
+        said.append(back.wait_catchup(back.insp(sw.new).gtid_binlog_pos()))
+        said.append(back.open_candidate())
     elif not old_writable:
-        # Nobody writable: the candidate never opened (or was closed). Unfence the old primary.
+        # Nobody writable and nothing the old primary lacks: the candidate never took writes.
         said.append(sw.unfence_old(candidate_known_closed=not candidate_opened))
     if not back.router_points_to(sw.old):
         said.append(back.switch_router())
@@ -376,6 +397,12 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
             back.apply(sw.new).start_replica()
             said.append(f"{sw.new} resumed replicating from {sw.old}")
     return "; ".join(said) or f"{sw.old} is already the primary"
+
+
+def _has_writes_old_lacks(sw: Switchover) -> bool:
+    """Did `sw.new` write anything `sw.old` has not applied? (Decides whether unfencing would lose it.)"""
+    new_pos = sw.insp(sw.new).gtid_binlog_pos()
+    return not sw.server(sw.old).flavor.includes(sw.insp(sw.old).gtid_executed(), new_pos)
 
 
 def _binlog_pos_or_empty(sw: Switchover, name: str) -> str:

@@ -145,3 +145,44 @@ def test_rehearse_promote_json(cli):
     assert report["new_primary"].endswith("-new")
     assert report["fenced_ms"] > 0
     assert report["load_before"]["tps"] > 0 and report["load_after"]["tps"] > 0
+
+
+def test_rollback_after_crash_and_restart_of_the_new_primary_keeps_its_writes(boxes):
+    """Killed after the flip, then the new primary restarts read-only: its acknowledged writes
+    must reach the old primary before that one takes writes again (never just unfence it)."""
+    name = "procrash"
+    state, inv = kit.topology(boxes, name)
+    v = kit.start_verifier(inv, name)
+    crashed = []
+
+    def crash_at_reset(server, sql, ms):
+        if server == f"{name}-new" and "RESET SLAVE ALL" in sql and not crashed:
+            crashed.append(True)
+            raise KeyboardInterrupt  # the tool dies here: after the flip, before reverse replication
+
+    connection.add_statement_listener(crash_at_reset)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            start_run(kit.playbook(state, name), assume_yes=True)
+    finally:
+        connection.remove_statement_listener(crash_at_reset)
+    v.wait_for_acks(len(v.acks) + 50)  # writes land on the new primary
+    boxes.stop_instance(name, f"{name}-new")  # it restarts read-only (its config says so)
+    boxes.start_instance(name, f"{name}-new")
+    back = rollback_run(_latest_run_id(), assume_yes=True)
+    assert back.status == "rolled_back", back.summary
+    final = kit.shape(inv, name)
+    assert kit.writers(final) == [f"{name}-1"]
+    report = kit.finish_verifier(v, inv, name)
+    assert report.lost_total == 0, report.summary()
+    boxes.down(name)
+
+
+def _latest_run_id() -> str:
+    import sqlite3
+
+    db = sqlite3.connect(str(resolve_journal_path()))
+    try:
+        return db.execute("SELECT id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()[0]
+    finally:
+        db.close()

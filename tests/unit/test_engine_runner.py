@@ -377,3 +377,43 @@ def test_metrics_and_logs_emitted_by_steps_reach_the_journal(journal):
     assert [(m["name"], m["value"], m["unit"], m["labels"]) for m in detail["metrics"]] == [
         ("fenced_window", 2.1, "ms", {"server": "db-1"})]
     assert [(log["level"], log["message"]) for log in detail["logs"]] == [("info", "db-2 caught up")]
+
+
+def test_a_step_that_failed_half_way_is_undone_when_it_asks_for_it(journal):
+    """A fence that took effect and then failed (e.g. the position read broke) must be undone."""
+    world = World()
+    effects = []
+
+    def fence(ctx):
+        effects.append("fenced")  # the effect lands...
+        raise RuntimeError("lost connection reading the position")  # ...then the step fails
+
+    def unfence(ctx):
+        effects.append("unfenced")
+        return "unfenced"
+
+    procedure = Procedure("demo", [Phase("cut", [
+        world.step("a"),
+        FunctionStep("fence", fence, undo=unfence, undo_if_started=True),
+        world.step("b"),
+    ])], rollback_on_failure=True)
+    ctx = new_context(journal)
+    outcome = Runner().run(procedure, ctx)
+    assert outcome.status == "rolled_back"
+    assert effects == ["fenced", "unfenced"] and world.undos() == ["undo:a"]
+
+
+def test_rollback_after_a_kill_mid_step_undoes_the_unfinished_step(journal):
+    world = World()
+    steps = [world.step("a"),
+             FunctionStep("fence", lambda c: "fenced", undo=lambda c: "unfenced", undo_if_started=True),
+             FunctionStep("plain", lambda c: "x", undo=lambda c: "undid plain")]
+    ctx = new_context(journal)
+    Runner().run(Procedure("demo", [Phase("cut", steps[:1])]), ctx)
+    # The tool was killed inside "fence", then (another run's view) inside "plain": started, never finished.
+    journal.step_started(ctx.run_id, 1, "cut", "fence")
+    journal.step_started(ctx.run_id, 2, "cut", "plain")
+    outcome = Runner(assume_yes=True).rollback(Procedure("demo", [Phase("cut", steps)]), ctx)
+    assert outcome.status == "rolled_back"
+    assert statuses(journal, ctx.run_id, "undo") == [("fence", "undone"), ("a", "undone")]
+    # "plain" has no undo_if_started: an unfinished step without the flag is left alone

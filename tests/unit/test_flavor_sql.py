@@ -37,3 +37,9 @@ def test_wait_and_replica_status():
                                        "Last_SQL_Error": "boom"})
     assert not st.running and st.seconds_behind is None and st.last_error == "boom"
     assert MARIADB.reset_replica_all_sql() == "RESET SLAVE ALL" and MYSQL.reset_replica_all_sql() == "RESET REPLICA ALL"
+
+
+def test_fence_is_bounded_by_lock_wait_timeout():
+    # SET GLOBAL read_only=ON waits for the global read lock; unbounded, every write queues behind it.
+    assert MARIADB.set_read_only_sql(True, 5) == ["SET STATEMENT lock_wait_timeout=5 FOR SET GLOBAL read_only=ON"]
+    assert MYSQL.set_read_only_sql(True, 5) == ["SET SESSION lock_wait_timeout=5", "SET GLOBAL super_read_only=ON"]

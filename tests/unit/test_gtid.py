@@ -43,3 +43,11 @@ def test_flavor_errant_and_behind():
     assert MYSQL.errant("u:1-5", "u:1-4") == ["u:5"]
     assert MYSQL.behind("u:1-10", "u:1-4") == {"u": 6}
     assert MYSQL.includes("u:1-10", "u:1-9") and not MYSQL.includes("u:1-8", "u:1-9")
+
+
+def test_mysql_tagged_gtids():
+    s = gtid.parse_mysql_set("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:ops:1-3")
+    assert s == {"3e11fa47-71ca-11e1-9e33-c80aa9429562": [(1, 5)],
+                 "3e11fa47-71ca-11e1-9e33-c80aa9429562:ops": [(1, 3)]}
+    assert MYSQL.behind("u:1-5:ops:1-3", "u:1-5:ops:1") == {"u:ops": 2}
+    assert MYSQL.includes("u:1-5:ops:1-3", "u:1-5")
