@@ -38,6 +38,13 @@ def redact(text: str) -> str:
         return text
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: m.group(1) + MASK, text)
+    return mask_known(text)
+
+
+def mask_known(text: str) -> str:
+    """Mask only the registered secret values (for callers with patterns of their own)."""
+    if not text:
+        return text
     with _lock:
         secrets = sorted(_secrets, key=len, reverse=True)
     for secret in secrets:

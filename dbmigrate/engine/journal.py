@@ -19,6 +19,8 @@ import secrets as _random
 import socket
 import sqlite3
 import threading
+
+from dbmigrate import redact as shared
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -84,10 +86,11 @@ _secrets_lock = threading.Lock()
 
 
 def register_secret(value: str | None) -> None:
-    """Make redact() mask this exact value wherever it appears."""
+    """Make redact() mask this exact value wherever it appears (here and in logs)."""
     if value:
         with _secrets_lock:
             _secrets.add(value)
+        shared.register_secret(value)
 
 
 def redact(text: str | None) -> str | None:
@@ -99,7 +102,8 @@ def redact(text: str | None) -> str | None:
         known = sorted(_secrets, key=len, reverse=True)  # longest first: no partial leftovers
     for value in known:
         text = text.replace(value, "***")
-    return text
+    # The credentials read from option files and the environment are registered there.
+    return shared.mask_known(text)
 
 
 def _redact_json(value: Any) -> Any:

@@ -79,3 +79,18 @@ def test_journal_uses_wal_so_a_killed_writer_leaves_it_readable(tmp_path):
         with Journal(path) as reader:
             assert reader.last_step_status("r1") == {("p", "fence"): "started"}
     assert mode == "wal"
+
+
+def test_journal_masks_credentials_read_from_option_files(tmp_path):
+    """Secrets registered by the credential loader are masked in the journal too (one registry)."""
+    from dbmigrate.db import credentials
+    from dbmigrate.engine import Journal
+
+    cnf = tmp_path / "c.cnf"
+    cnf.write_text("[client]\nuser=u\npassword=zebra-violet-42\n")
+    credentials.from_option_file(cnf)
+    with Journal(tmp_path / "j.sqlite") as j:
+        j.create_run("r1", procedure="demo", cluster="c")
+        j.record_statement("r1", "s1", "SELECT 'zebra-violet-42'", 1.0, False)
+        text = (tmp_path / "j.sqlite").read_bytes() + (tmp_path / "j.sqlite-wal").read_bytes()
+    assert b"zebra-violet-42" not in text
