@@ -62,7 +62,7 @@ class Topology:
     repl_addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
-Notify = Callable[[str], None]
+Notify = Callable[..., None]  # (message, level="info")
 Record = Callable[[str, str], None]  # (server, statement) planned in dry-run
 
 
@@ -75,7 +75,7 @@ class Switchover:
         self.s = settings
         self.router = router
         self.dry_run = dry_run
-        self.log = log or (lambda m: None)
+        self.log = log or (lambda message, level="info": None)
         self.record = record
 
     # -- helpers -------------------------------------------------------------
@@ -256,13 +256,22 @@ class Switchover:
         return all(self.replicates_from(r, self.new) for r in self.topo.replicas)
 
     def repoint_replicas(self, position: str) -> str:
-        done = []
+        """Move the other replicas under the new primary. A replica that cannot be moved
+        (lagging, broken) stays under the old primary, which replicates from the new one
+        next: it still receives every write, and rolling the whole cutover back for a
+        read replica would cost a second write outage. It is named, to move later."""
+        done, left = [], []
         for r in self.topo.replicas:
             if self.replicates_from(r, self.new):
                 continue
-            self._repoint(r, self.new, position)
-            done.append(r)
-        return f"repointed {', '.join(done) or 'no replica'} to {self.new}"
+            try:
+                self._repoint(r, self.new, position)
+                done.append(r)
+            except DbmigrateError as e:
+                left.append(f"{r} ({e.message})")
+                self.log(f"left {r} under {self.old}: {e.message}; repoint it later (dbmigrate resume RUN)")
+        said = f"repointed {', '.join(done) or 'no replica'} to {self.new}"
+        return said + (f"; left under {self.old}: {'; '.join(left)}" if left else "")
 
     def _repoint(self, replica: str, source: str, position: str) -> None:
         """Let the replica apply `position` from its current source, then move it to `source`."""
@@ -323,12 +332,22 @@ class Switchover:
         pos = self.insp(self.new).gtid_binlog_pos()
         late = []
         for f in followers:
-            if not self.insp(f).wait_for_gtid(pos, timeout):
+            try:
+                if not self.insp(f).wait_for_gtid(pos, timeout):
+                    late.append(f)
+            except DbmigrateError:
                 late.append(f)
+        if self.old in late:
+            # Without the reverse path a rollback could not bring the new writes back.
+            raise WaitTimeout(f"{self.old} did not receive the probe write from {self.new} within {timeout:g}s",
+                              hint="check reverse replication: dbmigrate topology show")
+        reached = [f for f in followers if f not in late]
+        said = f"a probe write on {self.new} reached {', '.join(reached) or 'no follower'}"
         if late:
-            raise WaitTimeout(f"{', '.join(late)} did not receive the probe write from {self.new} within {timeout:g}s",
-                              hint="check replication: dbmigrate topology show")
-        return f"a probe write on {self.new} reached {', '.join(followers) or 'no follower'}"
+            self.log(f"replica(s) {', '.join(late)} did not receive the probe within {timeout:g}s: check them "
+                     f"(dbmigrate topology show); the write path is healthy", "warning")
+            said += f"; NOT yet on {', '.join(late)} (see the log)"
+        return said
 
 
 def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:

@@ -186,3 +186,34 @@ def _latest_run_id() -> str:
         return db.execute("SELECT id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()[0]
     finally:
         db.close()
+
+
+def test_a_stuck_replica_does_not_roll_back_a_healthy_cutover(boxes):
+    """A read replica that stops applying after preflight is left under the old primary (it still
+    gets every write through the chain once it recovers); the write path moves on."""
+    name = "prostuck"
+    state, inv = kit.topology(boxes, name)
+    v = kit.start_verifier(inv, name)
+
+    def break_replica(*_):
+        with inv.open(f"{name}-3") as r:
+            r.execute("STOP SLAVE SQL_THREAD")
+        v.wait_for_acks(len(v.acks) + 20)
+        return True
+
+    pb = kit.playbook(state, name, params={"replica_timeout_s": 1, "verify_timeout_s": 2},
+                      gates=[{"name": "go", "kind": "manual", "before": "cutover"}])
+    outcome = start_run(pb, approver=lambda *a, **k: break_replica())
+    assert outcome.status == "done", outcome.summary
+    shape = kit.shape(inv, name)
+    assert kit.writers(shape) == [f"{name}-new"]
+    assert shape[f"{name}-3"]["source"] == f"{name}-1"  # left where it was, named in the run
+    assert shape[f"{name}-2"]["source"] == f"{name}-new"
+    with Journal(resolve_journal_path()) as j:
+        sentences = " ".join(s["sentence"] or "" for s in j.run_detail(outcome.run_id)["steps"])
+    assert f"left under {name}-1: {name}-3" in sentences
+    with inv.open(f"{name}-3") as r:
+        r.execute("START SLAVE SQL_THREAD")
+    report = kit.finish_verifier(v, inv, name)
+    assert report.lost_total == 0, report.summary()
+    boxes.down(name)
