@@ -38,6 +38,23 @@ def _scalar(rows: list[dict[str, Any]]) -> Any:
     return next(iter(rows[0].values()))
 
 
+def _alive_here(entry: dict[str, Any]) -> bool:
+    """Is the journaled lock holder a live process on this machine?"""
+    import os
+    import socket
+
+    holder, pid = str(entry.get("holder") or ""), entry.get("pid")
+    if not pid or holder.rpartition("@")[2] != socket.gethostname() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class ClusterLock:
     """Usage: `with ClusterLock(session, cluster, journal, run_id): ...` or acquire()/release()."""
 
@@ -59,6 +76,16 @@ class ClusterLock:
             )
         if int(got) != 1:
             self._refuse(entry)
+        if entry is not None and entry["run_id"] != self.run_id and _alive_here(entry):
+            # The database lock was free *here*, but the run the journal names is alive: it
+            # holds the lock on the server that was primary when it started (a switchover
+            # moves the primary), so this is no stale entry.
+            self.session.query("SELECT RELEASE_LOCK(%s) AS released", (self.name,))
+            raise LockHeld(
+                f"cluster '{self.cluster}' is being changed by run {entry['run_id']} "
+                f"({entry['holder']} pid {entry['pid']}, alive) since {entry['since']}",
+                hint=f"its lock is on the server that was primary when it started; wait for it: "
+                     f"dbmigrate runs show {entry['run_id']}")
         self.held = True
         if entry is not None and entry["run_id"] != self.run_id:
             # The DB lock was free, so whoever the journal names is gone.

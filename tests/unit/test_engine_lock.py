@@ -88,3 +88,28 @@ def test_other_clusters_do_not_conflict_and_long_names_fit_mysql(journal):
     ClusterLock(server.connect(), "billing", journal, "r2").acquire()
     long = "x" * 100
     assert len(lock_name(long)) == 64 and lock_name(long) != lock_name(long + "y")
+
+
+def test_a_live_run_whose_lock_is_on_the_former_primary_is_not_taken_over(journal):
+    """Run A locked the old primary, then moved the primary; run B's GET_LOCK on the new
+    primary succeeds, but A's process is alive: B must be refused, not take A over."""
+    import subprocess
+    import sys
+
+    from dbmigrate.engine.journal import current_holder, utc_now_iso
+
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        journal._write("INSERT INTO locks (cluster, run_id, holder, pid, since, status) VALUES (?,?,?,?,?, 'held')",
+                       ("main", "20261122-180501-a1b2", current_holder(), alive.pid, utc_now_iso()))
+        new_primary = FakeLockServer()
+        with pytest.raises(LockHeld, match="being changed by run 20261122-180501-a1b2"):
+            ClusterLock(new_primary.connect(), "main", journal, "20261122-181000-ffff").acquire()
+        assert new_primary.owners == {}  # the lock B got for a moment was given back
+    finally:
+        alive.kill()
+        alive.wait()
+    # Once A's process is gone, its entry is stale and B may go on.
+    lock = ClusterLock(FakeLockServer().connect(), "main", journal, "20261122-181000-ffff")
+    lock.acquire()
+    assert journal.active_lock("main")["run_id"] == "20261122-181000-ffff"
