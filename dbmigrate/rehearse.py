@@ -157,7 +157,9 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         verifier.start()
         # Steady write load through the switchover. Debian's sysbench 1.0.20 dies on its
         # first reconnect after a router flip (upstream #527), so it is restarted afterwards.
-        background = bench.start_background(time_s=120)
+        # Rate-limited: a steady production-like write load, not a CPU-saturating one that
+        # would make lag (and thus the preflight gate) depend on the host's core count.
+        background = bench.start_background(time_s=120, rate=300)
         verifier.wait_for_acks(50)
         if before_cutover:
             before_cutover(inv, name, candidate)

@@ -38,6 +38,7 @@ class PromoteParams(BaseModel):
     candidate: str = Field(description="server name or host:port of the replica to promote")
     via: Literal["dbmigrate", "orchestrator"] = "dbmigrate"
     max_lag_ms: int = Field(1000, gt=0)
+    lag_wait_s: float = Field(30, ge=0, le=600, description="how long preflight waits for lag to settle")
     max_trx_age_s: float = Field(30, gt=0)
     catchup_timeout_s: float = Field(5, gt=0, le=300)
     fence_timeout_s: float = Field(5, gt=0, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout)")

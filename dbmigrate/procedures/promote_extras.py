@@ -90,15 +90,29 @@ def preflight_gates(ctx, params) -> list:
 def evaluate_preflight(ctx, params) -> tuple[bool, str, dict]:
     from dbmigrate import gates
 
+    import time
+
     r = ctx.resources
     limits = gates.Limits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s,
                           write_heartbeat=not ctx.dry_run)
-    results = gates.run_preflight(r["inventory"], ctx.cluster, r["new"], limits)
-    failed = [g for g in results if not g.ok]
+    # Lag is the one check worth waiting for (gh-ost's throttle): a spike under load
+    # passes; anything else fails at once. Bounded by lag_wait_s.
+    deadline = time.monotonic() + (0 if ctx.dry_run else params.lag_wait_s)
+    waited = 0.0
+    while True:
+        results = gates.run_preflight(r["inventory"], ctx.cluster, r["new"], limits)
+        failed = [g for g in results if not g.ok]
+        if not failed or any(g.name != "lag" for g in failed) or time.monotonic() >= deadline:
+            break
+        waited += 1.0
+        time.sleep(1.0)
     details = {g.name: {"ok": g.ok, "reason": g.reason} for g in results}
+    details["lag_waited_s"] = waited
     if failed:
-        return False, "; ".join(f"{g.name}: {g.reason}" for g in failed), details
-    return True, f"all {len(results)} preflight gates passed", details
+        extra = f" (after waiting {waited:.0f}s for lag)" if waited else ""
+        return False, "; ".join(f"{g.name}: {g.reason}" for g in failed) + extra, details
+    return True, f"all {len(results)} preflight gates passed" + (f" (lag settled after {waited:.0f}s)" if waited else ""), \
+        details
 
 
 # -- prepare -----------------------------------------------------------------------

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_regression_rolls_back_within_30s_without_loss(cli):
     r = cli("rehearse", "promote", "--regress", "--json", "--load-seconds", "2", timeout=400)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[:3000]
     report = json.loads(r.stdout)
     assert report["rolled_back"] is True
     assert report["lost_writes"] == 0
@@ -33,7 +33,7 @@ def test_regression_rolls_back_within_30s_without_loss(cli):
 
 def test_no_regression_no_rollback(cli):
     r = cli("rehearse", "promote", "--json", "--load-seconds", "2", timeout=400)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[:3000]
     report = json.loads(r.stdout)
     assert report["rolled_back"] is False and report["run_status"] == "done"
     assert report["lost_writes"] == 0

@@ -137,7 +137,7 @@ def test_router_failure_rolls_back_to_old_primary(boxes, monkeypatch):
 
 def test_rehearse_promote_json(cli):
     r = cli("rehearse", "promote", "--json", "--load-seconds", "2", timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, r.stderr[-2000:] + r.stdout[:3000]
     report = json.loads(r.stdout)
     assert report["lost_writes"] == 0
     assert report["old_primary_replicating"] is True
