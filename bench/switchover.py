@@ -107,7 +107,7 @@ def run_series(rounds: int, via: str, orchestrator_url: str | None, say) -> dict
         verifier.wait_for_acks(len(verifier.acks) + 20)
         verifier.stop()
         servers = [inv.open(n) for n in inv.cluster(name).servers]
-        report = verifier.check(servers)
+        report = verifier.check(servers, catch_up_timeout_s=60)
         for s in servers:
             s.close()
         return {"via": via, "rounds": rounds, "ok_rounds": statuses.count("done"),

@@ -62,7 +62,7 @@ def finish_verifier(v: ZeroLossVerifier, inv, name: str):
     v.stop()
     servers = [inv.open(n) for n in inv.cluster(name).servers]
     try:
-        return v.check(servers)
+        return v.check(servers, catch_up_timeout_s=60)
     finally:
         for s in servers:
             s.close()
