@@ -194,7 +194,11 @@ class Sysbench:
         return proc.returncode, out, proc.returncode in (124, 137)
 
     def _fail(self, action: str, rc: int, out: str, timed_out: bool, timeout_s: float) -> SysbenchError:
-        tail = " | ".join(ln for ln in out.strip().splitlines()[-4:])
+        lines = out.strip().splitlines()
+        # The server's own error (e.g. "Access denied") says more than sysbench's last
+        # lines, and its threads print them in any order.
+        cause = [ln for ln in lines if "error" in ln.lower() and ("denied" in ln.lower() or "(" in ln)][:1]
+        tail = " | ".join(cause + [ln for ln in lines[-4:] if ln not in cause])
         if timed_out:
             return SysbenchError(f"sysbench {self.workload} {action} did not finish within {timeout_s:g}s: {redact(tail)}",
                                  hint="a read-only server makes sysbench retry forever; is the writer fenced?")
