@@ -40,6 +40,7 @@ from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
 from dbmigrate.procedures import schema_ddl
 from dbmigrate.procedures.registry import register
 from dbmigrate.procedures.schema_ddl import Ddl, Expectation
+from dbmigrate.procedures.promote import WarmSpec
 
 
 # -- parameters -------------------------------------------------------------------
@@ -71,14 +72,12 @@ class VerifySpec(BaseModel):
         return Expectation(self.table, column=self.column, index=self.index, absent=self.absent)
 
 
-class SwapWarmSpec(BaseModel):
-    """Warm each altered side before it takes reads again; the warm-up gate stands before its return."""
+class SwapWarmSpec(WarmSpec):
+    """Warm each altered side before it takes reads again; the warm-up gate stands before its return.
+    Same fields as promote's warm-up; a side is a replica of the same data, so scan by default."""
 
-    model_config = ConfigDict(extra="forbid")
     method: Literal["scan", "replay", "dump-load", "none"] = Field(
         "scan", description="none: only the gate (the side must already be warm)")
-    target_hit_ratio: float = Field(0.95, gt=0, le=1)
-    seconds: float = Field(120, gt=0, description="time limit of each side's warm-up")
     tables: list[str] = Field(default_factory=list, description="schema.table; default: the tables the DDL alters")
 
 
