@@ -24,14 +24,13 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dbmigrate.cli.runs import start_run  # noqa: E402
-from dbmigrate.config import load_inventory  # noqa: E402
-from dbmigrate.sandbox import haproxy  # noqa: E402
-from dbmigrate.sandbox.manager import Sandboxes  # noqa: E402
-from dbmigrate.tools.sysbench import Sysbench  # noqa: E402
-from dbmigrate.verify import ZeroLossVerifier  # noqa: E402
+from dbmigrate.app.runs import start_run
+from dbmigrate.config import load_inventory
+from dbmigrate.rehearsal.sandbox import haproxy
+from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+from dbmigrate.rehearsal.sysbench import Sysbench
+from dbmigrate.rehearsal.verify import ZeroLossVerifier
 
 
 def gap_in(acks, start: float, end: float) -> float:

@@ -28,13 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dbmigrate.config import load_inventory  # noqa: E402
-from dbmigrate.db.inspector import Inspector  # noqa: E402
-from dbmigrate.procedures import warm  # noqa: E402
-from dbmigrate.sandbox.manager import Sandboxes  # noqa: E402
-from dbmigrate.warm.measure import hit_ratio_between, snapshot  # noqa: E402
+from dbmigrate.config import load_inventory
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.warm import methods as warm
+from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+from dbmigrate.warm.measure import hit_ratio_between, snapshot
 
 NAME = "warmbench"
 COLD = {"innodb_flush_method": "O_DIRECT", "innodb_buffer_pool_load_at_startup": "OFF",

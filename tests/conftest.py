@@ -38,7 +38,7 @@ def dbm_home() -> Path:
 
 @pytest.fixture(scope="session")
 def boxes():
-    from dbmigrate.sandbox.manager import Sandboxes
+    from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
     b = Sandboxes()
     yield b

@@ -29,18 +29,13 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
 
 
-sandbox.register(app)
-inventory.register(app)
+# Every command group adds its commands with register(app); a missing module is an error.
+from dbmigrate.cli import (  # noqa: E402
+    check, checksum, consolidate, digest, lag, rehearse, runs, topology, tui, warm,
+)
 
-# Optional command groups: each module adds its commands with register(app).
-for _mod in ("topology", "lag", "check", "checksum", "runs", "rehearse", "digest", "warm", "schema", "consolidate", "tui"):
-    try:
-        _m = __import__(f"dbmigrate.cli.{_mod}", fromlist=["register"])
-    except ModuleNotFoundError as _e:
-        if _e.name != f"dbmigrate.cli.{_mod}":
-            raise
-        continue
-    _m.register(app)
+for _module in (sandbox, inventory, topology, lag, check, checksum, runs, rehearse, digest, warm, consolidate, tui):
+    _module.register(app)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ def checksum(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inve
              databases: str = typer.Option(..., "--databases", "-d", help="Comma-separated databases to checksum."),
              json_out: bool = typer.Option(False, "--json")):
     """Compare every replica's data with the primary's (pt-table-checksum); exit 1 when any differ."""
-    from dbmigrate.procedures.promote_extras import find_primary
+    from dbmigrate.procedures.promote.extras import find_primary
     from dbmigrate.tools.pt_connect import table_checksum
 
     inv = load_inventory(inventory)

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure shards (size, working set, query rate) and bin-pack them onto the target hosts."""
         from dbmigrate.config import load_hosts, load_inventory
-        from dbmigrate.procedures.plan import measure_shards, plan
+        from dbmigrate.procedures.consolidate.plan import measure_shards, plan
 
         if bool(hosts) == from_inventory:
             raise UsageError("give exactly one of --hosts FILE and --from-inventory",

@@ -52,7 +52,7 @@ def capture(
 ):
     """Capture a digest: long_query_time=0 for N seconds on a server (settings restored), or digest a slow log."""
     from dbmigrate.digest.report import digest_table
-    from dbmigrate.procedures import digest as proc
+    from dbmigrate.digest import window as proc
 
     if slow_log is not None:
         target = out or proc.default_digest_file(slow_log.stem)
@@ -150,7 +150,7 @@ def restore(
 ):
     """Put back the slow-log settings saved before a capture window (after a crash of the tool)."""
     from dbmigrate.db.applier import Applier
-    from dbmigrate.procedures import digest as proc
+    from dbmigrate.digest import window as proc
 
     saved = proc.load_saved_settings(from_file)
     if saved.get("restored_at") and not force:

@@ -25,8 +25,8 @@ def promote(
     guard: bool = typer.Option(True, "--guard/--no-guard", help="Baseline digest and latency guard around the cutover."),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
-    from dbmigrate.engine.render import ConsoleRenderer
-    from dbmigrate.rehearse import rehearse_promote
+    from dbmigrate.cli.render import ConsoleRenderer
+    from dbmigrate.rehearsal.rehearse import rehearse_promote
 
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
     subscribers = [] if json_out else [ConsoleRenderer(console)]

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from dbmigrate.cli.common import console, print_json
-from dbmigrate.sandbox.manager import Sandboxes
+from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 cmd = typer.Typer(help="Local sandboxes of real MariaDB instances on 127.0.0.1.", no_args_is_help=True)
 
@@ -35,7 +35,7 @@ def up(
     boxes = Sandboxes(progress=None if json_out else _progress)
     state = boxes.up(name, replicas, dir, buffer_pool_mb)
     if haproxy:
-        from dbmigrate.sandbox import haproxy as hap
+        from dbmigrate.rehearsal.sandbox import haproxy as hap
 
         hap.start(boxes, state.name)
         state = boxes.find(name)

@@ -13,7 +13,7 @@ from rich.table import Table
 from dbmigrate.cli.common import console, err_console, print_json
 from dbmigrate.config import Inventory, load_inventory
 from dbmigrate.exceptions import GateFailed, UsageError
-from dbmigrate.procedures import warm as warm_proc
+from dbmigrate.warm import methods as warm_proc
 from dbmigrate.warm.measure import fmt_ratio
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 
 BUILTIN: tuple[str, ...] = (
-    "dbmigrate.procedures.promote",
-    "dbmigrate.procedures.schema_swap",
-    "dbmigrate.procedures.consolidate",
+    "dbmigrate.procedures.promote.procedure",
+    "dbmigrate.procedures.schema_swap.procedure",
+    "dbmigrate.procedures.consolidate.procedure",
 )
 
 _loaded = False

@@ -1,6 +1,6 @@
 """HAProxy as the router, driven through its runtime API (the admin socket).
 
-Configuration HAProxy needs (see dbmigrate.sandbox.haproxy for a complete one):
+Configuration HAProxy needs (see dbmigrate.rehearsal.sandbox.haproxy for a complete one):
 
     global
         stats socket /run/haproxy/admin.sock mode 600 level admin

@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, RichLog
 from textual.worker import get_current_worker
 
-from dbmigrate.cli.runs import plan_playbook, resolve_journal_path, rollback_run, start_run
+from dbmigrate.app.runs import plan_playbook, resolve_journal_path, rollback_run, start_run
 from dbmigrate.engine.events import Event, GateDecided, GateWaiting, Log, Metric, RunFinished, StepFinished
 from dbmigrate.engine.runner import RunOutcome, explain
 from dbmigrate.exceptions import DbmigrateError

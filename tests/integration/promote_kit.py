@@ -10,8 +10,8 @@ import yaml
 
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.sandbox import haproxy
-from dbmigrate.verify import ZeroLossVerifier
+from dbmigrate.rehearsal.sandbox import haproxy
+from dbmigrate.rehearsal.verify import ZeroLossVerifier
 
 
 def topology(boxes, name: str):

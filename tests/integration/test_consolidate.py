@@ -19,11 +19,11 @@ import pymysql
 import pytest
 import yaml
 
-from dbmigrate.cli.runs import resolve_journal_path, rollback_run, start_run
+from dbmigrate.app.runs import resolve_journal_path, rollback_run, start_run
 from dbmigrate.config import HostSpec, load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.journal import Journal
-from dbmigrate.procedures.plan import measure_shards, plan
+from dbmigrate.procedures.consolidate.plan import measure_shards, plan
 from dbmigrate.routing.dsn_file import DsnFileRouter
 
 from tests.conftest import run_cli

@@ -18,7 +18,7 @@ import pytest
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.digest.model import Digest
-from dbmigrate.procedures.digest import capture_window
+from dbmigrate.digest.window import capture_window
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dbmigrate.cli.runs import resolve_journal_path, rollback_run, start_run
+from dbmigrate.app.runs import resolve_journal_path, rollback_run, start_run
 from dbmigrate.db.credentials import parse_option_file
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.journal import Journal

@@ -11,7 +11,7 @@ import pytest
 
 from dbmigrate.config import load_inventory
 from dbmigrate.lag import HeartbeatTable, sample_lag
-from dbmigrate.sandbox.accounts import read_option_file
+from dbmigrate.rehearsal.sandbox.accounts import read_option_file
 from dbmigrate.tools.pt_connect import PtHeartbeat
 
 pytestmark = pytest.mark.integration

@@ -11,12 +11,12 @@ import json
 
 import pytest
 
-from dbmigrate.cli.runs import rollback_run, start_run
+from dbmigrate.app.runs import rollback_run, start_run
 from dbmigrate.db import connection
 from dbmigrate.engine.journal import Journal
-from dbmigrate.cli.runs import resolve_journal_path
+from dbmigrate.app.runs import resolve_journal_path
 from dbmigrate.routing import HAProxyRouter, RouterError, router_for
-from dbmigrate.sandbox.instance import pid_alive
+from dbmigrate.rehearsal.sandbox.instance import pid_alive
 
 from tests.integration import promote_kit as kit
 

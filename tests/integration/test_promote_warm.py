@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from dbmigrate.cli.runs import resolve_journal_path, start_run
+from dbmigrate.app.runs import resolve_journal_path, start_run
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.journal import Journal
-from dbmigrate.sandbox import haproxy
-from dbmigrate.tools.readload import create_orders
+from dbmigrate.rehearsal.sandbox import haproxy
+from dbmigrate.rehearsal.readload import create_orders
 
 from tests.integration import promote_kit as kit
 

@@ -21,9 +21,9 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.routing import HAProxyRouter, router_for
-from dbmigrate.sandbox import haproxy as hap
-from dbmigrate.sandbox.instance import pid_alive
-from dbmigrate.verify import ZeroLossVerifier, zero_loss_gate
+from dbmigrate.rehearsal.sandbox import haproxy as hap
+from dbmigrate.rehearsal.sandbox.instance import pid_alive
+from dbmigrate.rehearsal.verify import ZeroLossVerifier, zero_loss_gate
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from dbmigrate.db.connection import QueryError, Server
-from dbmigrate.sandbox.instance import pid_alive
+from dbmigrate.rehearsal.sandbox.instance import pid_alive
 
 pytestmark = pytest.mark.integration
 

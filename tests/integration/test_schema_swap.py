@@ -16,14 +16,14 @@ import pytest
 import yaml
 
 from dbmigrate import gates
-from dbmigrate.cli.runs import resolve_journal_path, start_run
+from dbmigrate.app.runs import resolve_journal_path, start_run
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.events import StepFinished, StepStarted
 from dbmigrate.engine.journal import Journal
 from dbmigrate.routing import router_for
-from dbmigrate.sandbox import haproxy
-from dbmigrate.tools.readload import ReadLoad, create_orders
+from dbmigrate.rehearsal.sandbox import haproxy
+from dbmigrate.rehearsal.readload import ReadLoad, create_orders
 
 from tests.integration import promote_kit as kit
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dbmigrate.tools.sysbench import Sysbench, SysbenchError
+from dbmigrate.rehearsal.sysbench import Sysbench, SysbenchError
 
 pytestmark = pytest.mark.integration
 

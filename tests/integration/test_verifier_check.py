@@ -10,7 +10,7 @@ import pytest
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.exceptions import ConnectionFailed
-from dbmigrate.verify import ZeroLossVerifier, zero_loss_gate
+from dbmigrate.rehearsal.verify import ZeroLossVerifier, zero_loss_gate
 
 pytestmark = pytest.mark.integration
 

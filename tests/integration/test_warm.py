@@ -20,7 +20,7 @@ import pytest
 
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.procedures import warm
+from dbmigrate.warm import methods as warm
 
 pytestmark = pytest.mark.integration
 

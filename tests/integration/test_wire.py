@@ -11,7 +11,7 @@ import yaml
 
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.sandbox.accounts import read_option_file
+from dbmigrate.rehearsal.sandbox.accounts import read_option_file
 
 pytestmark = pytest.mark.integration
 

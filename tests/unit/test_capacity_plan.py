@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dbmigrate.config import HostSpec, PlanningSpec
-from dbmigrate.procedures.plan import (
+from dbmigrate.procedures.consolidate.plan import (
     GB,
     PlanDoesNotFit,
     ShardDemand,

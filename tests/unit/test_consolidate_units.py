@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dbmigrate.db.flavor import MARIADB, MYSQL
-from dbmigrate.procedures.consolidate import (
+from dbmigrate.procedures.consolidate.procedure import (
     ConsolidateError,
     dump_command,
     dump_coordinates,
@@ -78,7 +78,7 @@ def test_named_connection_sql_for_both_flavors():
 def test_shipped_consolidate_playbook_plans_one_seed_and_one_cutover_per_old_server():
     from pathlib import Path
 
-    from dbmigrate.cli.runs import plan_playbook
+    from dbmigrate.app.runs import plan_playbook
 
     root = Path(__file__).resolve().parents[2]
     proc = plan_playbook(root / "playbooks" / "consolidate-shards.yaml")

@@ -10,7 +10,7 @@ import pytest
 
 from dbmigrate.db.flavor import MARIADB, MYSQL
 from dbmigrate.exceptions import SafetyError, UsageError
-from dbmigrate.procedures.digest import (SlowLogWindow, load_saved_settings, restore, saved_settings_file_writer,
+from dbmigrate.digest.window import (SlowLogWindow, load_saved_settings, restore, saved_settings_file_writer,
                                          saved_settings_path_for)
 
 ORIGINAL = {"long_query_time": 2.5, "slow_query_log": 0, "log_slow_rate_limit": 1,

@@ -18,7 +18,7 @@ from dbmigrate.engine import (
     Runner,
     StepFinished,
 )
-from dbmigrate.engine.render import JsonLinesRenderer
+from dbmigrate.cli.render import JsonLinesRenderer
 from dbmigrate.exceptions import GateFailed, SafetyError
 from tests.unit.test_engine_support import World, new_context, two_phase_procedure
 

@@ -337,7 +337,7 @@ def test_sandbox_haproxy_config_is_valid_and_lists_every_instance(tmp_path):
     import shutil
     import subprocess
 
-    from dbmigrate.sandbox.haproxy import render_config
+    from dbmigrate.rehearsal.sandbox.haproxy import render_config
 
     text = render_config(str(tmp_path / "admin.sock"), str(tmp_path / "state"), 41001, 41002,
                          {"sb-1": 3306, "sb-2": 3307})
@@ -355,7 +355,7 @@ def test_sandbox_haproxy_config_is_valid_and_lists_every_instance(tmp_path):
 def test_sandbox_admin_socket_moves_to_a_short_dir_when_the_path_is_too_long(tmp_path):
     import shutil
 
-    from dbmigrate.sandbox.haproxy import MAX_SOCKET_PATH, _socket_path
+    from dbmigrate.rehearsal.sandbox.haproxy import MAX_SOCKET_PATH, _socket_path
 
     short, tmp = _socket_path(tmp_path)
     assert short == f"{tmp_path}/admin.sock" and tmp is None

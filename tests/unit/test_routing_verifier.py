@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dbmigrate.tools.sysbench import Sysbench, parse_intervals, parse_report
+from dbmigrate.rehearsal.sysbench import Sysbench, parse_intervals, parse_report
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.exceptions import UsageError
-from dbmigrate.verify import Ack, VerifyReport, longest_gap, zero_loss_gate
+from dbmigrate.rehearsal.verify import Ack, VerifyReport, longest_gap, zero_loss_gate
 
 
 def acks_at(ms: list[float]) -> list[Ack]:

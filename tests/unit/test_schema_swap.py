@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dbmigrate.cli.runs import plan_playbook
+from dbmigrate.app.runs import plan_playbook
 from dbmigrate.db.flavor import MARIADB, MYSQL
 from dbmigrate.exceptions import ConfigError
-from dbmigrate.procedures import schema_ddl
-from dbmigrate.procedures.schema_ddl import DdlRefused, Expectation, classify
-from dbmigrate.procedures.schema_swap import expectation_holds
+from dbmigrate.procedures.schema_swap import ddl as schema_ddl
+from dbmigrate.procedures.schema_swap.ddl import DdlRefused, Expectation, classify
+from dbmigrate.procedures.schema_swap.procedure import expectation_holds
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dbmigrate.cli.runs import plan_playbook
+from dbmigrate.app.runs import plan_playbook
 from dbmigrate.config import load_inventory
 from dbmigrate.playbook import load_playbook
 

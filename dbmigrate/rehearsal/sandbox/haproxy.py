@@ -29,8 +29,8 @@ from typing import Any
 from dbmigrate.exceptions import SandboxError
 from dbmigrate.routing.base import RouterError
 from dbmigrate.routing.haproxy import HAProxyRouter, wait_for_socket
-from dbmigrate.sandbox.instance import pid_alive, stop_pid
-from dbmigrate.sandbox.ports import free_port
+from dbmigrate.rehearsal.sandbox.instance import pid_alive, stop_pid
+from dbmigrate.rehearsal.sandbox.ports import free_port
 
 MAX_SOCKET_PATH = 100  # sun_path is 108 bytes including the NUL; keep a margin
 

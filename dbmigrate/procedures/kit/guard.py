@@ -23,7 +23,7 @@ from dbmigrate.digest.model import Digest
 from dbmigrate.digest.policy import GuardPolicy, evaluate
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError
-from dbmigrate.procedures import digest as capture
+from dbmigrate.digest import window as capture
 
 
 class GuardTripped(DbmigrateError):

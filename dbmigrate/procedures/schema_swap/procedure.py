@@ -37,10 +37,10 @@ from dbmigrate.db.connection import QueryError, Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext, Step
 from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
-from dbmigrate.procedures import schema_ddl
+from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.registry import register
-from dbmigrate.procedures.schema_ddl import Ddl, Expectation
-from dbmigrate.procedures.promote import WarmSpec
+from dbmigrate.procedures.schema_swap.ddl import Ddl, Expectation
+from dbmigrate.procedures.promote.procedure import WarmSpec
 
 
 # -- parameters -------------------------------------------------------------------
@@ -138,8 +138,8 @@ def prepare(playbook, state) -> dict[str, Any]:
     """Open the cluster's servers; decide primary, sides and candidate (journaled, so that a
     resumed run keeps them although the topology is mid-change)."""
     from dbmigrate.config import load_inventory
-    from dbmigrate.procedures.promote_extras import find_primary
-    from dbmigrate.procedures.switchover import Topology
+    from dbmigrate.procedures.promote.extras import find_primary
+    from dbmigrate.procedures.kit.switchover import Topology
 
     params: SchemaSwapParams = playbook.params
     if playbook.inventory_path is None:
@@ -492,7 +492,7 @@ def verify_side(ctx: RunContext, side: str) -> str:
 # -- warm-up ---------------------------------------------------------------------------------
 
 def warm_side(ctx: RunContext, side: str) -> str:
-    from dbmigrate.procedures import warm
+    from dbmigrate.warm import methods as warm
 
     spec = _params(ctx).warm
     target = _server(ctx, side)
@@ -541,7 +541,7 @@ def side_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
 
 
 def warm_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
-    from dbmigrate.procedures import warm
+    from dbmigrate.warm import methods as warm
 
     spec = _params(ctx).warm
     if ctx.dry_run:
@@ -648,7 +648,7 @@ class _PromoteView:
 
 
 def _promote_params(params: SchemaSwapParams, candidate: str):
-    from dbmigrate.procedures.promote import PromoteParams
+    from dbmigrate.procedures.promote.procedure import PromoteParams
 
     return PromoteParams(candidate=candidate, max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s,
                          catchup_timeout_s=params.catchup_timeout_s, drain_timeout_s=params.fence_drain_timeout_s,
@@ -666,7 +666,7 @@ def _through_view(step: Step, pp: Any) -> FunctionStep:
 
 def switchover_phase(ctx: RunContext, params: SchemaSwapParams, primary: str, candidate: str) -> Phase:
     """promote's cutover, unchanged, with an already altered replica as the candidate."""
-    from dbmigrate.procedures import promote, promote_extras
+    from dbmigrate.procedures.promote import extras as promote_extras, procedure as promote
 
     pp = _promote_params(params, candidate)
     naming = _PromoteView(ctx, pp, {**ctx.resources, "old": primary, "new": candidate})
@@ -678,7 +678,7 @@ def switchover_phase(ctx: RunContext, params: SchemaSwapParams, primary: str, ca
 
 
 def _switchover(ctx: RunContext, old: str, new: str, record=None):
-    from dbmigrate.procedures.switchover import Switchover, SwitchoverSettings
+    from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
 
     p = _params(ctx)
     r = ctx.resources
@@ -689,7 +689,7 @@ def _switchover(ctx: RunContext, old: str, new: str, record=None):
 
 
 def switch_back_to_primary(ctx: RunContext) -> str:
-    from dbmigrate.procedures.switchover import switch_back
+    from dbmigrate.procedures.kit.switchover import switch_back
 
     r = ctx.resources
     return switch_back(_switchover(ctx, r["primary"], r["candidate"]), candidate_opened=True)

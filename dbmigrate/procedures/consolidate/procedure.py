@@ -45,7 +45,7 @@ from dbmigrate.db.credentials import private_defaults_file
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext
 from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
-from dbmigrate.procedures.plan import ConsolidationPlan, PlannedInstance, connection_name, plan_from_dict
+from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, PlannedInstance, connection_name, plan_from_dict
 from dbmigrate.procedures.registry import register
 from dbmigrate.routing.dsn_file import DsnFileRouter
 
@@ -315,7 +315,7 @@ def _provision(inst: PlannedInstance):
         if ctx.dry_run:
             return f"would create {inst.name} on {inst.host}"
         if inst.sandbox:
-            from dbmigrate.sandbox.manager import Sandboxes
+            from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
             ist = Sandboxes().add_instance(inst.sandbox, inst.name, buffer_pool_mb=inst.buffer_pool_mb,
                                            cluster=inst.name, extra=sandbox_extra(inst.config))

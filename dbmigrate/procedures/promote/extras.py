@@ -8,7 +8,7 @@ from typing import Any
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError, UsageError
-from dbmigrate.procedures.switchover import Topology
+from dbmigrate.procedures.kit.switchover import Topology
 
 
 def find_primary(servers: dict[str, Any]) -> str:
@@ -167,7 +167,7 @@ def warm_step(ctx, spec):
     from dbmigrate.engine.step import FunctionStep
 
     def run(c) -> str:
-        from dbmigrate.procedures import warm
+        from dbmigrate.warm import methods as warm
 
         r = c.resources
         source, target = r["topology"].servers[r["old"]], r["topology"].servers[r["new"]]
@@ -202,7 +202,7 @@ def warm_gate(spec):
     from dbmigrate.engine.step import AutoGate
 
     def check(c):
-        from dbmigrate.procedures import warm
+        from dbmigrate.warm import methods as warm
 
         r = c.resources
         target = r["topology"].servers[r["new"]]
@@ -243,7 +243,7 @@ def checksum_gate(databases: list[str]):
 def orchestrator_steps(ctx, params) -> list:
     """Fence and promotion by orchestrator's graceful-master-takeover-auto; the rest stays ours."""
     from dbmigrate.engine.step import FunctionStep
-    from dbmigrate.procedures.promote import _router, _switch_back, _sw, _verify_shape
+    from dbmigrate.procedures.promote.procedure import _router, _switch_back, _sw, _verify_shape
 
     return [
         FunctionStep("graceful-master-takeover-auto (orchestrator)", _orchestrator_takeover,
@@ -274,7 +274,7 @@ def _orchestrator_takeover(ctx) -> str:
 
 
 def _check_reverse(ctx) -> str:
-    from dbmigrate.procedures.promote import _sw
+    from dbmigrate.procedures.promote.procedure import _sw
 
     sw = _sw(ctx)
     sw.wait_replica_running(sw.old, timeout=10)

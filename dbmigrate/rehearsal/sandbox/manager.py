@@ -19,9 +19,9 @@ from typing import Any, Callable
 import yaml
 
 from dbmigrate.exceptions import SandboxError, UsageError
-from dbmigrate.sandbox import accounts as acc
-from dbmigrate.sandbox.instance import Instance, InstanceSpec, PortConflict, pid_alive, rewrite_config
-from dbmigrate.sandbox.ports import free_port, port_in_use
+from dbmigrate.rehearsal.sandbox import accounts as acc
+from dbmigrate.rehearsal.sandbox.instance import Instance, InstanceSpec, PortConflict, pid_alive, rewrite_config
+from dbmigrate.rehearsal.sandbox.ports import free_port, port_in_use
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,30}$")
 
@@ -385,7 +385,7 @@ class Sandboxes:
         state = self.find(name)
         stopped = []
         if state.haproxy:
-            from dbmigrate.sandbox import haproxy as hap  # optional component
+            from dbmigrate.rehearsal.sandbox import haproxy as hap  # optional component
 
             hap.stop(state)
         for iname in state.instances:

@@ -13,7 +13,7 @@ forever on a read-only server (error 1290) and ignores --time.
 sysbench 1.0.20 crashes on its first reconnect after a router flips to a new
 primary (upstream bug #527, fix never merged). So a background load is not
 expected to survive a switchover: call BackgroundRun.restart() after the flip,
-and measure the switchover itself with dbmigrate.verify.
+and measure the switchover itself with dbmigrate.rehearsal.verify.
 """
 
 from __future__ import annotations

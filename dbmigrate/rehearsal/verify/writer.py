@@ -26,7 +26,7 @@ from pymysql.constants import CR, ER
 from dbmigrate.db.connection import QueryError, Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.exceptions import ConnectionFailed, DbmigrateError, UsageError
-from dbmigrate.verify.report import Ack, VerifyReport, longest_gap
+from dbmigrate.rehearsal.verify.report import Ack, VerifyReport, longest_gap
 
 DEFAULT_TABLE = "app.dbmigrate_verify"
 LOST = {CR.CR_SERVER_LOST, CR.CR_SERVER_GONE_ERROR, CR.CR_SERVER_LOST_EXTENDED}

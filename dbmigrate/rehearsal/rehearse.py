@@ -19,7 +19,7 @@ import yaml
 
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.sandbox.manager import Sandboxes
+from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 Progress = Callable[[str], None]
 
@@ -49,7 +49,7 @@ def _wait_applied(inv, cluster: str, replica: str, timeout: float = 30) -> None:
 
 def _guard_facts(run_id: str) -> dict[str, Any]:
     """What the guard decided, read back from the run's journal."""
-    from dbmigrate.cli.runs import resolve_journal_path
+    from dbmigrate.app.runs import resolve_journal_path
     from dbmigrate.engine.journal import Journal
 
     with Journal(resolve_journal_path()) as j:
@@ -115,10 +115,10 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                      subscribers=(), playbook_extra: dict[str, Any] | None = None, regress: bool = False,
                      guard: bool = True,
                      before_cutover: Callable[[Any, str, str], None] | None = None) -> dict[str, Any]:
-    from dbmigrate.cli.runs import start_run
-    from dbmigrate.sandbox import haproxy
-    from dbmigrate.tools.sysbench import Sysbench
-    from dbmigrate.verify.writer import ZeroLossVerifier
+    from dbmigrate.app.runs import start_run
+    from dbmigrate.rehearsal.sandbox import haproxy
+    from dbmigrate.rehearsal.sysbench import Sysbench
+    from dbmigrate.rehearsal.verify.writer import ZeroLossVerifier
 
     say = progress or (lambda m: None)
     boxes = Sandboxes(progress=say)
@@ -141,7 +141,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         say(f"sysbench oltp_write_only for {load_seconds}s on the old primary")
         load_before = bench.run(time_s=load_seconds)
 
-        from dbmigrate.tools.readload import ReadLoad, create_orders
+        from dbmigrate.rehearsal.readload import ReadLoad, create_orders
 
         with inv.open(f"{name}-1") as p:
             create_orders(p)

@@ -2,8 +2,8 @@
 switchover, then prove that every acknowledged one is on the final primary and
 its replicas, and measure the longest write gap (the fenced window)."""
 
-from dbmigrate.verify.report import Ack, Gap, VerifyReport, longest_gap, zero_loss_gate
-from dbmigrate.verify.writer import DEFAULT_TABLE, VerifierError, ZeroLossVerifier
+from dbmigrate.rehearsal.verify.report import Ack, Gap, VerifyReport, longest_gap, zero_loss_gate
+from dbmigrate.rehearsal.verify.writer import DEFAULT_TABLE, VerifierError, ZeroLossVerifier
 
 __all__ = ["Ack", "Gap", "VerifyReport", "longest_gap", "zero_loss_gate", "ZeroLossVerifier", "VerifierError",
            "DEFAULT_TABLE"]

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext
 from dbmigrate.procedures.registry import register
-from dbmigrate.procedures.switchover import Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
 
 
 class WarmSpec(BaseModel):
@@ -201,9 +201,9 @@ def cutover_steps(ctx: RunContext) -> list[FunctionStep]:
 
 
 def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
-    from dbmigrate.procedures import promote_extras as extras
+    from dbmigrate.procedures.promote import extras
 
-    from dbmigrate.procedures import guard
+    from dbmigrate.procedures.kit import guard
 
     policy = guard.policy_of(ctx)
     prepare = extras.prepare_steps(ctx, params)
@@ -233,7 +233,7 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
 
 
 def prepare(playbook, state) -> dict[str, Any]:
-    from dbmigrate.procedures.promote_extras import promote_resources
+    from dbmigrate.procedures.promote.extras import promote_resources
 
     return promote_resources(playbook.inventory_path, playbook.cluster, playbook.params.candidate, state)
 

@@ -1,0 +1,194 @@
+"""Runs as use cases: plan, start, resume, rollback, with the cluster lock and the resources.
+
+UI-agnostic: callers pass event subscribers and an approver, so the CLI, the
+TUI, rehearsals and benchmarks all drive runs the same way.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, ContextManager, Iterable
+
+from dbmigrate.engine.events import EventBus, Log, Subscriber
+from dbmigrate.engine.journal import Journal, default_journal_path, new_run_id
+from dbmigrate.engine.lock import ClusterLock
+from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
+from dbmigrate.engine.step import Procedure, RunContext, RunState
+from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
+from dbmigrate.playbook import Playbook, load_playbook
+
+# Resource key under which prepare_resources hands over the dedicated lock session.
+LOCK_SESSION = "lock_session"
+
+
+def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None = None) -> Path:
+    """--journal, then the playbook's `journal:`, then $DBMIGRATE_JOURNAL / $DBMIGRATE_HOME."""
+    if explicit is not None:
+        return explicit
+    if playbook is not None and playbook.journal_path is not None:
+        return playbook.journal_path
+    return default_journal_path()
+
+
+def plan_playbook(playbook_path: Path) -> Procedure:
+    """Build the procedure of a playbook without touching any server."""
+    playbook = load_playbook(playbook_path)
+    with Journal(":memory:") as scratch:
+        ctx = RunContext(run_id="plan", procedure=playbook.procedure, cluster=playbook.cluster,
+                         journal=scratch, bus=EventBus(), dry_run=True, params=playbook.params)
+        return playbook.build(ctx)
+
+
+def start_run(
+    playbook_path: Path,
+    *,
+    subscribers: Iterable[Subscriber] = (),
+    approver: Approver | None = None,
+    assume_yes: bool = False,
+    dry_run: bool = False,
+    journal_path: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> RunOutcome:
+    """Start a new run of a playbook; `cancel`, once set, stops it before its next gate or step."""
+    playbook = load_playbook(playbook_path)
+    with Journal(resolve_journal_path(journal_path, playbook)) as journal:
+        run_id = new_run_id()
+        journal.create_run(
+            run_id, procedure=playbook.procedure, cluster=playbook.cluster,
+            params=playbook.params.model_dump(mode="json"), playbook=str(playbook.path.resolve()),
+            playbook_sha=playbook.sha256, dry_run=dry_run or playbook.spec.dry_run,
+        )
+        return _drive(playbook, journal, run_id, "run", subscribers, approver, assume_yes, cancel=cancel)
+
+
+def resume_run(run_ref: str, **kwargs: Any) -> RunOutcome:
+    return _continue_run(run_ref, "resume", **kwargs)
+
+
+def rollback_run(run_ref: str, **kwargs: Any) -> RunOutcome:
+    return _continue_run(run_ref, "rollback", **kwargs)
+
+
+def _continue_run(
+    run_ref: str,
+    mode: str,
+    *,
+    subscribers: Iterable[Subscriber] = (),
+    approver: Approver | None = None,
+    assume_yes: bool = False,
+    journal_path: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> RunOutcome:
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        run = journal.get_run(run_id)
+        assert run is not None  # resolve_run_id found it
+        if mode == "resume" and run["status"] == "rolled_back":
+            raise UsageError(f"run {run_id} was rolled back; there is nothing to resume",
+                             hint=f"start a new run: dbmigrate run {run['playbook']}")
+        if not run["playbook"]:
+            raise UsageError(f"run {run_id} has no playbook recorded; it cannot be {mode}d from the command line")
+        playbook = load_playbook(run["playbook"])
+        changed = playbook.sha256 != run["playbook_sha"]
+        return _drive(playbook, journal, run_id, mode, subscribers, approver, assume_yes,
+                      warn_changed=changed, cancel=cancel)
+
+
+def _drive(
+    playbook: Playbook,
+    journal: Journal,
+    run_id: str,
+    mode: str,
+    subscribers: Iterable[Subscriber],
+    approver: Approver | None,
+    assume_yes: bool,
+    *,
+    warn_changed: bool = False,
+    cancel: threading.Event | None = None,
+) -> RunOutcome:
+    """Prepare resources, build, lock, and hand over to the runner (run, resume or rollback)."""
+    run = journal.get_run(run_id)
+    assert run is not None
+    bus = EventBus()
+    for subscriber in subscribers:
+        bus.subscribe(subscriber)
+    try:
+        return _drive_with_resources(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed, cancel)
+    except Exception as exc:
+        # A fresh run that never reached the runner (no resources, lock refused,
+        # bad gate) must not stay "running" in the journal. Resumed runs keep
+        # their status: the lock may be refused because their process is alive.
+        current = journal.get_run(run_id)
+        if mode == "run" and current is not None and current["status"] == "running":
+            journal.finish_run(run_id, "failed", f"did not start: {explain(exc)}")
+        raise
+
+
+def _drive_with_resources(
+    playbook: Playbook,
+    journal: Journal,
+    run: dict[str, Any],
+    mode: str,
+    bus: EventBus,
+    approver: Approver | None,
+    assume_yes: bool,
+    warn_changed: bool,
+    cancel: threading.Event | None = None,
+) -> RunOutcome:
+    run_id = run["id"]
+    resources = _prepare(playbook, RunState(journal, run_id))
+    try:
+        ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
+                         bus=bus, dry_run=run["dry_run"], resources=resources, params=playbook.params)
+        if warn_changed:
+            warning = Log(run_id=run_id, level="warning",
+                          message=f"playbook {playbook.path} changed since the run started; using the current one")
+            bus.emit(warning)
+            journal.record_log(warning)
+        procedure = playbook.build(ctx)
+        runner = Runner(approver=approver, assume_yes=assume_yes, hooks=playbook.hook_runner(), cancel=cancel)
+        with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id):
+            if mode == "rollback":
+                return runner.rollback(procedure, ctx)
+            return runner.run(procedure, ctx, resume=(mode == "resume"))
+    finally:
+        _close_resources(resources)
+
+
+def _prepare(playbook: Playbook, state: RunState) -> dict[str, Any]:
+    """Open the procedure's resources; preparers that take the run state get it, so that
+    a resumed run can use facts journaled before a crash (e.g. which server was primary)."""
+    prepare = playbook.entry.prepare_resources
+    if len(inspect.signature(prepare).parameters) >= 2:
+        return prepare(playbook, state)
+    return prepare(playbook)
+
+
+def _cluster_lock(procedure: Procedure, resources: dict[str, Any], cluster: str, journal: Journal,
+                  run_id: str) -> ContextManager[Any]:
+    if not procedure.needs_lock:
+        return nullcontext()
+    session = resources.get(LOCK_SESSION)
+    if session is None:
+        raise SafetyError(
+            f"procedure '{procedure.name}' needs the cluster lock but its resources have no '{LOCK_SESSION}'",
+            hint="the procedure's prepare_resources must open a dedicated session to the primary",
+        )
+    return ClusterLock(session, cluster, journal, run_id)
+
+
+def _close_resources(resources: dict[str, Any]) -> None:
+    """What prepare_resources opened, the run closes (newest first); closing the lock session frees GET_LOCK."""
+    for value in reversed(list(resources.values())):
+        close = getattr(value, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception as exc:  # closing must not mask the run's outcome
+                print(f"warning: closing {value!r} failed: {exc}", file=sys.stderr)
+
+

@@ -1,0 +1,1 @@
+"""Procedure `promote`: a new-hardware replica becomes the primary (see procedure.py)."""

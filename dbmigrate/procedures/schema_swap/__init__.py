@@ -1,0 +1,1 @@
+"""Procedure `schema_swap`: DDL one side at a time without binlogging it (see procedure.py)."""
