@@ -18,7 +18,7 @@ from dbmigrate.engine.journal import Journal, default_journal_path, new_run_id
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
 from dbmigrate.engine.step import Procedure, RunContext, RunState
-from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
+from dbmigrate.exceptions import SafetyError, UsageError
 from dbmigrate.playbook import Playbook, load_playbook
 
 # Resource key under which prepare_resources hands over the dedicated lock session.

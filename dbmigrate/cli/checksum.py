@@ -20,13 +20,13 @@ def checksum(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inve
              databases: str = typer.Option(..., "--databases", "-d", help="Comma-separated databases to checksum."),
              json_out: bool = typer.Option(False, "--json")):
     """Compare every replica's data with the primary's (pt-table-checksum); exit 1 when any differ."""
-    from dbmigrate.procedures.promote.extras import find_primary
+    from dbmigrate.procedures.kit.roles import find_primary_of
     from dbmigrate.tools.pt_connect import table_checksum
 
     inv = load_inventory(inventory)
     servers = {n: inv.open(n) for n in inv.cluster(cluster).servers}
     try:
-        primary = find_primary(servers)
+        primary = find_primary_of(servers)
         report = table_checksum(servers[primary], [s for n, s in servers.items() if n != primary],
                                 [d.strip() for d in databases.split(",") if d.strip()])
     finally:

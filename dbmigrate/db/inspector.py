@@ -7,6 +7,7 @@ from typing import Any
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.flavor import ReplicaStatus
+from dbmigrate.exceptions import DbmigrateError
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,40 @@ class Inspector:
 
     def variable(self, name: str) -> Any:
         return self.variables(name)[name]
+
+    @property
+    def login_user(self) -> str:
+        """The account this tool is connected as (its own sessions are never ended)."""
+        return self.server.credentials.user
+
+    def reachable(self) -> bool:
+        try:
+            self.server.scalar("SELECT 1")
+            return True
+        except DbmigrateError:
+            return False
+
+    def has_applied(self, position: str) -> bool:
+        """Has this server applied (or written) every transaction of `position`?"""
+        return self.flavor.includes(self.gtid_executed(), position)
+
+    def missing_from(self, position: str) -> str:
+        """The part of `position` this server has not applied yet."""
+        return self.flavor.behind(position, self.gtid_executed())
+
+    def gtid_mode_problem(self) -> str | None:
+        """Why this server cannot take part in a GTID switchover, or None."""
+        if self.flavor.name != "mysql":
+            return None  # MariaDB always writes GTIDs
+        mode = str(self.variable("gtid_mode")).upper()
+        return None if mode == "ON" else f"gtid_mode={mode}"
+
+    def open_transactions(self) -> list[tuple[int, str]]:
+        """(session id, user) of every session with an open InnoDB transaction."""
+        rows = self.server.query(
+            "SELECT t.trx_mysql_thread_id AS id, p.USER AS user FROM information_schema.INNODB_TRX t "
+            "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id")
+        return [(int(r["id"]), r["user"]) for r in rows]
 
     def read_only(self) -> bool:
         return str(self.variable("read_only")) in ("1", "ON")

@@ -1,7 +1,7 @@
 """The mechanics of a planned switchover, one method per step, each idempotent.
 
 `Switchover(old, new)` moves the writer from `old` to `new`. The promote
-procedure wraps these methods as engine steps; rollback is the same mechanics
+and schema swap procedures wrap these methods as engine steps; rollback is the same mechanics
 pointed the other way (`switch_back`), so going back is a switchover, not a
 restore.
 
@@ -29,6 +29,7 @@ from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError, Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import DbmigrateError, SafetyError, WaitTimeout
 
 
@@ -61,6 +62,19 @@ class Topology:
     # tool reaches them (containers, NAT): name -> (host, port).
     repl_addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
 
+    # The switchover reads and writes servers only through these two, so that its
+    # decisions can be tested on a fake topology (tests/unit/fake_topology.py).
+    def inspector(self, name: str) -> Inspector:
+        return Inspector(self.servers[name])
+
+    def applier(self, name: str, *, dry_run: bool = False, on_planned: "Record | None" = None) -> Applier:
+        return Applier(self.servers[name], dry_run=dry_run, on_planned=on_planned)
+
+    def address(self, name: str) -> tuple[str, int]:
+        """How this tool reaches `name` (the router names servers the same way)."""
+        s = self.servers[name]
+        return s.host, s.port
+
 
 Notify = Callable[..., None]  # (message, level="info")
 Record = Callable[[str, str], None]  # (server, statement) planned in dry-run
@@ -69,7 +83,7 @@ Record = Callable[[str, str], None]  # (server, statement) planned in dry-run
 class Switchover:
     def __init__(self, topo: Topology, old: str, new: str, settings: SwitchoverSettings,
                  router: WriterRouter | None = None, *, dry_run: bool = False,
-                 log: Notify | None = None, record: Record | None = None):
+                 log: Notify | None = None, record: Record | None = None, clock: Clock | None = None):
         self.topo = topo
         self.old, self.new = old, new
         self.s = settings
@@ -77,23 +91,23 @@ class Switchover:
         self.dry_run = dry_run
         self.log = log or (lambda message, level="info": None)
         self.record = record
+        self.clock = clock or Clock()
 
     # -- helpers -------------------------------------------------------------
     def server(self, name: str) -> Server:
         return self.topo.servers[name]
 
     def insp(self, name: str) -> Inspector:
-        return Inspector(self.server(name))
+        return self.topo.inspector(name)
 
     def apply(self, name: str) -> Applier:
-        return Applier(self.server(name), dry_run=self.dry_run, on_planned=self.record)
+        return self.topo.applier(name, dry_run=self.dry_run, on_planned=self.record)
 
     def _repl_addr(self, name: str) -> tuple[str, int]:
         return self.topo.repl_addresses.get(name) or self._addr(name)
 
     def _addr(self, name: str) -> tuple[str, int]:
-        s = self.server(name)
-        return s.host, s.port
+        return self.topo.address(name)
 
     def replicates_from(self, name: str, source: str) -> bool:
         st = self.insp(name).replica_status()
@@ -115,10 +129,10 @@ class Switchover:
         Application sessions are ended later (`end_sessions`), after the router
         flip, because nothing they do can change the data any more.
         """
-        if not self.dry_run and self.server(self.old).flavor.name == "mysql" and \
-                str(self.insp(self.old).variable("gtid_mode")).upper() != "ON":
+        problem = None if self.dry_run else self.insp(self.old).gtid_mode_problem()
+        if problem:
             # Without GTIDs the final position would be empty and the catch-up wait a no-op.
-            raise SafetyError(f"{self.old} runs with gtid_mode={self.insp(self.old).variable('gtid_mode')}",
+            raise SafetyError(f"{self.old} runs with {problem}",
                               hint="switchovers need gtid_mode=ON and enforce_gtid_consistency=ON")
         t0 = time.perf_counter()
         self.apply(self.old).set_read_only(True, lock_wait_timeout=self.s.fence_timeout_s)
@@ -136,24 +150,19 @@ class Switchover:
         """Wait (bounded) for open app transactions to end, then end app sessions."""
         if self.dry_run:
             return 0, 0
-        try:
-            self.server(name).scalar("SELECT 1")
-        except DbmigrateError:
-            return 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
         insp = self.insp(name)
-        protected = set(self.s.admin_users) | {self.server(name).credentials.user, self.topo.repl.user,
+        if not insp.reachable():
+            return 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
+        protected = set(self.s.admin_users) | {insp.login_user, self.topo.repl.user,
                                                 "system user", "event_scheduler"}
-        deadline = time.monotonic() + self.s.drain_timeout_s
+        deadline = self.clock.monotonic() + self.s.drain_timeout_s
         first = None
         while True:
-            open_trx = [r for r in self.server(name).query(
-                "SELECT t.trx_mysql_thread_id AS id, p.USER AS user FROM information_schema.INNODB_TRX t "
-                "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id")
-                if r["user"] not in protected]
+            open_trx = [user for _id, user in insp.open_transactions() if user not in protected]
             first = len(open_trx) if first is None else first
-            if not open_trx or time.monotonic() > deadline:
+            if not open_trx or self.clock.monotonic() > deadline:
                 break
-            time.sleep(0.01)
+            self.clock.sleep(0.01)
         killed = 0
         if self.s.kill_app_sessions:
             app = self.apply(name)
@@ -188,7 +197,7 @@ class Switchover:
 
     # -- 2. catch up ---------------------------------------------------------
     def caught_up(self, position: str) -> bool:
-        return self.server(self.new).flavor.includes(self.insp(self.new).gtid_executed(), position)
+        return self.insp(self.new).has_applied(position)
 
     def wait_catchup(self, position: str) -> str:
         if self.dry_run:
@@ -202,7 +211,7 @@ class Switchover:
                                  hint="fix replication on the candidate and run again")
         t0 = time.perf_counter()
         if not insp.wait_for_gtid(position, self.s.catchup_timeout_s):
-            behind = self.server(self.new).flavor.behind(position, insp.gtid_executed())
+            behind = insp.missing_from(position)
             raise WaitTimeout(f"{self.new} did not apply {self.old}'s final position {position} within "
                               f"{self.s.catchup_timeout_s:g}s (still behind: {behind})",
                               hint="the old primary will be unfenced; retry when lag is low (dbmigrate lag watch)")
@@ -306,17 +315,17 @@ class Switchover:
     def wait_replica_running(self, name: str, timeout: float = 10) -> None:
         if self.dry_run:
             return
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         while True:
             st = self.insp(name).replica_status()
             if st and st.running:
                 return
-            if st and st.last_error and time.monotonic() > deadline - timeout / 2:
+            if st and st.last_error and self.clock.monotonic() > deadline - timeout / 2:
                 raise DbmigrateError(f"replication on {name} failed: {st.last_error}")
-            if time.monotonic() > deadline:
+            if self.clock.monotonic() > deadline:
                 raise WaitTimeout(f"replication on {name} did not start within {timeout:g}s "
                                   f"(io={st.io_running if st else '-'} sql={st.sql_running if st else '-'})")
-            time.sleep(0.05)
+            self.clock.sleep(0.05)
 
     # -- 8. verify -----------------------------------------------------------
     def verify_writes_flow(self, run_id: str, timeout: float = 10) -> str:
@@ -357,7 +366,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
     procedure, so a rollback at any point ends in the same safe shape.
     """
     back = Switchover(sw.topo, old=sw.new, new=sw.old, settings=sw.s, router=sw.router,
-                      dry_run=sw.dry_run, log=sw.log, record=sw.record)
+                      dry_run=sw.dry_run, log=sw.log, record=sw.record, clock=sw.clock)
     said: list[str] = []
     new_writable = _writable_or_none(sw, sw.new)
     old_writable = sw.writable(sw.old)
@@ -420,8 +429,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
 
 def _has_writes_old_lacks(sw: Switchover) -> bool:
     """Did `sw.new` write anything `sw.old` has not applied? (Decides whether unfencing would lose it.)"""
-    new_pos = sw.insp(sw.new).gtid_binlog_pos()
-    return not sw.server(sw.old).flavor.includes(sw.insp(sw.old).gtid_executed(), new_pos)
+    return not sw.insp(sw.old).has_applied(sw.insp(sw.new).gtid_binlog_pos())
 
 
 def _binlog_pos_or_empty(sw: Switchover, name: str) -> str:

@@ -6,30 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from dbmigrate.config import load_inventory
-from dbmigrate.db.inspector import Inspector
-from dbmigrate.exceptions import DbmigrateError, UsageError
+from dbmigrate.exceptions import UsageError
+from dbmigrate.procedures.kit.roles import find_primary_of
 from dbmigrate.procedures.kit.switchover import Topology
-
-
-def find_primary(servers: dict[str, Any]) -> str:
-    """The one writable server that replicates from nobody; refuse anything else."""
-    writable, unreachable = [], []
-    for name, srv in servers.items():
-        try:
-            insp = Inspector(srv)
-            st = insp.replica_status()
-            if not insp.read_only() and (st is None or not st.source_host):
-                writable.append(name)
-        except DbmigrateError as e:
-            unreachable.append(f"{name} ({e.message})")
-    if len(writable) == 1:
-        return writable[0]
-    if not writable:
-        raise DbmigrateError("no writable primary found in the cluster" +
-                             (f"; unreachable: {', '.join(unreachable)}" if unreachable else ""),
-                             hint="dbmigrate topology show --inventory FILE --cluster NAME")
-    raise DbmigrateError(f"more than one writable primary: {', '.join(writable)}",
-                         hint="set read_only=ON on the one that must not take writes before any switchover")
 
 
 def promote_resources(inventory_path: Path | None, cluster: str, candidate: str,
@@ -50,7 +29,7 @@ def promote_resources(inventory_path: Path | None, cluster: str, candidate: str,
         raise UsageError(f"candidate {candidate} belongs to cluster '{cand_cluster}', not '{cluster}'")
     old = state.get("old") if state is not None else None
     if not old:
-        old = find_primary(servers)
+        old = find_primary_of(servers)
         if old == new:
             raise UsageError(f"{new} is already the primary of '{cluster}'", hint="nothing to promote")
         if state is not None:

@@ -138,7 +138,7 @@ def prepare(playbook, state) -> dict[str, Any]:
     """Open the cluster's servers; decide primary, sides and candidate (journaled, so that a
     resumed run keeps them although the topology is mid-change)."""
     from dbmigrate.config import load_inventory
-    from dbmigrate.procedures.promote.extras import find_primary
+    from dbmigrate.procedures.kit.roles import find_primary_of
     from dbmigrate.procedures.kit.switchover import Topology
 
     params: SchemaSwapParams = playbook.params
@@ -150,7 +150,7 @@ def prepare(playbook, state) -> dict[str, Any]:
     primary = state.get("swap_primary")
     sides = state.get("swap_sides")
     if not primary:
-        primary = find_primary(servers)
+        primary = find_primary_of(servers)
         sides = [n for n in servers if n != primary]
         state["swap_primary"], state["swap_sides"] = primary, sides
     if not sides:
