@@ -7,9 +7,10 @@ variables), never secrets in the inventory itself.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from dbmigrate.db import credentials as creds_mod
 from dbmigrate.db.connection import Server
@@ -53,6 +54,50 @@ class CredentialsRef(Strict):
         return c
 
 
+class LocalAccess(Strict):
+    """dbmigrate runs on the server's host and reads its files directly."""
+
+    kind: Literal["local"]
+
+
+class NoAccess(Strict):
+    """The tool may not enter this host (a managed service): file-based features refuse clearly."""
+
+    kind: Literal["none"]
+
+
+class SshAccess(Strict):
+    """Through the system OpenSSH client. Unset fields are left to ~/.ssh/config and the agent."""
+
+    kind: Literal["ssh"]
+    address: Optional[str] = Field(None, description="where to ssh to; default: the server's host_name, else host")
+    user: Optional[str] = None
+    port: Optional[int] = Field(None, ge=1, le=65535)
+    identity_file: Optional[str] = None
+    jump_host: Optional[str] = Field(None, description="ssh -J: [user@]host[:port][,...]")
+    known_hosts_file: Optional[str] = None
+    strict_host_key_checking: Optional[Literal["yes", "accept-new"]] = Field(
+        None, description="unset: as ssh_config says; host keys are never left unchecked")
+    connect_timeout: float = Field(10, gt=0, le=120)
+    control_persist: int = Field(60, ge=0, le=3600, description="seconds the shared connection outlives its last use")
+    options: dict[str, str] = Field(default_factory=dict, description="extra ssh -o KEY=VALUE")
+
+    @model_validator(mode="after")
+    def _host_keys_checked(self):
+        from dbmigrate.hosts.ssh import check_ssh_options
+
+        check_ssh_options(self.strict_host_key_checking, self.options)
+        return self
+
+
+def _access_shorthand(v):
+    return {"kind": v} if isinstance(v, str) else v
+
+
+Access = Annotated[Union[LocalAccess, SshAccess, NoAccess], Field(discriminator="kind"),
+                   BeforeValidator(_access_shorthand)]
+
+
 class ServerSpec(Strict):
     host: str
     port: int = Field(3306, ge=1, le=65535)
@@ -66,6 +111,7 @@ class ServerSpec(Strict):
                                                               "(containers, NAT); default: host")
     replication_port: Optional[int] = Field(None, ge=1, le=65535, description="default: port")
     datadir: Optional[str] = None
+    access: Optional[Access] = Field(None, description="how the tool reaches this server's host (files, programs)")
 
     @field_validator("host")
     @classmethod
@@ -127,6 +173,7 @@ class HostSpec(Strict):
     base_port: int = Field(3306, ge=1, le=65535, description="first instance's port; the next ones count up")
     datadir_root: str = Field("/var/lib/mysql-instances", description="one datadir per instance under here")
     sandbox: Optional[str] = Field(None, description="rehearsal: create the instances in this local sandbox")
+    access: Optional[Access] = Field(None, description="how the tool reaches this host")
 
 
 class PlanningSpec(Strict):
@@ -152,6 +199,7 @@ class Defaults(Strict):
     credentials: Optional[CredentialsRef] = None
     connect_timeout: float = Field(3.0, gt=0, le=60)
     read_timeout: int = Field(60, gt=0)
+    access: Optional[Access] = Field(None, description="host access for servers that declare none")
 
 
 class Inventory(Strict):
@@ -160,6 +208,8 @@ class Inventory(Strict):
     clusters: dict[str, ClusterSpec]
     hosts: dict[str, HostSpec] = Field(default_factory=dict, description="target hosts for consolidation")
     planning: PlanningSpec = Field(default_factory=PlanningSpec)
+    host_access: dict[str, Access] = Field(default_factory=dict,
+                                           description="access per host (a server's host_name or host)")
 
     # set after loading
     _path: Path = Path("inventory.yaml")

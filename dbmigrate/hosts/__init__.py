@@ -1,0 +1,20 @@
+"""How a server's host is reached (local, ssh, none) and everything that
+touches a host's files or programs: reading and writing files, running
+programs, free space, and streaming between hosts."""
+
+from dbmigrate.hosts.base import Completed, Host, parse_df_available
+from dbmigrate.hosts.errors import (ConnectionLost, HostAuthFailed, HostCommandFailed, HostDiskFull, HostError,
+                                    HostFileMissing, HostKeyMismatch, HostPermissionDenied, HostTimeout,
+                                    HostUnreachable, NoHostAccess, ProgramMissing)
+from dbmigrate.hosts.local import LocalHost
+from dbmigrate.hosts.none import NoAccessHost
+from dbmigrate.hosts.pipe import stream
+from dbmigrate.hosts.resolve import host_for
+from dbmigrate.hosts.ssh import SshHost, SshSettings
+
+__all__ = [
+    "Completed", "ConnectionLost", "Host", "HostAuthFailed", "HostCommandFailed", "HostDiskFull", "HostError",
+    "HostFileMissing", "HostKeyMismatch", "HostPermissionDenied", "HostTimeout", "HostUnreachable", "LocalHost",
+    "NoAccessHost", "NoHostAccess", "ProgramMissing", "SshHost", "SshSettings", "host_for", "parse_df_available",
+    "stream",
+]

@@ -1,0 +1,78 @@
+"""Which Host object reaches a server, from the inventory's access declarations.
+
+Order: the server's own `access:`, then `host_access:` for its host_name or
+host, then the consolidation `hosts:` entry named by its host_name, then
+`defaults.access`. With none of these, a server on a loopback address (or a
+unix socket) runs on this machine and is `local`; any other host is left
+without access, and every file operation on it says to declare one, because
+guessing ssh settings for a production host is worse than asking.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+from dbmigrate.hosts.base import Host
+from dbmigrate.hosts.local import LocalHost
+from dbmigrate.hosts.none import NoAccessHost
+from dbmigrate.hosts.ssh import SshHost, SshSettings
+
+_cache: dict[tuple, Host] = {}
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def declared_access(inventory, server_name: str):
+    """The access block that applies to a server, or None when nothing is declared."""
+    _, spec = inventory.find_server(server_name)
+    if spec.access is not None:
+        return spec.access
+    for key in (spec.host_name, spec.host):
+        if key and key in inventory.host_access:
+            return inventory.host_access[key]
+    if spec.host_name and spec.host_name in inventory.hosts and inventory.hosts[spec.host_name].access:
+        return inventory.hosts[spec.host_name].access
+    return inventory.defaults.access
+
+
+def _path(base: Path, p: str | None) -> str | None:
+    if not p:
+        return None
+    q = Path(os.path.expanduser(p))
+    return str(q if q.is_absolute() else base / q)
+
+
+def host_for(inventory, server_name: str) -> Host:
+    """The host of `server_name` (given by name or host:port). SSH hosts are reused, with their connection."""
+    _, spec = inventory.find_server(server_name)
+    name = inventory.server_name(spec)
+    access = declared_access(inventory, server_name)
+    address = spec.host_name or spec.host
+    label = f"{name} on {address}"
+    if access is None:
+        if is_loopback(spec.host) or spec.socket:
+            return LocalHost(label)
+        return NoAccessHost(label, declared=False)
+    if access.kind == "local":
+        return LocalHost(label)
+    if access.kind == "none":
+        return NoAccessHost(label)
+    settings = SshSettings(
+        address=access.address or address, user=access.user, port=access.port,
+        identity_file=_path(inventory.base, access.identity_file), jump_host=access.jump_host,
+        known_hosts_file=_path(inventory.base, access.known_hosts_file),
+        strict_host_key_checking=access.strict_host_key_checking, connect_timeout=access.connect_timeout,
+        control_persist=access.control_persist, options=tuple(access.options.items()))
+    key = (label, settings)
+    if key not in _cache:
+        _cache[key] = SshHost(f"{name} on {settings.address}", settings)
+    return _cache[key]
