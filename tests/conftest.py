@@ -118,3 +118,18 @@ def pytest_sessionfinish(session, exitstatus):
     if leftovers:
         print("\nprocesses left behind by the tests (now killed):\n" + "\n".join(f"  {p} {c}" for p, c in leftovers))
         session.exitstatus = 1
+
+
+@pytest.fixture(scope="session")
+def sshd():
+    """A real OpenSSH server on 127.0.0.1 (its own host and client keys, pinned in a known_hosts file)."""
+    from dbmigrate.hosts.ssh import close_all
+    from dbmigrate.rehearsal.sandbox.sshd import SSHD, Sshd
+
+    if not os.path.exists(SSHD):
+        pytest.skip("openssh-server is not installed (apt-get install openssh-server)")
+    daemon = Sshd(_HOME / "sshd")
+    daemon.start()
+    yield daemon
+    close_all()  # shared ssh connections name files under the test home: end them before the leftover check
+    daemon.stop()

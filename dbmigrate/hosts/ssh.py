@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -22,6 +23,7 @@ from dbmigrate.hosts.errors import HostError, HostTimeout, classify_ssh_failure
 
 SSH_FAILED = 255  # ssh's own exit status for connection and authentication failures
 _SAFE_STRICT = ("yes", "accept-new")
+_open_hosts: "weakref.WeakSet[SshHost]" = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class SshHost(Host):
         super().__init__(name)
         self.settings = settings
         self._dir: str | None = None
+        _open_hosts.add(self)
         atexit.register(self.close)
 
     def __repr__(self) -> str:
@@ -169,3 +172,9 @@ class SshHost(Host):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
         shutil.rmtree(self._dir, ignore_errors=True)
         self._dir = None
+
+
+def close_all() -> None:
+    """Close every ssh host's shared connection (end of a run, or of a test session)."""
+    for h in list(_open_hosts):
+        h.close()
