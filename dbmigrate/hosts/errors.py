@@ -82,9 +82,15 @@ def classify_ssh_failure(host: str, stderr: str, started: bool) -> HostError:
     """
     low = stderr.lower()
     detail = _last_line(stderr)
+    if "has changed" in low or "key for" in low and "differs" in low:
+        return HostKeyMismatch(
+            f"{host}: its ssh host key differs from the one recorded in known_hosts (another machine, "
+            f"or the host was reinstalled)",
+            hint="check that this is the right machine, then replace its line in known_hosts (ssh-keygen -R HOST) "
+                 "or point access.known_hosts_file at the right file")
     if any(s in low for s in _HOST_KEY):
         return HostKeyMismatch(
-            f"{host}: its ssh host key is not the one recorded in known_hosts ({detail})",
+            f"{host}: its ssh host key is not in known_hosts, and host keys are checked ({detail})",
             hint="check that this is the right machine, then update known_hosts (ssh-keygen -R HOST; ssh HOST once) "
                  "or point access.known_hosts_file at the right file")
     if any(s in low for s in _AUTH):
