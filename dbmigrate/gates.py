@@ -11,16 +11,14 @@ sees every reason at once.
 from __future__ import annotations
 
 import re
-import shutil
-import socket
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.flavor import Flavor, detect
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError, UsageError
+from dbmigrate.hosts import Host, NoAccessHost, host_for
 from dbmigrate.lag import sample_lag
 from dbmigrate.topology.discovery import Cluster, Node, discover_inventory, normalize_address
 from dbmigrate.topology.probe import ServerFacts
@@ -250,19 +248,17 @@ def app_fence_gate(servers: list[Server], app_user: str) -> GateResult:
                       f"read_only fences '{app_user}' on {', '.join(s.address for s in servers)}", details)
 
 
-def is_local_host(host: str) -> bool:
-    names = {"127.0.0.1", "localhost", "::1", socket.gethostname(), socket.getfqdn()}
-    return host in names
-
-
-def disk_gate(host: str, datadir: str | None, need_bytes: int,
-              usage: Callable[[str], Any] = shutil.disk_usage) -> GateResult:
+def disk_gate(host: Host, datadir: str | None, need_bytes: int) -> GateResult:
+    """Free space of the candidate's datadir, measured on its host (locally or over ssh)."""
     if not datadir:
         return GateResult(True, "skipped: no datadir for the candidate in the inventory", {})
-    if not is_local_host(host) or not Path(datadir).exists():
-        return GateResult(True, f"remote: {datadir} on {host} is not on this machine, not checked",
-                          {"path": datadir, "host": host})
-    return disk_rule(datadir, int(usage(datadir).free), need_bytes)
+    if isinstance(host, NoAccessHost):
+        # A managed service's disk is not ours to see; an undeclared host is reported, not guessed.
+        why = "declared access: none" if host.declared else "no access declared for its host (add access: to check it)"
+        return GateResult(True, f"not checked: {datadir} on {host.name}: {why}", {"path": datadir, "host": host.name})
+    result = disk_rule(datadir, host.free_bytes(datadir, timeout=30), need_bytes)
+    result.details["host"] = host.name
+    return result
 
 
 # ---- the whole preflight ------------------------------------------------------------
@@ -337,7 +333,8 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
         ("long_transactions", lambda: long_trx_gate(primary.server, limits.max_trx_age_s)),
         ("reverse_path", lambda: reverse_path_gate(cand.server, repl_user())),
         ("app_user_fenced", lambda: app_fence_gate([primary.server, cand.server], app_user())),
-        ("disk", lambda: disk_gate(cand_spec.host, cand_spec.datadir, need_bytes())),
+        ("disk", lambda: disk_gate(host_for(inventory, inventory.server_name(cand_spec)), cand_spec.datadir,
+                                   need_bytes())),
     ]
     results += [_guard(name, fn) for name, fn in gates]
     return results

@@ -14,6 +14,7 @@ from dbmigrate.cli.common import console, err_console, print_json
 from dbmigrate.config import Inventory, load_inventory
 from dbmigrate.exceptions import GateFailed, UsageError
 from dbmigrate.warm import methods as warm_proc
+from dbmigrate.warm.copier import HostCopier
 from dbmigrate.warm.measure import fmt_ratio
 
 
@@ -30,7 +31,7 @@ def _plan(inv: Inventory, slow_log: Optional[Path], source_name: Optional[str], 
         return warm_proc.replay_plan_from_file(slow_log)
     if source_name:
         with inv.open(source_name) as source:
-            return warm_proc.replay_plan_from_server(source)
+            return warm_proc.replay_plan_from_server(source, copier=HostCopier.for_inventory(inv))
     if required:
         raise UsageError("replay needs a digest: give --slow-log FILE or --from SERVER (its slow log is digested)")
     return None
@@ -119,7 +120,8 @@ def warm(
             if method == "dump-load":
                 with inv.open(source) as src:
                     result = warm_proc.dump_load(src, tgt, plan=plan, source_datadir=sspec.datadir,
-                                                 target_datadir=tspec.datadir, **common)
+                                                 target_datadir=tspec.datadir,
+                                                 copier=HostCopier.for_inventory(inv), **common)
             elif method == "replay":
                 result = warm_proc.replay(tgt, plan, tables=wanted or None, target_hit_ratio=target_hit_ratio,
                                           **common)

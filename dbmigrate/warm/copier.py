@@ -2,8 +2,8 @@
 
 The dump-load method fetches the source's ib_buffer_pool, filters it here, and
 pushes it into the target's datadir. LocalCopier does that on this host (the
-sandbox, or a tool running on the database host); a remote copier (scp/ssh)
-implements the same two methods.
+sandbox, or a tool running on the database host); HostCopier goes through each
+server's host as the inventory declares it (local, ssh, none).
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import os
 import shutil
 import socket
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from dbmigrate.db.connection import Server
 from dbmigrate.exceptions import DbmigrateError, UsageError
+from dbmigrate.hosts import Host, LocalHost
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "localhost.localdomain"})
 
@@ -48,17 +49,7 @@ class LocalCopier:
 
     def fetch(self, server: Server, remote_path: str, workdir: Path) -> Path:
         self._require_local(server)
-        path = Path(remote_path)
-        try:
-            with path.open("rb"):
-                pass  # read in place: slow logs can be gigabytes, and nothing here modifies them
-            return path
-        except FileNotFoundError:
-            raise DbmigrateError(f"{remote_path} on {server.name} does not exist",
-                                 hint="is the datadir in the inventory right? (datadir: under the server)")
-        except PermissionError:
-            raise DbmigrateError(f"cannot read {remote_path} on {server.name}: permission denied",
-                                 hint="run as a user that can read the datadir (root or the mysql group)")
+        return _in_place(server, remote_path)
 
     def push(self, local_path: Path, server: Server, remote_path: str) -> None:
         self._require_local(server)
@@ -80,3 +71,50 @@ class LocalCopier:
             tmp.unlink(missing_ok=True)
             raise DbmigrateError(f"directory {dest.parent} on {server.name} does not exist",
                                  hint="is the datadir in the inventory right?")
+
+
+# Prints the directory's owner only when we may give files away (root); otherwise
+# the new file keeps the ssh user's, who then needs to share mysqld's group.
+_OWNER_IF_ROOT = 'if [ "$(id -u)" -eq 0 ]; then stat -c %u:%g -- "$1"; fi'
+
+
+class HostCopier:
+    """Through each server's host (`host_of(server)`, e.g. from the inventory's access declarations)."""
+
+    def __init__(self, host_of: Callable[[Server], Host]):
+        self.host_of = host_of
+
+    @classmethod
+    def for_inventory(cls, inventory) -> "HostCopier":
+        from dbmigrate.hosts import host_for
+
+        return cls(lambda server: host_for(inventory, server.name))
+
+    def fetch(self, server: Server, remote_path: str, workdir: Path) -> Path:
+        host = self.host_of(server)
+        if isinstance(host, LocalHost):
+            return _in_place(server, remote_path)
+        local = Path(workdir) / Path(remote_path).name
+        host.fetch(remote_path, local, timeout=600)
+        return local
+
+    def push(self, local_path: Path, server: Server, remote_path: str) -> None:
+        host = self.host_of(server)
+        parent = os.path.dirname(remote_path) or "."
+        owner = host.run(["sh", "-c", _OWNER_IF_ROOT, "sh", parent], what=f"read the owner of {parent}",
+                         timeout=30).text.strip() or None
+        host.write_bytes(remote_path, Path(local_path).read_bytes(), mode=0o640, owner=owner, timeout=600)
+
+
+def _in_place(server: Server, remote_path: str) -> Path:
+    path = Path(remote_path)
+    try:
+        with path.open("rb"):
+            pass  # read in place: slow logs can be gigabytes, and nothing here modifies them
+        return path
+    except FileNotFoundError:
+        raise DbmigrateError(f"{remote_path} on {server.name} does not exist",
+                             hint="is the datadir in the inventory right? (datadir: under the server)")
+    except PermissionError:
+        raise DbmigrateError(f"cannot read {remote_path} on {server.name}: permission denied",
+                             hint="run as a user that can read the datadir (root or the mysql group)")

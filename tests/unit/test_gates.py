@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections import namedtuple
 
 from dbmigrate.db.flavor import MARIADB, MYSQL, ReplicaStatus
+from dbmigrate.hosts import LocalHost, NoAccessHost
 from dbmigrate.gates import (GateResult, app_fence_rule, binlog_rule, disk_gate, disk_rule, errant_rule,
                              filters_rule, global_privileges, long_trx_rule, parse_grant, read_only_rule,
                              replication_running_rule, reverse_path_rule, versions_rule)
@@ -94,9 +94,10 @@ def test_long_transaction_rule():
 
 def test_disk_rules():
     assert not disk_rule("/d", 100 * 2**20, 200 * 2**20).ok
-    assert disk_gate("db9.example", "/nonexistent", 1).reason.startswith("remote")
-    Usage = namedtuple("Usage", "total used free")
-    assert not disk_gate("127.0.0.1", "/", 10 * 2**20, usage=lambda p: Usage(0, 0, 2**20)).ok
+    assert disk_gate(NoAccessHost("db9", declared=False), "/nonexistent", 1).reason.startswith("not checked")
+    assert disk_gate(NoAccessHost("rds"), "/d", 1).ok
+    assert not disk_gate(LocalHost(), "/", 2**62).ok
+    assert disk_gate(LocalHost(), "/", 1).ok
 
 
 def test_lag_judgement():
