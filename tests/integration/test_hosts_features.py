@@ -1,0 +1,127 @@
+"""Features that touch a server's files, run where the tool can reach them
+only over ssh: the sandbox directory is hidden from the tool's process (a
+mount namespace with an empty tmpfs on top), while sshd, outside it, still
+sees the instances' files. Any leftover direct file access fails here."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dbmigrate.config import load_inventory
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.gates import disk_gate
+from dbmigrate.hosts import SshHost, host_for
+
+pytestmark = pytest.mark.integration
+
+BOX = "hostsbox"
+TARGET = f"{BOX}-t"
+COLD = {"innodb_flush_method": "O_DIRECT", "innodb_buffer_pool_load_at_startup": "OFF",
+        "innodb_buffer_pool_dump_at_shutdown": "OFF"}
+ROWS = 60_000
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def box(make_sandbox, boxes):
+    state = make_sandbox(BOX, replicas=0)
+    boxes.add_instance(BOX, TARGET, replica_of=f"{BOX}-1", extra=COLD)
+    inv = load_inventory(boxes.find(BOX).inventory_file)
+    with inv.open(f"{BOX}-1") as primary, inv.open(TARGET) as target:
+        primary.execute("CREATE TABLE app.t1 (id INT PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, KEY k (k))")
+        primary.execute(f"INSERT INTO app.t1 SELECT seq, FLOOR(RAND(7) * {ROWS}), REPEAT(CHAR(65 + seq % 26), 120) "
+                        f"FROM app.seq_1_to_{ROWS}")
+        assert Inspector(target).wait_for_gtid(Inspector(primary).gtid_binlog_pos(), 60)
+    yield boxes.find(BOX)
+    boxes.down(BOX)
+
+
+@pytest.fixture(scope="module")
+def remote_inventory(box, sshd, dbm_home) -> Path:
+    """The sandbox's inventory, every server's host reached through sshd, kept outside the sandbox directory."""
+    ops = dbm_home / "ops"
+    ops.mkdir(exist_ok=True)
+    doc = yaml.safe_load(box.inventory_file.read_text())
+    for cluster in doc["clusters"].values():
+        for server in cluster["servers"].values():
+            server["access"] = sshd.endpoint.access()
+    shutil.copy2(box.inventory_file.parent / "credentials.cnf", ops / "credentials.cnf")
+    path = ops / "inventory.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def hidden_run(box, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`dbmigrate ARGS` with the sandbox directory hidden under an empty tmpfs."""
+    cmd = " ".join(map(_q, [sys.executable, "-m", "dbmigrate", *args]))
+    script = f"mount -t tmpfs dbm-hidden {_q(str(box.path))} && test -z \"$(ls -A {_q(str(box.path))})\" && exec {cmd}"
+    return subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, COLUMNS="200"))
+
+
+def _q(s: str) -> str:
+    import shlex
+    return shlex.quote(s)
+
+
+@pytest.fixture(scope="module")
+def can_hide(box):
+    r = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs x {_q(str(box.path))}"], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"mount namespaces are not available here ({r.stderr.decode().strip()})")
+
+
+def test_disk_gate_measures_the_datadir_over_ssh(remote_inventory, box):
+    inv = load_inventory(remote_inventory)
+    host = host_for(inv, TARGET)
+    assert isinstance(host, SshHost)
+    datadir = inv.find_server(TARGET)[1].datadir
+    result = disk_gate(host, datadir, 1)
+    st = os.statvfs(datadir)
+    assert result.ok and result.details["host"] == host.name
+    assert abs(result.details["free_mb"] - st.f_bavail * st.f_frsize // 2**20) < 64
+    assert not disk_gate(host, datadir, 2**60).ok
+    host.close()
+
+
+def test_check_reports_free_space_with_the_sandbox_hidden(remote_inventory, box, can_hide):
+    r = hidden_run(box, "check", "--inventory", str(remote_inventory), "--cluster", BOX, "--candidate", TARGET,
+                   "--json")
+    doc = json.loads(r.stdout)
+    disk = next(g for g in doc["gates"] if g["name"] == "disk")
+    assert disk["ok"] and "MiB free" in disk["reason"], disk
+    print("\n" + disk["reason"])
+
+
+def test_dump_load_over_ssh_with_the_sandbox_hidden(remote_inventory, box, boxes, can_hide):
+    boxes.stop_instance(BOX, TARGET)
+    boxes.start_instance(BOX, TARGET)  # cold: nothing loaded at startup
+    r = hidden_run(box, "warm", "--inventory", str(remote_inventory), "--target", TARGET, "--from", f"{BOX}-1",
+                   "--method", "dump-load", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["method"] == "dump-load"
+    assert rec["details"]["pages_loaded"] > 300
+    assert rec["hit_ratio_after"]["ratio"] > rec["hit_ratio_before"]["ratio"]
+    print(f"\nhit ratio {rec['hit_ratio_before']['ratio']:.3f} -> {rec['hit_ratio_after']['ratio']:.3f}, "
+          f"{rec['details']['pages_loaded']} pages loaded over ssh")
+
+
+def test_without_the_layer_the_hidden_sandbox_is_out_of_reach(box, can_hide):
+    """The control: the sandbox's own (local) inventory cannot warm anything with its directory hidden."""
+    ops = box.inventory_file.parent.parent / "ops-local"
+    ops.mkdir(exist_ok=True)
+    shutil.copy2(box.inventory_file, ops / "inventory.yaml")
+    shutil.copy2(box.inventory_file.parent / "credentials.cnf", ops / "credentials.cnf")
+    r = hidden_run(box, "warm", "--inventory", str(ops / "inventory.yaml"), "--target", TARGET, "--from",
+                   f"{BOX}-1", "--method", "dump-load", "--json")
+    assert r.returncode != 0 and "ib_buffer_pool" in r.stderr, r.stdout + r.stderr
+    shutil.rmtree(ops, ignore_errors=True)
