@@ -38,6 +38,15 @@ def _open_server(inventory: Optional[Path], server: Optional[str]):
     return load_inventory(inventory).open(server)
 
 
+def _reader(inventory: Path, server: str):
+    """Reads the window's slow log through the server's host, as the inventory declares it."""
+    from dbmigrate.config import load_inventory
+    from dbmigrate.digest.window import HostFileReader
+    from dbmigrate.hosts import host_for
+
+    return HostFileReader(host_for(load_inventory(inventory), server))
+
+
 @cmd.command("capture")
 def capture(
     inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="Inventory file."),
@@ -65,6 +74,7 @@ def capture(
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
             result = proc.capture_window(srv, seconds, out, saved_settings_file=saved_settings, log_file=log_file,
+                                         reader=_reader(inventory, server),
                                          progress=None if json_out else _progress)
         finally:
             srv.close()

@@ -10,8 +10,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import mysql.connector
 import pytest
 import yaml
 
@@ -32,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def box(make_sandbox, boxes):
-    state = make_sandbox(BOX, replicas=0)
+    make_sandbox(BOX, replicas=0)
     boxes.add_instance(BOX, TARGET, replica_of=f"{BOX}-1", extra=COLD)
     inv = load_inventory(boxes.find(BOX).inventory_file)
     with inv.open(f"{BOX}-1") as primary, inv.open(TARGET) as target:
@@ -125,3 +128,43 @@ def test_without_the_layer_the_hidden_sandbox_is_out_of_reach(box, can_hide):
                    f"{BOX}-1", "--method", "dump-load", "--json")
     assert r.returncode != 0 and "ib_buffer_pool" in r.stderr, r.stdout + r.stderr
     shutil.rmtree(ops, ignore_errors=True)
+
+
+def test_digest_capture_over_ssh_with_the_sandbox_hidden(remote_inventory, box, dbm_home, can_hide):
+    inv = load_inventory(box.inventory_file)
+    stop = threading.Event()
+
+    def traffic():
+        with inv.open(f"{BOX}-1") as primary:
+            while float(Inspector(primary).slow_log_settings()["long_query_time"]) > 0 and not stop.is_set():
+                time.sleep(0.05)
+        spec = inv.find_server(f"{BOX}-1")[1]
+        creds = inv.credentials_for(spec)
+        # The application's own, untagged statements, on a session opened once the window is.
+        conn = mysql.connector.connect(host=spec.host, port=spec.port, user=creds.user, password=creds.password,
+                                       use_pure=True, ssl_disabled=True, autocommit=True)
+        cur = conn.cursor()
+        while not stop.is_set():
+            cur.execute("SELECT c FROM app.t1 WHERE id = %s", (7,))
+            cur.fetchall()
+            time.sleep(0.005)
+        conn.close()
+
+    t = threading.Thread(target=traffic, daemon=True)
+    out = dbm_home / "ops" / "capture.digest.json"
+    t.start()
+    try:
+        r = hidden_run(box, "digest", "capture", "-i", str(remote_inventory), "-s", f"{BOX}-1", "--seconds", "3",
+                       "--out", str(out), "--json")
+    finally:
+        stop.set()
+        t.join(10)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert any(c["fingerprint"].startswith("select c from app.t") for c in doc["classes"]), doc
+    with inv.open(f"{BOX}-1") as primary:
+        v = Inspector(primary).slow_log_settings()
+        assert float(v["long_query_time"]) > 0  # restored
+    datadir = Path(inv.find_server(f"{BOX}-1")[1].datadir)
+    leftovers = [p for p in datadir.parent.rglob("dbmigrate-digest-*")]
+    assert leftovers == [], leftovers  # the window's file was removed from the host
