@@ -29,6 +29,8 @@ def up(
     dir: Optional[Path] = typer.Option(None, "--dir", help="Parent directory (default $DBMIGRATE_HOME/sandboxes)."),
     buffer_pool_mb: int = typer.Option(64, "--buffer-pool-mb"),
     haproxy: bool = typer.Option(False, "--haproxy", help="Start HAProxy in front (writer and reader ports)."),
+    ssh: bool = typer.Option(False, "--ssh", help="Give every instance a host of its own behind a real sshd on "
+                                                  "loopback; the inventory reaches its files only through ssh."),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Start 1 primary + K replicas with GTID replication, accounts and an inventory."""
@@ -39,9 +41,19 @@ def up(
 
         hap.start(boxes, state.name)
         state = boxes.find(name)
+    if ssh:
+        from dbmigrate.rehearsal.sandbox import sshd
+
+        try:
+            sshd.start_for_sandbox(boxes, state.name)
+        except BaseException:
+            boxes.down(name)
+            raise
+        state = boxes.find(name)
     if json_out:
         print_json({"name": state.name, "dir": state.dir, "inventory": str(state.inventory_file),
-                    "timings": state.timings, "instances": boxes.status(name), "haproxy": state.haproxy})
+                    "timings": state.timings, "instances": boxes.status(name), "haproxy": state.haproxy,
+                    "ssh": state.ssh})
         return
     _show(boxes, name)
     console.print(f"[green]up and replicating in {state.timings['total_s']:.2f}s[/] "

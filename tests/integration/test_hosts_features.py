@@ -22,6 +22,7 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.gates import disk_gate
 from dbmigrate.hosts import SshHost, host_for
+from dbmigrate.rehearsal.sandbox.instance import pid_alive
 
 pytestmark = pytest.mark.integration
 
@@ -168,3 +169,26 @@ def test_digest_capture_over_ssh_with_the_sandbox_hidden(remote_inventory, box, 
     datadir = Path(inv.find_server(f"{BOX}-1")[1].datadir)
     leftovers = [p for p in datadir.parent.rglob("dbmigrate-digest-*")]
     assert leftovers == [], leftovers  # the window's file was removed from the host
+
+
+def test_sandbox_up_with_ssh_gives_each_instance_a_host_of_its_own(cli, boxes):
+    r = cli("sandbox", "up", "--name", "sshbox", "--replicas", "1", "--ssh", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    try:
+        doc = json.loads(r.stdout)
+        assert set(doc["ssh"]) == {"sshbox-1", "sshbox-2"}
+        pids = [rec["pid"] for rec in doc["ssh"].values()]
+        inv = load_inventory(doc["inventory"])
+        ports = set()
+        for name in ("sshbox-1", "sshbox-2"):
+            host = host_for(inv, name)
+            assert isinstance(host, SshHost)
+            ports.add(host.settings.port)
+            datadir = inv.find_server(name)[1].datadir
+            assert host.exists(f"{datadir}/ibdata1")
+            host.close()
+        assert len(ports) == 2
+    finally:
+        down = cli("sandbox", "down", "sshbox")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not [p for p in pids if pid_alive(p)]  # (an unreaped zombie counts as stopped)

@@ -69,6 +69,7 @@ class SandboxState:
     instances: dict[str, InstanceState] = field(default_factory=dict)
     haproxy: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    ssh: dict[str, Any] | None = None  # instance -> its sshd (pid, config, access block)
 
     @property
     def path(self) -> Path:
@@ -327,6 +328,8 @@ class Sandboxes:
             if role:
                 entry["role"] = role
             entry.update(host_name="sandbox", instance=iname, datadir=str(state.path / iname / "data"))
+            if state.ssh and iname in state.ssh:
+                entry["access"] = state.ssh[iname]["access"]  # the instance's files only through its sshd
             c["servers"][iname] = entry
         if state.haproxy:
             hc = clusters.get(state.name)
@@ -388,6 +391,10 @@ class Sandboxes:
             from dbmigrate.rehearsal.sandbox import haproxy as hap  # optional component
 
             hap.stop(state)
+        if state.ssh:
+            from dbmigrate.rehearsal.sandbox import sshd  # optional component
+
+            sshd.stop_for_sandbox(state)
         for iname in state.instances:
             inst = self._instance(state, iname)
             if inst.is_running():

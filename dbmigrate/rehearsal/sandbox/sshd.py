@@ -196,3 +196,74 @@ class Sshd:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# -- one sshd per sandbox instance -------------------------------------------------------
+# Each instance gets a "host" of its own: an sshd on its own port, with its own host key.
+# Keys and configuration live outside the sandbox directory, so that a tool whose view
+# of that directory is hidden can still log in, and reaches the files only through ssh.
+
+def sandbox_ssh_dir(sandbox_name: str) -> Path:
+    from dbmigrate.rehearsal.sandbox.manager import home
+
+    return home() / "sandbox-ssh" / sandbox_name
+
+
+def _is_our_sshd(pid: int, config: str) -> bool:
+    try:
+        return config in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+
+
+def start_for_sandbox(boxes, sandbox_name: str) -> dict[str, dict]:
+    """Start an sshd for every instance of the sandbox; record them in its state and inventory."""
+    state = boxes.find(sandbox_name)
+    started: dict[str, dict] = dict(state.ssh or {})
+    try:
+        for iname in state.instances:
+            rec = started.get(iname)
+            if rec and _is_our_sshd(rec["pid"], rec["config"]):
+                continue
+            daemon = Sshd(sandbox_ssh_dir(sandbox_name) / iname)
+            ep = daemon.start()
+            _daemons[daemon.proc.pid] = daemon
+            started[iname] = {"pid": daemon.proc.pid, "config": str(daemon.dir / "sshd_config"),
+                              "dir": str(daemon.dir), "access": ep.access()}
+    except BaseException:
+        stop_for_sandbox_records(started)
+        raise
+    state.ssh = started
+    state.save()
+    boxes.write_inventory(state)
+    return started
+
+
+_daemons: dict[int, Sshd] = {}  # ours, so that they are reaped when stopped from this process
+
+
+def stop_for_sandbox_records(records: dict[str, dict]) -> None:
+    for rec in records.values():
+        pid = rec.get("pid")
+        if not pid:
+            continue
+        daemon = _daemons.pop(pid, None)
+        if daemon is not None:
+            daemon.stop()
+        elif _is_our_sshd(pid, rec["config"]):
+            sessions = [p for p in descendants(pid) if _comm(p) == "sshd"]
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + 10
+            while _is_our_sshd(pid, rec["config"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for p in [pid, *sessions]:
+                _kill(p)
+
+
+def stop_for_sandbox(state) -> None:
+    """Stop the sandbox's sshd processes (by pid, checked against their configuration) and remove their keys."""
+    stop_for_sandbox_records(state.ssh or {})
+    shutil.rmtree(sandbox_ssh_dir(state.name), ignore_errors=True)
