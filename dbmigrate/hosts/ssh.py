@@ -9,9 +9,11 @@ operations cost a channel, not a handshake.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import tempfile
 import weakref
@@ -121,7 +123,21 @@ class SshHost(Host):
         return ["ssh", "-o", f"ControlMaster={master}", *ssh_options(self.settings, self.control_path)]
 
     def _master_alive(self) -> bool:
-        return bool(self._dir) and any(n != "master.err" for n in os.listdir(self._dir))
+        """A master listens on the control socket (a killed master leaves a stale one: removed here)."""
+        if not self._dir:
+            return False
+        for n in os.listdir(self._dir):
+            if n == "master.err":
+                continue
+            path = os.path.join(self._dir, n)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect(path)
+                    return True
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+        return False
 
     def connect(self) -> None:
         """Open (or reuse) the master connection; errors say why the host cannot be reached."""

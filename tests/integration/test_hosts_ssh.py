@@ -274,3 +274,16 @@ def test_connection_lost_mid_transfer(workdir):
         h.close()
     finally:
         daemon.stop()
+
+
+def test_a_dead_shared_connection_is_replaced(remote):
+    import re
+    import signal
+
+    remote.run(["true"])
+    check = subprocess.run([*remote._base(), "-O", "check", "--", remote.settings.target], capture_output=True,
+                           text=True, timeout=10)
+    pid = int(re.search(r"pid=(\d+)", check.stderr).group(1))
+    os.kill(pid, signal.SIGKILL)  # leaves a stale control socket behind
+    time.sleep(0.1)
+    assert remote.run(["echo", "again"]).text == "again\n"

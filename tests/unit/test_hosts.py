@@ -197,3 +197,37 @@ def test_bad_access_blocks_name_the_line_and_field(bad, field):
     with pytest.raises(ConfigError) as e:
         load_inventory("i.yaml", text=text)
     assert "i.yaml:" in str(e.value) and field in str(e.value)
+
+
+# -- feature adapters on the local host (real files, no server) ------------------------------
+
+def test_host_copier_installs_atomically_and_reads_in_place(tmp_path):
+    from types import SimpleNamespace
+
+    from dbmigrate.warm.copier import HostCopier
+
+    server = SimpleNamespace(name="db1")
+    datadir = tmp_path / "data"
+    datadir.mkdir()
+    (datadir / "ib_buffer_pool").write_text("1,1\n")
+    copier = HostCopier(lambda s: LocalHost("db1 on this machine"))
+    assert copier.fetch(server, str(datadir / "ib_buffer_pool"), tmp_path) == datadir / "ib_buffer_pool"
+    local = tmp_path / "filtered"
+    local.write_text("5,1\n5,2\n")
+    copier.push(local, server, str(datadir / "ib_buffer_pool"))
+    assert (datadir / "ib_buffer_pool").read_text() == "5,1\n5,2\n"
+    assert ((datadir / "ib_buffer_pool").stat().st_mode & 0o777) == 0o640
+    assert sorted(p.name for p in datadir.iterdir()) == ["ib_buffer_pool"]
+
+
+def test_file_features_refuse_a_host_without_access(tmp_path):
+    from types import SimpleNamespace
+
+    from dbmigrate.digest.window import HostFileReader
+    from dbmigrate.warm.copier import HostCopier
+
+    with pytest.raises(NoHostAccess):
+        HostFileReader(NoAccessHost("rds-1 on rds.example")).fetch("/rdsdbdata/log/slow.log", tmp_path)
+    with pytest.raises(NoHostAccess):
+        HostCopier(lambda s: NoAccessHost("rds-1 on rds.example")).fetch(SimpleNamespace(name="rds-1"),
+                                                                        "/x/ib_buffer_pool", tmp_path)
