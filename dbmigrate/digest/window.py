@@ -80,11 +80,12 @@ class HostFileReader:
     than running pt-query-digest on the database host: the digest costs seconds
     of a core per 100k queries (about 4 s for a 26 MB log), which would land on
     a primary under load, and it would need Percona Toolkit installed on every
-    database host. The transfer is the cheaper side: on loopback, for a window
-    of 30,000 events (8.5 MB), fetching added 0.2 s to the local path's 1.8 s,
-    while running pt-query-digest on the host over ssh added 0.6 s
-    (bench/digest_remote.py). The window's file is the tool's own, so it is
-    removed from the host once copied.
+    database host. Measured on loopback (bench/hosts_over_ssh.py, a window of
+    30,000 events, 8.5 MB, local path 1.8-2.0 s): fetching adds 0.15-0.27 s,
+    digesting on the host adds 0.09-0.9 s (its per-event samples come back on
+    stderr through ssh), so time does not favour the host either, and the
+    transfer is about 0.1 s of it. The window's file is the tool's own, so it
+    is removed from the host once copied.
     """
 
     def __init__(self, host: Host):

@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
-"""Digesting a server's slow-log window over ssh: fetch the file and digest it
-here, or run pt-query-digest on the server's host and bring back its report.
+"""What ssh adds to the local path, for the two file features that move data:
+
+1. digesting a slow-log window: fetch the file and digest it here, or run
+   pt-query-digest on the server's host and bring back its report;
+2. a buffer pool dump: fetch the source's ib_buffer_pool, install it in the
+   target's datadir (atomic write with owner and mode).
 
 Starts its own sshd on loopback, writes a synthetic slow log of N events, and
 times both ways (plus the local path as the baseline), best of --rounds. On
@@ -8,7 +12,7 @@ one machine the CPU is the same for both; what differs is what crosses the
 connection (the whole log vs the report) and where the digest's CPU is spent,
 which on real hosts is the database server's.
 
-    python bench/digest_remote.py [--events 30000] [--rounds 3] [--json]
+    python bench/hosts_over_ssh.py [--events 30000] [--pages 65536] [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from dbmigrate.hosts import SshHost, SshSettings
+from types import SimpleNamespace
+
+from dbmigrate.hosts import LocalHost, SshHost, SshSettings
 from dbmigrate.rehearsal.sandbox.sshd import Sshd
 from dbmigrate.tools import percona
+from dbmigrate.warm.copier import HostCopier
 
 
 def write_slow_log(path: Path, events: int) -> None:
@@ -54,6 +61,7 @@ def best(fn, rounds: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=30000)
+    ap.add_argument("--pages", type=int, default=65536, help="buffer pool dump entries (65536 = a 1 GiB pool)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -85,6 +93,23 @@ def main() -> None:
                "fetch_then_digest_s": round(best(fetch_then_digest, a.rounds), 3),
                "digest_on_host_s": round(best(digest_on_host, a.rounds), 3),
                "fetch_only_s": round(best(lambda: host.fetch(str(log), work / "f2"), a.rounds), 3)}
+        src_dir, dst_dir = work / "src-data", work / "dst-data"
+        src_dir.mkdir()
+        dst_dir.mkdir()
+        (src_dir / "ib_buffer_pool").write_text("".join(f"{5 + i % 40},{i}\n" for i in range(a.pages)))
+        server = SimpleNamespace(name="bench")
+
+        def pool_through(copier: HostCopier):
+            def go():
+                tmp = work / "pool-work"
+                tmp.mkdir(exist_ok=True)
+                got = copier.fetch(server, str(src_dir / "ib_buffer_pool"), tmp)
+                copier.push(got, server, str(dst_dir / "ib_buffer_pool"))
+            return go
+
+        res["pool_pages"] = a.pages
+        res["pool_local_s"] = round(best(pool_through(HostCopier(lambda s: LocalHost("bench"))), a.rounds), 3)
+        res["pool_ssh_s"] = round(best(pool_through(HostCopier(lambda s: host)), a.rounds), 3)
         host.close()
     finally:
         daemon.stop()
@@ -93,10 +118,13 @@ def main() -> None:
         print(json.dumps(res))
         return
     print(f"{res['events']} events, {res['slow_log_mb']} MB slow log (best of {a.rounds})")
-    for k in ("local_s", "fetch_then_digest_s", "digest_on_host_s", "fetch_only_s"):
-        print(f"  {k:22s} {res[k]:7.3f} s")
-    print(f"  over ssh, fetch+digest adds {res['fetch_then_digest_s'] - res['local_s']:+.3f} s to the local path; "
-          f"digesting on the host adds {res['digest_on_host_s'] - res['local_s']:+.3f} s")
+    print(f"  {'':34s} {'local':>8s} {'over ssh':>9s} {'added':>8s}")
+    rows = [("slow-log window: fetch + digest here", res["local_s"], res["fetch_then_digest_s"]),
+            ("slow-log window: digest on the host", res["local_s"], res["digest_on_host_s"]),
+            (f"buffer pool dump ({a.pages} pages)", res["pool_local_s"], res["pool_ssh_s"])]
+    for label, loc, rem in rows:
+        print(f"  {label:34s} {loc:7.3f}s {rem:8.3f}s {rem - loc:+7.3f}s")
+    print(f"  (fetching the window alone: {res['fetch_only_s']:.3f} s)")
 
 
 if __name__ == "__main__":
