@@ -131,17 +131,19 @@ class Host:
         got = _Counting(proc.stdout)
         try:
             yield got
-            rest_ok = True
+            abandoned = not got.eof  # the caller stopped early: our closing the pipe is no failure
         except BaseException:
-            rest_ok = False
+            abandoned = True
             raise
         finally:
-            if not rest_ok:
+            if abandoned:
                 proc.kill()
             proc.stdout.close()
             proc.wait()
             watchdog.cancel()
             stderr = err_reader.text()
+        if abandoned:
+            return
         if watchdog.fired:
             raise HostTimeout(f"{self.name}: reading {path} did not finish within {timeout:g} s",
                               hint="check the network; raise the timeout for large files")
@@ -241,10 +243,13 @@ class _Counting:
     def __init__(self, raw):
         self._raw = raw
         self.count = 0
+        self.eof = False
 
     def read(self, n: int = -1) -> bytes:
         b = self._raw.read(n)
         self.count += len(b)
+        if not b and n != 0 or n is None or n < 0:
+            self.eof = True
         return b
 
     def __iter__(self):

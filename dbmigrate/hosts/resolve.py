@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from pathlib import Path
 
 from dbmigrate.hosts.base import Host
@@ -22,12 +23,17 @@ from dbmigrate.hosts.ssh import SshHost, SshSettings
 _cache: dict[tuple, Host] = {}
 
 
-def is_loopback(host: str) -> bool:
+def is_this_machine(host: str) -> bool:
+    """A loopback address, or this machine's own name (the tool runs on the database host)."""
     if host in ("localhost", "localhost.localdomain"):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
+        pass
+    try:
+        return host in (socket.gethostname(), socket.getfqdn())
+    except OSError:
         return False
 
 
@@ -59,7 +65,7 @@ def host_for(inventory, server_name: str) -> Host:
     address = spec.host_name or spec.host
     label = f"{name} on {address}"
     if access is None:
-        if is_loopback(spec.host) or spec.socket:
+        if is_this_machine(spec.host) or spec.socket:
             return LocalHost(label)
         return NoAccessHost(label, declared=False)
     if access.kind == "local":

@@ -287,3 +287,9 @@ def test_a_dead_shared_connection_is_replaced(remote):
     os.kill(pid, signal.SIGKILL)  # leaves a stale control socket behind
     time.sleep(0.1)
     assert remote.run(["echo", "again"]).text == "again\n"
+
+
+def test_a_stream_left_early_is_not_an_error(remote, workdir):
+    (workdir / "big.bin").write_bytes(b"x" * (8 << 20))
+    with remote.open_read(str(workdir / "big.bin")) as f:
+        assert f.read(10) == b"x" * 10
