@@ -49,6 +49,7 @@ class FakeServer:
     sql_running: bool = False
     lag_until: float = 0.0  # the SQL thread applies nothing before this clock time (inf: stuck)
     last_sql_error: str = ""
+    fails_with: str = ""  # an error the SQL thread stops on each time it starts (a conflicting row)
     up: bool = True
     sessions: list[Session] = field(default_factory=list)
     open_trx: set[int] = field(default_factory=set)  # session ids inside a transaction
@@ -236,10 +237,10 @@ class FakeApplier:
 
     def set_read_only(self, on: bool, lock_wait_timeout: float | None = None) -> None:
         s = self._live()
+        others = [n for n in self.topo.writable() if n != self.name]
+        assert s is None or on or not others, f"{self.name} made writable while {others} is writable: two primaries"
         self.real.set_read_only(on, lock_wait_timeout)
         if s is not None:
-            others = [n for n in self.topo.writable() if n != self.name]
-            assert on or not others, f"{self.name} made writable while {others} writable: two primaries"
             s.read_only = on
 
     def stop_replica(self) -> None:
@@ -254,8 +255,7 @@ class FakeApplier:
             raise QueryError(f"{self.name}: Misconfigured slave: MASTER_HOST was not set", errno=1200)
         self.real.start_replica()
         if s is not None:
-            s.io_running = s.sql_running = True
-            s.last_sql_error = ""
+            s.io_running, s.sql_running, s.last_sql_error = True, not s.fails_with, s.fails_with
             self.topo.replicate()
 
     def reset_replica_all(self) -> None:
