@@ -193,6 +193,19 @@ def test_switch_back_never_opens_the_old_while_a_read_only_new_primary_holds_wri
     assert OPEN not in topo.statements("db1")
 
 
+def test_switch_back_makes_the_old_a_replica_of_a_read_only_new_primary_that_took_writes():
+    topo, router = opened()
+    topo.servers["db2"].read_only = True  # restarted read-only before the router moved
+
+    sentence = switch_back(switchover(topo, router))
+
+    assert said(sentence) == (
+        "db1 applied 0-2-12 in N ms; db1 stopped replicating and is writable (read_only=OFF) in N ms; "
+        "db1 forgot its old source (RESET SLAVE ALL, N ms); db2 resumed replicating from db1")
+    assert topo.statements("db1")[:5] == MAKE_REPLICA_OF["db2"]
+    assert_back_on_db1(topo, router)
+
+
 def test_switch_back_unfences_the_old_when_nobody_is_writable_and_it_has_everything():
     topo, router = fenced()
 
@@ -283,6 +296,27 @@ def test_switch_back_is_idempotent():
     assert switch_back(sw) == "db1 is already the primary"
     assert topo.sent == []
     assert_back_on_db1(topo, router)
+
+
+def test_switch_back_in_dry_run_sends_nothing_and_plans_the_fence_before_the_open():
+    topo, router = promoted()
+    before = {n: (s.read_only, s.source, list(s.log)) for n, s in topo.servers.items()}
+    planned: list[tuple[str, str]] = []
+
+    sentence = switch_back(switchover(topo, router, dry_run=True, record=lambda who, sql: planned.append((who, sql))))
+
+    assert said(sentence) == (
+        "fenced db2 (read_only=ON) in N ms; final position 0-2-12; would wait up to 5s for db1 to apply 0-2-12; "
+        "db1 stopped replicating and is writable (read_only=OFF) in N ms; would switch the writer from db2 to db1; "
+        "db2: 0 open app transaction(s) at the start, 0 app session(s) ended; "
+        "db1 forgot its old source (RESET SLAVE ALL, N ms); repointed db3 to db1; db2 replicates from db1 again")
+    assert topo.sent == [] and router.switches == []
+    assert {n: (s.read_only, s.source, list(s.log)) for n, s in topo.servers.items()} == before
+    assert planned.index(("db2", FENCE)) < planned.index(("db1", OPEN)) < \
+        planned.index(("router", "send writes to db1 (127.0.0.1:3301) instead of db2"))
+    shown = [sql.replace("'secret'", "'***'") for sql in MAKE_REPLICA_OF["db1"]]  # a plan never shows the password
+    assert [sql for who, sql in planned if who == "db2"] == [FENCE, *shown]
+    assert not any("secret" in sql for _, sql in planned)
 
 
 # -- unfence_old -----------------------------------------------------------------------
