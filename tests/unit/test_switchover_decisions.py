@@ -200,7 +200,8 @@ def test_switch_back_makes_the_old_a_replica_of_a_read_only_new_primary_that_too
     sentence = switch_back(switchover(topo, router))
 
     assert said(sentence) == (
-        "db1 applied 0-2-12 in N ms; db1 stopped replicating and is writable (read_only=OFF) in N ms; "
+        "db1 replicates from db2; db1 applied 0-2-12 in N ms; "
+        "db1 stopped replicating and is writable (read_only=OFF) in N ms; "
         "db1 forgot its old source (RESET SLAVE ALL, N ms); db2 resumed replicating from db1")
     assert topo.statements("db1")[:5] == MAKE_REPLICA_OF["db2"]
     assert_back_on_db1(topo, router)

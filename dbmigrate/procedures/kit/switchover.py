@@ -394,6 +394,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
         # its position is final; bring those writes to the old primary before it opens.
         if not back.replicates_from(sw.old, sw.new):
             back._make_replica(sw.old, sw.new)
+            said.append(f"{sw.old} replicates from {sw.new}")
         else:
             back.apply(sw.old).start_replica()
         back.wait_replica_running(sw.old)
