@@ -288,6 +288,17 @@ def test_switch_back_does_not_move_a_replica_that_cannot_reach_the_new_primary_f
     assert topo.writable() == ["db1"] and router.writer == "127.0.0.1:3301"  # the primary is back regardless
 
 
+def test_switch_back_points_replication_at_replication_addresses_and_the_router_at_the_tool_ones():
+    topo, router = promoted()
+    topo.repl_addresses = {n: (f"{n}.internal", 3306) for n in topo.servers}  # containers: how servers see each other
+
+    switch_back(switchover(topo, router))
+
+    assert_back_on_db1(topo, router)  # router on 127.0.0.1:3301
+    to_db1 = CHANGE_TO["db1"].replace("'127.0.0.1', MASTER_PORT=3301", "'db1.internal', MASTER_PORT=3306")
+    assert to_db1 in topo.statements("db2") and to_db1 in topo.statements("db3")
+
+
 def test_switch_back_is_idempotent():
     topo, router = promoted()
     sw = switchover(topo, router)
