@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Callable
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError
@@ -32,6 +33,25 @@ from dbmigrate.routing.base import RouterError, RouteState
 
 DOMAIN = 0
 TOOL_USER = "dbmigrate"
+
+
+class ScheduledClock(FakeClock):
+    """A FakeClock that also does what was scheduled for a moment once time reaches it
+    (an operator opening a server by hand in the middle of a wait, a server going down)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[float, Callable[[], object]]] = []
+
+    def at(self, delay: float, action: Callable[[], object]) -> None:
+        self.events.append((self.monotonic() + delay, action))
+
+    def advance(self, seconds: float) -> None:
+        super().advance(seconds)
+        due = [e for e in self.events if e[0] <= self.monotonic()]
+        self.events = [e for e in self.events if e not in due]
+        for _, action in due:
+            action()
 
 
 @dataclass
@@ -68,7 +88,7 @@ class FakeServer:
 
 @dataclass
 class FakeTopology(Topology):
-    clock: FakeClock = field(default_factory=FakeClock)
+    clock: ScheduledClock = field(default_factory=ScheduledClock)
     sent: list[tuple[str, str]] = field(default_factory=list)  # (server or "router", statement)
 
     # -- the Topology seam --------------------------------------------------

@@ -148,6 +148,20 @@ def test_switch_back_catchup_timeout_unfences_the_new_primary_since_the_old_is_r
     assert OPEN not in topo.statements("db1")
 
 
+def test_switch_back_catchup_timeout_keeps_the_new_primary_fenced_if_the_old_was_opened_meanwhile():
+    topo, router = promoted()
+    topo.servers["db1"].lag_until = float("inf")
+    topo.write("db2")
+    topo.clock.at(1, lambda: setattr(topo.servers["db1"], "read_only", False))  # opened by hand during the wait
+
+    with pytest.raises(SafetyError) as refused:
+        switch_back(switchover(topo, router))
+
+    assert refused.value.message == "refusing to unfence db2: db1 is writable (two primaries)"
+    assert isinstance(refused.value.__context__, WaitTimeout)
+    assert topo.writable() == ["db1"] and topo.statements("db2") == [FENCE]
+
+
 def test_switch_back_stops_before_fencing_when_the_old_cannot_replicate_from_the_new():
     topo, router = promoted()
     topo.servers["db1"].fails_with = "Could not execute Write_rows_v1 event: Duplicate entry '7' for key 'PRIMARY'"
@@ -392,6 +406,22 @@ def test_fence_refuses_a_mysql_server_without_gtids():
     assert refused.value.message == "db1 runs with gtid_mode=OFF_PERMISSIVE"
     assert refused.value.hint == "switchovers need gtid_mode=ON and enforce_gtid_consistency=ON"
     assert topo.sent == [] and topo.writable() == ["db1"]
+
+
+def test_end_sessions_waits_for_open_app_transactions_then_ends_only_app_sessions():
+    topo, _ = fenced()
+    db1 = topo.servers["db1"]
+    db1.sessions = [app_session(7), app_session(8), app_session(9, "dbmigrate"), app_session(10, "repl")]
+    db1.open_trx = {7, 9}
+    topo.clock.at(0.5, lambda: db1.open_trx.discard(7))  # its commit returns: read_only lets it finish
+    started = topo.clock.monotonic()
+
+    sentence = switchover(topo).end_sessions()
+
+    assert sentence == "db1: 1 open app transaction(s) at the start, 2 app session(s) ended"
+    assert 0.5 <= topo.clock.monotonic() - started < 0.6  # not the whole 2 s bound
+    assert topo.sent == [("db1", "KILL CONNECTION 7"), ("db1", "KILL CONNECTION 8")]
+    assert [x.user for x in db1.sessions] == ["dbmigrate", "repl"]
 
 
 def test_wait_catchup_refuses_a_candidate_whose_sql_thread_stopped_with_its_error():
