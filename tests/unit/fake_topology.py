@@ -9,7 +9,9 @@ an unreachable server raises ConnectionFailed for every read and write.
 Statements are rendered by the real Applier, so dry-run plans are the real
 ones, and every statement sent lands in `FakeTopology.sent` in order.
 
-Time is a FakeClock: a wait that cannot succeed moves it by its whole bound.
+Time is a FakeClock that can also run scheduled events: a wait that cannot
+succeed moves it by its whole bound, a lag that ends within the bound moves it
+to the end of the lag.
 Turning read_only off while another server is writable fails the test at
 once (two writable primaries must never happen, not even briefly).
 """
@@ -154,8 +156,9 @@ class FakeTopology(Topology):
     def link(self, replica: str, source: str | None) -> None:
         """Set up (not through statements) `replica` replicating from `source`, threads running."""
         s = self.servers[replica]
-        s.source, s.io_running, s.sql_running, s.read_only = source, source is not None, source is not None, \
-            s.read_only or source is not None
+        s.source = source
+        s.io_running = s.sql_running = source is not None
+        s.read_only = s.read_only or source is not None  # replicas run read-only
         self.replicate()
 
     def missing_on(self, name: str) -> list[str]:
@@ -202,7 +205,7 @@ class FakeInspector:
         return self.flavor.behind(position, self.gtid_executed())
 
     def wait_for_gtid(self, position: str, timeout_s: float) -> bool:
-        """MASTER_GTID_WAIT: returns once applied, or after timeout_s of (fake) time."""
+        """MASTER_GTID_WAIT: True once applied, False after timeout_s of (fake) time."""
         clock = self.topo.clock
         deadline = clock.monotonic() + timeout_s
         if self._server().lag_until < deadline:  # the lag ends within the bound
@@ -226,7 +229,9 @@ class FakeInspector:
                              last_io_error=io_error, last_sql_error=s.last_sql_error, using_gtid="Slave_Pos")
 
     def sessions(self, exclude_system: bool = True) -> list[Session]:
-        return list(self._server().sessions)
+        system = ("system user", "event_scheduler")
+        return [x for x in self._server().sessions
+                if not exclude_system or (x.user not in system and not x.command.startswith("Binlog Dump"))]
 
     def open_transactions(self) -> list[tuple[int, str]]:
         s = self._server()

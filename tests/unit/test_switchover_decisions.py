@@ -11,12 +11,11 @@ import re
 import pytest
 
 from dbmigrate.db.flavor import MySQL
+from dbmigrate.db.inspector import Session
 from dbmigrate.exceptions import ConnectionFailed, DbmigrateError, SafetyError, WaitTimeout
 from dbmigrate.procedures.kit.roles import find_primary
 from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
-from dbmigrate.db.inspector import Session
-
-from tests.unit.fake_topology import FakeRouter, FakeServer, FakeTopology, cluster
+from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
 
 FENCE = "SET STATEMENT lock_wait_timeout=5 FOR SET GLOBAL read_only=ON"
 OPEN = "SET GLOBAL read_only=OFF"
@@ -105,8 +104,8 @@ def test_switch_back_from_a_writable_new_primary_fences_it_catches_up_and_reopen
 
     assert said(sentence) == (
         "fenced db2 (read_only=ON) in N ms; final position 0-2-12; db1 applied 0-2-12 in N ms; "
-        "db1 stopped replicating and is writable (read_only=OFF) in N ms; router sends writes to db1 (switched in N ms); "
-        "db2: 1 open app transaction(s) at the start, 1 app session(s) ended; "
+        "db1 stopped replicating and is writable (read_only=OFF) in N ms; "
+        "router sends writes to db1 (switched in N ms); db2: 1 open app transaction(s) at the start, 1 app session(s) ended; "
         "db1 forgot its old source (RESET SLAVE ALL, N ms); repointed db3 to db1; db2 replicates from db1 again")
     assert_back_on_db1(topo, router)
     assert [s.user for s in db2.sessions] == ["dbmigrate", "repl"]  # only the application's session ended
@@ -385,7 +384,7 @@ def test_unfence_old_when_the_candidate_is_read_only():
     topo, _ = fenced()
     assert switchover(topo).unfence_old(candidate_known_closed=False) == \
         "unfenced db1 (read_only=OFF): it takes writes again"
-    assert topo.writable() == ["db1"]
+    assert topo.sent == [("db1", OPEN)] and topo.writable() == ["db1"]
 
 
 # -- fence, wait_catchup, open_candidate -----------------------------------------------------
@@ -430,7 +429,8 @@ def test_wait_catchup_refuses_a_candidate_whose_sql_thread_stopped_with_its_erro
     db2.sql_running, db2.last_sql_error = False, "Duplicate entry '7' for key 'PRIMARY'"
     with pytest.raises(DbmigrateError) as refused:
         switchover(topo).wait_catchup("0-1-10")
-    assert refused.value.message == "db2 is not applying replication (SQL thread No: Duplicate entry '7' for key 'PRIMARY')"
+    assert refused.value.message == ("db2 is not applying replication "
+                                     "(SQL thread No: Duplicate entry '7' for key 'PRIMARY')")
     assert refused.value.hint == "fix replication on the candidate and run again"
 
 
