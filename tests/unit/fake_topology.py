@@ -163,6 +163,7 @@ class FakeTopology(Topology):
 
     def missing_on(self, name: str) -> list[str]:
         """Transactions written anywhere that `name` does not have (lost if it is the primary)."""
+        self.replicate()
         have = set(self.servers[name].log)
         return sorted({str(g) for s in self.servers.values() for g in s.log if g not in have})
 

@@ -106,7 +106,7 @@ def test_switch_back_from_a_writable_new_primary_fences_it_catches_up_and_reopen
         "fenced db2 (read_only=ON) in N ms; final position 0-2-12; db1 applied 0-2-12 in N ms; "
         "db1 stopped replicating and is writable (read_only=OFF) in N ms; "
         "router sends writes to db1 (switched in N ms); db2: 1 open app transaction(s) at the start, 1 app session(s) ended; "
-        "db1 forgot its old source (RESET SLAVE ALL, N ms); repointed db3 to db1; db2 replicates from db1 again")
+        "db1 forgot its old source (RESET SLAVE ALL, N ms); db2 replicates from db1 again; repointed db3 to db1")
     assert_back_on_db1(topo, router)
     assert [s.user for s in db2.sessions] == ["dbmigrate", "repl"]  # only the application's session ended
     # The new primary is fenced before the old one opens, and writes move only once the old one is open.
@@ -186,7 +186,7 @@ def test_switch_back_brings_writes_of_a_read_only_new_primary_to_the_old_before_
     assert said(sentence) == (
         "db1 applied 0-2-15 in N ms; db1 stopped replicating and is writable (read_only=OFF) in N ms; "
         "router sends writes to db1 (switched in N ms); db1 forgot its old source (RESET SLAVE ALL, N ms); "
-        "repointed db3 to db1; db2 replicates from db1 again")
+        "db2 replicates from db1 again; repointed db3 to db1")
     assert_back_on_db1(topo, router)
     assert topo.statements("db1")[0] == "START SLAVE"
 
@@ -281,7 +281,7 @@ def test_switch_back_lets_replicas_under_the_new_primary_apply_its_final_positio
 
     sentence = switch_back(switchover(topo, router))
 
-    assert sentence.endswith("repointed db3 to db1; db2 replicates from db1 again")
+    assert sentence.endswith("db2 replicates from db1 again; repointed db3 to db1")
     assert topo.clock.monotonic() - started == 3  # waited for db2's final position, then moved
     assert topo.statements("db3") == ["STOP SLAVE", CHANGE_TO["db1"], "START SLAVE"]
     assert_back_on_db1(topo, router)
@@ -299,6 +299,11 @@ def test_switch_back_does_not_move_a_replica_that_cannot_reach_the_new_primary_f
     assert timed_out.value.hint == "check replication on db3; it still points at its old source"
     assert topo.servers["db3"].source == "db2" and topo.statements("db3") == []
     assert topo.writable() == ["db1"] and router.writer == "127.0.0.1:3301"  # the primary is back regardless
+    # db2 follows db1 already, so the stuck replica gets every write through it once it recovers.
+    assert (topo.servers["db2"].source, topo.servers["db2"].sql_running) == ("db1", True)
+    topo.write("db1")
+    topo.servers["db3"].lag_until = 0.0
+    assert topo.missing_on("db3") == []
 
 
 def test_switch_back_points_replication_at_replication_addresses_and_the_router_at_the_tool_ones():
@@ -334,7 +339,7 @@ def test_switch_back_in_dry_run_sends_nothing_and_plans_the_fence_before_the_ope
         "fenced db2 (read_only=ON) in N ms; final position 0-2-12; would wait up to 5s for db1 to apply 0-2-12; "
         "db1 stopped replicating and is writable (read_only=OFF) in N ms; would switch the writer from db2 to db1; "
         "db2: 0 open app transaction(s) at the start, 0 app session(s) ended; "
-        "db1 forgot its old source (RESET SLAVE ALL, N ms); repointed db3 to db1; db2 replicates from db1 again")
+        "db1 forgot its old source (RESET SLAVE ALL, N ms); db2 replicates from db1 again; repointed db3 to db1")
     assert topo.sent == [] and router.switches == []
     assert {n: (s.read_only, s.source, list(s.log)) for n, s in topo.servers.items()} == before
     assert planned.index(("db2", FENCE)) < planned.index(("db1", OPEN)) < \

@@ -413,10 +413,8 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
     # read-only now, so its position is final); sw.old's own position would be
     # unreachable for them, since it moves on with new writes.
     final_new = _binlog_pos_or_empty(back, sw.new)
-    for r in sw.topo.replicas:
-        if not back.replicates_from(r, sw.old):
-            back._repoint(r, sw.old, final_new if back.replicates_from(r, sw.new) else "")
-            said.append(f"repointed {r} to {sw.old}")
+    # sw.new follows sw.old before the replicas move: one that cannot be moved (stuck,
+    # lagging) stays under sw.new and still gets every write through it.
     if new_writable is not None and not back.replicates_from(sw.new, sw.old):
         back._make_replica(sw.new, sw.old)
         said.append(f"{sw.new} replicates from {sw.old} again")
@@ -425,6 +423,10 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
         if st and not st.running:
             back.apply(sw.new).start_replica()
             said.append(f"{sw.new} resumed replicating from {sw.old}")
+    for r in sw.topo.replicas:
+        if not back.replicates_from(r, sw.old):
+            back._repoint(r, sw.old, final_new if back.replicates_from(r, sw.new) else "")
+            said.append(f"repointed {r} to {sw.old}")
     return "; ".join(said) or f"{sw.old} is already the primary"
 
 
