@@ -32,6 +32,7 @@ from typing import Any, Callable
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.wait import Clock, wait_until
 from dbmigrate.exceptions import DbmigrateError, UsageError, WaitTimeout
 from dbmigrate.warm import dumpfile
 from dbmigrate.warm.copier import Copier, LocalCopier
@@ -303,28 +304,34 @@ def replay(target: Server, plan: ReplayPlan, *, tables: list[str] | None = None,
 
 # -- method: dump-load ----------------------------------------------------------
 def _await_status(read: Callable[[], str], done: Callable[[str], bool], failed: Callable[[str], bool],
-                  timeout: float, what: str, on_status: Callable[[str], None] | None = None) -> str:
-    deadline = time.monotonic() + timeout
+                  timeout: float, what: str, on_status: Callable[[str], None] | None = None,
+                  clock: Clock | None = None) -> str:
     last = ""
-    while True:
+
+    def finished() -> bool:
+        nonlocal last
         status = read()
         if status != last and on_status:
             on_status(status)
         last = status
         if done(status):
-            return status
+            return True
         if failed(status):
             raise DbmigrateError(f"{what} failed: {status}")
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"{what} did not complete within {timeout:g}s (status: {status or 'empty'})",
-                              hint="a bigger pool needs more time: raise --seconds")
-        time.sleep(0.05)
+        return False
+
+    try:
+        wait_until(finished, timeout=timeout, interval=0.05, clock=clock, what=what)
+    except WaitTimeout:
+        raise WaitTimeout(f"{what} did not complete within {timeout:g}s (status: {last or 'empty'})",
+                          hint="a bigger pool needs more time: raise --seconds") from None
+    return last
 
 
-def _after_a_tick(status: str) -> None:
+def _after_a_tick(status: str, clock: Clock | None = None) -> None:
     """InnoDB stamps 'completed at' to the second: make sure the next stamp differs from this one."""
     if "completed at" in status:
-        time.sleep(1.05)
+        (clock or Clock()).sleep(1.05)
 
 
 def dump_source_pool(source: Server, timeout: float = 300) -> str:
