@@ -55,8 +55,8 @@ class Inspector:
 
     def gtid_mode_problem(self) -> str | None:
         """Why this server cannot take part in a GTID switchover, or None."""
-        if self.flavor.name != "mysql":
-            return None  # MariaDB always writes GTIDs
+        if not self.flavor.gtid_mode_required():
+            return None
         mode = str(self.variable("gtid_mode")).upper()
         return None if mode == "ON" else f"gtid_mode={mode}"
 
@@ -79,9 +79,7 @@ class Inspector:
 
     def gtid_binlog_pos(self) -> str:
         """What this server has written to its binlog: the target a successor must reach."""
-        if self.flavor.name == "mariadb":
-            return self.server.scalar("SELECT @@GLOBAL.gtid_binlog_pos AS pos") or ""
-        return self.gtid_executed()
+        return self.server.scalar(self.flavor.gtid_binlog_pos_sql()) or ""
 
     def gtid_state(self) -> str:
         """Binlog state with one entry per origin, for errant-transaction checks."""
