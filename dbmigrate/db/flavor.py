@@ -103,6 +103,7 @@ class Flavor:
         raise NotImplementedError
     def prepare_as_replica_sql(self) -> list[str]: raise NotImplementedError
     def ddl_without_binlog_sql(self, statement: str) -> list[str]: raise NotImplementedError
+    def replication_grants(self) -> str: raise NotImplementedError
 
     # -- this server's own transactions (errant-GTID checks around local changes) --
     def server_identity_sql(self) -> str: raise NotImplementedError
@@ -310,6 +311,10 @@ class MariaDB(Flavor):
 
     def gtid_binlog_pos_sql(self) -> str:
         return "SELECT @@GLOBAL.gtid_binlog_pos AS pos"
+
+    def replication_grants(self) -> str:
+        # 10.5+ split REPLICATION CLIENT: SLAVE MONITOR shows replica status, BINLOG MONITOR the binlogs.
+        return "REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.*"
 
     def strict_gtid_variables(self) -> tuple[str, ...]:
         return ("gtid_strict_mode",)
@@ -541,6 +546,10 @@ class MySQL(Flavor):
 
     def gtid_binlog_pos_sql(self) -> str:
         return self.gtid_executed_sql()  # what it has written is what it has executed
+
+    def replication_grants(self) -> str:
+        # SLAVE MONITOR and BINLOG MONITOR are MariaDB's; REPLICATION CLIENT covers both here.
+        return "REPLICATION SLAVE, REPLICATION CLIENT ON *.*"
 
     def strict_gtid_variables(self) -> tuple[str, ...]:
         return ()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.flavor import MARIADB, Flavor
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock, wait_until
 from dbmigrate.exceptions import DbmigrateError, UsageError, WaitTimeout
@@ -26,12 +27,12 @@ class Account:
     grants: tuple[str, ...]  # "PRIVILEGES ON what", granted TO the account
 
 
-def accounts_for(inv, cluster: str, app_schemas: tuple[str, ...]) -> list[Account]:
+def accounts_for(inv, cluster: str, app_schemas: tuple[str, ...], flavor: Flavor = MARIADB) -> list[Account]:
+    """The inventory's accounts with their grants, in the privilege names of `flavor`."""
     spec = inv.cluster(cluster)
     admin = inv.credentials_for(next(iter(spec.servers.values())))
     out = [Account(admin, ("ALL PRIVILEGES ON *.*",)),
-           Account(inv.replication_credentials(cluster),
-                   ("REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.*",))]
+           Account(inv.replication_credentials(cluster), (flavor.replication_grants(),))]
     app = inv.app_credentials(cluster)
     if app is not None:
         out.append(Account(app, tuple(f"ALL PRIVILEGES ON `{s}`.*" for s in app_schemas)))
@@ -99,9 +100,9 @@ def wire(inv, cluster: str, root: Credentials, *, app_schemas: tuple[str, ...] =
         return Server(name, s.host, s.port, root, connect_timeout=inv.defaults.connect_timeout, unix_socket=s.socket)
 
     said = []
-    accounts = accounts_for(inv, cluster, app_schemas)
     repl = inv.replication_credentials(cluster)
     with as_root(primary) as p:
+        accounts = accounts_for(inv, cluster, app_schemas, p.flavor)
         created = ensure_accounts(p, accounts, app_schemas)
         Applier(p).set_read_only(False)
         target = Inspector(p).gtid_binlog_pos()

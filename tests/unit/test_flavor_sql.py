@@ -131,3 +131,8 @@ def test_facts_that_exist_in_one_flavor():
 
 def test_mysql_flavor_names_its_version():
     assert repr(MySQL((8, 0, 22))) == "MySQL(8.0.22)"
+
+
+def test_replication_account_grants_use_each_flavors_privilege_names():
+    assert MARIADB.replication_grants() == "REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.*"
+    assert MYSQL.replication_grants() == "REPLICATION SLAVE, REPLICATION CLIENT ON *.*"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.flavor import MARIADB
 from dbmigrate.topology.wire import Account as WiredAccount
 
 APP_SCHEMAS = ("app", "sbtest")
@@ -58,10 +59,11 @@ def read_option_file(path: Path) -> dict[str, Account]:
 
 def bootstrap_accounts(accounts: dict[str, Account]) -> list[WiredAccount]:
     """The accounts created once on a new primary (replicas receive them through
-    replication), with their grants; the application schemas are created first."""
+    replication), with their grants; the application schemas are created first.
+    The sandbox runs MariaDB only."""
     a, r, p = accounts["admin"], accounts["repl"], accounts["app"]
     return [
         WiredAccount(Credentials(a.user, a.password), ("ALL PRIVILEGES ON *.*",)),
-        WiredAccount(Credentials(r.user, r.password), ("REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.*",)),
+        WiredAccount(Credentials(r.user, r.password), (MARIADB.replication_grants(),)),
         WiredAccount(Credentials(p.user, p.password), tuple(f"ALL PRIVILEGES ON `{s}`.*" for s in APP_SCHEMAS)),
     ]
