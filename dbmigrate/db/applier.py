@@ -10,7 +10,7 @@ from typing import Callable
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
-from dbmigrate.redact import redact
+from dbmigrate.redact import redact, register_secret
 
 
 def _ident(name: str) -> str:
@@ -86,6 +86,7 @@ class Applier:
 
     def create_user(self, user: str, password: str) -> None:
         """An account that may connect from any host."""
+        register_secret(password)  # it travels as a parameter: no SQL pattern would mask it in the log
         self._send("CREATE USER %s@'%' IDENTIFIED BY %s", (user, password))
 
     def grant(self, privileges_on: str, user: str, *, with_grant_option: bool = False) -> None:

@@ -251,3 +251,12 @@ def test_buffer_pool_status_wait_on_the_fake_clock():
     with pytest.raises(WaitTimeout, match=r"load did not complete within 1s \(status: Loaded 1/9\)"):
         _await_status(lambda: "Loaded 1/9", done=lambda s: False, failed=lambda s: False, timeout=1, what="load",
                       clock=FakeClock())
+
+
+def test_a_new_accounts_password_never_reaches_the_statement_log():
+    from dbmigrate.redact import redact
+
+    dry = Applier(ScriptedServer(), dry_run=True)
+    dry.create_user("dbm_app", "Qm4-only-here-pw")
+    assert "Qm4-only-here-pw" not in dry.planned[0]
+    assert "Qm4-only-here-pw" not in redact("CREATE USER %s@'%' IDENTIFIED BY %s -- ('dbm_app', 'Qm4-only-here-pw')")
