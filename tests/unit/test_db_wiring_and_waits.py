@@ -239,18 +239,43 @@ def test_sample_lag_waits_settle_ms_for_a_replica_that_never_applies():
     assert sum(clock.sleeps) == pytest.approx(0.1)
 
 
-def test_buffer_pool_status_wait_on_the_fake_clock():
-    from dbmigrate.warm.methods import _await_status
+def _pool_server(statuses: list[str]):
+    """A source whose dump status walks through `statuses` (the last one repeats)."""
+    seen = iter(statuses)
+    last = [statuses[0]]
 
-    statuses = iter(["", "Loaded 5/10 pages", "Buffer pool(s) load completed at 260101 12:00:00"])
-    seen: list[str] = []
+    def answers(sql, params):
+        if "GLOBAL_STATUS" in sql:
+            last[0] = next(seen, last[0])
+            return [{"n": "INNODB_BUFFER_POOL_DUMP_STATUS", "v": last[0]}]
+        if "innodb_buffer_pool_dump_pct" in sql:
+            return [{"innodb_buffer_pool_dump_pct": 25}]
+        if "datadir" in sql:
+            return [{"datadir": "/var/lib/mysql/", "innodb_buffer_pool_filename": "ib_buffer_pool"}]
+        return []
+    return ScriptedServer(answers)
+
+
+def test_buffer_pool_dump_waits_on_the_clock_and_restores_dump_pct():
+    from dbmigrate.warm.methods import dump_source_pool
+
     clock = FakeClock()
-    done = _await_status(lambda: next(statuses), done=lambda s: "load completed" in s, failed=lambda s: False,
-                         timeout=5, what="load", on_status=seen.append, clock=clock)
-    assert done.startswith("Buffer pool(s) load completed") and len(seen) == 2 and clock.sleeps == [0.05, 0.05]
-    with pytest.raises(WaitTimeout, match=r"load did not complete within 1s \(status: Loaded 1/9\)"):
-        _await_status(lambda: "Loaded 1/9", done=lambda s: False, failed=lambda s: False, timeout=1, what="load",
-                      clock=FakeClock())
+    srv = _pool_server(["", "Dumping buffer pool(s)", "Dumping buffer pool(s)",
+                        "Buffer pool(s) dump completed at 260101 12:00:00"])
+    assert dump_source_pool(srv, timeout=5, clock=clock) == "/var/lib/mysql/ib_buffer_pool"
+    assert clock.sleeps == [0.05, 0.05]
+    writes = [sql for sql, _ in srv.sent if sql.startswith("SET GLOBAL")]
+    assert writes == ["SET GLOBAL innodb_buffer_pool_dump_pct=100", "SET GLOBAL innodb_buffer_pool_dump_now=ON",
+                      "SET GLOBAL innodb_buffer_pool_dump_pct=25"]
+
+
+def test_buffer_pool_dump_times_out_on_the_clock():
+    from dbmigrate.warm.methods import dump_source_pool
+
+    srv = _pool_server(["", "Dumping buffer pool(s)"])
+    with pytest.raises(WaitTimeout, match=r"did not complete within 1s \(status: Dumping buffer pool\(s\)\)"):
+        dump_source_pool(srv, timeout=1, clock=FakeClock())
+    assert srv.sent[-1][0] == "SET GLOBAL innodb_buffer_pool_dump_pct=25"  # restored on the way out
 
 
 def test_a_new_accounts_password_never_reaches_the_statement_log():
@@ -260,3 +285,24 @@ def test_a_new_accounts_password_never_reaches_the_statement_log():
     dry.create_user("dbm_app", "Qm4-only-here-pw")
     assert "Qm4-only-here-pw" not in dry.planned[0]
     assert "Qm4-only-here-pw" not in redact("CREATE USER %s@'%' IDENTIFIED BY %s -- ('dbm_app', 'Qm4-only-here-pw')")
+
+
+# -- other waits on the clock ------------------------------------------------------
+def test_haproxy_socket_wait_is_bounded_by_the_clock(tmp_path):
+    from dbmigrate.routing.base import RouterError
+    from dbmigrate.routing.haproxy import wait_for_socket
+
+    clock = FakeClock()
+    with pytest.raises(RouterError, match=r"did not answer within 1s"):
+        wait_for_socket(str(tmp_path / "missing.sock"), timeout=1, clock=clock)
+    assert sum(clock.sleeps) == pytest.approx(1.0)
+    with pytest.raises(RouterError, match="HAProxy exited during startup"):
+        wait_for_socket(str(tmp_path / "missing.sock"), alive=lambda: False, clock=FakeClock())
+
+
+def test_stop_pid_of_a_process_already_gone():
+    from dbmigrate.rehearsal.sandbox.instance import stop_pid
+
+    clock = FakeClock()
+    stop_pid(2 ** 22 + 12345, 5, clock=clock)  # no such pid: nothing to signal, nothing to wait for
+    assert clock.sleeps == []
