@@ -21,6 +21,8 @@ while the IO thread reconnects.
 The writer refuses to write where read_only is ON (one statement checks and
 writes), because the tool's own account bypasses read_only: a heartbeat must
 never become a write on a fenced primary or an errant transaction on a replica.
+
+The statements are `dbmigrate.db.heartbeat`'s; this module decides what they mean.
 """
 
 from __future__ import annotations
@@ -54,11 +56,6 @@ class HeartbeatTable:
     def __post_init__(self):
         if not valid_table(self.table):
             raise UsageError(f"heartbeat table '{self.table}' is not db.table", hint="e.g. percona.heartbeat")
-
-    @property
-    def quoted(self) -> str:
-        db, tbl = self.table.split(".")
-        return f"`{db}`.`{tbl}`"
 
     def on(self, server: Server) -> HeartbeatSQL:
         """This table's statements on `server`."""
