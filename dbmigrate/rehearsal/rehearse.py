@@ -18,7 +18,9 @@ from typing import Any, Callable
 import yaml
 
 from dbmigrate.config import load_inventory
+from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.wait import Clock
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 Progress = Callable[[str], None]
@@ -107,8 +109,7 @@ def _drop_index_locally(inv, candidate: str) -> None:
     """The deliberate regression: the candidate loses the index the read workload uses,
     without binlogging it (so no other server is touched)."""
     with inv.open(candidate) as c:
-        c.execute("SET SESSION sql_log_bin=0")
-        c.execute("ALTER TABLE app.orders DROP INDEX idx_customer")
+        Applier(c).drop_index_locally("app", "orders", "idx_customer")
 
 
 def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5, keep: bool = False,
@@ -173,7 +174,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             f"{' with the latency guard' if guard else ''}{' (regression built in)' if regress else ''}")
         outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
         finished = time.time()
-        time.sleep(0.3)  # a few writes on the final primary before the check
+        Clock().sleep(0.3)  # a few writes on the final primary before the check
         try:
             background.stop()
         except Exception:
