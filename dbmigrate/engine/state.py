@@ -53,7 +53,7 @@ class TypedState(BaseModel):
     def load(cls: type[S], store: StateStore) -> S:
         record = store.get(cls.KEY)
         if record is None:
-            return cls.model_validate(cls.from_flat(store.items()))
+            return cls.model_validate(cls.from_flat(dict(store.items())))
         version, written_by = record.get("version"), record.get("written_by", "an unknown version")
         data = record.get("data") or {}
         if version == cls.VERSION:

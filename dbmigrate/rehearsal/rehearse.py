@@ -19,6 +19,7 @@ import yaml
 
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.procedures.kit.cutover import CutoverState
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 Progress = Callable[[str], None]
@@ -56,7 +57,7 @@ def _guard_facts(run_id: str) -> dict[str, Any]:
         state = j.all_state(run_id)
     windows = state.get("guard_decisions") or []
     return {"tripped": state.get("guard_tripped"), "last": windows[-1] if windows else None,
-            "windows": windows, "switched_at": state.get("switched_at"),
+            "windows": windows, "switched_at": CutoverState.load(state).switched_at,
             "digest": _digest_before_after(state.get("baseline_digest"), len(windows))}
 
 

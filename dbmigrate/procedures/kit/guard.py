@@ -22,6 +22,7 @@ from dbmigrate.db.applier import Applier
 from dbmigrate.digest.model import Digest
 from dbmigrate.digest.policy import GuardPolicy, evaluate
 from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.procedures.kit.resources import RESOURCES
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.digest import window as capture
 
@@ -54,9 +55,13 @@ def _digest_dir(ctx: RunContext) -> Path:
     return d
 
 
+def role_name(ctx: RunContext, role: str) -> str:
+    """The server playing `role` ("old" or "new") in the run's cutover."""
+    return getattr(ctx.resources[RESOURCES], role)
+
+
 def _server(ctx: RunContext, role: str):
-    r = ctx.resources
-    return r["topology"].servers[r[role]]
+    return ctx.resources[RESOURCES].topology.servers[role_name(ctx, role)]
 
 
 # -- windows as steps --------------------------------------------------------------
@@ -73,8 +78,8 @@ def open_window_step(role: str, key: str, label: str) -> FunctionStep:
 
     def run(ctx: RunContext) -> str:
         if ctx.dry_run:
-            ctx.record_statement(ctx.resources[role], "SET GLOBAL long_query_time=0, slow_query_log=ON (to a file of our own)")
-            return f"would open a slow-log window on {ctx.resources[role]}"
+            ctx.record_statement(role_name(ctx, role), "SET GLOBAL long_query_time=0, slow_query_log=ON (to a file of our own)")
+            return f"would open a slow-log window on {role_name(ctx, role)}"
         server = _server(ctx, role)
         window = capture.SlowLogWindow(server, persist=lambda saved: ctx.state.set(key, saved))
         window.open()
@@ -107,10 +112,10 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
         close_window(ctx, "old", "baseline_window")
         out = _digest_dir(ctx) / "baseline.digest.json"
         digest = capture.digest_slow_log(saved["window_file"], out, duration_s=seconds,
-                                         source={"kind": "baseline", "server": ctx.resources["old"]})
+                                         source={"kind": "baseline", "server": role_name(ctx, "old")})
         ctx.state["baseline_digest"] = str(out)
         ctx.metric("baseline_queries", digest.query_count)
-        return f"baseline: {digest.query_count} queries in {len(digest.classes)} classes on {ctx.resources['old']}"
+        return f"baseline: {digest.query_count} queries in {len(digest.classes)} classes on {role_name(ctx, 'old')}"
 
     return FunctionStep("collect baseline digest", run,
                         check=lambda c: bool(c.state.get("baseline_digest")) and Path(c.state["baseline_digest"]).exists(),

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from dbmigrate.db.applier import Applier
-from dbmigrate.db.connection import QueryError, Server
+from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
+from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.exceptions import DbmigrateError, SafetyError, WaitTimeout
 
 
@@ -153,29 +154,10 @@ class Switchover:
         insp = self.insp(name)
         if not insp.reachable():
             return 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
-        protected = set(self.s.admin_users) | {insp.login_user, self.topo.repl.user,
-                                                "system user", "event_scheduler"}
-        deadline = self.clock.monotonic() + self.s.drain_timeout_s
-        first = None
-        while True:
-            open_trx = [user for _id, user in insp.open_transactions() if user not in protected]
-            first = len(open_trx) if first is None else first
-            if not open_trx or self.clock.monotonic() > deadline:
-                break
-            self.clock.sleep(0.01)
-        killed = 0
-        if self.s.kill_app_sessions:
-            app = self.apply(name)
-            for sess in insp.sessions():
-                if sess.user in protected:
-                    continue
-                try:
-                    app.kill_connection(sess.id)
-                    killed += 1
-                except QueryError as e:
-                    if e.errno != 1094:  # unknown thread: it ended by itself
-                        raise
-        return first or 0, killed
+        protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
+        done = drain(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+                     until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
+        return done.open_at_start, done.ended
 
     def unfence_old(self, candidate_known_closed: bool) -> str:
         """Make the old primary writable again, only if the candidate cannot take writes."""

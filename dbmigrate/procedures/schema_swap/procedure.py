@@ -27,181 +27,36 @@ the schema stays (replication tolerates it).
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Literal, Optional
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Any, Callable
 
 from dbmigrate.db.applier import Applier
-from dbmigrate.db.connection import QueryError, Server
+from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext, Step
-from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
-from dbmigrate.procedures.schema_swap import ddl as schema_ddl
+from dbmigrate.exceptions import DbmigrateError, SafetyError
+from dbmigrate.procedures.kit import cutover as kit_cutover
+from dbmigrate.procedures.kit.cutover import Cutover
+from dbmigrate.procedures.kit.drain import drain, protected_users
+from dbmigrate.procedures.kit.preflight import PreflightLimits, preflight_gate
+from dbmigrate.procedures.kit.resources import required, typed
+from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.kit.warmup import warm, warm_ready as kit_warm_ready
 from dbmigrate.procedures.registry import register
-from dbmigrate.procedures.schema_swap.ddl import Ddl, Expectation
-from dbmigrate.procedures.promote.procedure import WarmSpec
+from dbmigrate.procedures.schema_swap import ddl as schema_ddl
+from dbmigrate.procedures.schema_swap.expect import ddl_applied, expectation_holds
+from dbmigrate.procedures.schema_swap.params import SchemaSwapParams, SwapWarmSpec, VerifySpec
+from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, SchemaSwapState, prepare
 
-
-# -- parameters -------------------------------------------------------------------
-
-class VerifySpec(BaseModel):
-    """One explicit check: the table exists, or has (or, with absent, lacks) a column or an index."""
-
-    model_config = ConfigDict(extra="forbid")
-    table: str = Field(description="schema.table")
-    column: Optional[str] = None
-    index: Optional[str] = None
-    absent: bool = False
-
-    @field_validator("table")
-    @classmethod
-    def _qualified(cls, v: str) -> str:
-        schema, dot, name = v.partition(".")
-        if not dot or not schema or not name:
-            raise ValueError(f"'{v}' is not schema.table")
-        return v
-
-    @model_validator(mode="after")
-    def _one_target(self) -> "VerifySpec":
-        if self.column and self.index:
-            raise ValueError("give column or index, not both (one check per item)")
-        return self
-
-    def expectation(self) -> Expectation:
-        return Expectation(self.table, column=self.column, index=self.index, absent=self.absent)
-
-
-class SwapWarmSpec(WarmSpec):
-    """Warm each altered side before it takes reads again; the warm-up gate stands before its return.
-    Same fields as promote's warm-up; a side is a replica of the same data, so scan by default."""
-
-    method: Literal["scan", "replay", "dump-load", "none"] = Field(
-        "scan", description="none: only the gate (the side must already be warm)")
-    tables: list[str] = Field(default_factory=list, description="schema.table; default: the tables the DDL alters")
-
-
-class SchemaSwapParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    ddl: list[str] = Field(min_length=1, description="ALTER TABLE / CREATE INDEX / ... on schema-qualified tables")
-    undo_ddl: list[str] = Field(default_factory=list, description="inverse statements used by rollback, if any")
-    verify: list[VerifySpec] = Field(default_factory=list, description="checks in addition to the automatic ones")
-    auto_verify: bool = Field(True, description="verify what the DDL implies (columns, indexes, ROW compatibility)")
-    warm: Optional[SwapWarmSpec] = None
-    max_lag_ms: int = Field(1000, gt=0)
-    drain_timeout_s: float = Field(30, ge=0, le=3600, description="bound for a side's client sessions to end")
-    kill_app_sessions: bool = Field(True, description="end sessions still open after drain_timeout_s")
-    ddl_timeout_s: float = Field(3600, gt=0, description="bound for each DDL statement on one server")
-    order: Literal["replicas-then-primary"] = "replicas-then-primary"
-    primary: Literal["switchover", "skip"] = "switchover"
-    candidate: Optional[str] = Field(None, description="replica promoted for the primary's side (default: the first)")
-    switch_back: bool = Field(True, description="after the old primary is altered, make it the primary again")
-    # The switchover's own bounds (as in promote).
-    max_trx_age_s: float = Field(30, gt=0)
-    catchup_timeout_s: float = Field(5, gt=0, le=300)
-    fence_drain_timeout_s: float = Field(2, ge=0, le=60, description="open app transactions after the fence")
-    replica_timeout_s: float = Field(30, gt=0)
-    verify_timeout_s: float = Field(10, gt=0)
-
-    @field_validator("ddl")
-    @classmethod
-    def _accepted(cls, v: list[str]) -> list[str]:
-        for i, statement in enumerate(v):
-            try:
-                schema_ddl.classify(statement)
-            except schema_ddl.DdlRefused as e:
-                raise ValueError(f"statement {i + 1} refused: {e.message}" + (f" (hint: {e.hint})" if e.hint else ""))
-        return v
-
-    @field_validator("undo_ddl")
-    @classmethod
-    def _undo_is_ddl(cls, v: list[str]) -> list[str]:
-        for i, statement in enumerate(v):
-            try:
-                schema_ddl.check_undo(statement)
-            except schema_ddl.DdlRefused as e:
-                raise ValueError(f"undo statement {i + 1} refused: {e.message}")
-        return v
-
-    def statements(self) -> list[Ddl]:
-        return [schema_ddl.classify(s) for s in self.ddl]
-
-    def warm_tables(self) -> list[str]:
-        if self.warm is not None and self.warm.tables:
-            return list(self.warm.tables)
-        return schema_ddl.tables_of(d for d in self.statements() if d.kind != "create-table")
-
-
-# -- resources --------------------------------------------------------------------------
-
-def prepare(playbook, state) -> dict[str, Any]:
-    """Open the cluster's servers; decide primary, sides and candidate (journaled, so that a
-    resumed run keeps them although the topology is mid-change)."""
-    from dbmigrate.config import load_inventory
-    from dbmigrate.procedures.kit.roles import find_primary_of
-    from dbmigrate.procedures.kit.switchover import Topology
-
-    params: SchemaSwapParams = playbook.params
-    if playbook.inventory_path is None:
-        raise UsageError("the playbook names no inventory", hint="add `inventory: path/to/inventory.yaml`")
-    inv = load_inventory(playbook.inventory_path)
-    spec = inv.cluster(playbook.cluster)
-    servers = {name: inv.open(name) for name in spec.servers}
-    primary = state.get("swap_primary")
-    sides = state.get("swap_sides")
-    if not primary:
-        primary = find_primary_of(servers)
-        sides = [n for n in servers if n != primary]
-        state["swap_primary"], state["swap_sides"] = primary, sides
-    if not sides:
-        raise UsageError(f"cluster '{playbook.cluster}' has no replica: a schema swap needs at least one",
-                         hint="apply the DDL with an online schema change tool instead")
-    candidate = _candidate(inv, params, sides)
-    if state.get("swap_primary_altered") is None:
-        # Decided once per run: after the switchover the old primary is altered by this run.
-        insp = Inspector(servers[primary])
-        state["swap_primary_altered"] = all(ddl_applied(insp, d) for d in params.statements())
-    router = None
-    if spec.router is not None and spec.router.kind != "none":
-        from dbmigrate.routing import router_for
-
-        router = router_for(inv, playbook.cluster)
-    return {
-        "inventory": inv,
-        "servers": servers,
-        "primary": primary,
-        "sides": sides,
-        "candidate": candidate,
-        "router": router,
-        # What promote's cutover steps read (old/new/topology) for the primary's side.
-        "old": primary,
-        "new": candidate,
-        "topology": Topology(servers=servers, repl=inv.replication_credentials(playbook.cluster),
-                             replicas=[s for s in sides if s != candidate]),
-        "primary_altered": bool(state.get("swap_primary_altered")),
-        "lock_session": servers[primary].dedicated(),
-    }
-
-
-def _candidate(inv, params: SchemaSwapParams, sides: list[str]) -> str:
-    if not params.candidate:
-        return sides[0]
-    _, spec = inv.find_server(params.candidate)
-    name = inv.server_name(spec)
-    if name not in sides:
-        raise UsageError(f"candidate {params.candidate} is not a replica of this cluster",
-                         hint=f"replicas: {', '.join(sides)}")
-    return name
-
+__all__ = ["SchemaSwapParams", "SwapWarmSpec", "VerifySpec", "build", "expectation_holds"]
 
 def _plan_names(ctx: RunContext, params: SchemaSwapParams) -> tuple[str, list[str], str]:
     """(primary, sides, candidate) for building the procedure: from the resources in a run,
     from the inventory's declared roles for `plan` (which connects to nothing)."""
-    r = ctx.resources
-    if "sides" in r:
-        return r["primary"], list(r["sides"]), r["candidate"]
+    r = typed(ctx, SchemaSwapResources)
+    if r is not None:
+        return r.primary, list(r.sides), r.candidate
     primary, sides = "<primary>", ["<replica>"]
-    playbook = r.get("playbook")
+    playbook = ctx.resources.get("playbook")
     path = getattr(playbook, "inventory_path", None)
     if path is not None:
         try:
@@ -218,15 +73,19 @@ def _plan_names(ctx: RunContext, params: SchemaSwapParams) -> tuple[str, list[st
 
 # -- small helpers -----------------------------------------------------------------------
 
+def _res(ctx: RunContext) -> SchemaSwapResources:
+    return required(ctx, SchemaSwapResources)
+
+
 def _server(ctx: RunContext, name: str) -> Server:
-    return ctx.resources["servers"][name]
+    return _res(ctx).servers[name]
 
 
 def _current_primary(ctx: RunContext, side: str) -> str:
     """Who serves writes while `side` is altered: the original primary for replicas, the
     promoted candidate for the primary's own side."""
-    r = ctx.resources
-    return r["candidate"] if side == r["primary"] else r["primary"]
+    r = _res(ctx)
+    return r.candidate if side == r.primary else r.primary
 
 
 def _addr(ctx: RunContext, name: str) -> str:
@@ -241,7 +100,8 @@ def _same(a: str, b: str) -> bool:
 
 
 def _router(ctx: RunContext):
-    return ctx.resources.get("router")
+    r = typed(ctx, SchemaSwapResources)
+    return r.router if r is not None else None
 
 
 def _readers(ctx: RunContext) -> list[str]:
@@ -278,8 +138,9 @@ def take_out(ctx: RunContext, side: str) -> str:
                 "means, e.g. a before_phase hook)")
     remaining, added = _pool_without(ctx, side)
     # Journaled before the change: a crash right after it must still know how to put the side back.
-    ctx.state[f"readers_before:{side}"] = _readers(ctx)
-    ctx.state[f"readers_added:{side}"] = added
+    with SchemaSwapState.edit(ctx.state) as st:
+        st.readers_before[side] = _readers(ctx)
+        st.readers_added[side] = added
     ctx.record_statement("router", f"readers: {', '.join(remaining)} ({side} drains)")
     router.set_readers(remaining)
     extra = f"; {', '.join(added)} (the primary) serves reads meanwhile" if added else ""
@@ -299,11 +160,12 @@ def put_back(ctx: RunContext, side: str) -> str:
     """Return `side` to the reader pool if it was in it before this run took it out;
     withdraw any reader added only for the meantime."""
     router = _router(ctx)
-    before = ctx.state.get(f"readers_before:{side}")
+    st = SchemaSwapState.load(ctx.state)
+    before = st.readers_before.get(side)
     if router is None or before is None:
         return f"{side}: nothing to put back (not taken out by this run)"
     addr = _addr(ctx, side)
-    added = ctx.state.get(f"readers_added:{side}") or []
+    added = st.readers_added.get(side) or []
     current = _readers(ctx)
     wanted = [a for a in current if not any(_same(a, x) for x in added)]
     was_reader = any(_same(a, addr) for a in before)
@@ -320,11 +182,12 @@ def put_back(ctx: RunContext, side: str) -> str:
 
 def is_back(ctx: RunContext, side: str) -> bool:
     router = _router(ctx)
-    before = ctx.state.get(f"readers_before:{side}")
+    st = SchemaSwapState.load(ctx.state)
+    before = st.readers_before.get(side)
     if router is None or before is None:
         return False
     if any(_same(a, _addr(ctx, side)) for a in before):
-        added = ctx.state.get(f"readers_added:{side}") or []
+        added = st.readers_added.get(side) or []
         readers = _readers(ctx)
         return _in_readers(ctx, side) and not any(_same(a, x) for a in readers for x in added)
     return True
@@ -332,70 +195,26 @@ def is_back(ctx: RunContext, side: str) -> bool:
 
 # -- sessions -----------------------------------------------------------------------------
 
-def _protected_users(ctx: RunContext, side: str) -> set[str]:
-    inv = ctx.resources["inventory"]
-    return {_server(ctx, side).credentials.user, inv.replication_credentials(ctx.cluster).user}
-
-
-def wait_for_sessions(server: Server, protected: set[str], timeout_s: float, poll_s: float = 0.05) -> list:
-    """Client sessions (not ours, not replication) still open after at most timeout_s."""
-    insp = Inspector(server)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = [s for s in insp.sessions() if s.user not in protected]
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(poll_s)
-
-
 def end_sessions(ctx: RunContext, side: str) -> str:
     # An ALTER waits for the metadata lock of every open transaction on its table, and
     # every new query queues behind it: the side must be quiet first.
     p = _params(ctx)
+    r = _res(ctx)
     server = _server(ctx, side)
-    t0 = time.monotonic()
-    left = wait_for_sessions(server, _protected_users(ctx, side), p.drain_timeout_s)
-    waited = time.monotonic() - t0
-    if not left:
-        return f"{side}: no client session left after {waited:.1f}s"
+    insp = Inspector(server)
+    protected = protected_users(insp, r.inventory.replication_credentials(ctx.cluster).user)
+    done = drain(insp, Applier(server), protected, timeout_s=p.drain_timeout_s, until="sessions",
+                 end=p.kill_app_sessions, clock=ctx.clock, poll_s=0.05)
+    if not done.left:
+        return f"{side}: no client session left after {done.waited_s:.1f}s"
     if not p.kill_app_sessions:
-        raise DbmigrateError(f"{side}: {len(left)} client session(s) still open after {p.drain_timeout_s:g}s "
-                             f"(users: {', '.join(sorted({s.user for s in left}))})",
+        raise DbmigrateError(f"{side}: {len(done.left)} client session(s) still open after {p.drain_timeout_s:g}s "
+                             f"(users: {', '.join(sorted({s.user for s in done.left}))})",
                              hint="raise drain_timeout_s, or set kill_app_sessions: true")
-    applier = Applier(server)
-    killed = 0
-    for sess in left:
-        try:
-            applier.kill_connection(sess.id)
-            killed += 1
-        except QueryError as e:
-            if e.errno != 1094:  # unknown thread: it ended by itself
-                raise
-    return f"{side}: {killed} client session(s) still open after {p.drain_timeout_s:g}s ended (KILL CONNECTION)"
+    return f"{side}: {done.ended} client session(s) still open after {p.drain_timeout_s:g}s ended (KILL CONNECTION)"
 
 
 # -- DDL ------------------------------------------------------------------------------------
-
-def expectation_holds(insp: Inspector, exp: Expectation) -> tuple[bool, str]:
-    schema, table = exp.table.split(".", 1)
-    if exp.column is None and exp.index is None and not exp.index_columns:
-        present = insp.table_info(schema, table) is not None
-        return present != exp.absent, exp.describe()
-    if exp.column is not None:
-        present = any(c.lower() == exp.column.lower() for c, _ in insp.table_columns(schema, table))
-        return present != exp.absent, exp.describe()
-    indexes = insp.table_indexes(schema, table)
-    if exp.index is not None:
-        present = any(ix["name"].lower() == exp.index.lower() for ix in indexes)
-    else:
-        want = [c.lower() for c in exp.index_columns]
-        present = any([c.lower() for c, _ in ix["columns"]] == want for ix in indexes)
-    return present != exp.absent, exp.describe()
-
-
-def ddl_applied(insp: Inspector, ddl: Ddl) -> bool:
-    return all(expectation_holds(insp, e)[0] for e in ddl.expectations)
-
 
 def all_applied(ctx: RunContext, side: str) -> bool:
     if ctx.dry_run:
@@ -420,9 +239,9 @@ def apply_ddl(ctx: RunContext, side: str) -> str:
             if ddl_applied(insp, ddl):
                 skipped += 1
                 continue
-            t0 = time.perf_counter()
+            t0 = ctx.clock.monotonic()
             applier.ddl_without_binlog(ddl.statement)
-            ms = (time.perf_counter() - t0) * 1000
+            ms = (ctx.clock.monotonic() - t0) * 1000
             for sql in server.flavor.ddl_without_binlog_sql(ddl.statement):
                 ctx.record_statement(side, sql, ms)
             done.append(f"{ddl.table} ({ms:.0f} ms)" if ms < 1000 else f"{ddl.table} ({ms / 1000:.1f} s)")
@@ -492,27 +311,9 @@ def verify_side(ctx: RunContext, side: str) -> str:
 # -- warm-up ---------------------------------------------------------------------------------
 
 def warm_side(ctx: RunContext, side: str) -> str:
-    from dbmigrate.warm import methods as warm
-
     spec = _params(ctx).warm
-    target = _server(ctx, side)
-    source = _server(ctx, _current_primary(ctx, side))
-    tables = _params(ctx).warm_tables()
-    progress = lambda frac, msg: ctx.metric("warm_progress", frac, server=side, message=msg)  # noqa: E731
-    if spec.method == "dump-load":
-        result = warm.dump_load(source, target, seconds=spec.seconds, on_progress=progress)
-    elif spec.method == "replay":
-        plan = warm.replay_plan_from_server(source)
-        result = warm.replay(target, plan, tables=tables or None, seconds=spec.seconds,
-                             target_hit_ratio=spec.target_hit_ratio, on_progress=progress)
-    else:
-        result = warm.scan(target, tables, seconds=spec.seconds, target_hit_ratio=spec.target_hit_ratio,
-                           on_progress=progress)
-    if result.hit_ratio_after is not None and result.hit_ratio_after.ratio is not None:
-        ctx.metric("hit_ratio_after", result.hit_ratio_after.ratio, server=side)
-    for note in result.notes:
-        ctx.log(note)
-    return result.sentence()
+    return warm(ctx, _server(ctx, _current_primary(ctx, side)), _server(ctx, side), spec.method,
+                tables=_params(ctx).warm_tables(), seconds=spec.seconds, target_hit_ratio=spec.target_hit_ratio)
 
 
 # -- gates -----------------------------------------------------------------------------------
@@ -522,7 +323,7 @@ def side_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
     from dbmigrate import gates
 
     p = _params(ctx)
-    if ctx.dry_run and side == ctx.resources["primary"]:
+    if ctx.dry_run and side == _plan_names(ctx, _params(ctx))[0]:
         return True, f"dry-run: {side} becomes a replica only in the switchover; checked then", {}
     primary = _server(ctx, _current_primary(ctx, side))
     server = _server(ctx, side)
@@ -541,23 +342,21 @@ def side_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
 
 
 def warm_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
-    from dbmigrate.warm import methods as warm
-
     spec = _params(ctx).warm
     if ctx.dry_run:
         return True, f"dry-run: {side} would be probed for a hit ratio of {spec.target_hit_ratio:g}", {}
-    return warm.warm_gate(_server(ctx, side), spec.target_hit_ratio, tables=_params(ctx).warm_tables() or None,
-                          accept_completed_load=spec.method == "dump-load")
+    return kit_warm_ready(_server(ctx, side), spec.method, target_hit_ratio=spec.target_hit_ratio,
+                          tables=_params(ctx).warm_tables())
 
 
 def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
     """Everything checked at once, before any change: the operator sees every reason."""
     from dbmigrate import gates
 
-    r = ctx.resources
+    r = _res(ctx)
     p = _params(ctx)
-    primary = _server(ctx, r["primary"])
-    sides = [_server(ctx, s) for s in r["sides"]]
+    primary = _server(ctx, r.primary)
+    sides = [_server(ctx, s) for s in r.sides]
 
     def row_binlog() -> tuple[bool, str]:
         bad = []
@@ -634,98 +433,69 @@ def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
 
 # -- the primary's side -------------------------------------------------------------------------
 
-class _PromoteView:
-    """The run context as promote's steps expect it: PromoteParams, old/new = primary/candidate."""
-
-    def __init__(self, ctx: RunContext, params: Any, resources: dict[str, Any] | None = None):
-        self._ctx = ctx
-        self.params = params
-        if resources is not None:
-            self.resources = resources
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ctx, name)
+def settings_of(p: SchemaSwapParams) -> SwitchoverSettings:
+    return SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.fence_drain_timeout_s,
+                              kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s)
 
 
-def _promote_params(params: SchemaSwapParams, candidate: str):
-    from dbmigrate.procedures.promote.procedure import PromoteParams
-
-    return PromoteParams(candidate=candidate, max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s,
-                         catchup_timeout_s=params.catchup_timeout_s, drain_timeout_s=params.fence_drain_timeout_s,
-                         kill_app_sessions=params.kill_app_sessions, replica_timeout_s=params.replica_timeout_s,
-                         verify_timeout_s=params.verify_timeout_s)
+def _switchover(ctx: RunContext, old: str, new: str, record: Record | None = None) -> Switchover:
+    r = _res(ctx)
+    return Switchover(r.topology, old, new, settings_of(_params(ctx)), r.router,
+                      dry_run=ctx.dry_run or record is not None, log=ctx.log, record=record or ctx.record_statement,
+                      clock=ctx.clock)
 
 
-def _through_view(step: Step, pp: Any) -> FunctionStep:
-    def wrap(fn):
-        return None if fn is None else (lambda c, fn=fn: fn(_PromoteView(c, pp)))
-
-    return FunctionStep(step.name, wrap(step.run), check=wrap(step.check), verify=wrap(step.verify),
-                        undo=wrap(step.undo), describe=wrap(step.describe), mutating=step.mutating)
+def primary_cutover(params: SchemaSwapParams, primary: str, candidate: str) -> Cutover:
+    """The switchover of the primary's side: to an already altered replica."""
+    return Cutover(old=primary, new=candidate, switchover=lambda c, record: _switchover(c, primary, candidate, record),
+                   verify_timeout_s=params.verify_timeout_s)
 
 
 def switchover_phase(ctx: RunContext, params: SchemaSwapParams, primary: str, candidate: str) -> Phase:
-    """promote's cutover, unchanged, with an already altered replica as the candidate."""
-    from dbmigrate.procedures.promote import extras as promote_extras, procedure as promote
-
-    pp = _promote_params(params, candidate)
-    naming = _PromoteView(ctx, pp, {**ctx.resources, "old": primary, "new": candidate})
-    steps = [_through_view(s, pp) for s in promote.cutover_steps(naming)]
-    steps.append(_through_view(FunctionStep("verify writes flow", promote._verify,
-                                            describe=promote._planned(promote._probe)), pp))
-    gate = AutoGate("promote preflight", lambda c: promote_extras.evaluate_preflight(_PromoteView(c, pp), pp))
+    """The kit's cutover, as promote runs it, with an already altered replica as the candidate."""
+    cut = primary_cutover(params, primary, candidate)
+    steps = [*kit_cutover.cutover_steps(cut), kit_cutover.verify_step(cut)]
+    limits = PreflightLimits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s)
+    gate = preflight_gate("promote preflight", lambda c: _res(c).inventory, lambda c: candidate, limits)
     return Phase("switchover", steps, gates=[gate])
 
 
-def _switchover(ctx: RunContext, old: str, new: str, record=None):
-    from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
-
-    p = _params(ctx)
-    r = ctx.resources
-    settings = SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.fence_drain_timeout_s,
-                                  kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s)
-    return Switchover(r["topology"], old, new, settings, r.get("router"), dry_run=ctx.dry_run or record is not None,
-                      log=ctx.log, record=record or ctx.record_statement)
-
-
 def switch_back_to_primary(ctx: RunContext) -> str:
-    from dbmigrate.procedures.kit.switchover import switch_back
-
-    r = ctx.resources
-    return switch_back(_switchover(ctx, r["primary"], r["candidate"]), candidate_opened=True)
+    r = _res(ctx)
+    return switch_back(_switchover(ctx, r.primary, r.candidate), candidate_opened=True)
 
 
 def is_switched_back(ctx: RunContext) -> bool:
     if ctx.dry_run:
         return False
-    r = ctx.resources
-    sw = _switchover(ctx, r["primary"], r["candidate"])
-    return (sw.writable(r["primary"]) and not sw.writable(r["candidate"]) and sw.router_points_to(r["primary"])
-            and all(sw.replicates_from(s, r["primary"]) for s in r["sides"]))
+    r = _res(ctx)
+    sw = _switchover(ctx, r.primary, r.candidate)
+    return (sw.writable(r.primary) and not sw.writable(r.candidate) and sw.router_points_to(r.primary)
+            and all(sw.replicates_from(s, r.primary) for s in r.sides))
 
 
 def describe_switch_back(ctx: RunContext) -> list[tuple[str, str]]:
-    r = ctx.resources
-    return [(r["candidate"], "fence (read_only=ON), wait for the final position on " + r["primary"]),
-            (r["primary"], "STOP SLAVE; read_only=OFF; router writer -> " + r["primary"]),
-            ("", f"repoint {', '.join(s for s in r['sides'])} to {r['primary']}")]
+    primary, sides, candidate = _plan_names(ctx, _params(ctx))
+    return [(candidate, "fence (read_only=ON), wait for the final position on " + primary),
+            (primary, "STOP SLAVE; read_only=OFF; router writer -> " + primary),
+            ("", f"repoint {', '.join(sides)} to {primary}")]
 
 
 def verify_after_switch_back(ctx: RunContext) -> str:
-    r = ctx.resources
-    return _switchover(ctx, r["candidate"], r["primary"]).verify_writes_flow(ctx.run_id, _params(ctx).verify_timeout_s)
+    r = _res(ctx)
+    return _switchover(ctx, r.candidate, r.primary).verify_writes_flow(ctx.run_id, _params(ctx).verify_timeout_s)
 
 
 def final_readers(ctx: RunContext) -> list[str] | None:
     """The reader pool at the end: as it was at the start, with the new primary replaced by
     the old one when the run keeps the new primary."""
-    start = ctx.state.get("readers_at_start")
+    start = SchemaSwapState.load(ctx.state).readers_at_start
     if start is None:
         return None
-    r = ctx.resources
+    r = _res(ctx)
     if _params(ctx).primary == "skip" or _params(ctx).switch_back:
         return list(start)
-    new, old = _addr(ctx, r["candidate"]), _addr(ctx, r["primary"])
+    new, old = _addr(ctx, r.candidate), _addr(ctx, r.primary)
     out = [a for a in start if not _same(a, new)]
     if not any(_same(a, old) for a in out):
         out.append(old)
@@ -740,14 +510,13 @@ def route_reads(ctx: RunContext) -> str:
     current = _readers(ctx)
     if sorted(current) == sorted(wanted):
         return f"reader pool already as intended: {', '.join(wanted)}"
-    ctx.state["readers_before_final"] = current
     ctx.record_statement("router", f"readers: {', '.join(wanted)}")
     router.set_readers(wanted)
     return f"readers now {', '.join(wanted)}"
 
 
 def describe_route_reads(ctx: RunContext) -> list[tuple[str, str]]:
-    wanted = final_readers(ctx)
+    wanted = final_readers(ctx) if typed(ctx, SchemaSwapResources) is not None else None
     if _router(ctx) is None or wanted is None:
         return [("router", "no router configured: readers unchanged")]
     if sorted(_readers(ctx)) == sorted(wanted):
@@ -761,7 +530,7 @@ def readers_routed(ctx: RunContext) -> bool:
 
 
 def restore_reader_pool(ctx: RunContext) -> str:
-    router, before = _router(ctx), ctx.state.get("readers_at_start")
+    router, before = _router(ctx), SchemaSwapState.load(ctx.state).readers_at_start
     if router is None or before is None:
         return "nothing to restore"
     router.set_readers(before)
@@ -773,7 +542,8 @@ def record_pool(ctx: RunContext) -> str:
     if router is None:
         return "no router configured"
     readers = _readers(ctx)
-    ctx.state["readers_at_start"] = readers
+    with SchemaSwapState.edit(ctx.state) as st:
+        st.readers_at_start = readers
     return f"reader pool at the start: {', '.join(readers) or 'none'}"
 
 
@@ -817,7 +587,8 @@ def build(ctx: RunContext, params: SchemaSwapParams) -> Procedure:
                     gates=[AutoGate("schema-swap preflight", preflight)])]
     for side in sides:
         phases += side_phases(ctx, params, side)
-    if params.primary == "switchover" and ctx.resources.get("primary_altered"):
+    resources = typed(ctx, SchemaSwapResources)
+    if params.primary == "switchover" and resources is not None and resources.primary_altered:
         phases[0].steps.append(FunctionStep(
             f"{primary} already has the change: no switchover", mutating=False,
             run=lambda c: f"every statement is already in place on {primary}: the primary's side is skipped"))
