@@ -29,11 +29,9 @@ changed, so nothing acknowledged is lost.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -45,11 +43,26 @@ from dbmigrate.db.credentials import private_defaults_file
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext
 from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
-from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, PlannedInstance, connection_name, plan_from_dict
+from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, PlannedInstance, connection_name
+from dbmigrate.procedures.consolidate.provision import provisioner_for, sandbox_extra
+from dbmigrate.procedures.consolidate.resources import (
+    ConsolidateResources,
+    ConsolidateState,
+    CutRecord,
+    load_plan,
+    plan_path,
+    prepare,
+)
+from dbmigrate.procedures.kit.drain import drain, protected_users
+from dbmigrate.procedures.kit.resources import required, typed
 from dbmigrate.procedures.registry import register
 from dbmigrate.routing.dsn_file import DsnFileRouter
 
-SYSTEM_USERS = {"system user", "event_scheduler"}
+__all__ = ["ConsolidateError", "ConsolidateParams", "build", "dump_command", "dump_coordinates",
+           "grants_for_shards", "import_command", "sandbox_extra"]
+
+
+PLAN_ONLY = "plan"  # resources key of the plan when `dbmigrate plan` builds without servers
 
 
 class ConsolidateError(DbmigrateError):
@@ -71,115 +84,27 @@ class ConsolidateParams(BaseModel):
     seed_timeout_s: float = Field(3600, gt=0)
 
 
-# -- resources -----------------------------------------------------------------------
-
-class Servers:
-    """Open sessions by server name (old servers from the inventory, instances from the plan)."""
-
-    def __init__(self, inventory, plan: ConsolidationPlan, state) -> None:
-        self.inventory = inventory
-        self.plan = plan
-        self.state = state
-        self._open: dict[str, Server] = {}
-
-    def address(self, name: str) -> str:
-        if name in {s.source for s in self.plan.shards}:
-            _, spec = self.inventory.find_server(name)
-            return f"{spec.host}:{spec.port}"
-        created = (self.state.get("instances") or {}).get(name)
-        if created:
-            return created
-        inst = self.plan.instance(name)
-        return f"{inst.address}:{inst.port}"
-
-    def __getitem__(self, name: str) -> Server:
-        srv = self._open.get(name)
-        if srv is None:
-            if name in {s.source for s in self.plan.shards}:
-                srv = self.inventory.open(name)
-            else:
-                host, _, port = self.address(name).rpartition(":")
-                srv = Server(name, host, int(port), self.admin_credentials(),
-                             connect_timeout=self.inventory.defaults.connect_timeout,
-                             read_timeout=self.inventory.defaults.read_timeout)
-            self._open[name] = srv
-        return srv
-
-    def admin_credentials(self):
-        ref = self.inventory.defaults.credentials
-        if ref is None:
-            raise UsageError(f"{self.inventory.path}: defaults.credentials is needed to reach the new instances")
-        return ref.resolve(self.inventory.base)
-
-    def forget(self, name: str) -> None:
-        srv = self._open.pop(name, None)
-        if srv is not None:
-            srv.close()
-
-    def close(self) -> None:
-        for name in list(self._open):
-            self.forget(name)
-
-
-def _load_plan(path: Path) -> ConsolidationPlan:
-    try:
-        return plan_from_dict(json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise UsageError(f"plan file {path} does not exist",
-                         hint="write it with: dbmigrate consolidate plan --inventory F --from-inventory --out PLAN") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"plan file {path} is not JSON (line {e.lineno}: {e.msg})") from None
-
-
-def _plan_path(playbook, params: ConsolidateParams) -> Path:
-    p = Path(params.plan).expanduser()
-    return p if p.is_absolute() else (playbook.base_dir / p).resolve()
-
-
-def _routes_path(inventory, cluster: str, playbook, params: ConsolidateParams) -> Path:
-    if params.routes:
-        p = Path(params.routes).expanduser()
-        return p if p.is_absolute() else (playbook.base_dir / p).resolve()
-    router = inventory.cluster(cluster).router
-    if router is None or router.kind != "dsn-file":
-        raise UsageError(f"cluster {cluster} has no dsn-file router and the playbook names no `routes:` file",
-                         hint="shards are routed one by one through a DSN file: set params.routes")
-    p = Path(router.path).expanduser()
-    return p if p.is_absolute() else inventory.base / p
-
-
-def prepare(playbook, state) -> dict[str, Any]:
-    from dbmigrate.config import load_inventory
-
-    if playbook.inventory_path is None:
-        raise UsageError("the playbook names no inventory", hint="add `inventory: path/to/inventory.yaml`")
-    params: ConsolidateParams = playbook.params
-    inv = load_inventory(playbook.inventory_path)
-    plan = _load_plan(_plan_path(playbook, params))
-    sources = sorted({s.source for s in plan.shards})
-    for src in sources:
-        inv.find_server(src)  # every old server of the plan is in the inventory
-    servers = Servers(inv, plan, state)
-    return {
-        "inventory": inv,
-        "plan": plan,
-        "routes": _routes_path(inv, playbook.cluster, playbook, params),
-        "repl": inv.replication_credentials(playbook.cluster),
-        "app": inv.app_credentials(playbook.cluster),
-        "servers": servers,
-        # One run at a time for these old servers: the lock lives on the first one.
-        "lock_session": inv.open(sources[0]).dedicated(),
-    }
-
-
 # -- helpers -------------------------------------------------------------------------
 
+def _res(ctx: RunContext) -> ConsolidateResources:
+    return required(ctx, ConsolidateResources)
+
+
 def _plan(ctx: RunContext) -> ConsolidationPlan:
-    return ctx.resources["plan"]
+    r = typed(ctx, ConsolidateResources)
+    return r.plan if r is not None else ctx.resources[PLAN_ONLY]
+
+
+def _state(ctx: RunContext) -> ConsolidateState:
+    return ConsolidateState.load(ctx.state)
+
+
+def _is_cut(ctx: RunContext, source: str) -> bool:
+    return source in _state(ctx).cut
 
 
 def _srv(ctx: RunContext, name: str) -> Server:
-    return ctx.resources["servers"][name]
+    return _res(ctx).servers[name]
 
 
 def _applier(ctx: RunContext, name: str) -> Applier:
@@ -188,11 +113,11 @@ def _applier(ctx: RunContext, name: str) -> Applier:
 
 
 def _route(ctx: RunContext, shard: str) -> DsnFileRouter:
-    return DsnFileRouter(shard, ctx.resources["routes"])
+    return DsnFileRouter(shard, _res(ctx).routes)
 
 
 def _addr(ctx: RunContext, name: str) -> str:
-    return ctx.resources["servers"].address(name)
+    return _res(ctx).servers.address(name)
 
 
 def shards_of(plan: ConsolidationPlan, instance: str, source: str) -> list[str]:
@@ -232,7 +157,7 @@ def evaluate_preflight(ctx: RunContext, params: ConsolidateParams) -> tuple[bool
                 problems.append(f"{src}: shard(s) {', '.join(missing)} do not exist")
             for shard in mine:
                 writer = _route(ctx, shard).current().writer
-                if writer not in (None, _addr(ctx, src)) and not ctx.state.get(f"cut.{src}"):
+                if writer not in (None, _addr(ctx, src)) and not _is_cut(ctx, src):
                     problems.append(f"route of {shard} names {writer}, not its old server {src} ({_addr(ctx, src)})")
         except DbmigrateError as e:
             problems.append(f"{src}: {e.message}")
@@ -252,12 +177,12 @@ def evaluate_preflight(ctx: RunContext, params: ConsolidateParams) -> tuple[bool
 def evaluate_caught_up(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict]:
     """Every seeded connection runs and is within max_lag_s of its old server, waiting
     up to gate_timeout_s (a connection just started is still 'Connecting' for a moment)."""
-    deadline = time.monotonic() + params.gate_timeout_s
+    deadline = ctx.clock.monotonic() + params.gate_timeout_s
     while True:
         ok, reason, details = _caught_up_once(ctx, params)
-        if ok or time.monotonic() >= deadline:
+        if ok or ctx.clock.monotonic() >= deadline:
             return ok, reason if ok else f"{reason} (after {params.gate_timeout_s:g}s)", details
-        time.sleep(0.2)
+        ctx.clock.sleep(0.2)
 
 
 def _caught_up_once(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict]:
@@ -268,25 +193,21 @@ def _caught_up_once(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, s
         return True, "dry-run: not evaluated (the instances are not seeded)", details
     for inst in plan.instances:
         for src in inst.sources:
-            if ctx.state.get(f"cut.{src}"):
+            if _is_cut(ctx, src):
                 continue  # already cut over: the forward connection is gone on purpose
             conn = connection_name(src)
             try:
-                row = Inspector(_srv(ctx, inst.name)).connection_status(conn)
+                st = Inspector(_srv(ctx, inst.name)).named_replica_status(conn)
             except DbmigrateError as e:
                 problems.append(f"{inst.name}: {e.message}")
                 continue
-            if row is None:
+            if st is None:
                 problems.append(f"{inst.name} has no connection '{conn}' from {src}")
                 continue
-            io, sql = row.get("Slave_IO_Running") or row.get("Replica_IO_Running"), \
-                row.get("Slave_SQL_Running") or row.get("Replica_SQL_Running")
-            lag = row.get("Seconds_Behind_Master", row.get("Seconds_Behind_Source"))
-            details[f"{inst.name}<-{src}"] = {"io": io, "sql": sql, "seconds_behind": lag,
-                                             "error": row.get("Last_Error") or row.get("Last_IO_Error") or ""}
+            io, sql, lag = st.io_running, st.sql_running, st.seconds_behind
+            details[f"{inst.name}<-{src}"] = {"io": io, "sql": sql, "seconds_behind": lag, "error": st.last_error}
             if io != "Yes" or sql != "Yes":
-                problems.append(f"{inst.name} <- {src} is not running (io {io}, sql {sql}) "
-                                f"{row.get('Last_Error') or row.get('Last_IO_Error') or ''}".strip())
+                problems.append(f"{inst.name} <- {src} is not running (io {io}, sql {sql}) {st.last_error}".strip())
             elif lag is None or float(lag) > params.max_lag_s:
                 problems.append(f"{inst.name} <- {src} is {lag}s behind (limit {params.max_lag_s:g}s)")
     if problems:
@@ -296,32 +217,29 @@ def _caught_up_once(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, s
 
 # -- provision -------------------------------------------------------------------------
 
-def sandbox_extra(config: dict[str, str]) -> dict[str, str]:
-    """The plan's settings a sandbox instance needs beyond its defaults (strict mode, filters)."""
-    return {k: v for k, v in config.items() if k == "gtid_strict_mode" or ".replicate_" in k}
-
-
 def _answers(ctx: RunContext, name: str) -> bool:
     try:
-        _srv(ctx, name).scalar("SELECT 1 AS one")
-        return True
+        if Inspector(_srv(ctx, name)).reachable():
+            return True
     except DbmigrateError:
-        ctx.resources["servers"].forget(name)
-        return False
+        pass
+    _res(ctx).servers.forget(name)
+    return False
 
 
 def _provision(inst: PlannedInstance):
     def run(ctx: RunContext) -> str:
         if ctx.dry_run:
             return f"would create {inst.name} on {inst.host}"
-        if inst.sandbox:
-            from dbmigrate.rehearsal.sandbox.manager import Sandboxes
-
-            ist = Sandboxes().add_instance(inst.sandbox, inst.name, buffer_pool_mb=inst.buffer_pool_mb,
-                                           cluster=inst.name, extra=sandbox_extra(inst.config))
-            instances = dict(ctx.state.get("instances") or {})
-            instances[inst.name] = f"127.0.0.1:{ist.port}"
-            ctx.state["instances"] = instances
+        provisioner = provisioner_for(inst)
+        if inst.sandbox and provisioner is None:
+            raise ConsolidateError(f"{inst.name} is planned on sandbox host {inst.sandbox}, and no sandbox "
+                                   "provisioner is installed in this process",
+                                   hint="run the playbook with the dbmigrate command (it installs the provisioner)")
+        if provisioner is not None:
+            address = provisioner.create(inst)
+            with ConsolidateState.edit(ctx.state) as st:
+                st.instances[inst.name] = address
         elif not _answers(ctx, inst.name):
             raise ConsolidateError(
                 f"{inst.name} does not answer at {inst.address}:{inst.port} on host {inst.host}",
@@ -333,7 +251,7 @@ def _provision(inst: PlannedInstance):
                 f"(buffer pool {inst.buffer_pool_mb} MB), read-only until its cutover")
 
     def check(ctx: RunContext) -> bool:
-        return not ctx.dry_run and (inst.name in (ctx.state.get("instances") or {}) or not inst.sandbox) \
+        return not ctx.dry_run and (inst.name in _state(ctx).instances or not inst.sandbox) \
             and _answers(ctx, inst.name)
 
     return FunctionStep(f"provision {inst.name} on {inst.host}", run, check=check,
@@ -397,18 +315,17 @@ def grants_for_shards(grants: list[str], shards: list[str]) -> list[str]:
 
 
 def _copy_app_grants(ctx: RunContext, source: str, instance: str, shards: list[str]) -> int:
-    app = ctx.resources.get("app")
+    app = _res(ctx).app
     if app is None:
         return 0
     src, dst = Inspector(_srv(ctx, source)), Inspector(_srv(ctx, instance))
     applier = _applier(ctx, instance)
     copied = 0
     for host in src.user_hosts(app.user):
-        if not dst.server.scalar("SELECT COUNT(*) AS n FROM mysql.user WHERE User=%s AND Host=%s", (app.user, host)):
-            create = src.server.scalar("SHOW CREATE USER %s@%s", (app.user, host))
-            applier.sql(str(create))
+        if not dst.account_exists(app.user, host):
+            applier.replay_account_statement(src.create_user_statement(app.user, host))
         for g in grants_for_shards(src.grants(app.user, host), shards):
-            applier.sql(g)
+            applier.replay_account_statement(g)
             copied += 1
     return copied
 
@@ -421,7 +338,7 @@ def _seed(inst: PlannedInstance, source: str):
         if ctx.dry_run:
             return f"would copy {', '.join(shards)} from {source} to {inst.name}"
         src_srv, dst_srv = _srv(ctx, source), _srv(ctx, inst.name)
-        started = time.monotonic()
+        started = ctx.clock.monotonic()
         with tempfile.TemporaryDirectory(prefix="dbmigrate-seed-") as tmp, \
                 private_defaults_file(src_srv.credentials, src_srv.host, src_srv.port) as src_cnf, \
                 private_defaults_file(dst_srv.credentials, dst_srv.host, dst_srv.port) as dst_cnf:
@@ -444,17 +361,16 @@ def _seed(inst: PlannedInstance, source: str):
         grants = _copy_app_grants(ctx, source, inst.name, shards)
         host, _, port = _addr(ctx, source).rpartition(":")
         a = _applier(ctx, inst.name)
-        a.add_source(conn, host, int(port), ctx.resources["repl"], log_file, log_pos, wild_patterns(shards))
+        a.add_source(conn, host, int(port), _res(ctx).repl, log_file, log_pos, wild_patterns(shards))
         a.start_source(conn)
-        ctx.state[f"seed.{inst.name}.{source}"] = {"file": log_file, "pos": log_pos}
         return (f"copied {', '.join(shards)} from {source} to {inst.name} ({size / 1024:.0f} KiB in "
-                f"{time.monotonic() - started:.1f}s, {grants} grant(s)); connection '{conn}' replicates them "
+                f"{ctx.clock.monotonic() - started:.1f}s, {grants} grant(s)); connection '{conn}' replicates them "
                 f"from {log_file}:{log_pos}")
 
     def check(ctx: RunContext) -> bool:
-        if ctx.state.get(f"cut.{source}"):
+        if _is_cut(ctx, source):
             return True  # cut over: the forward connection was dropped on purpose
-        if ctx.dry_run and inst.name not in (ctx.state.get("instances") or {}) and inst.sandbox:
+        if ctx.dry_run and inst.name not in _state(ctx).instances and inst.sandbox:
             return False
         try:
             return Inspector(_srv(ctx, inst.name)).connection_status(conn) is not None
@@ -466,10 +382,8 @@ def _seed(inst: PlannedInstance, source: str):
         a = _applier(ctx, inst.name)
         if Inspector(_srv(ctx, inst.name)).connection_status(conn) is not None:
             a.remove_source(conn)
-        a.sql("SET SESSION sql_log_bin=0")
         for s in shards:
-            a.sql(f"DROP DATABASE IF EXISTS `{s}`")
-        a.sql("SET SESSION sql_log_bin=1")
+            a.drop_schema_without_binlog(s)
         return f"{inst.name}: connection '{conn}' removed, copies of {', '.join(shards)} dropped"
 
     def describe(ctx: RunContext):
@@ -489,27 +403,13 @@ def params_of(ctx: RunContext) -> ConsolidateParams:
 # -- cutover -----------------------------------------------------------------------------
 
 def _end_app_sessions(ctx: RunContext, name: str) -> int:
-    app = ctx.resources.get("app")
-    if app is None or ctx.dry_run:
+    """Let in-flight transactions finish (they fail on commit otherwise), then end client sessions."""
+    if ctx.dry_run:
         return 0
-    insp, a = Inspector(_srv(ctx, name)), _applier(ctx, name)
-    deadline = time.monotonic() + params_of(ctx).drain_timeout_s
-    while time.monotonic() < deadline:  # let in-flight transactions finish (they fail on commit otherwise)
-        busy = _srv(ctx, name).scalar(
-            "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p "
-            "ON p.ID = t.trx_mysql_thread_id WHERE p.USER=%s", (app.user,))
-        if not busy:
-            break
-        time.sleep(0.01)
-    killed = 0
-    for s in insp.sessions():
-        if s.user == app.user:
-            try:
-                a.kill_connection(s.id)
-                killed += 1
-            except DbmigrateError:
-                pass  # it ended by itself
-    return killed
+    insp = Inspector(_srv(ctx, name))
+    done = drain(insp, _applier(ctx, name), protected_users(insp, _res(ctx).repl.user),
+                 timeout_s=params_of(ctx).drain_timeout_s, until="transactions", clock=ctx.clock)
+    return done.ended
 
 
 def cutover(ctx: RunContext, source: str) -> str:
@@ -520,9 +420,8 @@ def cutover(ctx: RunContext, source: str) -> str:
     if ctx.dry_run:
         return f"would fence {source} and route its shards to {', '.join(t.name for t in targets)}"
     src = Inspector(_srv(ctx, source))
-    started = time.perf_counter()
+    started = ctx.clock.monotonic()
     _applier(ctx, source).set_read_only(True)
-    ctx.state[f"fenced.{source}"] = True
     try:
         killed = _end_app_sessions(ctx, source)
         log_file, log_pos = src.binlog_coordinates()
@@ -536,25 +435,27 @@ def cutover(ctx: RunContext, source: str) -> str:
                                             f"on {t.name}; {source} was unfenced")
             if p.checksum:
                 checked += _compare_checksums(ctx, source, t.name, shards_of(plan, t.name, source))
-        caught_ms = (time.perf_counter() - started) * 1000
+        caught_ms = (ctx.clock.monotonic() - started) * 1000
         reverse: dict[str, list] = {}
         for t in targets:
             t_file, t_pos = Inspector(_srv(ctx, t.name)).binlog_coordinates()
             host, _, port = _addr(ctx, t.name).rpartition(":")
             a = _applier(ctx, source)
-            a.add_source(connection_name(t.name), host, int(port), ctx.resources["repl"], t_file, t_pos,
+            a.add_source(connection_name(t.name), host, int(port), _res(ctx).repl, t_file, t_pos,
                          wild_patterns(shards_of(plan, t.name, source)))
             a.start_source(connection_name(t.name))
             reverse[t.name] = [t_file, t_pos]
-        ctx.state[f"reverse.{source}"] = reverse
+        with ConsolidateState.edit(ctx.state) as st:
+            st.reverse[source] = reverse
         moved = []
         for t in targets:
             _applier(ctx, t.name).set_read_only(False)
             for shard in shards_of(plan, t.name, source):
                 _route(ctx, shard).switch_writer(_addr(ctx, t.name), old=old_addr)
                 moved.append(f"{shard}->{t.name}")
-        fenced_ms = (time.perf_counter() - started) * 1000
-        ctx.state[f"cut.{source}"] = {"targets": [t.name for t in targets], "at": time.time()}
+        fenced_ms = (ctx.clock.monotonic() - started) * 1000
+        with ConsolidateState.edit(ctx.state) as st:
+            st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
         ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)
     except BaseException:
         try:
@@ -571,20 +472,25 @@ def cutover(ctx: RunContext, source: str) -> str:
 
 def _compare_checksums(ctx: RunContext, source: str, instance: str, shards: list[str]) -> int:
     old, new = Inspector(_srv(ctx, source)), Inspector(_srv(ctx, instance))
-    results = dict(ctx.state.get("checksums") or {})
+    results = dict(_state(ctx).checksums)
     n = 0
     for shard in shards:
         a, b = old.table_checksums(shard), new.table_checksums(shard)
         results[shard] = {"old": a, "new": b}
         diff = sorted(t for t in set(a) | set(b) if a.get(t) != b.get(t))
         if diff:
-            ctx.state["checksums"] = results
+            _save_checksums(ctx, results)
             raise SafetyError(f"CHECKSUM TABLE differs between {source} and {instance} for "
                               f"{', '.join(f'{shard}.{t}' for t in diff)}",
                               hint=f"{source} was unfenced; compare the tables, then re-seed the instance")
         n += len(a)
-    ctx.state["checksums"] = results
+    _save_checksums(ctx, results)
     return n
+
+
+def _save_checksums(ctx: RunContext, results: dict[str, Any]) -> None:
+    with ConsolidateState.edit(ctx.state) as st:
+        st.checksums = results
 
 
 def _undo_cutover(ctx: RunContext, source: str) -> str:
@@ -592,7 +498,7 @@ def _undo_cutover(ctx: RunContext, source: str) -> str:
     plan, p = _plan(ctx), params_of(ctx)
     targets = targets_of(plan, source)
     old_addr = _addr(ctx, source)
-    reverse = ctx.state.get(f"reverse.{source}") or {}
+    reverse = _state(ctx).reverse.get(source) or {}
     src = Inspector(_srv(ctx, source))
     back = []
     for t in targets:
@@ -621,17 +527,16 @@ def _undo_cutover(ctx: RunContext, source: str) -> str:
         if still_here:
             _applier(ctx, t.name).set_read_only(False)
     _applier(ctx, source).set_read_only(False)
-    ctx.state[f"fenced.{source}"] = False
-    ctx.state[f"reverse.{source}"] = {}
-    if f"cut.{source}" in ctx.state:
-        ctx.state[f"cut.{source}"] = None
+    with ConsolidateState.edit(ctx.state) as st:
+        st.reverse.pop(source, None)
+        st.cut.pop(source, None)
     routed = f"routes {', '.join(back)} back to {source}" if back else "no route had moved"
     return f"{routed}; {source} is writable again"
 
 
 def _cutover_step(source: str, targets: list[str]) -> FunctionStep:
     def check(ctx: RunContext) -> bool:
-        return not ctx.dry_run and bool(ctx.state.get(f"cut.{source}"))
+        return not ctx.dry_run and _is_cut(ctx, source)
 
     def verify(ctx: RunContext) -> None:
         if ctx.dry_run:
@@ -675,8 +580,9 @@ def _publish_routes(ctx: RunContext) -> str:
             if not ctx.dry_run:
                 r.switch_writer(_addr(ctx, s.source))
             added.append(s.name)
-    return f"routes of {', '.join(added)} added to {ctx.resources['routes']}" if added else \
-        f"all {len(plan.shards)} shard routes present in {ctx.resources['routes']}"
+    routes = _res(ctx).routes
+    return f"routes of {', '.join(added)} added to {routes}" if added else \
+        f"all {len(plan.shards)} shard routes present in {routes}"
 
 
 def _verify(ctx: RunContext) -> str:
@@ -700,13 +606,14 @@ def _verify(ctx: RunContext) -> str:
 # -- the procedure ---------------------------------------------------------------------
 
 def build_phases(ctx: RunContext, params: ConsolidateParams) -> list[Phase]:
-    plan: ConsolidationPlan | None = ctx.resources.get("plan")
+    resources = typed(ctx, ConsolidateResources)
+    plan = resources.plan if resources is not None else ctx.resources.get(PLAN_ONLY)
     if plan is None:  # `dbmigrate plan` builds without resources: read the plan file only
         playbook = ctx.resources.get("playbook")
-        plan = _load_plan(_plan_path(playbook, params)) if playbook is not None else None
+        plan = load_plan(plan_path(playbook, params)) if playbook is not None else None
         if plan is None:
             raise UsageError("consolidate needs its plan file")
-        ctx.resources["plan"] = plan
+        ctx.resources[PLAN_ONLY] = plan
     sources = sorted({s.source for s in plan.shards})
     seeds = [_seed(inst, src) for inst in plan.instances for src in inst.sources]
     cutovers = [_cutover_step(src, [t.name for t in targets_of(plan, src)]) for src in sources]
