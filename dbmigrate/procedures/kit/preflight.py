@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from dbmigrate import gates
 from dbmigrate.engine.step import AutoGate, GateResult, RunContext
 
 
@@ -25,8 +26,6 @@ def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, limits: 
     passes; anything else fails at once. The details keep every check's verdict, so
     the journal shows all of them.
     """
-    from dbmigrate import gates
-
     checks = gates.Limits(max_lag_ms=limits.max_lag_ms, max_trx_age_s=limits.max_trx_age_s,
                           write_heartbeat=not ctx.dry_run)
     deadline = ctx.clock.monotonic() + (0 if ctx.dry_run else limits.lag_wait_s)
