@@ -61,8 +61,15 @@ class ClusterResources:
                         repl_addresses={n: inv.replication_address(n) for n in self.servers})
 
     def close(self) -> None:
+        """Closes the servers; the lock session is closed by the run, after the lock is released."""
         for server in self.servers.values():
             server.close()
+
+    def close_all(self) -> None:
+        """For a preparer that gives up before handing the resources over."""
+        self.close()
+        if self.lock_session is not None:
+            self.lock_session.close()
 
 
 def open_cluster(playbook: Any, primary: str | None = None) -> ClusterResources:
@@ -72,9 +79,14 @@ def open_cluster(playbook: Any, primary: str | None = None) -> ClusterResources:
     inv = inventory_of(playbook)
     spec = inv.cluster(playbook.cluster)
     servers = {name: inv.open(name) for name in spec.servers}
-    primary = primary or find_primary_of(servers)
-    return ClusterResources(inventory=inv, cluster=playbook.cluster, servers=servers, primary=primary,
-                            router=router_of(inv, playbook.cluster), lock_session=servers[primary].dedicated())
+    try:
+        primary = primary or find_primary_of(servers)
+        return ClusterResources(inventory=inv, cluster=playbook.cluster, servers=servers, primary=primary,
+                                router=router_of(inv, playbook.cluster), lock_session=servers[primary].dedicated())
+    except BaseException:
+        for server in servers.values():
+            server.close()
+        raise
 
 
 def handed_over(resources: Any, lock_session: Server | None) -> dict[str, Any]:

@@ -63,9 +63,7 @@ def prepare(playbook: Any, store: Any) -> dict[str, Any]:
     old = cluster.primary
     if state.old is None:
         if old == new:
-            cluster.close()
-            if cluster.lock_session is not None:
-                cluster.lock_session.close()
+            cluster.close_all()
             raise UsageError(f"{new} is already the primary of '{playbook.cluster}'", hint="nothing to promote")
         if store is not None:
             state.old, state.new = old, new

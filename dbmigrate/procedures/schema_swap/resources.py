@@ -102,9 +102,7 @@ def prepare(playbook: Any, store: Any) -> dict[str, Any]:
             state.primary_altered = all(ddl_applied(insp, d) for d in params.statements())
         state.save(store)
     except BaseException:
-        cluster.close()
-        if cluster.lock_session is not None:
-            cluster.lock_session.close()
+        cluster.close_all()
         raise
     resources = SchemaSwapResources(cluster=cluster, sides=sides, candidate=candidate,
                                     primary_altered=bool(state.primary_altered),
