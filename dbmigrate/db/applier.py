@@ -124,3 +124,21 @@ class Applier:
     def sql(self, statement: str, params: tuple | None = None) -> int:
         """An arbitrary statement from a procedure (DDL, seeding). Still tagged, logged, dry-run aware."""
         return self._send(statement, params)
+
+    # -- used by the procedures
+    def replay_account_statement(self, statement: str) -> None:
+        """A CREATE USER or GRANT read from another server (SHOW CREATE USER / SHOW GRANTS), replayed here."""
+        if not statement.lstrip().upper().startswith(("CREATE USER ", "GRANT ")):
+            raise ValueError("only CREATE USER and GRANT statements are replayed")
+        self._send(statement)
+
+    def drop_schema_without_binlog(self, schema: str) -> None:
+        """Drop a copied schema on this server only (nothing replicates, no GTID)."""
+        self.ddl_without_binlog("DROP DATABASE IF EXISTS `" + schema.replace("`", "``") + "`")
+
+    def write_switchover_probe(self, run_id: str, primary: str) -> None:
+        """A row on the new primary whose arrival on every follower proves that writes flow."""
+        self._send("CREATE DATABASE IF NOT EXISTS dbmigrate")
+        self._send("CREATE TABLE IF NOT EXISTS dbmigrate.switchover_probe "
+                   "(run_id VARCHAR(64) PRIMARY KEY, primary_name VARCHAR(128), ts DATETIME(6))")
+        self._send("REPLACE INTO dbmigrate.switchover_probe VALUES (%s, %s, UTC_TIMESTAMP(6))", (run_id, primary))

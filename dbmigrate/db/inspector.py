@@ -355,3 +355,20 @@ class Inspector:
         finally:
             waiter.read_timeout = old
         return r is not None and int(r) >= 0
+
+    # -- used by the procedures
+    def named_replica_status(self, conn: str) -> ReplicaStatus | None:
+        """Status of one named replication connection (channel), flavor-neutral; None if absent."""
+        row = self.connection_status(conn)
+        return None if row is None else self.flavor.parse_replica_status(row)
+
+    def account_exists(self, user: str, host: str) -> bool:
+        return bool(self.server.scalar("SELECT COUNT(*) AS n FROM mysql.user WHERE User=%s AND Host=%s",
+                                       (user, host)))
+
+    def create_user_statement(self, user: str, host: str) -> str:
+        """SHOW CREATE USER: the account as a statement another server can replay (it may carry a hash)."""
+        return str(self.server.scalar("SHOW CREATE USER %s@%s", (user, host)))
+
+    def slow_query_log_file(self) -> str:
+        return str(self.server.scalar("SELECT @@GLOBAL.slow_query_log_file AS f"))

@@ -21,6 +21,8 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
+from dbmigrate.procedures.kit.cutover import CutoverState
+from dbmigrate.procedures.kit.guard import GuardState
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 Progress = Callable[[str], None]
@@ -56,10 +58,11 @@ def _guard_facts(run_id: str) -> dict[str, Any]:
 
     with Journal(resolve_journal_path()) as j:
         state = j.all_state(run_id)
-    windows = state.get("guard_decisions") or []
-    return {"tripped": state.get("guard_tripped"), "last": windows[-1] if windows else None,
-            "windows": windows, "switched_at": state.get("switched_at"),
-            "digest": _digest_before_after(state.get("baseline_digest"), len(windows))}
+    guard = GuardState.load(state)
+    windows = guard.guard_decisions
+    return {"tripped": guard.guard_tripped, "last": windows[-1] if windows else None,
+            "windows": windows, "switched_at": CutoverState.load(state).switched_at,
+            "digest": _digest_before_after(guard.baseline_digest, len(windows))}
 
 
 def _digest_before_after(baseline_file: str | None, windows: int) -> dict[str, Any] | None:
