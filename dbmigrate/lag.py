@@ -21,28 +21,29 @@ while the IO thread reconnects.
 The writer refuses to write where read_only is ON (one statement checks and
 writes), because the tool's own account bypasses read_only: a heartbeat must
 never become a write on a fenced primary or an errant transaction on a replica.
+
+The statements are `dbmigrate.db.heartbeat`'s; this module decides what they mean.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from dbmigrate.db.connection import QueryError, Server
+from dbmigrate.db.heartbeat import HeartbeatSQL, valid_table
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
+from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError, WaitTimeout
 
 log = logging.getLogger("dbmigrate.lag")
 
 DEFAULT_TABLE = "dbmigrate.heartbeat"
 PT_HEARTBEAT_TABLE = "percona.heartbeat"
 NO_TABLE_ERRNOS = (1146, 1049)  # table / database does not exist (yet) on that server
-_IDENT = re.compile(r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$")
 
 
 @dataclass(frozen=True)
@@ -53,13 +54,12 @@ class HeartbeatTable:
     kind: str = "dbmigrate"  # "dbmigrate" (we write it) or "pt-heartbeat" (read only)
 
     def __post_init__(self):
-        if not _IDENT.match(self.table):
+        if not valid_table(self.table):
             raise UsageError(f"heartbeat table '{self.table}' is not db.table", hint="e.g. percona.heartbeat")
 
-    @property
-    def quoted(self) -> str:
-        db, tbl = self.table.split(".")
-        return f"`{db}`.`{tbl}`"
+    def on(self, server: Server) -> HeartbeatSQL:
+        """This table's statements on `server`."""
+        return HeartbeatSQL(server, self.table)
 
     @classmethod
     def pt_heartbeat(cls, table: str = PT_HEARTBEAT_TABLE) -> "HeartbeatTable":
@@ -87,26 +87,24 @@ def ensure_heartbeat_table(server: Server, hb: HeartbeatTable = HeartbeatTable()
     if Inspector(server).read_only():
         raise SafetyError(f"{server.name} ({server.address}) is read_only: not creating {hb.table} there",
                           hint="the heartbeat is written on the writable primary only")
-    db = hb.table.split(".")[0]
-    server.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
-    server.execute(f"CREATE TABLE IF NOT EXISTS {hb.quoted} (server_id INT UNSIGNED NOT NULL PRIMARY KEY, "
-                   f"ts DATETIME(6) NOT NULL) ENGINE=InnoDB COMMENT='dbmigrate replication heartbeat'")
+    table = hb.on(server)
+    table.create_database()
+    table.create_table()
 
 
 def write_heartbeat(server: Server, hb: HeartbeatTable = HeartbeatTable()) -> datetime | None:
     """One heartbeat on the primary. Returns its ts, or None when the server is read_only (nothing written)."""
-    sql = (f"REPLACE INTO {hb.quoted} (server_id, ts) SELECT @@server_id, UTC_TIMESTAMP(6) FROM DUAL "
-           f"WHERE @@GLOBAL.read_only = 0")
+    table = hb.on(server)
     try:
-        written = server.execute(sql)
+        written = table.beat_unless_read_only()
     except QueryError as e:
         if e.errno not in NO_TABLE_ERRNOS:
             raise
         ensure_heartbeat_table(server, hb)
-        written = server.execute(sql)
+        written = table.beat_unless_read_only()
     if not written:
         return None
-    return _ts(server.scalar(f"SELECT ts FROM {hb.quoted} WHERE server_id = @@server_id"))
+    return _ts(table.own_ts())
 
 
 class HeartbeatWriter:
@@ -116,9 +114,11 @@ class HeartbeatWriter:
     they are counted and the last one kept; it retries at the next tick.
     """
 
-    def __init__(self, primary: Server, interval_s: float = 0.1, hb: HeartbeatTable = HeartbeatTable()):
+    def __init__(self, primary: Server, interval_s: float = 0.1, hb: HeartbeatTable = HeartbeatTable(),
+                 clock: Clock | None = None):
         if interval_s <= 0:
             raise UsageError("heartbeat interval must be > 0")
+        self.clock = clock or Clock()
         self.server = primary.dedicated()
         self.interval_s = interval_s
         self.hb = hb
@@ -150,7 +150,7 @@ class HeartbeatWriter:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            started = time.monotonic()
+            started = self.clock.monotonic()
             try:
                 ts = write_heartbeat(self.server, self.hb)
                 if ts is None:
@@ -163,7 +163,8 @@ class HeartbeatWriter:
                 self.last_error = e.message
                 log.warning("heartbeat write on %s failed: %s", self.server.name, e.message)
                 self.server.close()
-            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            # An event, not the clock's sleep: stop() must cut the pause short.
+            self._stop.wait(max(0.0, self.interval_s - (self.clock.monotonic() - started)))
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -183,25 +184,26 @@ class HeartbeatWriter:
 
 def read_heartbeat(server: Server, origin_server_id: int, hb: HeartbeatTable = HeartbeatTable()) -> datetime | None:
     """The origin's heartbeat as applied on `server` (None when absent there)."""
+    table = hb.on(server)
     try:
-        rows = server.query(f"SELECT ts FROM {hb.quoted} WHERE server_id = %s", (origin_server_id,))
-        if not rows and hb.kind == "pt-heartbeat":
+        ts = table.ts_of(origin_server_id)
+        if ts is None and hb.kind == "pt-heartbeat":
             # pt-heartbeat --master-server-id may differ from ours; take its newest row.
-            rows = server.query(f"SELECT ts FROM {hb.quoted} ORDER BY ts DESC LIMIT 1")
+            ts = table.newest_ts()
     except QueryError as e:
         if e.errno in NO_TABLE_ERRNOS:
             return None
         raise
-    return _ts(rows[0]["ts"]) if rows else None
+    return _ts(ts)
 
 
 def heartbeat_age_ms(primary: Server, ts: datetime, hb: HeartbeatTable = HeartbeatTable()) -> float:
     """How old the primary's own heartbeat is, by the primary's clock."""
-    row = primary.query("SELECT UTC_TIMESTAMP(6) AS utc_now, NOW(6) AS local_now")[0]
+    utc_now, local_now = Inspector(primary).server_clock()
     if hb.kind == "pt-heartbeat":
         # pt-heartbeat writes local time unless --utc: accept whichever reading is closer.
-        return min(abs(_ms(_ts(row["utc_now"]), ts)), abs(_ms(_ts(row["local_now"]), ts)))
-    return _ms(_ts(row["utc_now"]), ts)
+        return min(abs(_ms(_ts(utc_now), ts)), abs(_ms(_ts(local_now), ts)))
+    return _ms(_ts(utc_now), ts)
 
 
 # ---- samples -------------------------------------------------------------------
@@ -259,7 +261,7 @@ def judge(sample: LagSample, limit_ms: float) -> LagSample:
 
 def sample_lag(primary: Server, replicas: Iterable[Server], *, limit_ms: float = 1000.0, write: bool = True,
                settle_ms: float | None = None, fresh_ms: float = 2000.0, hb: HeartbeatTable = HeartbeatTable(),
-               poll_s: float = 0.005, clock: Callable[[], float] = time.monotonic) -> list[LagSample]:
+               poll_s: float = 0.005, clock: Clock | None = None) -> list[LagSample]:
     """One lag sample per replica.
 
     With `write` (built-in heartbeat only), one heartbeat is written on the
@@ -269,13 +271,14 @@ def sample_lag(primary: Server, replicas: Iterable[Server], *, limit_ms: float =
     Without `write`, a primary heartbeat older than `fresh_ms` is "stale".
     """
     replicas = list(replicas)
+    clock = clock or Clock()
     insp = Inspector(primary)
     origin = insp.server_id()
     wrote_at: float | None = None
     primary_ts: datetime | None = None
     if write and hb.kind == "dbmigrate":
         primary_ts = write_heartbeat(primary, hb)
-        wrote_at = clock() if primary_ts is not None else None
+        wrote_at = clock.monotonic() if primary_ts is not None else None
     if primary_ts is None:
         primary_ts = read_heartbeat(primary, origin, hb)
     fresh = primary_ts is not None and (wrote_at is not None or heartbeat_age_ms(primary, primary_ts, hb) <= fresh_ms)
@@ -285,7 +288,11 @@ def sample_lag(primary: Server, replicas: Iterable[Server], *, limit_ms: float =
     latest: dict[int, datetime | None] = {}
     errors: dict[int, str] = {}
     settle = (limit_ms + 500.0) if settle_ms is None else settle_ms
-    while True:
+
+    def since_write_ms() -> float:
+        return (clock.monotonic() - wrote_at) * 1000.0 if wrote_at is not None else 0.0
+
+    def all_seen() -> bool:
         for i, r in enumerate(replicas):
             if i in applied or i in errors:
                 continue
@@ -295,12 +302,15 @@ def sample_lag(primary: Server, replicas: Iterable[Server], *, limit_ms: float =
                 errors[i] = e.message
                 continue
             if fresh and latest[i] is not None and latest[i] >= primary_ts:
-                applied[i] = (clock() - wrote_at) * 1000.0 if wrote_at is not None else 0.0
-        waiting = wrote_at is not None and len(applied) + len(errors) < len(replicas)
-        if not waiting or (clock() - wrote_at) * 1000.0 >= settle:
-            break
-        time.sleep(poll_s)
-    waited_ms = (clock() - wrote_at) * 1000.0 if wrote_at is not None else 0.0
+                applied[i] = since_write_ms()
+        return wrote_at is None or len(applied) + len(errors) >= len(replicas)
+
+    try:
+        wait_until(all_seen, timeout=max(0.0, settle - since_write_ms()) / 1000.0, interval=poll_s, clock=clock,
+                   what="the replicas to apply the probe heartbeat")
+    except WaitTimeout:
+        pass  # not an error: a replica that has not applied it is lagging by at least the wait
+    waited_ms = since_write_ms()
 
     out = []
     for i, r in enumerate(replicas):

@@ -140,6 +140,7 @@ def _drive_with_resources(
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
     run_id = run["id"]
+    _install_provisioners()
     resources = _prepare(playbook, RunState(journal, run_id))
     try:
         ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
@@ -157,6 +158,14 @@ def _drive_with_resources(
             return runner.run(procedure, ctx, resume=(mode == "resume"))
     finally:
         _close_resources(resources)
+
+
+def _install_provisioners() -> None:
+    """Instances planned on sandbox hosts (rehearsals) are created by the sandbox provisioner;
+    procedures only know the protocol."""
+    from dbmigrate.rehearsal.provision import install
+
+    install()
 
 
 def _prepare(playbook: Playbook, state: RunState) -> dict[str, Any]:

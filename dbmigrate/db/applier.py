@@ -10,7 +10,11 @@ from typing import Callable
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
-from dbmigrate.redact import redact
+from dbmigrate.redact import redact, register_secret
+
+
+def _ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 class Applier:
@@ -71,6 +75,28 @@ class Applier:
     def kill_connection(self, connection_id: int) -> None:
         self._send(f"KILL CONNECTION {int(connection_id)}")
 
+    # -- topology wiring -------------------------------------------------------
+    def binlog_session(self, on: bool) -> None:
+        """Binlog (or not) what this session sends next: accounts created on every server
+        with it off give no server GTIDs the others lack."""
+        self._send(f"SET SESSION sql_log_bin={1 if on else 0}")
+
+    def create_schema(self, schema: str) -> None:
+        self._send(f"CREATE DATABASE IF NOT EXISTS {_ident(schema)}")
+
+    def create_user(self, user: str, password: str) -> None:
+        """An account that may connect from any host."""
+        register_secret(password)  # it travels as a parameter: no SQL pattern would mask it in the log
+        self._send("CREATE USER %s@'%' IDENTIFIED BY %s", (user, password))
+
+    def grant(self, privileges_on: str, user: str, *, with_grant_option: bool = False) -> None:
+        """GRANT `privileges_on` ("PRIVILEGES ON what", from configuration, never from input) TO user@'%'."""
+        self._send(f"GRANT {privileges_on} TO %s@'%'" + (" WITH GRANT OPTION" if with_grant_option else ""), (user,))
+
+    def drop_index_locally(self, schema: str, table: str, index: str) -> None:
+        """Drop an index on this server only (nothing replicates): a deliberate regression."""
+        self.ddl_without_binlog(f"ALTER TABLE {_ident(schema)}.{_ident(table)} DROP INDEX {_ident(index)}")
+
     def set_global(self, name: str, value: str | int | float) -> None:
         if not name.replace("_", "").isalnum():
             raise ValueError(f"not a variable name: {name!r}")
@@ -98,3 +124,21 @@ class Applier:
     def sql(self, statement: str, params: tuple | None = None) -> int:
         """An arbitrary statement from a procedure (DDL, seeding). Still tagged, logged, dry-run aware."""
         return self._send(statement, params)
+
+    # -- used by the procedures
+    def replay_account_statement(self, statement: str) -> None:
+        """A CREATE USER or GRANT read from another server (SHOW CREATE USER / SHOW GRANTS), replayed here."""
+        if not statement.lstrip().upper().startswith(("CREATE USER ", "GRANT ")):
+            raise ValueError("only CREATE USER and GRANT statements are replayed")
+        self._send(statement)
+
+    def drop_schema_without_binlog(self, schema: str) -> None:
+        """Drop a copied schema on this server only (nothing replicates, no GTID)."""
+        self.ddl_without_binlog("DROP DATABASE IF EXISTS `" + schema.replace("`", "``") + "`")
+
+    def write_switchover_probe(self, run_id: str, primary: str) -> None:
+        """A row on the new primary whose arrival on every follower proves that writes flow."""
+        self._send("CREATE DATABASE IF NOT EXISTS dbmigrate")
+        self._send("CREATE TABLE IF NOT EXISTS dbmigrate.switchover_probe "
+                   "(run_id VARCHAR(64) PRIMARY KEY, primary_name VARCHAR(128), ts DATETIME(6))")
+        self._send("REPLACE INTO dbmigrate.switchover_probe VALUES (%s, %s, UTC_TIMESTAMP(6))", (run_id, primary))

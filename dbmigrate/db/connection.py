@@ -18,7 +18,7 @@ import mysql.connector
 from mysql.connector import errorcode
 
 from dbmigrate.db.credentials import Credentials
-from dbmigrate.db.flavor import Flavor, detect
+from dbmigrate.db.flavor import Flavor, for_server
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact
 
@@ -220,7 +220,7 @@ class Server:
     @property
     def flavor(self) -> Flavor:
         if self._flavor is None:
-            self._flavor = detect(self.version)
+            self._flavor = for_server(self.version)
         return self._flavor
 
     def dedicated(self) -> "Server":

@@ -1,13 +1,25 @@
 """Every SQL difference between MariaDB and MySQL lives here, and only here.
 
 MariaDB 10.11 is exercised against real servers by the test suite. The MySQL
-8.0.23+/8.4 side is written from the MySQL reference manual (SHOW REPLICA STATUS,
-CHANGE REPLICATION SOURCE TO, WAIT_FOR_EXECUTED_GTID_SET, super_read_only) and is
-covered by unit tests of the generated SQL only.
+side (8.0 up to 8.4 LTS) is written from the MySQL reference manual and covered
+by unit tests of the generated SQL only. MySQL renamed its replication
+statements across 8.0 and removed the old names in 8.4, so a MySQL flavor
+knows its server's version and picks each statement by it:
+
+- SHOW REPLICA STATUS, SHOW REPLICAS, START/STOP/RESET REPLICA: 8.0.22+
+  (SHOW SLAVE STATUS, ... before; its columns say Master/Slave, not Source/Replica);
+- CHANGE REPLICATION SOURCE TO with SOURCE_* options: 8.0.23+ (CHANGE MASTER TO before);
+- SOURCE_POS_WAIT(): 8.0.26+ (MASTER_POS_WAIT() before);
+- SHOW BINARY LOG STATUS: 8.2.0+ (SHOW MASTER STATUS before; gone in 8.4).
+
+The rest needs 8.0 (information_schema.INNODB_TABLES) and is the same through
+8.4: WAIT_FOR_EXECUTED_GTID_SET, super_read_only, performance_schema.global_status,
+the MAX_EXECUTION_TIME hint, CHANGE REPLICATION FILTER ... FOR CHANNEL.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +103,7 @@ class Flavor:
         raise NotImplementedError
     def prepare_as_replica_sql(self) -> list[str]: raise NotImplementedError
     def ddl_without_binlog_sql(self, statement: str) -> list[str]: raise NotImplementedError
+    def replication_grants(self) -> str: raise NotImplementedError
 
     # -- this server's own transactions (errant-GTID checks around local changes) --
     def server_identity_sql(self) -> str: raise NotImplementedError
@@ -112,8 +125,18 @@ class Flavor:
     def slow_log_variables(self) -> tuple[str, ...]: raise NotImplementedError
     def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]: raise NotImplementedError
 
+    # -- server facts that exist in one flavor only --
+    def gtid_binlog_pos_sql(self) -> str: raise NotImplementedError
+    def strict_gtid_variables(self) -> tuple[str, ...]: raise NotImplementedError
+    def gtid_mode_required(self) -> bool: raise NotImplementedError
+
+    def for_version(self, version: str) -> "Flavor":
+        """This flavor with the statement forms of that server version."""
+        return self
+
     # -- GTID arithmetic --
     def behind(self, source_pos: str, replica_pos: str) -> dict[str, int]: raise NotImplementedError
+    def written_by(self, gtid_text: str, server_id: int | str) -> bool: raise NotImplementedError
     def errant(self, candidate_state: str, source_state: str) -> list[str]: raise NotImplementedError
     def includes(self, pos: str, target: str) -> bool: raise NotImplementedError
 
@@ -286,17 +309,88 @@ class MariaDB(Flavor):
     def binlog_coordinates_sql(self) -> str:
         return "SHOW MASTER STATUS"
 
+    def gtid_binlog_pos_sql(self) -> str:
+        return "SELECT @@GLOBAL.gtid_binlog_pos AS pos"
+
+    def replication_grants(self) -> str:
+        # 10.5+ split REPLICATION CLIENT: SLAVE MONITOR shows replica status, BINLOG MONITOR the binlogs.
+        return "REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.*"
+
+    def strict_gtid_variables(self) -> tuple[str, ...]:
+        return ("gtid_strict_mode",)
+
+    def gtid_mode_required(self) -> bool:
+        return False  # MariaDB always writes GTIDs
+
+    def written_by(self, gtid_text, server_id) -> bool:
+        # domain-server_id-sequence: the middle part names the server that wrote it.
+        parts = str(gtid_text).split("-")
+        return len(parts) == 3 and parts[1] == str(server_id)
+
+
+def _version_tuple(version: str) -> tuple[int, int, int] | None:
+    m = re.match(r"^(\d+)\.(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+# SHOW SLAVE STATUS (before 8.0.22) names in the SHOW REPLICA STATUS vocabulary.
+_OLD_STATUS_WORDS = (("Seconds_Behind_Master", "Seconds_Behind_Source"), ("Master_", "Source_"),
+                     ("Slave_", "Replica_"))
+
+
+def _replica_vocabulary(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for name, value in row.items():
+        for old, new in _OLD_STATUS_WORDS:
+            if old in name:
+                out.setdefault(name.replace(old, new), value)
+                break
+    return out
+
 
 class MySQL(Flavor):
-    """MySQL 8.0.23+ / 8.4 (terminology: source/replica)."""
+    """MySQL 8.0 to 8.4. Statements renamed during 8.0 are picked by the server's
+    version; without one, the current forms (8.4 LTS) are used."""
 
     name = "mysql"
+    REPLICA_WORDS = (8, 0, 22)      # SHOW REPLICA STATUS, SHOW REPLICAS, START/STOP/RESET REPLICA
+    SOURCE_OPTIONS = (8, 0, 23)     # CHANGE REPLICATION SOURCE TO ... SOURCE_*
+    SOURCE_POS_WAIT = (8, 0, 26)
+    BINARY_LOG_STATUS = (8, 2, 0)   # SHOW BINARY LOG STATUS; SHOW MASTER STATUS is gone in 8.4
+    CURRENT = (8, 4, 0)
+
+    def __init__(self, version: tuple[int, int, int] = CURRENT):
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"MySQL({'.'.join(map(str, self.version))})"
+
+    def for_version(self, version: str) -> "MySQL":
+        parsed = _version_tuple(version)
+        if parsed is None or parsed == self.version:
+            return self
+        return _mysql_at(parsed)
+
+    def _since(self, version: tuple[int, int, int]) -> bool:
+        return self.version >= version
+
+    @property
+    def _replica(self) -> str:
+        return "REPLICA" if self._since(self.REPLICA_WORDS) else "SLAVE"
+
+    @property
+    def _source(self) -> str:
+        """Option prefix of CHANGE ... TO (SOURCE_HOST or MASTER_HOST)."""
+        return "SOURCE" if self._since(self.SOURCE_OPTIONS) else "MASTER"
+
+    def _change_source_head(self) -> str:
+        return "CHANGE REPLICATION SOURCE TO " if self._since(self.SOURCE_OPTIONS) else "CHANGE MASTER TO "
 
     def replica_status_sql(self) -> str:
-        return "SHOW REPLICA STATUS"
+        return f"SHOW {self._replica} STATUS"
 
     def replica_hosts_sql(self) -> str:
-        return "SHOW REPLICAS"
+        return "SHOW REPLICAS" if self._since(self.REPLICA_WORDS) else "SHOW SLAVE HOSTS"
 
     def gtid_executed_sql(self) -> str:
         return "SELECT @@GLOBAL.gtid_executed AS pos"
@@ -305,6 +399,7 @@ class MySQL(Flavor):
         return "SELECT @@GLOBAL.gtid_executed AS pos"
 
     def parse_replica_status(self, row: dict[str, Any]) -> ReplicaStatus:
+        row = _replica_vocabulary(row)
         sbs = row.get("Seconds_Behind_Source")
         return ReplicaStatus(
             source_host=row.get("Source_Host", ""), source_port=int(row.get("Source_Port") or 0),
@@ -337,24 +432,29 @@ class MySQL(Flavor):
 
     statement_timeout_errnos = frozenset({3024})  # ER_QUERY_TIMEOUT
 
-    def change_source_sql(self, host, port, user, password, *, connect_retry=1, ssl=False) -> str:
-        parts = [f"SOURCE_HOST={sql_quote(host)}", f"SOURCE_PORT={int(port)}", f"SOURCE_USER={sql_quote(user)}"]
+    def _source_parts(self, host, port, user, password) -> list[str]:
+        x = self._source
+        parts = [f"{x}_HOST={sql_quote(host)}", f"{x}_PORT={int(port)}", f"{x}_USER={sql_quote(user)}"]
         if password is not None:
-            parts.append(f"SOURCE_PASSWORD={sql_quote(password)}")
-        parts += ["SOURCE_AUTO_POSITION=1", f"SOURCE_CONNECT_RETRY={int(connect_retry)}",
-                  "GET_SOURCE_PUBLIC_KEY=1"]
+            parts.append(f"{x}_PASSWORD={sql_quote(password)}")
+        return parts
+
+    def change_source_sql(self, host, port, user, password, *, connect_retry=1, ssl=False) -> str:
+        x = self._source
+        parts = self._source_parts(host, port, user, password)
+        parts += [f"{x}_AUTO_POSITION=1", f"{x}_CONNECT_RETRY={int(connect_retry)}", f"GET_{x}_PUBLIC_KEY=1"]
         if ssl:
-            parts.append("SOURCE_SSL=1")
-        return "CHANGE REPLICATION SOURCE TO " + ", ".join(parts)
+            parts.append(f"{x}_SSL=1")
+        return self._change_source_head() + ", ".join(parts)
 
     def start_replica_sql(self) -> str:
-        return "START REPLICA"
+        return f"START {self._replica}"
 
     def stop_replica_sql(self) -> str:
-        return "STOP REPLICA"
+        return f"STOP {self._replica}"
 
     def reset_replica_all_sql(self) -> str:
-        return "RESET REPLICA ALL"
+        return f"RESET {self._replica} ALL"
 
     def wait_for_gtid_sql(self) -> str:
         # Returns 0 when reached, 1 on timeout.
@@ -412,42 +512,69 @@ class MySQL(Flavor):
 
     # -- named connections: replication channels --
     def named_source_sql(self, conn, host, port, user, password, log_file, log_pos) -> str:
-        parts = [f"SOURCE_HOST={sql_quote(host)}", f"SOURCE_PORT={int(port)}", f"SOURCE_USER={sql_quote(user)}"]
-        if password is not None:
-            parts.append(f"SOURCE_PASSWORD={sql_quote(password)}")
-        parts += ["SOURCE_AUTO_POSITION=0", f"SOURCE_LOG_FILE={sql_quote(log_file)}", f"SOURCE_LOG_POS={int(log_pos)}",
-                  "SOURCE_CONNECT_RETRY=1", "GET_SOURCE_PUBLIC_KEY=1"]
-        return "CHANGE REPLICATION SOURCE TO " + ", ".join(parts) + f" FOR CHANNEL {sql_quote(_conn(conn))}"
+        x = self._source
+        parts = self._source_parts(host, port, user, password)
+        parts += [f"{x}_AUTO_POSITION=0", f"{x}_LOG_FILE={sql_quote(log_file)}", f"{x}_LOG_POS={int(log_pos)}",
+                  f"{x}_CONNECT_RETRY=1", f"GET_{x}_PUBLIC_KEY=1"]
+        return self._change_source_head() + ", ".join(parts) + f" FOR CHANNEL {sql_quote(_conn(conn))}"
 
     def named_filter_sql(self, conn, wild_do_tables) -> str:
         patterns = ", ".join(sql_quote(p) for p in wild_do_tables)
         return f"CHANGE REPLICATION FILTER REPLICATE_WILD_DO_TABLE=({patterns}) FOR CHANNEL {sql_quote(_conn(conn))}"
 
     def start_named_sql(self, conn) -> str:
-        return f"START REPLICA FOR CHANNEL {sql_quote(_conn(conn))}"
+        return f"START {self._replica} FOR CHANNEL {sql_quote(_conn(conn))}"
 
     def stop_named_sql(self, conn) -> str:
-        return f"STOP REPLICA FOR CHANNEL {sql_quote(_conn(conn))}"
+        return f"STOP {self._replica} FOR CHANNEL {sql_quote(_conn(conn))}"
 
     def reset_named_all_sql(self, conn) -> str:
-        return f"RESET REPLICA ALL FOR CHANNEL {sql_quote(_conn(conn))}"
+        return f"RESET {self._replica} ALL FOR CHANNEL {sql_quote(_conn(conn))}"
 
     def named_status_sql(self, conn) -> str:
-        return f"SHOW REPLICA STATUS FOR CHANNEL {sql_quote(_conn(conn))}"
+        return f"SHOW {self._replica} STATUS FOR CHANNEL {sql_quote(_conn(conn))}"
 
     def all_connections_sql(self) -> str:
-        return "SHOW REPLICA STATUS"
+        return self.replica_status_sql()  # one row per channel
 
     def wait_for_position_sql(self, conn) -> str:
-        return f"SELECT SOURCE_POS_WAIT(%s, %s, %s, {sql_quote(_conn(conn))}) AS r"
+        fn = "SOURCE_POS_WAIT" if self._since(self.SOURCE_POS_WAIT) else "MASTER_POS_WAIT"
+        return f"SELECT {fn}(%s, %s, %s, {sql_quote(_conn(conn))}) AS r"
 
     def binlog_coordinates_sql(self) -> str:
-        return "SHOW BINARY LOG STATUS"  # 8.2+; SHOW MASTER STATUS before
+        return "SHOW BINARY LOG STATUS" if self._since(self.BINARY_LOG_STATUS) else "SHOW MASTER STATUS"
+
+    def gtid_binlog_pos_sql(self) -> str:
+        return self.gtid_executed_sql()  # what it has written is what it has executed
+
+    def replication_grants(self) -> str:
+        # SLAVE MONITOR and BINLOG MONITOR are MariaDB's; REPLICATION CLIENT covers both here.
+        return "REPLICATION SLAVE, REPLICATION CLIENT ON *.*"
+
+    def strict_gtid_variables(self) -> tuple[str, ...]:
+        return ()
+
+    def gtid_mode_required(self) -> bool:
+        return True  # GTID switchover needs gtid_mode=ON
+
+    def written_by(self, gtid_text, server_id) -> bool:
+        return False  # MySQL GTIDs name a server_uuid, not a server_id
 
 
 MARIADB = MariaDB()
 MYSQL = MySQL()
+_MYSQL_BY_VERSION: dict[tuple[int, int, int], MySQL] = {MySQL.CURRENT: MYSQL}
+
+
+def _mysql_at(version: tuple[int, int, int]) -> MySQL:
+    return _MYSQL_BY_VERSION.setdefault(version, MySQL(version))
 
 
 def detect(version: str) -> Flavor:
+    """The flavor family of a server version string (statement forms of its newest release)."""
     return MARIADB if "mariadb" in version.lower() else MYSQL
+
+
+def for_server(version: str) -> Flavor:
+    """The flavor that speaks to a server of exactly this version."""
+    return detect(version).for_version(version)

@@ -55,8 +55,8 @@ class Inspector:
 
     def gtid_mode_problem(self) -> str | None:
         """Why this server cannot take part in a GTID switchover, or None."""
-        if self.flavor.name != "mysql":
-            return None  # MariaDB always writes GTIDs
+        if not self.flavor.gtid_mode_required():
+            return None
         mode = str(self.variable("gtid_mode")).upper()
         return None if mode == "ON" else f"gtid_mode={mode}"
 
@@ -79,9 +79,7 @@ class Inspector:
 
     def gtid_binlog_pos(self) -> str:
         """What this server has written to its binlog: the target a successor must reach."""
-        if self.flavor.name == "mariadb":
-            return self.server.scalar("SELECT @@GLOBAL.gtid_binlog_pos AS pos") or ""
-        return self.gtid_executed()
+        return self.server.scalar(self.flavor.gtid_binlog_pos_sql()) or ""
 
     def gtid_state(self) -> str:
         """Binlog state with one entry per origin, for errant-transaction checks."""
@@ -152,6 +150,24 @@ class Inspector:
             "SELECT SCHEMA_NAME AS s FROM information_schema.SCHEMATA WHERE SCHEMA_NAME NOT IN "
             "('mysql','information_schema','performance_schema','sys')")
         return [r["s"] for r in rows]
+
+    # -- lag and heartbeat -----------------------------------------------------
+    def server_clock(self) -> tuple[Any, Any]:
+        """(UTC, local time) now by this server's clock, to the microsecond."""
+        row = self.server.query("SELECT UTC_TIMESTAMP(6) AS utc_now, NOW(6) AS local_now")[0]
+        return row["utc_now"], row["local_now"]
+
+    # -- data consistency ------------------------------------------------------
+    def checksum_differences(self, replicate_table: str) -> list[dict[str, Any]]:
+        """Tables whose chunks differ in pt-table-checksum's replicate table, as this replica
+        computed them: [{'db', 'tbl', 'chunks', 'replica_rows', 'primary_rows'}]."""
+        db, _, tbl = replicate_table.partition(".")
+        if not (db and tbl and (db + tbl).replace("_", "").replace("$", "").isalnum()):
+            raise ValueError(f"not a db.table name: {replicate_table!r}")
+        return self.server.query(
+            "SELECT db, tbl, COUNT(*) AS chunks, SUM(this_cnt) AS replica_rows, SUM(master_cnt) AS primary_rows "
+            f"FROM `{db}`.`{tbl}` WHERE master_cnt <> this_cnt OR master_crc <> this_crc "
+            "OR ISNULL(master_crc) <> ISNULL(this_crc) GROUP BY db, tbl ORDER BY db, tbl")
 
     def slow_log_settings(self) -> dict[str, Any]:
         """The slow-log variables of this flavor, as JSON-safe values of the right type
@@ -339,3 +355,20 @@ class Inspector:
         finally:
             waiter.read_timeout = old
         return r is not None and int(r) >= 0
+
+    # -- used by the procedures
+    def named_replica_status(self, conn: str) -> ReplicaStatus | None:
+        """Status of one named replication connection (channel), flavor-neutral; None if absent."""
+        row = self.connection_status(conn)
+        return None if row is None else self.flavor.parse_replica_status(row)
+
+    def account_exists(self, user: str, host: str) -> bool:
+        return bool(self.server.scalar("SELECT COUNT(*) AS n FROM mysql.user WHERE User=%s AND Host=%s",
+                                       (user, host)))
+
+    def create_user_statement(self, user: str, host: str) -> str:
+        """SHOW CREATE USER: the account as a statement another server can replay (it may carry a hash)."""
+        return str(self.server.scalar("SHOW CREATE USER %s@%s", (user, host)))
+
+    def slow_query_log_file(self) -> str:
+        return str(self.server.scalar("SELECT @@GLOBAL.slow_query_log_file AS f"))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +25,7 @@ from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.digest.model import Digest
+from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
 from dbmigrate.hosts import Host, LocalHost
 from dbmigrate.tools import percona
@@ -180,7 +180,7 @@ class SlowLogWindow:
     """
 
     def __init__(self, server: Server, *, log_file: str | None = None, persist: Persist | None = None,
-                 applier: Applier | None = None):
+                 applier: Applier | None = None, clock: Clock | None = None):
         self.server = server
         self.inspector = Inspector(server)
         self.applier = applier or Applier(server)
@@ -190,12 +190,13 @@ class SlowLogWindow:
         self.opened_at: float | None = None
         self.closed_at: float | None = None
         self.sessions_before: int = 0
+        self.clock = clock or Clock()
 
     @property
     def duration_s(self) -> float | None:
         if self.opened_at is None:
             return None
-        return (self.closed_at or time.monotonic()) - self.opened_at
+        return (self.closed_at or self.clock.monotonic()) - self.opened_at
 
     def default_log_file(self, current: dict[str, Any]) -> str:
         """A new file next to the server's own slow log (a directory it can write)."""
@@ -230,13 +231,13 @@ class SlowLogWindow:
             restore(self.server, self.saved_settings, applier=self.applier)
             raise
         self.log_file = log_file
-        self.opened_at = time.monotonic()
+        self.opened_at = self.clock.monotonic()
         return self.saved_settings
 
     def close(self) -> list[str]:
         if self.saved_settings is None:
             return []
-        self.closed_at = time.monotonic()
+        self.closed_at = self.clock.monotonic()
         return restore(self.server, self.saved_settings, applier=self.applier)
 
     def __enter__(self) -> "SlowLogWindow":
@@ -279,7 +280,7 @@ def mark_restored(path: Path, saved: dict[str, Any]) -> None:
 def capture_window(server: Server, seconds: float, out: str | Path | None = None, *,
                    saved_settings_file: str | Path | None = None, persist: Persist | None = None,
                    log_file: str | None = None, reader: SlowLogReader | None = None,
-                   progress: Progress | None = None, sleep: Callable[[float], None] = time.sleep) -> CaptureResult:
+                   progress: Progress | None = None, clock: Clock | None = None) -> CaptureResult:
     """Open a slow-log window on `server` for `seconds`, restore, digest. The saved
     settings go to `saved_settings_file` (default: next to the digest) and to `persist`."""
     if seconds <= 0:
@@ -294,7 +295,8 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
         if persist:
             persist(saved)
 
-    window = SlowLogWindow(server, log_file=log_file, persist=persist_all)
+    clock = clock or Clock()
+    window = SlowLogWindow(server, log_file=log_file, persist=persist_all, clock=clock)
     restored: list[str] = []
     # open() is inside the try: an interrupt that lands just after the last SET
     # must still restore (open() itself undoes a half-applied window).
@@ -302,7 +304,7 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
         window.open()
         say(f"window open on {server.name}: long_query_time=0 to {window.log_file} for {seconds:g}s "
             f"(previous settings saved in {saved_path})")
-        sleep(seconds)
+        clock.sleep(seconds)
     finally:
         if window.saved_settings is not None:
             restored = window.close()

@@ -83,6 +83,37 @@ class FunctionStep(Step):
         self.undo_if_started = undo_if_started
 
 
+# Every field a step carries, derived from the class so that a field added to Step
+# is copied by `replaced` without anyone remembering to list it.
+STEP_FIELDS: tuple[str, ...] = ("run", *Step.__annotations__)
+
+
+def replaced(step: Step, **changes: Any) -> FunctionStep:
+    """A copy of `step` as a FunctionStep with every field kept, except those in `changes`.
+
+        replaced(step, name="fence p1")                      # renamed
+        replaced(step, **{f: wrap(getattr(step, f)) ...})   # adapted callables
+    """
+    unknown = set(changes) - set(STEP_FIELDS)
+    if unknown:
+        raise TypeError(f"not step fields: {', '.join(sorted(unknown))}")
+    copy = FunctionStep(changes.get("name", step.name), changes.get("run", step.run))
+    for name in STEP_FIELDS:
+        setattr(copy, name, changes[name] if name in changes else getattr(step, name))
+    return copy
+
+
+def with_context(step: Step, adapt: Callable[["RunContext"], "RunContext"]) -> FunctionStep:
+    """A copy of `step` whose callables receive `adapt(ctx)` instead of the run context;
+    every other field (mutating, undo_if_started, ...) is kept as it is."""
+    changes: dict[str, Any] = {}
+    for name in STEP_FIELDS:
+        value = getattr(step, name)
+        if callable(value):
+            changes[name] = lambda ctx, fn=value: fn(adapt(ctx))
+    return replaced(step, **changes)
+
+
 class Gate:
     """Something that must say yes before a phase starts."""
 

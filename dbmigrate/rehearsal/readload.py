@@ -5,6 +5,10 @@ router's writer port) as the application user. Connections are short-lived
 (reconnect every `queries_per_connection`), like a PHP fleet's, which also means
 slow-log windows opened mid-run see them (long_query_time is per session).
 Errors (a fence, a flip) only make a thread reconnect.
+
+It acts as the application, so its statements (the schema it reads, its seed
+rows and lookups) stay here: they are the workload, not dbmigrate's own reads
+or writes of server state, which go through `dbmigrate.db`.
 """
 
 from __future__ import annotations

@@ -18,7 +18,11 @@ from typing import Any, Callable
 import yaml
 
 from dbmigrate.config import load_inventory
+from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.wait import Clock
+from dbmigrate.procedures.kit.cutover import CutoverState
+from dbmigrate.procedures.kit.guard import GuardState
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 Progress = Callable[[str], None]
@@ -54,10 +58,11 @@ def _guard_facts(run_id: str) -> dict[str, Any]:
 
     with Journal(resolve_journal_path()) as j:
         state = j.all_state(run_id)
-    windows = state.get("guard_decisions") or []
-    return {"tripped": state.get("guard_tripped"), "last": windows[-1] if windows else None,
-            "windows": windows, "switched_at": state.get("switched_at"),
-            "digest": _digest_before_after(state.get("baseline_digest"), len(windows))}
+    guard = GuardState.load(state)
+    windows = guard.guard_decisions
+    return {"tripped": guard.guard_tripped, "last": windows[-1] if windows else None,
+            "windows": windows, "switched_at": CutoverState.load(state).switched_at,
+            "digest": _digest_before_after(guard.baseline_digest, len(windows))}
 
 
 def _digest_before_after(baseline_file: str | None, windows: int) -> dict[str, Any] | None:
@@ -107,8 +112,7 @@ def _drop_index_locally(inv, candidate: str) -> None:
     """The deliberate regression: the candidate loses the index the read workload uses,
     without binlogging it (so no other server is touched)."""
     with inv.open(candidate) as c:
-        c.execute("SET SESSION sql_log_bin=0")
-        c.execute("ALTER TABLE app.orders DROP INDEX idx_customer")
+        Applier(c).drop_index_locally("app", "orders", "idx_customer")
 
 
 def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5, keep: bool = False,
@@ -173,7 +177,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             f"{' with the latency guard' if guard else ''}{' (regression built in)' if regress else ''}")
         outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
         finished = time.time()
-        time.sleep(0.3)  # a few writes on the final primary before the check
+        Clock().sleep(0.3)  # a few writes on the final primary before the check
         try:
             background.stop()
         except Exception:

@@ -14,6 +14,10 @@ sysbench 1.0.20 crashes on its first reconnect after a router flips to a new
 primary (upstream bug #527, fix never merged). So a background load is not
 expected to survive a switchover: call BackgroundRun.restart() after the flip,
 and measure the switchover itself with dbmigrate.rehearsal.verify.
+
+It acts as the application: sysbench sends the workload's statements itself,
+through the router, and none of them are dbmigrate's own reads or writes of
+server state (those go through `dbmigrate.db`).
 """
 
 from __future__ import annotations

@@ -27,11 +27,12 @@ Facts this module relies on (measured with HAProxy 2.6):
 from __future__ import annotations
 
 import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.exceptions import WaitTimeout
 from dbmigrate.routing.base import Gate, RouterError, RouteState, Router, ServerLike, ServerRef, as_ref, same_address, \
     split_address
 from dbmigrate.routing.dsn_file import write_atomically
@@ -350,18 +351,22 @@ class HAProxyRouter(Router):
         return True, reason, details
 
 
-def wait_for_socket(path: str, timeout: float = 5.0, alive=lambda: True) -> None:
+def wait_for_socket(path: str, timeout: float = 5.0, alive=lambda: True, clock: Clock | None = None) -> None:
     """Block until HAProxy answers on its admin socket (bounded)."""
     admin = AdminSocket(path, timeout=1.0)
-    deadline = time.monotonic() + timeout
     last = ""
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
+        nonlocal last
         if not alive():
             raise RouterError("HAProxy exited during startup")
         try:
-            if "Name:" in admin.request(["show info"]):
-                return
+            return "Name:" in admin.request(["show info"])
         except RouterError as e:
             last = e.message
-        time.sleep(0.02)
-    raise RouterError(f"HAProxy admin socket {path} did not answer within {timeout:g}s ({last})")
+            return False
+
+    try:
+        wait_until(answers, timeout=timeout, interval=0.02, clock=clock, what=f"HAProxy admin socket {path}")
+    except WaitTimeout:
+        raise RouterError(f"HAProxy admin socket {path} did not answer within {timeout:g}s ({last})") from None

@@ -11,14 +11,16 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import private_defaults_file
-from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.db.heartbeat import HeartbeatSQL
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.exceptions import DbmigrateError, WaitTimeout
 from dbmigrate.redact import redact
 from dbmigrate.tools.percona import ToolFailed, ToolMissing
 
@@ -43,8 +45,10 @@ class PtHeartbeat:
     than `pt-heartbeat --check`.
     """
 
-    def __init__(self, primary: Server, *, database: str = "percona", interval_s: float = 0.1):
+    def __init__(self, primary: Server, *, database: str = "percona", interval_s: float = 0.1,
+                 clock: Clock | None = None):
         self.primary, self.database, self.interval_s = primary, database, interval_s
+        self.clock = clock
         self.proc: subprocess.Popen | None = None
         self._defaults: contextlib.ExitStack | None = None
         self._log: Path | None = None
@@ -56,7 +60,8 @@ class PtHeartbeat:
 
     def start(self, ready_timeout_s: float = 10) -> "PtHeartbeat":
         # --create-table creates the table, not its database.
-        self.primary.execute(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
+        table = HeartbeatSQL(self.primary, f"{self.database}.heartbeat")
+        table.create_database()
         stack = contextlib.ExitStack()
         cnf = stack.enter_context(private_defaults_file(self.primary.credentials))
         log = Path(cnf).with_suffix(".log")
@@ -65,20 +70,24 @@ class PtHeartbeat:
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(self.argv(cnf), stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + ready_timeout_s
-        table = f"{self.database}.heartbeat"
-        while True:
+
+        def has_a_row() -> bool:
             if self.proc.poll() is not None:
                 text = redact(log.read_text(errors="replace")[-600:])
                 self.stop()
                 raise ToolFailed(f"pt-heartbeat exited (code {self.proc.returncode}) on {self.primary.name}: {text}")
             with contextlib.suppress(DbmigrateError):
-                if self.primary.scalar(f"SELECT COUNT(*) FROM {table}"):
-                    return self
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ToolFailed(f"pt-heartbeat wrote no row to {table} on {self.primary.name} within {ready_timeout_s:g}s")
-            time.sleep(0.1)
+                return table.row_count() > 0
+            return False
+
+        try:
+            wait_until(has_a_row, timeout=ready_timeout_s, interval=0.1, clock=self.clock,
+                       what=f"pt-heartbeat's first row on {self.primary.name}")
+        except WaitTimeout:
+            self.stop()
+            raise ToolFailed(f"pt-heartbeat wrote no row to {self.database}.heartbeat on {self.primary.name} "
+                             f"within {ready_timeout_s:g}s") from None
+        return self
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -118,12 +127,6 @@ class ChecksumReport:
                 "errors": self.errors}
 
 
-DIFF_SQL = (
-    "SELECT db, tbl, COUNT(*) AS chunks, SUM(this_cnt) AS replica_rows, SUM(master_cnt) AS primary_rows "
-    "FROM {table} WHERE master_cnt <> this_cnt OR master_crc <> this_crc "
-    "OR ISNULL(master_crc) <> ISNULL(this_crc) GROUP BY db, tbl ORDER BY db, tbl")
-
-
 def table_checksum(primary: Server, replicas: list[Server], databases: list[str], *,
                    replicate: str = "percona.checksums", timeout_s: float = 900) -> ChecksumReport:
     """Run pt-table-checksum on the primary and read each replica's differing chunks.
@@ -148,14 +151,12 @@ def table_checksum(primary: Server, replicas: list[Server], databases: list[str]
     errors = [redact(line) for line in proc.stderr.splitlines() if line.strip()] if proc.returncode & ~16 else []
     tables = sum(1 for line in proc.stdout.splitlines()[1:] if line.strip() and line.split()[-1].count(".") == 1)
     report = ChecksumReport(proc.returncode, tables, errors=errors)
-    from dbmigrate.db.inspector import Inspector
-
     final = Inspector(primary).gtid_binlog_pos()
     for r in replicas:
         if not Inspector(r).wait_for_gtid(final, 60):  # its own checksums must have been computed
             report.errors.append(f"{r.name} did not apply the checksum queries within 60s")
             continue
-        rows = r.query(DIFF_SQL.format(table=replicate))
+        rows = Inspector(r).checksum_differences(replicate)
         report.diffs[r.name] = [{"table": f"{x['db']}.{x['tbl']}", "chunks": int(x["chunks"]),
                                  "replica_rows": int(x["replica_rows"] or 0),
                                  "primary_rows": int(x["primary_rows"] or 0)} for x in rows]

@@ -217,7 +217,7 @@ def assess(cluster: Cluster, lag_warn_s: int = 60) -> Cluster:
             if n.gtid_state and primary.gtid_state:
                 # The primary was read before some replicas: its own newer GTIDs are not errant.
                 errant = [g for g in flavor.errant(n.gtid_state, primary.gtid_state)
-                          if not (flavor.name == "mariadb" and g.split("-")[1] == str(primary.facts.server_id))]
+                          if not flavor.written_by(g, primary.facts.server_id)]
                 if errant:
                     n.problems.append("errant GTIDs: " + ", ".join(errant))
     cluster.problems = cluster_problems + [f"{n.address}: {p}" for n in nodes.values() for p in n.problems]

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
+from dbmigrate.db.flavor import detect
 from dbmigrate.exceptions import ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact, register_secret
 from dbmigrate.topology.discovery import Cluster, Node, assess, normalize_address
@@ -156,7 +157,7 @@ def node_from_instance(inst: dict[str, Any], name: str | None = None) -> Node:
     source = _key_address(inst.get("MasterKey"))
     version = str(inst.get("Version") or "")
     facts = ServerFacts(
-        name or address, address, flavor="mariadb" if "mariadb" in version.lower() else "mysql", version=version,
+        name or address, address, flavor=detect(version).name, version=version,
         server_id=int(inst.get("ServerID") or 0), read_only=bool(inst.get("ReadOnly")),
         gtid_executed=str(inst.get("ExecutedGtidSet") or ""), binlog_format=str(inst.get("Binlog_format") or ""),
         log_bin=inst.get("LogBinEnabled"),

@@ -62,7 +62,7 @@ def probe(server: Server) -> ServerFacts:
     facts.flavor = server.flavor.name
     v = insp.variables("server_id", "read_only", "binlog_format", "log_bin", "log_slave_updates",
                        "report_host", "report_port",
-                       *(("gtid_strict_mode",) if facts.flavor == "mariadb" else ()))
+                       *server.flavor.strict_gtid_variables())
     facts.server_id = int(v["server_id"])
     facts.read_only = _on(v["read_only"])
     facts.binlog_format = str(v["binlog_format"])

@@ -24,7 +24,6 @@ from __future__ import annotations
 import random
 import re
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +31,7 @@ from typing import Any, Callable
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.wait import Clock, wait_until
 from dbmigrate.exceptions import DbmigrateError, UsageError, WaitTimeout
 from dbmigrate.warm import dumpfile
 from dbmigrate.warm.copier import Copier, LocalCopier
@@ -102,8 +102,9 @@ class _Measure:
     """Before/after snapshots and probes around one warm-up."""
 
     def __init__(self, target: Server, tables: list[str], per_table: bool, probe_queries: int,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, clock: Clock | None = None):
         self.target = target
+        self.clock = clock
         self.insp = Inspector(target)
         self.per_table = per_table
         self.schemas = sorted({t.split(".", 1)[0] for t in tables}) or None
@@ -114,7 +115,7 @@ class _Measure:
     def probe(self) -> HitRatio | None:
         if not self.reads.ranges or self.probe_queries <= 0:
             return None
-        return run_probe(self.target, self.reads, queries=self.probe_queries, rng=self.rng)
+        return run_probe(self.target, self.reads, queries=self.probe_queries, rng=self.rng, clock=self.clock)
 
     def snap(self) -> PoolSnapshot:
         return snapshot(self.insp, self.per_table, self.schemas)
@@ -126,12 +127,14 @@ def _page_size(insp: Inspector) -> int:
 
 def warm_tables(target: Server, tables: list[str], examples: list[DigestClass], *, deadline: float,
                 threads: int, measure: _Measure | None, target_hit_ratio: float | None,
-                progress: Progress, span: tuple[float, float] = (0.0, 1.0)) -> dict[str, Any]:
+                progress: Progress, span: tuple[float, float] = (0.0, 1.0),
+                clock: Clock | None = None) -> dict[str, Any]:
     """Replay `examples` once and scan every B-tree of `tables`, hottest table first.
 
     Stops at the deadline, or when the sampled hit ratio reaches the target. A
     table larger than the free part of the pool is not scanned: it would push
     out pages that are already warm."""
+    clock = clock or Clock()
     insp = Inspector(target)
     page = _page_size(insp)
     lo, hi = span
@@ -162,9 +165,9 @@ def warm_tables(target: Server, tables: list[str], examples: list[DigestClass], 
         done += 1
         progress(lo + (hi - lo) * min(1.0, done / total), task.label)
 
-    with ReadWorkers(target, threads) as workers:
+    with ReadWorkers(target, threads, clock=clock) as workers:
         for i, (table, replays, size) in enumerate(plan):
-            if time.monotonic() >= deadline:
+            if clock.monotonic() >= deadline:
                 stop_reason = f"time limit reached after {i} of {len(plan)} tables"
                 skipped.update({t: "time limit" for t, _, _ in plan[i:]})
                 break
@@ -226,24 +229,25 @@ def replay_plan_from_server(source: Server, copier: Copier | None = None, workdi
 # -- method: scan ---------------------------------------------------------------
 def scan(target: Server, tables: list[str], *, seconds: float = 600, target_hit_ratio: float | None = None,
          threads: int = 2, per_table: bool = False, probe_queries: int = 300,
-         on_progress: Progress | None = None) -> WarmResult:
+         on_progress: Progress | None = None, clock: Clock | None = None) -> WarmResult:
     progress = on_progress or _quiet
+    clock = clock or Clock()
     if not tables:
         raise UsageError("scan needs tables", hint="give --tables schema.table,... (or a digest with --slow-log)")
-    t0 = time.monotonic()
+    t0 = clock.monotonic()
     present, missing = check_tables_on(target, tables)
     if missing:
         raise UsageError(f"{target.name} has no InnoDB table {', '.join(missing)}",
                          hint="check the names (schema.table) and that the target holds this schema")
-    m = _Measure(target, present, per_table, probe_queries)
+    m = _Measure(target, present, per_table, probe_queries, clock=clock)
     progress(0.0, f"measuring {target.name} before warm-up")
     before, hb = m.snap(), m.probe()
     details = warm_tables(target, present, [], deadline=t0 + seconds, threads=threads, measure=m,
-                          target_hit_ratio=target_hit_ratio, progress=progress, span=(0.02, 0.95))
+                          target_hit_ratio=target_hit_ratio, progress=progress, span=(0.02, 0.95), clock=clock)
     progress(0.97, "measuring after warm-up")
     after, ha = m.snap(), m.probe()
     progress(1.0, "done")
-    return WarmResult("scan", target.name, None, round(time.monotonic() - t0, 2), present, before, after, hb, ha,
+    return WarmResult("scan", target.name, None, round(clock.monotonic() - t0, 2), present, before, after, hb, ha,
                       details, m.reads.notes)
 
 
@@ -273,10 +277,11 @@ def expand_numbered_tables(target: Server, tables: list[str]) -> tuple[list[str]
 
 def replay(target: Server, plan: ReplayPlan, *, tables: list[str] | None = None, seconds: float = 600,
            target_hit_ratio: float | None = None, threads: int = 2, per_table: bool = False,
-           probe_queries: int = 300, on_progress: Progress | None = None) -> WarmResult:
+           probe_queries: int = 300, on_progress: Progress | None = None, clock: Clock | None = None) -> WarmResult:
     """Replay the digest's SELECT examples once each and scan the tables they read."""
     progress = on_progress or _quiet
-    t0 = time.monotonic()
+    clock = clock or Clock()
+    t0 = clock.monotonic()
     notes: list[str] = []
     wanted = tables
     if not wanted:
@@ -286,53 +291,59 @@ def replay(target: Server, plan: ReplayPlan, *, tables: list[str] | None = None,
         raise UsageError(f"{target.name} has none of the tables the digest reads as InnoDB tables: "
                          f"{', '.join(missing)}", hint="is this the right target, and is its schema loaded?")
     notes += [f"not on {target.name}, not warmed: {t}" for t in missing]
-    m = _Measure(target, present, per_table, probe_queries)
+    m = _Measure(target, present, per_table, probe_queries, clock=clock)
     notes += m.reads.notes
     progress(0.0, f"measuring {target.name} before warm-up")
     before, hb = m.snap(), m.probe()
     details = warm_tables(target, present, plan.classes, deadline=t0 + seconds, threads=threads, measure=m,
-                          target_hit_ratio=target_hit_ratio, progress=progress, span=(0.02, 0.95))
+                          target_hit_ratio=target_hit_ratio, progress=progress, span=(0.02, 0.95), clock=clock)
     details.update(digest=plan.origin, classes=len(plan.classes),
                    refused=[{"class": f, "reason": r} for f, r in plan.refused[:50]], refused_count=len(plan.refused))
     progress(0.97, "measuring after warm-up")
     after, ha = m.snap(), m.probe()
     progress(1.0, "done")
-    return WarmResult("replay", target.name, None, round(time.monotonic() - t0, 2), present, before, after, hb, ha,
+    return WarmResult("replay", target.name, None, round(clock.monotonic() - t0, 2), present, before, after, hb, ha,
                       details, notes)
 
 
 # -- method: dump-load ----------------------------------------------------------
 def _await_status(read: Callable[[], str], done: Callable[[str], bool], failed: Callable[[str], bool],
-                  timeout: float, what: str, on_status: Callable[[str], None] | None = None) -> str:
-    deadline = time.monotonic() + timeout
+                  timeout: float, what: str, on_status: Callable[[str], None] | None = None,
+                  clock: Clock | None = None) -> str:
     last = ""
-    while True:
+
+    def finished() -> bool:
+        nonlocal last
         status = read()
         if status != last and on_status:
             on_status(status)
         last = status
         if done(status):
-            return status
+            return True
         if failed(status):
             raise DbmigrateError(f"{what} failed: {status}")
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"{what} did not complete within {timeout:g}s (status: {status or 'empty'})",
-                              hint="a bigger pool needs more time: raise --seconds")
-        time.sleep(0.05)
+        return False
+
+    try:
+        wait_until(finished, timeout=timeout, interval=0.05, clock=clock, what=what)
+    except WaitTimeout:
+        raise WaitTimeout(f"{what} did not complete within {timeout:g}s (status: {last or 'empty'})",
+                          hint="a bigger pool needs more time: raise --seconds") from None
+    return last
 
 
-def _after_a_tick(status: str) -> None:
+def _after_a_tick(status: str, clock: Clock | None = None) -> None:
     """InnoDB stamps 'completed at' to the second: make sure the next stamp differs from this one."""
     if "completed at" in status:
-        time.sleep(1.05)
+        (clock or Clock()).sleep(1.05)
 
 
-def dump_source_pool(source: Server, timeout: float = 300) -> str:
+def dump_source_pool(source: Server, timeout: float = 300, clock: Clock | None = None) -> str:
     """Write the source's complete page list to its ib_buffer_pool; returns the file's path."""
     insp = Inspector(source)
     applier = Applier(source)
     before = insp.buffer_pool_dump_status()
-    _after_a_tick(before)
+    _after_a_tick(before, clock)
     old_pct = insp.variable("innodb_buffer_pool_dump_pct")
     applier.set_global("innodb_buffer_pool_dump_pct", 100)
     try:
@@ -340,7 +351,7 @@ def dump_source_pool(source: Server, timeout: float = 300) -> str:
         _await_status(insp.buffer_pool_dump_status,
                       done=lambda s: "dump completed" in s and s != before,
                       failed=lambda s: s.startswith(("Cannot", "Error")) or "aborted" in s,
-                      timeout=timeout, what=f"buffer pool dump on {source.name}")
+                      timeout=timeout, what=f"buffer pool dump on {source.name}", clock=clock)
     finally:
         applier.set_global("innodb_buffer_pool_dump_pct", int(old_pct))
     return insp.datadir_file("innodb_buffer_pool_filename")
@@ -357,7 +368,7 @@ def _pool_file(server: Server, datadir: str | None) -> str:
 def dump_load(source: Server, target: Server, *, plan: ReplayPlan | None = None, copier: Copier | None = None,
               source_datadir: str | None = None, target_datadir: str | None = None, seconds: float = 600,
               threads: int = 2, per_table: bool = False, probe_queries: int = 300,
-              on_progress: Progress | None = None) -> WarmResult:
+              on_progress: Progress | None = None, clock: Clock | None = None) -> WarmResult:
     """Load the source's resident pages into the target, for the tables whose space ids match.
 
     `*_datadir` override @@datadir (the inventory's datadir, for hosts where the
@@ -365,13 +376,14 @@ def dump_load(source: Server, target: Server, *, plan: ReplayPlan | None = None,
     replay (their digest examples, if `plan` is given, and a scan)."""
     progress = on_progress or _quiet
     copier = copier or LocalCopier()
-    t0 = time.monotonic()
+    clock = clock or Clock()
+    t0 = clock.monotonic()
     deadline = t0 + seconds
     if source.flavor.name != target.flavor.name:
         raise UsageError(f"{source.name} is {source.flavor.name} and {target.name} is {target.flavor.name}: "
                          f"a page list does not carry across", hint="use --method replay")
     progress(0.01, f"dumping the buffer pool of {source.name}")
-    src_path = dump_source_pool(source, timeout=max(5.0, deadline - time.monotonic()))
+    src_path = dump_source_pool(source, timeout=max(5.0, deadline - clock.monotonic()), clock=clock)
     if source_datadir:
         src_path = _pool_file(source, source_datadir)
     dst_path = _pool_file(target, target_datadir)
@@ -397,7 +409,7 @@ def dump_load(source: Server, target: Server, *, plan: ReplayPlan | None = None,
                          f"warmed by replay instead of the page list")
         if user_missing:
             notes.append(f"not on {target.name}: {', '.join(sorted(user_missing))}")
-        m = _Measure(target, tables, per_table, probe_queries)
+        m = _Measure(target, tables, per_table, probe_queries, clock=clock)
         notes += m.reads.notes
         progress(0.05, f"{len(entries)} pages dumped; {len(kept)} in {len(cmp.matched)} tables with the same "
                        f"space id on {target.name}")
@@ -408,7 +420,7 @@ def dump_load(source: Server, target: Server, *, plan: ReplayPlan | None = None,
             local.write_text(dumpfile.render_dump(kept))
             insp = Inspector(target)
             prior = insp.buffer_pool_load_status()
-            _after_a_tick(prior)
+            _after_a_tick(prior, clock)
             copier.push(local, target, dst_path)
             Applier(target).buffer_pool_load_now()
             span_hi = 0.85 if cmp.user_differing else 0.95
@@ -422,8 +434,8 @@ def dump_load(source: Server, target: Server, *, plan: ReplayPlan | None = None,
                 load_status = _await_status(
                     insp.buffer_pool_load_status, done=lambda s: "load completed" in s and s != prior,
                     failed=lambda s: s.startswith(("Cannot", "Error")) or "aborted" in s,
-                    timeout=max(5.0, deadline - time.monotonic()), what=f"buffer pool load on {target.name}",
-                    on_status=on_status)
+                    timeout=max(5.0, deadline - clock.monotonic()), what=f"buffer pool load on {target.name}",
+                    on_status=on_status, clock=clock)
             except WaitTimeout:
                 load_status = insp.buffer_pool_load_status()
                 notes.append(f"load still running when the time limit was reached ({load_status}); it continues "
@@ -437,11 +449,11 @@ def dump_load(source: Server, target: Server, *, plan: ReplayPlan | None = None,
                 "method": "replay", "tables": cmp.user_differing, "reason": "space ids differ",
                 **warm_tables(target, cmp.user_differing, plan.classes if plan else [], deadline=deadline,
                               threads=threads, measure=None, target_hit_ratio=None, progress=progress,
-                              span=(0.86, 0.95))}
+                              span=(0.86, 0.95), clock=clock)}
         progress(0.97, "measuring after warm-up")
         after, ha = m.snap(), m.probe()
     progress(1.0, "done")
-    return WarmResult("dump-load", target.name, source.name, round(time.monotonic() - t0, 2), tables, before, after,
+    return WarmResult("dump-load", target.name, source.name, round(clock.monotonic() - t0, 2), tables, before, after,
                       hb, ha, details, notes)
 
 
@@ -449,7 +461,7 @@ def dump_load(source: Server, target: Server, *, plan: ReplayPlan | None = None,
 def warm_gate(target: Server, target_hit_ratio: float = 0.99, *, tables: list[str] | None = None,
               reads: SampledReads | None = None, probe_queries: int | None = None,
               probe_seconds: float | None = None, accept_completed_load: bool = False,
-              min_page_requests: int = 100) -> tuple[bool, str, dict[str, Any]]:
+              min_page_requests: int = 100, clock: Clock | None = None) -> tuple[bool, str, dict[str, Any]]:
     """Is `target` warm enough to take traffic?
 
     Passes when the hit ratio over a window of sampled reads (random primary-key
@@ -472,7 +484,7 @@ def warm_gate(target: Server, target_hit_ratio: float = 0.99, *, tables: list[st
         return False, f"{target.name}: none of the tables can be sampled ({'; '.join(reads.notes)})", details
     if probe_queries is None and probe_seconds is None:
         probe_queries = 500
-    hr = run_probe(target, reads, queries=probe_queries, seconds=probe_seconds)
+    hr = run_probe(target, reads, queries=probe_queries, seconds=probe_seconds, clock=clock)
     details["probe"] = hr.to_dict()
     if hr.read_requests < min_page_requests or hr.ratio is None:
         return False, (f"{target.name}: the probe made only {hr.read_requests} page requests, too few to judge "

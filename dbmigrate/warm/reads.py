@@ -1,6 +1,7 @@
-"""Reads against the target: scan statements, replay tasks, a bounded pool of
-reader threads (each with its own read-only session) and the sampled probe that
-measures the hit ratio.
+"""Reads against the target: scan and replay tasks, a bounded pool of reader
+threads (each with its own read-only session) and the sampled probe that
+measures the hit ratio. The statements and sessions are `dbmigrate.db.warmup`'s;
+a replay task carries a digest's captured query text as it is.
 """
 
 from __future__ import annotations
@@ -8,27 +9,19 @@ from __future__ import annotations
 import random
 import re
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dbmigrate.db.connection import QueryError, Server
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.warmup import ReadSession, clustered_scan_sql, index_scan_sql, key_lookup_sql
+from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import UsageError
 from dbmigrate.warm.measure import HitRatio, hit_ratio_between, snapshot
 
 _LEADING_COMMENT = re.compile(r"^\s*/\*(?!\+).*?\*/\s*", re.S)
 _INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
-
-
-def qident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def qtable(table: str) -> str:
-    schema, _, name = table.partition(".")
-    return f"{qident(schema)}.{qident(name)}"
 
 
 def split_table(table: str) -> tuple[str, str]:
@@ -57,21 +50,16 @@ def scan_tasks(table: str, indexes: list[dict[str, Any]]) -> list[ReadTask]:
 
     COUNT(*) needs no column, so with FORCE INDEX every leaf page of that index is
     read and nothing else (off-page BLOB pages are not)."""
-    t = qtable(table)
     btrees = [ix for ix in indexes if ix.get("type", "BTREE") == "BTREE"]
     names = [ix["name"] for ix in btrees]
     tasks = []
     if "PRIMARY" in names:
-        tasks.append(ReadTask(f"SELECT COUNT(*) FROM {t} FORCE INDEX (PRIMARY)", f"scan {table} PRIMARY"))
-    elif names:
-        # No primary key: ignoring every secondary index leaves the clustered index.
-        ignored = ", ".join(qident(n) for n in names)
-        tasks.append(ReadTask(f"SELECT COUNT(*) FROM {t} IGNORE INDEX ({ignored})", f"scan {table} clustered"))
+        tasks.append(ReadTask(index_scan_sql(table, "PRIMARY"), f"scan {table} PRIMARY"))
     else:
-        tasks.append(ReadTask(f"SELECT COUNT(*) FROM {t}", f"scan {table} clustered"))
+        tasks.append(ReadTask(clustered_scan_sql(table, names), f"scan {table} clustered"))
     for n in names:
         if n != "PRIMARY":
-            tasks.append(ReadTask(f"SELECT COUNT(*) FROM {t} FORCE INDEX ({qident(n)})", f"scan {table} {n}"))
+            tasks.append(ReadTask(index_scan_sql(table, n), f"scan {table} {n}"))
     return tasks
 
 
@@ -98,48 +86,42 @@ class ReadStats:
 class ReadWorkers:
     """Up to `threads` concurrent reads, each thread on its own read-only session."""
 
-    def __init__(self, server: Server, threads: int = 2):
+    def __init__(self, server: Server, threads: int = 2, clock: Clock | None = None):
         if threads < 1:
             raise UsageError("--threads must be at least 1")
         self.server = server
         self.threads = threads
+        self.clock = clock or Clock()
         self._local = threading.local()
-        self._sessions: list[Server] = []
+        self._sessions: list[ReadSession] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="warm-read")
 
-    def _session(self) -> Server:
-        s = getattr(self._local, "server", None)
+    def _session(self) -> ReadSession:
+        s = getattr(self._local, "session", None)
         if s is None:
-            s = self.server.dedicated()
-            s.execute("SET SESSION TRANSACTION READ ONLY")  # belt and braces: replayed text cannot write
-            self._local.server = s
-            self._local.db = None
+            s = self._local.session = ReadSession(self.server)
             with self._lock:
                 self._sessions.append(s)
         return s
 
     def _one(self, task: ReadTask, deadline: float | None, stats: ReadStats, on_done: Callable[[ReadTask], None] | None):
-        remaining = None if deadline is None else deadline - time.monotonic()
+        remaining = None if deadline is None else deadline - self.clock.monotonic()
         if remaining is not None and remaining <= 0:
             with self._lock:
                 stats.skipped += 1
             return
         s = self._session()
         try:
-            if task.db and task.db != self._local.db:
-                s.execute(f"USE {qident(task.db)}")
-                self._local.db = task.db
-            sql = task.sql
-            if remaining is not None and sql.lstrip()[:6].upper() == "SELECT":
-                sql = s.flavor.with_statement_timeout(sql, remaining)
-            rows = s.consume(sql)
+            if task.db:
+                s.use(task.db)
+            rows = s.read(task.sql, time_limit_s=remaining)
             with self._lock:
                 stats.done += 1
                 stats.rows += rows
         except QueryError as e:
             with self._lock:
-                if e.errno in s.flavor.statement_timeout_errnos:
+                if s.timed_out(e):
                     stats.timed_out += 1
                 else:
                     stats.errors.append((task.label, e.message))
@@ -209,7 +191,7 @@ def sampled_reads(inspector: Inspector, tables: list[str]) -> SampledReads:
 
 
 def run_probe(server: Server, reads: SampledReads, queries: int | None = None, seconds: float | None = None,
-              rng: random.Random | None = None) -> HitRatio:
+              rng: random.Random | None = None, clock: Clock | None = None) -> HitRatio:
     """Hit ratio over a window of random primary-key lookups (a count or a duration)."""
     if not reads.ranges:
         raise UsageError("nothing to probe: none of the tables has a single-column integer primary key with rows",
@@ -217,16 +199,18 @@ def run_probe(server: Server, reads: SampledReads, queries: int | None = None, s
     if queries is None and seconds is None:
         queries = 500
     rng = rng or random.Random()
-    probe = server.dedicated()
-    insp = Inspector(probe)
+    clock = clock or Clock()
+    probe = ReadSession(server)
+    insp = Inspector(probe.server)
+    lookups = [key_lookup_sql(r.table, r.column) for r in reads.ranges]
     try:
         before = snapshot(insp)
-        end = None if seconds is None else time.monotonic() + seconds
+        end = None if seconds is None else clock.monotonic() + seconds
         n = 0
-        while (queries is None or n < queries) and (end is None or time.monotonic() < end):
-            r = reads.ranges[n % len(reads.ranges)]
-            probe.consume(f"SELECT * FROM {qtable(r.table)} WHERE {qident(r.column)} = %s",
-                          (rng.randint(r.lo, r.hi),))
+        while (queries is None or n < queries) and (end is None or clock.monotonic() < end):
+            i = n % len(reads.ranges)
+            r = reads.ranges[i]
+            probe.read(lookups[i], (rng.randint(r.lo, r.hi),))
             n += 1
         after = snapshot(insp)
     finally:

@@ -24,6 +24,7 @@ from dbmigrate.config import HostSpec, load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.journal import Journal
 from dbmigrate.procedures.consolidate.plan import measure_shards, plan
+from dbmigrate.procedures.consolidate.resources import ConsolidateState
 from dbmigrate.routing.dsn_file import DsnFileRouter
 
 from tests.conftest import run_cli
@@ -193,7 +194,7 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
         outcome = start_run(playbook(state, plan_file, "instance-per-group"), assume_yes=True)
         assert outcome.status == "done", outcome.summary
         with Journal(resolve_journal_path()) as j:
-            st = j.all_state(outcome.run_id)
+            st = ConsolidateState.load(j.all_state(outcome.run_id)).model_dump()  # typed run state
             steps = j.run_detail(outcome.run_id)["steps"]
         new = st["instances"]
         assert set(new) == {"h1-1", "h1-2"}
@@ -254,7 +255,7 @@ def test_merge_puts_both_old_servers_into_one_instance_by_multi_source(legacy):
         outcome = start_run(playbook(state, plan_file, "merge"), assume_yes=True)
         assert outcome.status == "done", outcome.summary
         with Journal(resolve_journal_path()) as j:
-            st = j.all_state(outcome.run_id)
+            st = ConsolidateState.load(j.all_state(outcome.run_id)).model_dump()  # typed run state
         m1 = st["instances"]["m1-1"]
         for sh in SHARDS:
             assert DsnFileRouter(sh, routes).current().writer == m1

@@ -13,7 +13,7 @@ from dbmigrate.db.flavor import MARIADB, MYSQL
 from dbmigrate.exceptions import ConfigError
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.ddl import DdlRefused, Expectation, classify
-from dbmigrate.procedures.schema_swap.procedure import expectation_holds
+from dbmigrate.procedures.schema_swap.expect import expectation_holds
 
 ROOT = Path(__file__).resolve().parents[2]
 

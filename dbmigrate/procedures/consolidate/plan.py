@@ -21,11 +21,11 @@ Strategies:
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Literal
 
 from dbmigrate.config import HostSpec, PlanningSpec
+from dbmigrate.engine.wait import Clock as EngineClock
 from dbmigrate.exceptions import DbmigrateError, UsageError
 
 Strategy = Literal["instance-per-group", "merge"]
@@ -345,7 +345,7 @@ Clock = Callable[[], float]
 
 
 def measure_shards(inventory, *, sample_s: float = 5.0, max_scan_pool_gb: float = 8.0,
-                   working_set_fraction: float | None = None, sleep: Callable[[float], None] = time.sleep,
+                   working_set_fraction: float | None = None, sleep: Callable[[float], None] = EngineClock().sleep,
                    log: Callable[[str], None] = lambda m: None) -> list[ShardDemand]:
     """Measure every shard listed under `shards:` of the inventory's servers."""
     from dbmigrate.db.inspector import Inspector

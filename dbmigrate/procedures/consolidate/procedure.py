@@ -29,667 +29,62 @@ changed, so nothing acknowledged is lost.
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
-import tempfile
-import time
-from pathlib import Path
-from typing import Any, Literal, Optional
-
-from pydantic import BaseModel, ConfigDict, Field
-
-from dbmigrate.db.applier import Applier
-from dbmigrate.db.connection import Server
-from dbmigrate.db.credentials import private_defaults_file
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext
-from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
-from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, PlannedInstance, connection_name, plan_from_dict
+from dbmigrate.exceptions import SafetyError, UsageError
+from dbmigrate.procedures.consolidate.cutover import cutover_step
+from dbmigrate.procedures.consolidate.gates import evaluate_caught_up, evaluate_preflight
+from dbmigrate.procedures.consolidate.instances import provision_step
+from dbmigrate.procedures.consolidate.provision import sandbox_extra
+from dbmigrate.procedures.consolidate.resources import ConsolidateResources, load_plan, plan_path, prepare
+from dbmigrate.procedures.consolidate.run import (
+    ConsolidateError,
+    ConsolidateParams,
+    PLAN_ONLY,
+    address_of,
+    plan_of,
+    resources_of,
+    route_of,
+    server_of,
+    targets_of,
+)
+from dbmigrate.procedures.consolidate.seed import (
+    dump_command,
+    dump_coordinates,
+    grants_for_shards,
+    import_command,
+    seed_step,
+)
+from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.registry import register
-from dbmigrate.routing.dsn_file import DsnFileRouter
 
-SYSTEM_USERS = {"system user", "event_scheduler"}
 
-
-class ConsolidateError(DbmigrateError):
-    """A consolidation step could not do its work (the message says which and why)."""
-
-
-class ConsolidateParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    plan: str = Field(description="plan file written by `dbmigrate consolidate plan --out` (relative to the playbook)")
-    strategy: Literal["instance-per-group", "merge"] = "instance-per-group"
-    routes: Optional[str] = Field(None, description="DSN file with one entry per shard; default: the cluster's "
-                                                    "dsn-file router")
-    max_lag_s: float = Field(5, ge=0, description="catch-up gate: seconds behind on every connection")
-    gate_timeout_s: float = Field(30, ge=0, description="how long the catch-up gate waits for that")
-    catchup_timeout_s: float = Field(10, gt=0, le=600, description="fenced wait for an instance to apply an "
-                                                                   "old server's final position")
-    checksum: bool = Field(True, description="CHECKSUM TABLE old vs new inside the fenced window")
-    drain_timeout_s: float = Field(1, ge=0, le=60)
-    seed_timeout_s: float = Field(3600, gt=0)
-
-
-# -- resources -----------------------------------------------------------------------
-
-class Servers:
-    """Open sessions by server name (old servers from the inventory, instances from the plan)."""
-
-    def __init__(self, inventory, plan: ConsolidationPlan, state) -> None:
-        self.inventory = inventory
-        self.plan = plan
-        self.state = state
-        self._open: dict[str, Server] = {}
-
-    def address(self, name: str) -> str:
-        if name in {s.source for s in self.plan.shards}:
-            _, spec = self.inventory.find_server(name)
-            return f"{spec.host}:{spec.port}"
-        created = (self.state.get("instances") or {}).get(name)
-        if created:
-            return created
-        inst = self.plan.instance(name)
-        return f"{inst.address}:{inst.port}"
-
-    def __getitem__(self, name: str) -> Server:
-        srv = self._open.get(name)
-        if srv is None:
-            if name in {s.source for s in self.plan.shards}:
-                srv = self.inventory.open(name)
-            else:
-                host, _, port = self.address(name).rpartition(":")
-                srv = Server(name, host, int(port), self.admin_credentials(),
-                             connect_timeout=self.inventory.defaults.connect_timeout,
-                             read_timeout=self.inventory.defaults.read_timeout)
-            self._open[name] = srv
-        return srv
-
-    def admin_credentials(self):
-        ref = self.inventory.defaults.credentials
-        if ref is None:
-            raise UsageError(f"{self.inventory.path}: defaults.credentials is needed to reach the new instances")
-        return ref.resolve(self.inventory.base)
-
-    def forget(self, name: str) -> None:
-        srv = self._open.pop(name, None)
-        if srv is not None:
-            srv.close()
-
-    def close(self) -> None:
-        for name in list(self._open):
-            self.forget(name)
-
-
-def _load_plan(path: Path) -> ConsolidationPlan:
-    try:
-        return plan_from_dict(json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise UsageError(f"plan file {path} does not exist",
-                         hint="write it with: dbmigrate consolidate plan --inventory F --from-inventory --out PLAN") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"plan file {path} is not JSON (line {e.lineno}: {e.msg})") from None
-
-
-def _plan_path(playbook, params: ConsolidateParams) -> Path:
-    p = Path(params.plan).expanduser()
-    return p if p.is_absolute() else (playbook.base_dir / p).resolve()
-
-
-def _routes_path(inventory, cluster: str, playbook, params: ConsolidateParams) -> Path:
-    if params.routes:
-        p = Path(params.routes).expanduser()
-        return p if p.is_absolute() else (playbook.base_dir / p).resolve()
-    router = inventory.cluster(cluster).router
-    if router is None or router.kind != "dsn-file":
-        raise UsageError(f"cluster {cluster} has no dsn-file router and the playbook names no `routes:` file",
-                         hint="shards are routed one by one through a DSN file: set params.routes")
-    p = Path(router.path).expanduser()
-    return p if p.is_absolute() else inventory.base / p
-
-
-def prepare(playbook, state) -> dict[str, Any]:
-    from dbmigrate.config import load_inventory
-
-    if playbook.inventory_path is None:
-        raise UsageError("the playbook names no inventory", hint="add `inventory: path/to/inventory.yaml`")
-    params: ConsolidateParams = playbook.params
-    inv = load_inventory(playbook.inventory_path)
-    plan = _load_plan(_plan_path(playbook, params))
-    sources = sorted({s.source for s in plan.shards})
-    for src in sources:
-        inv.find_server(src)  # every old server of the plan is in the inventory
-    servers = Servers(inv, plan, state)
-    return {
-        "inventory": inv,
-        "plan": plan,
-        "routes": _routes_path(inv, playbook.cluster, playbook, params),
-        "repl": inv.replication_credentials(playbook.cluster),
-        "app": inv.app_credentials(playbook.cluster),
-        "servers": servers,
-        # One run at a time for these old servers: the lock lives on the first one.
-        "lock_session": inv.open(sources[0]).dedicated(),
-    }
-
-
-# -- helpers -------------------------------------------------------------------------
-
-def _plan(ctx: RunContext) -> ConsolidationPlan:
-    return ctx.resources["plan"]
-
-
-def _srv(ctx: RunContext, name: str) -> Server:
-    return ctx.resources["servers"][name]
-
-
-def _applier(ctx: RunContext, name: str) -> Applier:
-    srv = _srv(ctx, name)
-    return Applier(srv, dry_run=ctx.dry_run, on_planned=lambda s, sql: ctx.record_statement(s, sql))
-
-
-def _route(ctx: RunContext, shard: str) -> DsnFileRouter:
-    return DsnFileRouter(shard, ctx.resources["routes"])
-
-
-def _addr(ctx: RunContext, name: str) -> str:
-    return ctx.resources["servers"].address(name)
-
-
-def shards_of(plan: ConsolidationPlan, instance: str, source: str) -> list[str]:
-    inst = plan.instance(instance)
-    return [s for s in inst.shards if inst.shard_sources[s] == source]
-
-
-def targets_of(plan: ConsolidationPlan, source: str) -> list[PlannedInstance]:
-    return [i for i in plan.instances if source in i.sources]
-
-
-def wild_patterns(shards: list[str]) -> list[str]:
-    return [f"{s}.%" for s in shards]
-
-
-# -- preflight -------------------------------------------------------------------------
-
-def evaluate_preflight(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict]:
-    plan = _plan(ctx)
-    problems: list[str] = []
-    details: dict[str, Any] = {"strategy": plan.strategy, "domains": {}}
-    if plan.strategy != params.strategy:
-        problems.append(f"the plan was made for strategy {plan.strategy}, the playbook asks for {params.strategy}")
-    for src in sorted({s.source for s in plan.shards}):
-        try:
-            insp = Inspector(_srv(ctx, src))
-            v = insp.variables("log_bin", "binlog_format", "gtid_domain_id")
-            if str(v["log_bin"]) not in ("1", "ON"):
-                problems.append(f"{src}: log_bin is off (a source needs its binary log)")
-            if str(v["binlog_format"]).upper() != "ROW":
-                problems.append(f"{src}: binlog_format={v['binlog_format']} (ROW is needed: filters act on row events)")
-            details["domains"][src] = sorted({int(g.split("-")[0]) for g in insp.gtid_binlog_pos().split(",") if g}
-                                             | {int(v["gtid_domain_id"] or 0)})
-            mine = [s.name for s in plan.shards if s.source == src]
-            missing = [s for s in mine if s not in insp.schemas()]
-            if missing:
-                problems.append(f"{src}: shard(s) {', '.join(missing)} do not exist")
-            for shard in mine:
-                writer = _route(ctx, shard).current().writer
-                if writer not in (None, _addr(ctx, src)) and not ctx.state.get(f"cut.{src}"):
-                    problems.append(f"route of {shard} names {writer}, not its old server {src} ({_addr(ctx, src)})")
-        except DbmigrateError as e:
-            problems.append(f"{src}: {e.message}")
-    seen: dict[int, list[str]] = {}
-    for src, domains in details["domains"].items():
-        for d in domains:
-            seen.setdefault(d, []).append(src)
-    shared = {d: s for d, s in seen.items() if len(s) > 1}
-    details["shared_domains"] = {str(d): s for d, s in shared.items()}
-    if problems:
-        return False, "; ".join(problems), details
-    note = (f"; GTID domain(s) {', '.join(map(str, sorted(shared)))} shared by several old servers: "
-            "replication by file/position, merged instances run gtid_strict_mode=0") if shared else ""
-    return True, f"{len(details['domains'])} old server(s) ready, {len(plan.shards)} shard(s) present{note}", details
-
-
-def evaluate_caught_up(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict]:
-    """Every seeded connection runs and is within max_lag_s of its old server, waiting
-    up to gate_timeout_s (a connection just started is still 'Connecting' for a moment)."""
-    deadline = time.monotonic() + params.gate_timeout_s
-    while True:
-        ok, reason, details = _caught_up_once(ctx, params)
-        if ok or time.monotonic() >= deadline:
-            return ok, reason if ok else f"{reason} (after {params.gate_timeout_s:g}s)", details
-        time.sleep(0.2)
-
-
-def _caught_up_once(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict]:
-    plan = _plan(ctx)
-    details: dict[str, Any] = {}
-    problems = []
-    if ctx.dry_run:
-        return True, "dry-run: not evaluated (the instances are not seeded)", details
-    for inst in plan.instances:
-        for src in inst.sources:
-            if ctx.state.get(f"cut.{src}"):
-                continue  # already cut over: the forward connection is gone on purpose
-            conn = connection_name(src)
-            try:
-                row = Inspector(_srv(ctx, inst.name)).connection_status(conn)
-            except DbmigrateError as e:
-                problems.append(f"{inst.name}: {e.message}")
-                continue
-            if row is None:
-                problems.append(f"{inst.name} has no connection '{conn}' from {src}")
-                continue
-            io, sql = row.get("Slave_IO_Running") or row.get("Replica_IO_Running"), \
-                row.get("Slave_SQL_Running") or row.get("Replica_SQL_Running")
-            lag = row.get("Seconds_Behind_Master", row.get("Seconds_Behind_Source"))
-            details[f"{inst.name}<-{src}"] = {"io": io, "sql": sql, "seconds_behind": lag,
-                                             "error": row.get("Last_Error") or row.get("Last_IO_Error") or ""}
-            if io != "Yes" or sql != "Yes":
-                problems.append(f"{inst.name} <- {src} is not running (io {io}, sql {sql}) "
-                                f"{row.get('Last_Error') or row.get('Last_IO_Error') or ''}".strip())
-            elif lag is None or float(lag) > params.max_lag_s:
-                problems.append(f"{inst.name} <- {src} is {lag}s behind (limit {params.max_lag_s:g}s)")
-    if problems:
-        return False, "; ".join(problems), details
-    return True, f"{len(details)} connection(s) running, each within {params.max_lag_s:g}s", details
-
-
-# -- provision -------------------------------------------------------------------------
-
-def sandbox_extra(config: dict[str, str]) -> dict[str, str]:
-    """The plan's settings a sandbox instance needs beyond its defaults (strict mode, filters)."""
-    return {k: v for k, v in config.items() if k == "gtid_strict_mode" or ".replicate_" in k}
-
-
-def _answers(ctx: RunContext, name: str) -> bool:
-    try:
-        _srv(ctx, name).scalar("SELECT 1 AS one")
-        return True
-    except DbmigrateError:
-        ctx.resources["servers"].forget(name)
-        return False
-
-
-def _provision(inst: PlannedInstance):
-    def run(ctx: RunContext) -> str:
-        if ctx.dry_run:
-            return f"would create {inst.name} on {inst.host}"
-        if inst.sandbox:
-            from dbmigrate.rehearsal.sandbox.manager import Sandboxes
-
-            ist = Sandboxes().add_instance(inst.sandbox, inst.name, buffer_pool_mb=inst.buffer_pool_mb,
-                                           cluster=inst.name, extra=sandbox_extra(inst.config))
-            instances = dict(ctx.state.get("instances") or {})
-            instances[inst.name] = f"127.0.0.1:{ist.port}"
-            ctx.state["instances"] = instances
-        elif not _answers(ctx, inst.name):
-            raise ConsolidateError(
-                f"{inst.name} does not answer at {inst.address}:{inst.port} on host {inst.host}",
-                hint=f"create it (datadir {inst.datadir}, settings: {', '.join(f'{k}={v}' for k, v in inst.config.items())}), "
-                     "e.g. from a before_phase hook, then: dbmigrate resume RUN")
-        # Nothing may write here but replication until the cutover opens it.
-        _applier(ctx, inst.name).set_read_only(True)
-        return (f"{inst.name} on {inst.host} answers at {_addr(ctx, inst.name)} "
-                f"(buffer pool {inst.buffer_pool_mb} MB), read-only until its cutover")
-
-    def check(ctx: RunContext) -> bool:
-        return not ctx.dry_run and (inst.name in (ctx.state.get("instances") or {}) or not inst.sandbox) \
-            and _answers(ctx, inst.name)
-
-    return FunctionStep(f"provision {inst.name} on {inst.host}", run, check=check,
-                        describe=lambda c: [(inst.name, f"create mysqld {inst.name} on {inst.host}: "
-                                                        + ", ".join(f"{k}={v}" for k, v in inst.config.items()))])
-
-
-# -- seed ----------------------------------------------------------------------------
-
-_COORDS = re.compile(r"CHANGE MASTER TO MASTER_LOG_FILE='([^']+)',\s*MASTER_LOG_POS=(\d+)")
-
-
-def dump_coordinates(head: str) -> tuple[str, int]:
-    """Binlog (file, pos) of the snapshot, from the comment --master-data=2 writes."""
-    m = _COORDS.search(head)
-    if not m:
-        raise ConsolidateError("the dump carries no binlog coordinates",
-                               hint="the source needs log_bin, and the dump --master-data=2 (RELOAD privilege)")
-    return m.group(1), int(m.group(2))
-
-
-def dump_command(defaults_file: str, shards: list[str]) -> list[str]:
-    # --master-data=2 takes a brief global read lock to read the coordinates that
-    # match the consistent snapshot; no password ever reaches argv.
-    return ["mariadb-dump", f"--defaults-file={defaults_file}", "--single-transaction", "--master-data=2",
-            "--routines", "--triggers", "--events", "--hex-blob", "--default-character-set=utf8mb4",
-            "--databases", *shards]
-
-
-def import_command(defaults_file: str) -> list[str]:
-    # The copy is a restore: kept out of the instance's binlog, so the first events
-    # there are the ones replicated from the old servers.
-    return ["mariadb", f"--defaults-file={defaults_file}", "--init-command=SET SESSION sql_log_bin=0",
-            "--default-character-set=utf8mb4"]
-
-
-def _like_to_regex(pattern: str) -> re.Pattern[str]:
-    out, i = "", 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
-            out += re.escape(pattern[i + 1])
-            i += 2
-            continue
-        out += ".*" if c == "%" else "." if c == "_" else re.escape(c)
-        i += 1
-    return re.compile(f"^{out}$")
-
-
-_DB_GRANT = re.compile(r"^GRANT .+ ON `((?:[^`]|``)+)`\.\* TO ")
-
-
-def grants_for_shards(grants: list[str], shards: list[str]) -> list[str]:
-    """Schema-level GRANT lines whose schema (or LIKE pattern) covers one of the shards."""
-    out = []
-    for g in grants:
-        m = _DB_GRANT.match(g)
-        if m and any(_like_to_regex(m.group(1).replace("``", "`")).match(s) for s in shards):
-            out.append(g)
-    return out
-
-
-def _copy_app_grants(ctx: RunContext, source: str, instance: str, shards: list[str]) -> int:
-    app = ctx.resources.get("app")
-    if app is None:
-        return 0
-    src, dst = Inspector(_srv(ctx, source)), Inspector(_srv(ctx, instance))
-    applier = _applier(ctx, instance)
-    copied = 0
-    for host in src.user_hosts(app.user):
-        if not dst.server.scalar("SELECT COUNT(*) AS n FROM mysql.user WHERE User=%s AND Host=%s", (app.user, host)):
-            create = src.server.scalar("SHOW CREATE USER %s@%s", (app.user, host))
-            applier.sql(str(create))
-        for g in grants_for_shards(src.grants(app.user, host), shards):
-            applier.sql(g)
-            copied += 1
-    return copied
-
-
-def _seed(inst: PlannedInstance, source: str):
-    conn = connection_name(source)
-
-    def run(ctx: RunContext) -> str:
-        shards = shards_of(_plan(ctx), inst.name, source)
-        if ctx.dry_run:
-            return f"would copy {', '.join(shards)} from {source} to {inst.name}"
-        src_srv, dst_srv = _srv(ctx, source), _srv(ctx, inst.name)
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="dbmigrate-seed-") as tmp, \
-                private_defaults_file(src_srv.credentials, src_srv.host, src_srv.port) as src_cnf, \
-                private_defaults_file(dst_srv.credentials, dst_srv.host, dst_srv.port) as dst_cnf:
-            dump = Path(tmp) / "seed.sql"
-            with open(dump, "wb") as out:
-                p = subprocess.run(dump_command(src_cnf, shards), stdout=out, stderr=subprocess.PIPE,
-                                   timeout=params_of(ctx).seed_timeout_s)
-            if p.returncode != 0:
-                raise ConsolidateError(f"mariadb-dump of {', '.join(shards)} on {source} failed: "
-                                       f"{p.stderr.decode(errors='replace').strip()[-400:]}")
-            with open(dump, "rb") as f:
-                log_file, log_pos = dump_coordinates(f.read(64 * 1024).decode(errors="replace"))
-            with open(dump, "rb") as inp:
-                p = subprocess.run(import_command(dst_cnf), stdin=inp, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, timeout=params_of(ctx).seed_timeout_s)
-            if p.returncode != 0:
-                raise ConsolidateError(f"loading {', '.join(shards)} into {inst.name} failed: "
-                                       f"{p.stderr.decode(errors='replace').strip()[-400:]}")
-            size = dump.stat().st_size
-        grants = _copy_app_grants(ctx, source, inst.name, shards)
-        host, _, port = _addr(ctx, source).rpartition(":")
-        a = _applier(ctx, inst.name)
-        a.add_source(conn, host, int(port), ctx.resources["repl"], log_file, log_pos, wild_patterns(shards))
-        a.start_source(conn)
-        ctx.state[f"seed.{inst.name}.{source}"] = {"file": log_file, "pos": log_pos}
-        return (f"copied {', '.join(shards)} from {source} to {inst.name} ({size / 1024:.0f} KiB in "
-                f"{time.monotonic() - started:.1f}s, {grants} grant(s)); connection '{conn}' replicates them "
-                f"from {log_file}:{log_pos}")
-
-    def check(ctx: RunContext) -> bool:
-        if ctx.state.get(f"cut.{source}"):
-            return True  # cut over: the forward connection was dropped on purpose
-        if ctx.dry_run and inst.name not in (ctx.state.get("instances") or {}) and inst.sandbox:
-            return False
-        try:
-            return Inspector(_srv(ctx, inst.name)).connection_status(conn) is not None
-        except DbmigrateError:
-            return False
-
-    def undo(ctx: RunContext) -> str:
-        shards = shards_of(_plan(ctx), inst.name, source)
-        a = _applier(ctx, inst.name)
-        if Inspector(_srv(ctx, inst.name)).connection_status(conn) is not None:
-            a.remove_source(conn)
-        a.sql("SET SESSION sql_log_bin=0")
-        for s in shards:
-            a.sql(f"DROP DATABASE IF EXISTS `{s}`")
-        a.sql("SET SESSION sql_log_bin=1")
-        return f"{inst.name}: connection '{conn}' removed, copies of {', '.join(shards)} dropped"
-
-    def describe(ctx: RunContext):
-        shards = shards_of(_plan(ctx), inst.name, source)
-        return [(source, " ".join(dump_command("<private defaults file>", shards))),
-                (inst.name, " ".join(import_command("<private defaults file>")) + " < dump"),
-                (inst.name, f"CHANGE MASTER '{conn}' TO ... (coordinates from the dump); "
-                            f"replicate_wild_do_table={','.join(wild_patterns(shards))}; START SLAVE '{conn}'")]
-
-    return FunctionStep(f"seed {inst.name} from {source}", run, check=check, undo=undo, describe=describe)
-
-
-def params_of(ctx: RunContext) -> ConsolidateParams:
-    return ctx.params
-
-
-# -- cutover -----------------------------------------------------------------------------
-
-def _end_app_sessions(ctx: RunContext, name: str) -> int:
-    app = ctx.resources.get("app")
-    if app is None or ctx.dry_run:
-        return 0
-    insp, a = Inspector(_srv(ctx, name)), _applier(ctx, name)
-    deadline = time.monotonic() + params_of(ctx).drain_timeout_s
-    while time.monotonic() < deadline:  # let in-flight transactions finish (they fail on commit otherwise)
-        busy = _srv(ctx, name).scalar(
-            "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p "
-            "ON p.ID = t.trx_mysql_thread_id WHERE p.USER=%s", (app.user,))
-        if not busy:
-            break
-        time.sleep(0.01)
-    killed = 0
-    for s in insp.sessions():
-        if s.user == app.user:
-            try:
-                a.kill_connection(s.id)
-                killed += 1
-            except DbmigrateError:
-                pass  # it ended by itself
-    return killed
-
-
-def cutover(ctx: RunContext, source: str) -> str:
-    """Fence one old server and move all its shards to their instances (see the module doc)."""
-    plan, p = _plan(ctx), params_of(ctx)
-    targets = targets_of(plan, source)
-    old_addr = _addr(ctx, source)
-    if ctx.dry_run:
-        return f"would fence {source} and route its shards to {', '.join(t.name for t in targets)}"
-    src = Inspector(_srv(ctx, source))
-    started = time.perf_counter()
-    _applier(ctx, source).set_read_only(True)
-    ctx.state[f"fenced.{source}"] = True
-    try:
-        killed = _end_app_sessions(ctx, source)
-        log_file, log_pos = src.binlog_coordinates()
-        checked = 0
-        for t in targets:
-            t_insp = Inspector(_srv(ctx, t.name))
-            if not t_insp.wait_for_position(connection_name(source), log_file, log_pos, p.catchup_timeout_s):
-                raise ConsolidateError(f"{t.name} did not apply {source}'s final position {log_file}:{log_pos} "
-                                       f"within {p.catchup_timeout_s:g}s",
-                                       hint=f"check the connection: SHOW SLAVE '{connection_name(source)}' STATUS "
-                                            f"on {t.name}; {source} was unfenced")
-            if p.checksum:
-                checked += _compare_checksums(ctx, source, t.name, shards_of(plan, t.name, source))
-        caught_ms = (time.perf_counter() - started) * 1000
-        reverse: dict[str, list] = {}
-        for t in targets:
-            t_file, t_pos = Inspector(_srv(ctx, t.name)).binlog_coordinates()
-            host, _, port = _addr(ctx, t.name).rpartition(":")
-            a = _applier(ctx, source)
-            a.add_source(connection_name(t.name), host, int(port), ctx.resources["repl"], t_file, t_pos,
-                         wild_patterns(shards_of(plan, t.name, source)))
-            a.start_source(connection_name(t.name))
-            reverse[t.name] = [t_file, t_pos]
-        ctx.state[f"reverse.{source}"] = reverse
-        moved = []
-        for t in targets:
-            _applier(ctx, t.name).set_read_only(False)
-            for shard in shards_of(plan, t.name, source):
-                _route(ctx, shard).switch_writer(_addr(ctx, t.name), old=old_addr)
-                moved.append(f"{shard}->{t.name}")
-        fenced_ms = (time.perf_counter() - started) * 1000
-        ctx.state[f"cut.{source}"] = {"targets": [t.name for t in targets], "at": time.time()}
-        ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)
-    except BaseException:
-        try:
-            ctx.log(f"cutover of {source} failed: {_undo_cutover(ctx, source)}", "warning")
-        except Exception as undo_exc:  # keep the original error; say what is left to do
-            ctx.log(f"putting {source} back failed too: {undo_exc}; run: dbmigrate rollback {ctx.run_id}", "error")
-        raise
-    for t in targets:  # not needed to open writes, so after the route switch
-        _applier(ctx, t.name).remove_source(connection_name(source))
-    return (f"fenced {source} ({killed} app session(s) ended), caught up in {caught_ms:.0f} ms, "
-            f"{checked} table(s) checksummed equal, routes {', '.join(moved)} after {fenced_ms:.0f} ms; "
-            f"{source} replicates them back for rollback")
-
-
-def _compare_checksums(ctx: RunContext, source: str, instance: str, shards: list[str]) -> int:
-    old, new = Inspector(_srv(ctx, source)), Inspector(_srv(ctx, instance))
-    results = dict(ctx.state.get("checksums") or {})
-    n = 0
-    for shard in shards:
-        a, b = old.table_checksums(shard), new.table_checksums(shard)
-        results[shard] = {"old": a, "new": b}
-        diff = sorted(t for t in set(a) | set(b) if a.get(t) != b.get(t))
-        if diff:
-            ctx.state["checksums"] = results
-            raise SafetyError(f"CHECKSUM TABLE differs between {source} and {instance} for "
-                              f"{', '.join(f'{shard}.{t}' for t in diff)}",
-                              hint=f"{source} was unfenced; compare the tables, then re-seed the instance")
-        n += len(a)
-    ctx.state["checksums"] = results
-    return n
-
-
-def _undo_cutover(ctx: RunContext, source: str) -> str:
-    """Route the source's shards back after it applied every write its instances took."""
-    plan, p = _plan(ctx), params_of(ctx)
-    targets = targets_of(plan, source)
-    old_addr = _addr(ctx, source)
-    reverse = ctx.state.get(f"reverse.{source}") or {}
-    src = Inspector(_srv(ctx, source))
-    back = []
-    for t in targets:
-        shards = shards_of(plan, t.name, source)
-        routed_here = [s for s in shards if _route(ctx, s).current().writer == _addr(ctx, t.name)]
-        conn = connection_name(t.name)
-        if t.name in reverse and src.connection_status(conn) is not None:
-            if routed_here:
-                # Fences every shard on the instance for a moment; rollback undoes newest first,
-                # so the others move back right after or are reopened below.
-                _applier(ctx, t.name).set_read_only(True)
-                _end_app_sessions(ctx, t.name)
-            t_file, t_pos = Inspector(_srv(ctx, t.name)).binlog_coordinates()
-            if not src.wait_for_position(conn, t_file, t_pos, p.catchup_timeout_s):
-                raise ConsolidateError(f"{source} did not apply {t.name}'s writes up to {t_file}:{t_pos} "
-                                       f"within {p.catchup_timeout_s:g}s; the routes still point at {t.name}",
-                                       hint=f"check SHOW SLAVE '{conn}' STATUS on {source}, then: dbmigrate rollback RUN")
-            for s in routed_here:
-                _route(ctx, s).switch_writer(old_addr, old=_addr(ctx, t.name))
-                back.append(s)
-            _applier(ctx, source).remove_source(conn)
-        elif routed_here:
-            raise SafetyError(f"{', '.join(routed_here)} route to {t.name} but {source} has no reverse connection: "
-                              "routing back would lose the writes made there", hint="copy them back by hand first")
-        still_here = [s for s in t.shards if _route(ctx, s).current().writer == _addr(ctx, t.name)]
-        if still_here:
-            _applier(ctx, t.name).set_read_only(False)
-    _applier(ctx, source).set_read_only(False)
-    ctx.state[f"fenced.{source}"] = False
-    ctx.state[f"reverse.{source}"] = {}
-    if f"cut.{source}" in ctx.state:
-        ctx.state[f"cut.{source}"] = None
-    routed = f"routes {', '.join(back)} back to {source}" if back else "no route had moved"
-    return f"{routed}; {source} is writable again"
-
-
-def _cutover_step(source: str, targets: list[str]) -> FunctionStep:
-    def check(ctx: RunContext) -> bool:
-        return not ctx.dry_run and bool(ctx.state.get(f"cut.{source}"))
-
-    def verify(ctx: RunContext) -> None:
-        if ctx.dry_run:
-            return
-        plan = _plan(ctx)
-        wrong = []
-        for t in targets_of(plan, source):
-            for shard in shards_of(plan, t.name, source):
-                writer = _route(ctx, shard).current().writer
-                if writer != _addr(ctx, t.name):
-                    wrong.append(f"{shard} routes to {writer}")
-            if Inspector(_srv(ctx, t.name)).read_only():
-                wrong.append(f"{t.name} is read-only")
-        if not Inspector(_srv(ctx, source)).read_only():
-            wrong.append(f"{source} is writable")
-        if wrong:
-            raise SafetyError(f"after the cutover of {source}: " + "; ".join(wrong))
-
-    def describe(ctx: RunContext):
-        return [(source, "SET GLOBAL read_only=ON; KILL CONNECTION <app sessions>; SHOW MASTER STATUS"),
-                *[(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {params_of(ctx).catchup_timeout_s:g}, "
-                      f"'{connection_name(source)}'); CHECKSUM TABLE <every table of its shards>") for t in targets],
-                *[(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t} binlog position> (reverse, for rollback); "
-                           f"START SLAVE '{connection_name(t)}'") for t in targets],
-                *[(t, "SET GLOBAL read_only=OFF") for t in targets],
-                ("routes", f"DSN file: each shard of {source} -> its instance"),
-                *[(t, f"STOP SLAVE '{connection_name(source)}'; RESET SLAVE '{connection_name(source)}' ALL")
-                  for t in targets]]
-
-    return FunctionStep(f"cut over {source} -> {', '.join(targets)}", lambda c: cutover(c, source), check=check,
-                        verify=verify, undo=lambda c: _undo_cutover(c, source), describe=describe)
-
-
-def _publish_routes(ctx: RunContext) -> str:
+def publish_routes(ctx: RunContext) -> str:
     """Each shard's DSN entry names its old server (added where missing, never overwritten)."""
-    plan = _plan(ctx)
+    plan = plan_of(ctx)
     added = []
     for s in plan.shards:
-        r = _route(ctx, s.name)
+        r = route_of(ctx, s.name)
         if r.current().writer is None:
             if not ctx.dry_run:
-                r.switch_writer(_addr(ctx, s.source))
+                r.switch_writer(address_of(ctx, s.source))
             added.append(s.name)
-    return f"routes of {', '.join(added)} added to {ctx.resources['routes']}" if added else \
-        f"all {len(plan.shards)} shard routes present in {ctx.resources['routes']}"
+    routes = resources_of(ctx).routes
+    return f"routes of {', '.join(added)} added to {routes}" if added else \
+        f"all {len(plan.shards)} shard routes present in {routes}"
 
 
-def _verify(ctx: RunContext) -> str:
-    plan = _plan(ctx)
+def verify_routes(ctx: RunContext) -> str:
+    plan = plan_of(ctx)
     if ctx.dry_run:
         return "would check each shard's route and instance"
     wrong = []
     for inst in plan.instances:
-        if Inspector(_srv(ctx, inst.name)).read_only():
+        if Inspector(server_of(ctx, inst.name)).read_only():
             wrong.append(f"{inst.name} is read-only")
         for shard in inst.shards:
-            writer = _route(ctx, shard).current().writer
-            if writer != _addr(ctx, inst.name):
+            writer = route_of(ctx, shard).current().writer
+            if writer != address_of(ctx, inst.name):
                 wrong.append(f"{shard} routes to {writer}, not {inst.name}")
     if wrong:
         raise SafetyError("after consolidation: " + "; ".join(wrong))
@@ -697,26 +92,25 @@ def _verify(ctx: RunContext) -> str:
             + "; ".join(f"{i.name}: {', '.join(i.shards)}" for i in plan.instances))
 
 
-# -- the procedure ---------------------------------------------------------------------
-
 def build_phases(ctx: RunContext, params: ConsolidateParams) -> list[Phase]:
-    plan: ConsolidationPlan | None = ctx.resources.get("plan")
+    resources = typed(ctx, ConsolidateResources)
+    plan = resources.plan if resources is not None else ctx.resources.get(PLAN_ONLY)
     if plan is None:  # `dbmigrate plan` builds without resources: read the plan file only
         playbook = ctx.resources.get("playbook")
-        plan = _load_plan(_plan_path(playbook, params)) if playbook is not None else None
+        plan = load_plan(plan_path(playbook, params)) if playbook is not None else None
         if plan is None:
             raise UsageError("consolidate needs its plan file")
-        ctx.resources["plan"] = plan
+        ctx.resources[PLAN_ONLY] = plan
     sources = sorted({s.source for s in plan.shards})
-    seeds = [_seed(inst, src) for inst in plan.instances for src in inst.sources]
-    cutovers = [_cutover_step(src, [t.name for t in targets_of(plan, src)]) for src in sources]
+    seeds = [seed_step(inst, src) for inst in plan.instances for src in inst.sources]
+    cutovers = [cutover_step(src, [t.name for t in targets_of(plan, src)]) for src in sources]
     return [
-        Phase("preflight", [FunctionStep("publish shard routes", _publish_routes)],
+        Phase("preflight", [FunctionStep("publish shard routes", publish_routes)],
               gates=[AutoGate("preflight", lambda c: evaluate_preflight(c, params))]),
-        Phase("provision", [_provision(inst) for inst in plan.instances]),
+        Phase("provision", [provision_step(inst) for inst in plan.instances]),
         Phase("seed", seeds),
         Phase("cutover", cutovers, gates=[AutoGate("caught-up", lambda c: evaluate_caught_up(c, params))]),
-        Phase("verify", [FunctionStep("verify shard routes", _verify, mutating=False)]),
+        Phase("verify", [FunctionStep("verify shard routes", verify_routes, mutating=False)]),
     ]
 
 
@@ -728,3 +122,7 @@ def build(ctx: RunContext, params: ConsolidateParams) -> Procedure:
     # A failed cutover puts its own old server back; earlier ones stay done (each old
     # server is either fully moved or untouched), so a failure does not undo the seeds.
     return Procedure("consolidate", build_phases(ctx, params), rollback_on_failure=False)
+
+
+__all__ = ["ConsolidateError", "ConsolidateParams", "build", "dump_command", "dump_coordinates",
+           "grants_for_shards", "import_command", "sandbox_extra"]

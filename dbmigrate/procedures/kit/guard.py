@@ -14,16 +14,46 @@ already open by then.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
+
+from pydantic import Field
 
 from dbmigrate.db.applier import Applier
+from dbmigrate.db.inspector import Inspector
 from dbmigrate.digest.model import Digest
 from dbmigrate.digest.policy import GuardPolicy, evaluate
+from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.procedures.kit.resources import RESOURCES
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.digest import window as capture
+
+
+class GuardState(TypedState):
+    """Slow-log windows (the settings to restore), the baseline digest and the guard's decisions."""
+
+    KEY = "guard"
+    FLAT_KEYS = {"baseline_window": "baseline_window", "guard_window": "guard_window",
+                 "baseline_digest": "baseline_digest", "guard_decisions": "guard_decisions",
+                 "guard_tripped": "guard_tripped"}
+
+    baseline_window: Optional[dict[str, Any]] = None  # saved server settings while a window is open
+    guard_window: Optional[dict[str, Any]] = None
+    baseline_digest: Optional[str] = None  # file of the baseline digest
+    guard_decisions: list[dict[str, Any]] = Field(default_factory=list)
+    guard_tripped: Optional[dict[str, Any]] = None
+
+    def window(self, key: WindowKey) -> dict[str, Any] | None:
+        return getattr(self, key)
+
+
+WindowKey = Literal["baseline_window", "guard_window"]
+
+
+def _save_window(ctx: RunContext, key: WindowKey, saved: dict[str, Any]) -> None:
+    with GuardState.edit(ctx.state) as s:
+        setattr(s, key, saved)
 
 
 class GuardTripped(DbmigrateError):
@@ -54,29 +84,33 @@ def _digest_dir(ctx: RunContext) -> Path:
     return d
 
 
+def role_name(ctx: RunContext, role: str) -> str:
+    """The server playing `role` ("old" or "new") in the run's cutover."""
+    return getattr(ctx.resources[RESOURCES], role)
+
+
 def _server(ctx: RunContext, role: str):
-    r = ctx.resources
-    return r["topology"].servers[r[role]]
+    return ctx.resources[RESOURCES].topology.servers[role_name(ctx, role)]
 
 
 # -- windows as steps --------------------------------------------------------------
 
-def open_window_step(role: str, key: str, label: str) -> FunctionStep:
+def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
     """Open long_query_time=0 on the `role` server ("old" or "new"); saved settings go to the journal."""
 
     def is_open(ctx: RunContext) -> bool:
-        saved = ctx.state.get(key)
+        saved = GuardState.load(ctx.state).window(key)
         if not saved or saved.get("restored"):
             return False
-        current = _server(ctx, role).scalar("SELECT @@GLOBAL.slow_query_log_file AS f")
+        current = Inspector(_server(ctx, role)).slow_query_log_file()
         return str(current).startswith(str(saved["window_file"]).removesuffix(".slow.log"))
 
     def run(ctx: RunContext) -> str:
         if ctx.dry_run:
-            ctx.record_statement(ctx.resources[role], "SET GLOBAL long_query_time=0, slow_query_log=ON (to a file of our own)")
-            return f"would open a slow-log window on {ctx.resources[role]}"
+            ctx.record_statement(role_name(ctx, role), "SET GLOBAL long_query_time=0, slow_query_log=ON (to a file of our own)")
+            return f"would open a slow-log window on {role_name(ctx, role)}"
         server = _server(ctx, role)
-        window = capture.SlowLogWindow(server, persist=lambda saved: ctx.state.set(key, saved))
+        window = capture.SlowLogWindow(server, persist=lambda saved: _save_window(ctx, key, saved))
         window.open()
         return f"slow-log window open on {server.name} ({label}): {window.log_file}"
 
@@ -87,13 +121,13 @@ def open_window_step(role: str, key: str, label: str) -> FunctionStep:
     return FunctionStep(f"open {label} window on the {where}", run, check=is_open, undo=undo)
 
 
-def close_window(ctx: RunContext, role: str, key: str) -> str:
-    saved = ctx.state.get(key)
+def close_window(ctx: RunContext, role: str, key: WindowKey) -> str:
+    saved = GuardState.load(ctx.state).window(key)
     if not saved or saved.get("restored"):
         return "window already closed"
     changed = capture.restore(_server(ctx, role), saved, applier=Applier(_server(ctx, role), dry_run=ctx.dry_run))
     if not ctx.dry_run:
-        ctx.state[key] = {**saved, "restored": True}
+        _save_window(ctx, key, {**saved, "restored": True})
     return f"slow-log settings restored on {saved.get('server')} ({len(changed)} changed)"
 
 
@@ -101,20 +135,27 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
     def run(ctx: RunContext) -> str:
         if ctx.dry_run:
             return f"would collect {seconds:g}s of baseline traffic on the old primary"
-        saved = ctx.state.get("baseline_window")
-        opened = time.time() if not saved else _iso_to_ts(saved.get("opened_at")) or time.time()
-        time.sleep(max(0.0, seconds - (time.time() - opened)))  # a resumed run waits only the rest
+        saved = GuardState.load(ctx.state).baseline_window
+        now = ctx.clock.now()
+        opened = now if not saved else _iso_to_ts(saved.get("opened_at")) or now
+        ctx.clock.sleep(max(0.0, seconds - (now - opened)))  # a resumed run waits only the rest
         close_window(ctx, "old", "baseline_window")
         out = _digest_dir(ctx) / "baseline.digest.json"
         digest = capture.digest_slow_log(saved["window_file"], out, duration_s=seconds,
-                                         source={"kind": "baseline", "server": ctx.resources["old"]})
-        ctx.state["baseline_digest"] = str(out)
+                                         source={"kind": "baseline", "server": role_name(ctx, "old")})
+        with GuardState.edit(ctx.state) as s:
+            s.baseline_digest = str(out)
         ctx.metric("baseline_queries", digest.query_count)
-        return f"baseline: {digest.query_count} queries in {len(digest.classes)} classes on {ctx.resources['old']}"
+        return f"baseline: {digest.query_count} queries in {len(digest.classes)} classes on {role_name(ctx, 'old')}"
 
     return FunctionStep("collect baseline digest", run,
-                        check=lambda c: bool(c.state.get("baseline_digest")) and Path(c.state["baseline_digest"]).exists(),
+                        check=_baseline_collected,
                         undo=lambda c: close_window(c, "old", "baseline_window"))
+
+
+def _baseline_collected(ctx: RunContext) -> bool:
+    digest = GuardState.load(ctx.state).baseline_digest
+    return bool(digest) and Path(digest).exists()
 
 
 def _iso_to_ts(text: str | None) -> float | None:
@@ -134,22 +175,27 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
     def run(ctx: RunContext) -> str:
         if ctx.dry_run:
             return f"would watch {policy.window_s:g}s of traffic on the new primary against the baseline"
-        baseline = Digest.load(ctx.state["baseline_digest"])
+        state = GuardState.load(ctx.state)
+        if not state.baseline_digest:
+            raise DbmigrateError("no baseline digest was collected before the cutover",
+                                 hint="resume the run: the 'collect baseline digest' step collects it")
+        baseline = Digest.load(state.baseline_digest)
         server = _server(ctx, "new")
-        saved = ctx.state.get("guard_window")
+        saved = state.guard_window
         if not saved or saved.get("restored"):
             raise DbmigrateError("the guard's slow-log window on the new primary is not open",
                                  hint="resume the run: the 'open guard window' step reopens it")
         base_file = str(saved["window_file"])
-        started = time.monotonic()
+        clock = ctx.clock
+        started = clock.monotonic()
         decisions: list[dict[str, Any]] = []
         i = 0
         try:
-            while time.monotonic() - started < policy.window_s:
+            while clock.monotonic() - started < policy.window_s:
                 i += 1
-                period = min(sample_s, policy.window_s - (time.monotonic() - started))
-                time.sleep(max(0.0, period))
-                current = str(server.scalar("SELECT @@GLOBAL.slow_query_log_file AS f"))
+                period = min(sample_s, policy.window_s - (clock.monotonic() - started))
+                clock.sleep(max(0.0, period))
+                current = Inspector(server).slow_query_log_file()
                 # Rotate: sessions keep long_query_time=0, new entries go to the next file.
                 Applier(server).set_global("slow_query_log_file", f"{base_file.removesuffix('.slow.log')}.{i}.slow.log")
                 digest = capture.digest_slow_log(current, _digest_dir(ctx) / f"guard-{i}.digest.json",
@@ -157,13 +203,15 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                 decision = evaluate(policy, baseline, digest)
                 record = {"window": i, "queries": digest.query_count, "rollback": decision.rollback,
                           "insufficient": decision.insufficient, "reasons": decision.reasons,
-                          "numbers": decision.numbers, "at": time.time()}
+                          "numbers": decision.numbers, "at": clock.now()}
                 decisions.append(record)
-                ctx.state["guard_decisions"] = decisions
+                with GuardState.edit(ctx.state) as s:
+                    s.guard_decisions = decisions
                 ctx.metric("guard_window_queries", digest.query_count, window=str(i))
                 ctx.log(f"guard window {i}: {'; '.join(decision.reasons) or 'within policy'}")
                 if decision.rollback:
-                    ctx.state["guard_tripped"] = record
+                    with GuardState.edit(ctx.state) as s:
+                        s.guard_tripped = record
                     raise GuardTripped("latency guard: " + "; ".join(decision.reasons),
                                        hint="the cutover is being rolled back through the reverse replication")
         finally:

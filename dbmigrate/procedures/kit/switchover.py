@@ -21,15 +21,15 @@ Safety rules enforced here, not left to callers:
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from dbmigrate.db.applier import Applier
-from dbmigrate.db.connection import QueryError, Server
+from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
+from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.exceptions import DbmigrateError, SafetyError, WaitTimeout
 
 
@@ -134,9 +134,9 @@ class Switchover:
             # Without GTIDs the final position would be empty and the catch-up wait a no-op.
             raise SafetyError(f"{self.old} runs with {problem}",
                               hint="switchovers need gtid_mode=ON and enforce_gtid_consistency=ON")
-        t0 = time.perf_counter()
+        t0 = self.clock.monotonic()
         self.apply(self.old).set_read_only(True, lock_wait_timeout=self.s.fence_timeout_s)
-        fenced_ms = (time.perf_counter() - t0) * 1000
+        fenced_ms = (self.clock.monotonic() - t0) * 1000
         pos = self.insp(self.old).gtid_binlog_pos()
         return f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms; final position {pos or '(empty)'}", pos
 
@@ -153,29 +153,10 @@ class Switchover:
         insp = self.insp(name)
         if not insp.reachable():
             return 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
-        protected = set(self.s.admin_users) | {insp.login_user, self.topo.repl.user,
-                                                "system user", "event_scheduler"}
-        deadline = self.clock.monotonic() + self.s.drain_timeout_s
-        first = None
-        while True:
-            open_trx = [user for _id, user in insp.open_transactions() if user not in protected]
-            first = len(open_trx) if first is None else first
-            if not open_trx or self.clock.monotonic() > deadline:
-                break
-            self.clock.sleep(0.01)
-        killed = 0
-        if self.s.kill_app_sessions:
-            app = self.apply(name)
-            for sess in insp.sessions():
-                if sess.user in protected:
-                    continue
-                try:
-                    app.kill_connection(sess.id)
-                    killed += 1
-                except QueryError as e:
-                    if e.errno != 1094:  # unknown thread: it ended by itself
-                        raise
-        return first or 0, killed
+        protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
+        done = drain(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+                     until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
+        return done.open_at_start, done.ended
 
     def unfence_old(self, candidate_known_closed: bool) -> str:
         """Make the old primary writable again, only if the candidate cannot take writes."""
@@ -209,13 +190,13 @@ class Switchover:
             raise DbmigrateError(f"{self.new} is not applying replication (SQL thread {st.sql_running if st else 'absent'}"
                                  f"{': ' + st.last_error if st and st.last_error else ''})",
                                  hint="fix replication on the candidate and run again")
-        t0 = time.perf_counter()
+        t0 = self.clock.monotonic()
         if not insp.wait_for_gtid(position, self.s.catchup_timeout_s):
             behind = insp.missing_from(position)
             raise WaitTimeout(f"{self.new} did not apply {self.old}'s final position {position} within "
                               f"{self.s.catchup_timeout_s:g}s (still behind: {behind})",
                               hint="the old primary will be unfenced; retry when lag is low (dbmigrate lag watch)")
-        return f"{self.new} applied {position} in {(time.perf_counter() - t0) * 1000:.1f} ms"
+        return f"{self.new} applied {position} in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
 
     # -- 3. open the candidate ----------------------------------------------
     def is_open(self) -> bool:
@@ -223,11 +204,11 @@ class Switchover:
         return self.writable(self.new) and (st is None or st.sql_running != "Yes")
 
     def open_candidate(self) -> str:
-        t0 = time.perf_counter()
+        t0 = self.clock.monotonic()
         a = self.apply(self.new)
         a.stop_replica()
         a.set_read_only(False)
-        return f"{self.new} stopped replicating and is writable (read_only=OFF) in {(time.perf_counter() - t0) * 1000:.1f} ms"
+        return f"{self.new} stopped replicating and is writable (read_only=OFF) in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
 
     # -- 4. router -----------------------------------------------------------
     def router_points_to(self, name: str) -> bool:
@@ -245,20 +226,20 @@ class Switchover:
                 if self.record:
                     self.record("router", line)
             return f"would switch the writer from {self.old} to {self.new}"
-        t0 = time.perf_counter()
+        t0 = self.clock.monotonic()
         self.router.switch_writer(self.server(self.new), self.server(self.old))
-        return f"router sends writes to {self.new} (switched in {(time.perf_counter() - t0) * 1000:.1f} ms)"
+        return f"router sends writes to {self.new} (switched in {(self.clock.monotonic() - t0) * 1000:.1f} ms)"
 
     # -- 5. forget the old source on the new primary -------------------------
     def has_replication_config(self, name: str) -> bool:
         return self.insp(name).replica_status() is not None
 
     def reset_new_replication(self) -> str:
-        t0 = time.perf_counter()
+        t0 = self.clock.monotonic()
         a = self.apply(self.new)
         a.stop_replica()
         a.reset_replica_all()
-        return f"{self.new} forgot its old source (RESET SLAVE ALL, {(time.perf_counter() - t0) * 1000:.0f} ms)"
+        return f"{self.new} forgot its old source (RESET SLAVE ALL, {(self.clock.monotonic() - t0) * 1000:.0f} ms)"
 
     # -- 6. repoint the other replicas --------------------------------------
     def replicas_repointed(self) -> bool:
@@ -330,11 +311,8 @@ class Switchover:
     # -- 8. verify -----------------------------------------------------------
     def verify_writes_flow(self, run_id: str, timeout: float = 10) -> str:
         """Write a probe row on the new primary and see it arrive on every other server."""
-        a = self.apply(self.new)  # through the applier: in dry-run the probe is only described
-        a.sql("CREATE DATABASE IF NOT EXISTS dbmigrate")
-        a.sql("CREATE TABLE IF NOT EXISTS dbmigrate.switchover_probe "
-              "(run_id VARCHAR(64) PRIMARY KEY, primary_name VARCHAR(128), ts DATETIME(6))")
-        a.sql("REPLACE INTO dbmigrate.switchover_probe VALUES (%s, %s, UTC_TIMESTAMP(6))", (run_id, self.new))
+        # Through the applier: in dry-run the probe is only described.
+        self.apply(self.new).write_switchover_probe(run_id, self.new)
         followers = [self.old, *self.topo.replicas]
         if self.dry_run:
             return f"would write a probe row on {self.new} and wait up to {timeout:g}s for {', '.join(followers)}"
@@ -372,7 +350,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
     old_writable = sw.writable(sw.old)
     if new_writable and old_writable:
         raise SafetyError(f"both {sw.old} and {sw.new} are writable",
-                          hint=f"set read_only=ON by hand on the one that should not take writes")
+                          hint="set read_only=ON by hand on the one that should not take writes")
     if new_writable:
         # The new primary may have taken writes: bring them to the old one first.
         if not back.replicates_from(sw.old, sw.new):
@@ -394,6 +372,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
         # its position is final; bring those writes to the old primary before it opens.
         if not back.replicates_from(sw.old, sw.new):
             back._make_replica(sw.old, sw.new)
+            said.append(f"{sw.old} replicates from {sw.new}")
         else:
             back.apply(sw.old).start_replica()
         back.wait_replica_running(sw.old)
@@ -412,10 +391,8 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
     # read-only now, so its position is final); sw.old's own position would be
     # unreachable for them, since it moves on with new writes.
     final_new = _binlog_pos_or_empty(back, sw.new)
-    for r in sw.topo.replicas:
-        if not back.replicates_from(r, sw.old):
-            back._repoint(r, sw.old, final_new if back.replicates_from(r, sw.new) else "")
-            said.append(f"repointed {r} to {sw.old}")
+    # sw.new follows sw.old before the replicas move: one that cannot be moved (stuck,
+    # lagging) stays under sw.new and still gets every write through it.
     if new_writable is not None and not back.replicates_from(sw.new, sw.old):
         back._make_replica(sw.new, sw.old)
         said.append(f"{sw.new} replicates from {sw.old} again")
@@ -424,6 +401,10 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
         if st and not st.running:
             back.apply(sw.new).start_replica()
             said.append(f"{sw.new} resumed replicating from {sw.old}")
+    for r in sw.topo.replicas:
+        if not back.replicates_from(r, sw.old):
+            back._repoint(r, sw.old, final_new if back.replicates_from(r, sw.new) else "")
+            said.append(f"repointed {r} to {sw.old}")
     return "; ".join(said) or f"{sw.old} is already the primary"
 
 

@@ -13,24 +13,23 @@ through the reverse replication: nothing acknowledged is lost.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext
+from dbmigrate.engine.step import Phase, Procedure, RunContext
+from dbmigrate.procedures.kit import cutover as kit_cutover
+from dbmigrate.procedures.kit import guard
+from dbmigrate.procedures.kit.cutover import Cutover
+from dbmigrate.procedures.kit.preflight import PreflightLimits, preflight_gate
+from dbmigrate.procedures.kit.resources import required, typed
+from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings
+from dbmigrate.procedures.kit.warmup import WarmSpec
+from dbmigrate.procedures.promote import extras
+from dbmigrate.procedures.promote.resources import PromoteResources, prepare
 from dbmigrate.procedures.registry import register
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
 
-
-class WarmSpec(BaseModel):
-    """Warm the candidate before it takes traffic; the warm-up gate stands before the cutover."""
-
-    model_config = ConfigDict(extra="forbid")
-    method: Literal["dump-load", "replay", "scan", "none"] = Field(
-        "dump-load", description="none: only the gate (the candidate must already be warm)")
-    target_hit_ratio: float = Field(0.95, gt=0, le=1)
-    seconds: float = Field(120, gt=0, description="time limit of the warm-up")
-    tables: list[str] = Field(default_factory=list, description="schema.table to scan and to probe in the gate")
+__all__ = ["PromoteParams", "WarmSpec", "build", "cutover_of", "settings_of"]
 
 
 class PromoteParams(BaseModel):
@@ -54,188 +53,56 @@ class PromoteParams(BaseModel):
                                           description="pt-table-checksum these databases; the candidate must match")
 
 
-def _sw(ctx: RunContext, record=None) -> Switchover:
-    r = ctx.resources
-    p: PromoteParams = ctx.params
-    settings = SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.drain_timeout_s,
-                                  fence_timeout_s=p.fence_timeout_s,
-                                  kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s)
-    dry_run = ctx.dry_run or record is not None
-    return Switchover(r["topology"], r["old"], r["new"], settings, r.get("router"), dry_run=dry_run,
-                      log=ctx.log, record=record or ctx.record_statement)
+def settings_of(p: PromoteParams) -> SwitchoverSettings:
+    return SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.drain_timeout_s,
+                              fence_timeout_s=p.fence_timeout_s, kill_app_sessions=p.kill_app_sessions,
+                              replica_timeout_s=p.replica_timeout_s)
 
 
-def _planned(action: Callable[[RunContext, Switchover], Any]) -> Callable[[RunContext], list[tuple[str, str]]]:
-    """describe() for a dry-run: the (server, statement) pairs `action` would send.
+def cutover_of(ctx: RunContext, params: PromoteParams) -> Cutover:
+    """The switchover of this run: old primary -> candidate (placeholders for `plan`)."""
+    r = typed(ctx, PromoteResources)
+    old, new = (r.old, r.new) if r is not None else ("<old primary>", "<candidate>")
 
-    The action runs against a dry-run Switchover, so its appliers and router only
-    collect what they would send; the runner journals the list.
-    """
-    def describe(ctx: RunContext) -> list[tuple[str, str]]:
-        lines: list[tuple[str, str]] = []
-        action(ctx, _sw(ctx, record=lambda server, text: lines.append((server, text))))
-        return lines
+    def make(c: RunContext, record: Record | None) -> Switchover:
+        res = required(c, PromoteResources)
+        return Switchover(res.topology, res.old, res.new, settings_of(c.params), res.router,
+                          dry_run=c.dry_run or record is not None, log=c.log, record=record or c.record_statement,
+                          clock=c.clock)
 
-    return describe
-
-
-# -- steps ---------------------------------------------------------------------
-
-def _fence(ctx: RunContext) -> str:
-    sw = _sw(ctx)
-    ctx.state["candidate_opened"] = ctx.state.get("candidate_opened", False)
-    sentence, pos = sw.fence()
-    ctx.state["fence_pos"] = pos
-    ctx.set_hook_env("FENCE_POSITION", pos)
-    return sentence
-
-
-def _fence_check(ctx: RunContext) -> bool:
-    return "fence_pos" in ctx.state and _sw(ctx).is_fenced()
-
-
-def _unfence(ctx: RunContext) -> str:
-    return switch_back(_sw(ctx), candidate_opened=bool(ctx.state.get("candidate_opened", False)))
-
-
-def _catchup(ctx: RunContext) -> str:
-    return _sw(ctx).wait_catchup(ctx.state.get("fence_pos", ""))
-
-
-def _catchup_check(ctx: RunContext) -> bool:
-    return not ctx.dry_run and "fence_pos" in ctx.state and _sw(ctx).caught_up(ctx.state["fence_pos"])
-
-
-def _open(ctx: RunContext) -> str:
-    sw = _sw(ctx)
-    # Accounts that bypass read_only (SUPER / READ ONLY ADMIN) may still have committed on
-    # the old primary after the fence: the candidate must have those too before it opens.
-    fence_pos = ctx.state.get("fence_pos", "")
-    now = sw.insp(sw.old).gtid_binlog_pos() if not ctx.dry_run else fence_pos
-    said = ""
-    if now != fence_pos:
-        said = sw.wait_catchup(now) + " (the old primary moved after the fence); "
-        ctx.state["fence_pos"] = now
-    # Journaled before the statement: after a crash we must assume it may be writable.
-    ctx.state["candidate_opened"] = True
-    return said + sw.open_candidate()
-
-
-def _switch_back(ctx: RunContext) -> str:
-    return switch_back(_sw(ctx), candidate_opened=bool(ctx.state.get("candidate_opened", False)))
-
-
-def _router(ctx: RunContext) -> str:
-    sentence = _sw(ctx).switch_router()
-    if not ctx.dry_run:
-        import time
-
-        ctx.state["switched_at"] = time.time()  # the new primary takes traffic from here
-    return sentence
-
-
-def _reset(ctx: RunContext) -> str:
-    return _sw(ctx).reset_new_replication()
-
-
-def _repoint(ctx: RunContext) -> str:
-    return _sw(ctx).repoint_replicas(ctx.state.get("fence_pos", ""))
-
-
-def _reverse(ctx: RunContext) -> str:
-    sw = _sw(ctx)
-    sentence = sw.start_reverse()
-    sw.wait_replica_running(sw.old)
-    return sentence
-
-
-def _verify(ctx: RunContext) -> str:
-    return _probe(ctx, _sw(ctx))
-
-
-def _probe(ctx: RunContext, sw: Switchover) -> str:
-    return sw.verify_writes_flow(ctx.run_id, ctx.params.verify_timeout_s)
-
-
-def _verify_shape(ctx: RunContext) -> None:
-    sw = _sw(ctx)
-    problems = []
-    if sw.insp(sw.new).read_only():
-        problems.append(f"{sw.new} is read-only")
-    if not sw.insp(sw.old).read_only():
-        problems.append(f"{sw.old} is writable")
-    if not sw.reverse_running():
-        problems.append(f"{sw.old} does not replicate from {sw.new}")
-    if problems:
-        from dbmigrate.exceptions import SafetyError
-
-        raise SafetyError("after promotion: " + "; ".join(problems))
-
-
-def _describe(*lines: str):
-    return lambda ctx: list(lines)
-
-
-def cutover_steps(ctx: RunContext) -> list[FunctionStep]:
-    r = ctx.resources
-    old, new = r.get("old", "<old primary>"), r.get("new", "<candidate>")
-    return [
-        # Undone even when it did not finish: read_only may be in place though the step failed.
-        FunctionStep(f"fence {old}", _fence, check=_fence_check, undo=_unfence, undo_if_started=True,
-                     describe=_planned(lambda c, sw: sw.fence())),
-        FunctionStep(f"wait for {new} to catch up", _catchup, check=_catchup_check, mutating=False),
-        FunctionStep(f"open {new} for writes", _open, check=lambda c: _sw(c).is_open(), undo=_switch_back,
-                     describe=_planned(lambda c, sw: sw.open_candidate())),
-        FunctionStep("switch router", _router, check=lambda c: _sw(c).router_points_to(new) and not c.dry_run,
-                     undo=_switch_back, describe=_planned(lambda c, sw: sw.switch_router())),
-        FunctionStep(f"end application sessions on {old}", lambda c: _sw(c).end_sessions(),
-                     describe=lambda c: [(old, "KILL CONNECTION <id> for each remaining application session")]),
-        FunctionStep(f"reset replication on {new}", _reset,
-                     check=lambda c: not _sw(c).has_replication_config(new), undo=_switch_back,
-                     describe=_planned(lambda c, sw: sw.reset_new_replication())),
-        FunctionStep("repoint replicas", _repoint, check=lambda c: _sw(c).replicas_repointed(), undo=_switch_back,
-                     describe=_planned(lambda c, sw: sw.repoint_replicas(c.state.get("fence_pos", "")))),
-        FunctionStep(f"reverse replication {old} <- {new}", _reverse, check=lambda c: _sw(c).reverse_running(),
-                     verify=_verify_shape, undo=_switch_back, describe=_planned(lambda c, sw: sw.start_reverse())),
-    ]
+    return Cutover(old=old, new=new, switchover=make, verify_timeout_s=params.verify_timeout_s)
 
 
 def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
-    from dbmigrate.procedures.promote import extras
-
-    from dbmigrate.procedures.kit import guard
-
+    cut = cutover_of(ctx, params)
     policy = guard.policy_of(ctx)
-    prepare = extras.prepare_steps(ctx, params)
+    prepare_steps = extras.prepare_steps(ctx, params)
     if policy is not None:
-        prepare += [guard.open_window_step("old", "baseline_window", "baseline"),
-                    guard.collect_baseline_step(params.baseline_seconds),
-                    guard.open_window_step("new", "guard_window", "guard")]
+        prepare_steps += [guard.open_window_step("old", "baseline_window", "baseline"),
+                          guard.collect_baseline_step(params.baseline_seconds),
+                          guard.open_window_step("new", "guard_window", "guard")]
     if params.warm is not None and params.warm.method != "none":
-        prepare.append(extras.warm_step(ctx, params.warm))
+        prepare_steps.append(extras.warm_step(params.warm))
+    limits = PreflightLimits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s,
+                             lag_wait_s=params.lag_wait_s)
+    gate = preflight_gate("preflight", lambda c: required(c, PromoteResources).inventory,
+                          lambda c: required(c, PromoteResources).new, limits)
     phases = [
-        Phase("preflight", [], gates=extras.preflight_gates(ctx, params)),
-        Phase("prepare", prepare),
+        Phase("preflight", [], gates=[gate]),
+        Phase("prepare", prepare_steps),
     ]
     if params.via == "orchestrator":
-        phases.append(Phase("cutover", extras.orchestrator_steps(ctx, params)))
+        phases.append(Phase("cutover", extras.orchestrator_steps(cut)))
     else:
-        phases.append(Phase("cutover", cutover_steps(ctx)))
+        phases.append(Phase("cutover", kit_cutover.cutover_steps(cut)))
     if params.warm is not None:
         phases[-1].gates.append(extras.warm_gate(params.warm))
     if params.checksum_databases:
         phases[-1].gates.append(extras.checksum_gate(params.checksum_databases))
-    phases.append(Phase("verify", [FunctionStep("verify writes flow", _verify, mutating=True,
-                                                describe=_planned(_probe))]))
+    phases.append(Phase("verify", [kit_cutover.verify_step(cut)]))
     if policy is not None:
         phases.append(Phase("guard", [guard.guard_step(policy, params.guard_sample_s)]))
     return phases
-
-
-def prepare(playbook, state) -> dict[str, Any]:
-    from dbmigrate.procedures.promote.extras import promote_resources
-
-    return promote_resources(playbook.inventory_path, playbook.cluster, playbook.params.candidate, state)
 
 
 @register("promote", params=PromoteParams, prepare_resources=prepare,

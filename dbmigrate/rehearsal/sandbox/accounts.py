@@ -13,6 +13,10 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.flavor import MARIADB
+from dbmigrate.topology.wire import Account as WiredAccount
+
 APP_SCHEMAS = ("app", "sbtest")
 
 
@@ -53,17 +57,13 @@ def read_option_file(path: Path) -> dict[str, Account]:
     return out
 
 
-def bootstrap_statements(accounts: dict[str, Account]) -> list[tuple[str, tuple]]:
-    """Statements run once on a new primary; replicas receive them through replication."""
+def bootstrap_accounts(accounts: dict[str, Account]) -> list[WiredAccount]:
+    """The accounts created once on a new primary (replicas receive them through
+    replication), with their grants; the application schemas are created first.
+    The sandbox runs MariaDB only."""
     a, r, p = accounts["admin"], accounts["repl"], accounts["app"]
-    stmts: list[tuple[str, tuple]] = [
-        ("CREATE USER %s@'%' IDENTIFIED BY %s", (a.user, a.password)),
-        ("GRANT ALL PRIVILEGES ON *.* TO %s@'%' WITH GRANT OPTION", (a.user,)),
-        ("CREATE USER %s@'%' IDENTIFIED BY %s", (r.user, r.password)),
-        ("GRANT REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.* TO %s@'%'", (r.user,)),
-        ("CREATE USER %s@'%' IDENTIFIED BY %s", (p.user, p.password)),
+    return [
+        WiredAccount(Credentials(a.user, a.password), ("ALL PRIVILEGES ON *.*",)),
+        WiredAccount(Credentials(r.user, r.password), (MARIADB.replication_grants(),)),
+        WiredAccount(Credentials(p.user, p.password), tuple(f"ALL PRIVILEGES ON `{s}`.*" for s in APP_SCHEMAS)),
     ]
-    for schema in APP_SCHEMAS:
-        stmts.append((f"CREATE DATABASE IF NOT EXISTS `{schema}`", ()))
-        stmts.append((f"GRANT ALL PRIVILEGES ON `{schema}`.* TO %s@'%'", (p.user,)))
-    return stmts

@@ -6,13 +6,13 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import mysql.connector
 
-from dbmigrate.exceptions import SandboxError
+from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.exceptions import SandboxError, WaitTimeout
 
 SERVER_BINARIES = ("mariadbd", "mysqld")
 INSTALL_BINARIES = ("mariadb-install-db", "mysql_install_db")
@@ -146,33 +146,37 @@ class Instance:
         self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
 
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def wait_ready(self, timeout: float = 60, clock: Clock | None = None) -> None:
+        def accepts() -> bool:
             if self._proc is not None and self._proc.poll() is not None:
                 if "Address already in use" in self._error_tail(20):
                     raise PortConflict(f"port {self.spec.port} of {self.spec.name} was taken by another process")
                 raise SandboxError(f"{self.spec.name} exited during startup (exit {self._proc.returncode}): "
                                    f"{self._error_tail()}", hint=f"see {self.spec.error_log}")
             try:
-                conn = self.root_connection(timeout=1)
-                conn.close()
-                return
+                self.root_connection(timeout=1).close()
+                return True
             except mysql.connector.Error:
-                time.sleep(0.05)
-        raise SandboxError(f"{self.spec.name} did not accept connections within {timeout:g}s: {self._error_tail()}",
-                           hint=f"see {self.spec.error_log}")
+                return False
 
-    def _error_tail(self, lines: int = 3) -> str:
         try:
-            return " | ".join(self.spec.error_log.read_text().strip().splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no error log)"
+            wait_until(accepts, timeout=timeout, interval=0.05, clock=clock, what=f"{self.spec.name} to accept connections")
+        except WaitTimeout:
+            raise SandboxError(f"{self.spec.name} did not accept connections within {timeout:g}s: {self._error_tail()}",
+                               hint=f"see {self.spec.error_log}") from None
 
     def root_connection(self, timeout: float = 5):
         """Local root over the unix socket: only used to bootstrap the sandbox."""
         return mysql.connector.connect(unix_socket=str(self.spec.socket), user="root", password="",
                                        connection_timeout=max(1, int(timeout)), autocommit=True, use_pure=True)
+
+    def root_server(self, timeout: float = 5):
+        """The same local root login as a Server handle, for statements through db/."""
+        from dbmigrate.db.connection import Server
+        from dbmigrate.db.credentials import Credentials
+
+        return Server(self.spec.name, "127.0.0.1", self.spec.port, Credentials("root", ""),
+                      connect_timeout=timeout, unix_socket=str(self.spec.socket))
 
     def pid(self) -> int | None:
         try:
@@ -222,17 +226,19 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def stop_pid(pid: int, timeout: float, sig: int = signal.SIGTERM) -> None:
+def stop_pid(pid: int, timeout: float, sig: int = signal.SIGTERM, clock: Clock | None = None) -> None:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
+    while True:
+        try:
+            wait_until(lambda: not pid_alive(pid), timeout=timeout, interval=0.05, clock=clock,
+                       what=f"process {pid} to exit")
+            return
+        except WaitTimeout:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 return
-            deadline = time.monotonic() + 10
-        time.sleep(0.05)
+            timeout = 10  # then SIGKILL again, until it is gone

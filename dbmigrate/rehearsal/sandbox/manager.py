@@ -18,10 +18,14 @@ from typing import Any, Callable
 
 import yaml
 
-from dbmigrate.exceptions import SandboxError, UsageError
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError, SandboxError, UsageError, WaitTimeout
 from dbmigrate.rehearsal.sandbox import accounts as acc
 from dbmigrate.rehearsal.sandbox.instance import Instance, InstanceSpec, PortConflict, pid_alive, rewrite_config
 from dbmigrate.rehearsal.sandbox.ports import free_port, port_in_use
+from dbmigrate.topology.wire import create_account, wait_replicating
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,30}$")
 
@@ -258,61 +262,35 @@ class Sandboxes:
                 inst.start()
 
     def _bootstrap_primary(self, state: SandboxState, name: str, accounts: dict, log_bin: bool = True) -> None:
-        conn = self._instance(state, name).root_connection()
-        try:
-            cur = conn.cursor()
+        with self._instance(state, name).root_server() as root:
+            applier = Applier(root)
             if not log_bin:
                 # A standalone instance keeps its binlog free of local GTIDs, so it can
                 # later replicate from any primary without errant transactions.
-                cur.execute("SET SESSION sql_log_bin=0")
-            for sql, params in acc.bootstrap_statements(accounts):
-                cur.execute(sql, params or None)
-            cur.execute("SET GLOBAL read_only=OFF")  # the primary (or a standalone) takes writes
-        finally:
-            conn.close()
+                applier.binlog_session(False)
+            for schema in acc.APP_SCHEMAS:
+                applier.create_schema(schema)
+            for account in acc.bootstrap_accounts(accounts):
+                create_account(applier, account)
+            applier.set_read_only(False)  # the primary (or a standalone) takes writes
 
     def _attach_replica(self, state: SandboxState, name: str, source: str, accounts: dict) -> None:
         src = state.instances[source]
         repl = accounts["repl"]
-        conn = self._instance(state, name).root_connection()
-        try:
-            cur = conn.cursor()
-            cur.execute("SET GLOBAL read_only=ON")
-            cur.execute("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER=%s, "
-                        "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
-                        (src.port, repl.user, repl.password))
-            cur.execute("START SLAVE")
-        finally:
-            conn.close()
+        with self._instance(state, name).root_server() as root:
+            applier = Applier(root)
+            applier.set_read_only(True)
+            applier.change_source("127.0.0.1", src.port, Credentials(repl.user, repl.password))
+            applier.start_replica()
 
     def _wait_caught_up(self, state: SandboxState, name: str, source: str, timeout: float = 60) -> None:
-        from dbmigrate.db.gtid import mariadb_includes
-
-        sconn = self._instance(state, source).root_connection()
-        rconn = self._instance(state, name).root_connection()
-        try:
-            cur = sconn.cursor()
-            cur.execute("SELECT @@gtid_binlog_pos")
-            target = cur.fetchone()[0]
-            deadline = time.monotonic() + timeout
-            rcur = rconn.cursor(dictionary=True)
-            while True:
-                rcur.execute("SHOW SLAVE STATUS")
-                st = rcur.fetchone() or {}
-                rcur.execute("SELECT @@gtid_current_pos AS p")
-                pos = rcur.fetchone()["p"]
-                if st.get("Slave_IO_Running") == "Yes" and st.get("Slave_SQL_Running") == "Yes" \
-                        and mariadb_includes(pos, target):
-                    return
-                if st.get("Last_IO_Error") or st.get("Last_SQL_Error"):
-                    raise SandboxError(f"replication {source} -> {name} failed: "
-                                       f"{st.get('Last_IO_Error') or st.get('Last_SQL_Error')}")
-                if time.monotonic() > deadline:
-                    raise SandboxError(f"{name} did not catch up with {source} within {timeout:g}s")
-                time.sleep(0.05)
-        finally:
-            sconn.close()
-            rconn.close()
+        with self._instance(state, source).root_server() as src, self._instance(state, name).root_server() as rep:
+            try:
+                wait_replicating(rep, source, Inspector(src).gtid_binlog_pos(), timeout, interval=0.05)
+            except WaitTimeout:
+                raise SandboxError(f"{name} did not catch up with {source} within {timeout:g}s") from None
+            except DbmigrateError as e:
+                raise SandboxError(e.message) from None
 
     # -- inventory -----------------------------------------------------------
     def write_inventory(self, state: SandboxState) -> Path:

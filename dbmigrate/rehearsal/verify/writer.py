@@ -12,6 +12,10 @@ switchover (measured, see the project's facts):
 
 Ids are contiguous: an id is retried until acknowledged, so ids first..last were
 all acknowledged and are all expected on every server checked.
+
+It acts as the application, so its statements (its table, its inserts and the
+check that reads the ids back) stay here: they are the workload under test, not
+dbmigrate's own reads or writes of server state, which go through `dbmigrate.db`.
 """
 
 from __future__ import annotations

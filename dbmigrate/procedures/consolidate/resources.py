@@ -1,0 +1,144 @@
+"""What a consolidation run opens (typed resources) and what it journals (typed run state)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from pydantic import BaseModel, Field
+
+from dbmigrate.db.connection import Server
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.engine.state import TypedState
+from dbmigrate.exceptions import UsageError
+from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, plan_from_dict
+from dbmigrate.procedures.kit.resources import handed_over, inventory_of
+
+
+class CutRecord(BaseModel):
+    targets: list[str]
+    at: float
+
+
+class ConsolidateState(TypedState):
+    """Instances created, old servers cut over, and the reverse connections rollback needs."""
+
+    KEY = "consolidate"
+    FLAT_KEYS = {"instances": "instances", "checksums": "checksums"}
+
+    instances: dict[str, str] = Field(default_factory=dict)  # instance -> host:port where it was created
+    cut: dict[str, CutRecord] = Field(default_factory=dict)  # old server -> where its shards went
+    reverse: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)  # old server -> instance -> [file, pos]
+    checksums: dict[str, Any] = Field(default_factory=dict)  # shard -> {"old": ..., "new": ...}
+
+    @classmethod
+    def from_flat(cls, flat: dict[str, Any]) -> dict[str, Any]:
+        out = super().from_flat(flat)
+        out["cut"] = {k[4:]: v for k, v in flat.items() if k.startswith("cut.") and v}
+        out["reverse"] = {k[8:]: v for k, v in flat.items() if k.startswith("reverse.") and v}
+        return out
+
+
+class Servers:
+    """Open sessions by server name (old servers from the inventory, instances from the plan)."""
+
+    def __init__(self, inventory: Any, plan: ConsolidationPlan, created: Callable[[], dict[str, str]]) -> None:
+        self.inventory = inventory
+        self.plan = plan
+        self._created = created  # instances created by this run: name -> host:port
+        self._open: dict[str, Server] = {}
+
+    def address(self, name: str) -> str:
+        if name in {s.source for s in self.plan.shards}:
+            _, spec = self.inventory.find_server(name)
+            return f"{spec.host}:{spec.port}"
+        created = self._created().get(name)
+        if created:
+            return created
+        inst = self.plan.instance(name)
+        return f"{inst.address}:{inst.port}"
+
+    def __getitem__(self, name: str) -> Server:
+        srv = self._open.get(name)
+        if srv is None:
+            if name in {s.source for s in self.plan.shards}:
+                srv = self.inventory.open(name)
+            else:
+                host, _, port = self.address(name).rpartition(":")
+                srv = Server(name, host, int(port), self.admin_credentials(),
+                             connect_timeout=self.inventory.defaults.connect_timeout,
+                             read_timeout=self.inventory.defaults.read_timeout)
+            self._open[name] = srv
+        return srv
+
+    def admin_credentials(self) -> Credentials:
+        ref = self.inventory.defaults.credentials
+        if ref is None:
+            raise UsageError(f"{self.inventory.path}: defaults.credentials is needed to reach the new instances")
+        return ref.resolve(self.inventory.base)
+
+    def forget(self, name: str) -> None:
+        srv = self._open.pop(name, None)
+        if srv is not None:
+            srv.close()
+
+    def close(self) -> None:
+        for name in list(self._open):
+            self.forget(name)
+
+
+@dataclass
+class ConsolidateResources:
+    inventory: Any
+    plan: ConsolidationPlan
+    routes: Path
+    repl: Credentials
+    app: Optional[Credentials]
+    servers: Servers
+
+    def close(self) -> None:
+        self.servers.close()
+
+
+def load_plan(path: Path) -> ConsolidationPlan:
+    try:
+        return plan_from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise UsageError(f"plan file {path} does not exist",
+                         hint="write it with: dbmigrate consolidate plan --inventory F --from-inventory --out PLAN") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"plan file {path} is not JSON (line {e.lineno}: {e.msg})") from None
+
+
+def plan_path(playbook: Any, params: Any) -> Path:
+    p = Path(params.plan).expanduser()
+    return p if p.is_absolute() else (playbook.base_dir / p).resolve()
+
+
+def routes_path(inventory: Any, cluster: str, playbook: Any, params: Any) -> Path:
+    if params.routes:
+        p = Path(params.routes).expanduser()
+        return p if p.is_absolute() else (playbook.base_dir / p).resolve()
+    router = inventory.cluster(cluster).router
+    if router is None or router.kind != "dsn-file":
+        raise UsageError(f"cluster {cluster} has no dsn-file router and the playbook names no `routes:` file",
+                         hint="shards are routed one by one through a DSN file: set params.routes")
+    p = Path(router.path).expanduser()
+    return p if p.is_absolute() else inventory.base / p
+
+
+def prepare(playbook: Any, store: Any) -> dict[str, Any]:
+    params = playbook.params
+    inv = inventory_of(playbook)
+    plan = load_plan(plan_path(playbook, params))
+    sources = sorted({s.source for s in plan.shards})
+    for src in sources:
+        inv.find_server(src)  # every old server of the plan is in the inventory
+    servers = Servers(inv, plan, lambda: ConsolidateState.load(store).instances)
+    resources = ConsolidateResources(inventory=inv, plan=plan, routes=routes_path(inv, playbook.cluster, playbook, params),
+                                     repl=inv.replication_credentials(playbook.cluster),
+                                     app=inv.app_credentials(playbook.cluster), servers=servers)
+    # One run at a time for these old servers: the lock lives on the first one.
+    return handed_over(resources, inv.open(sources[0]).dedicated())

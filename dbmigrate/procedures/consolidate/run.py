@@ -1,0 +1,88 @@
+"""What every part of a consolidation reads from the run: params, plan, servers, routes, state."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import Server
+from dbmigrate.engine.step import RunContext
+from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, PlannedInstance
+from dbmigrate.procedures.consolidate.resources import ConsolidateResources, ConsolidateState
+from dbmigrate.procedures.kit.resources import required, typed
+from dbmigrate.routing.dsn_file import DsnFileRouter
+
+PLAN_ONLY = "plan"  # resources key of the plan when `dbmigrate plan` builds without servers
+
+
+class ConsolidateError(DbmigrateError):
+    """A consolidation step could not do its work (the message says which and why)."""
+
+
+class ConsolidateParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    plan: str = Field(description="plan file written by `dbmigrate consolidate plan --out` (relative to the playbook)")
+    strategy: Literal["instance-per-group", "merge"] = "instance-per-group"
+    routes: Optional[str] = Field(None, description="DSN file with one entry per shard; default: the cluster's "
+                                                    "dsn-file router")
+    max_lag_s: float = Field(5, ge=0, description="catch-up gate: seconds behind on every connection")
+    gate_timeout_s: float = Field(30, ge=0, description="how long the catch-up gate waits for that")
+    catchup_timeout_s: float = Field(10, gt=0, le=600, description="fenced wait for an instance to apply an "
+                                                                   "old server's final position")
+    checksum: bool = Field(True, description="CHECKSUM TABLE old vs new inside the fenced window")
+    drain_timeout_s: float = Field(1, ge=0, le=60)
+    seed_timeout_s: float = Field(3600, gt=0)
+
+
+def resources_of(ctx: RunContext) -> ConsolidateResources:
+    return required(ctx, ConsolidateResources)
+
+
+def plan_of(ctx: RunContext) -> ConsolidationPlan:
+    r = typed(ctx, ConsolidateResources)
+    return r.plan if r is not None else ctx.resources[PLAN_ONLY]
+
+
+def state_of(ctx: RunContext) -> ConsolidateState:
+    return ConsolidateState.load(ctx.state)
+
+
+def is_cut(ctx: RunContext, source: str) -> bool:
+    return source in state_of(ctx).cut
+
+
+def server_of(ctx: RunContext, name: str) -> Server:
+    return resources_of(ctx).servers[name]
+
+
+def applier_of(ctx: RunContext, name: str) -> Applier:
+    srv = server_of(ctx, name)
+    return Applier(srv, dry_run=ctx.dry_run, on_planned=lambda s, sql: ctx.record_statement(s, sql))
+
+
+def route_of(ctx: RunContext, shard: str) -> DsnFileRouter:
+    return DsnFileRouter(shard, resources_of(ctx).routes)
+
+
+def address_of(ctx: RunContext, name: str) -> str:
+    return resources_of(ctx).servers.address(name)
+
+
+def shards_of(plan: ConsolidationPlan, instance: str, source: str) -> list[str]:
+    inst = plan.instance(instance)
+    return [s for s in inst.shards if inst.shard_sources[s] == source]
+
+
+def targets_of(plan: ConsolidationPlan, source: str) -> list[PlannedInstance]:
+    return [i for i in plan.instances if source in i.sources]
+
+
+def wild_patterns(shards: list[str]) -> list[str]:
+    return [f"{s}.%" for s in shards]
+
+
+def params_of(ctx: RunContext) -> ConsolidateParams:
+    return ctx.params

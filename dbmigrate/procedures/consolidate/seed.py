@@ -1,0 +1,163 @@
+"""Seeding an instance from an old server: a logical copy, the application's grants, and a
+filtered replication connection from the copy's coordinates."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from dbmigrate.db.credentials import private_defaults_file
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
+from dbmigrate.procedures.consolidate.run import (
+    ConsolidateError,
+    address_of,
+    applier_of,
+    is_cut,
+    params_of,
+    plan_of,
+    resources_of,
+    server_of,
+    shards_of,
+    state_of,
+    wild_patterns,
+)
+
+
+_COORDS = re.compile(r"CHANGE MASTER TO MASTER_LOG_FILE='([^']+)',\s*MASTER_LOG_POS=(\d+)")
+
+
+def dump_coordinates(head: str) -> tuple[str, int]:
+    """Binlog (file, pos) of the snapshot, from the comment --master-data=2 writes."""
+    m = _COORDS.search(head)
+    if not m:
+        raise ConsolidateError("the dump carries no binlog coordinates",
+                               hint="the source needs log_bin, and the dump --master-data=2 (RELOAD privilege)")
+    return m.group(1), int(m.group(2))
+
+
+def dump_command(defaults_file: str, shards: list[str]) -> list[str]:
+    # --master-data=2 takes a brief global read lock to read the coordinates that
+    # match the consistent snapshot; no password ever reaches argv.
+    return ["mariadb-dump", f"--defaults-file={defaults_file}", "--single-transaction", "--master-data=2",
+            "--routines", "--triggers", "--events", "--hex-blob", "--default-character-set=utf8mb4",
+            "--databases", *shards]
+
+
+def import_command(defaults_file: str) -> list[str]:
+    # The copy is a restore: kept out of the instance's binlog, so the first events
+    # there are the ones replicated from the old servers.
+    return ["mariadb", f"--defaults-file={defaults_file}", "--init-command=SET SESSION sql_log_bin=0",
+            "--default-character-set=utf8mb4"]
+
+
+def _like_to_regex(pattern: str) -> re.Pattern[str]:
+    out, i = "", 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            out += re.escape(pattern[i + 1])
+            i += 2
+            continue
+        out += ".*" if c == "%" else "." if c == "_" else re.escape(c)
+        i += 1
+    return re.compile(f"^{out}$")
+
+
+_DB_GRANT = re.compile(r"^GRANT .+ ON `((?:[^`]|``)+)`\.\* TO ")
+
+
+def grants_for_shards(grants: list[str], shards: list[str]) -> list[str]:
+    """Schema-level GRANT lines whose schema (or LIKE pattern) covers one of the shards."""
+    out = []
+    for g in grants:
+        m = _DB_GRANT.match(g)
+        if m and any(_like_to_regex(m.group(1).replace("``", "`")).match(s) for s in shards):
+            out.append(g)
+    return out
+
+
+def copy_app_grants(ctx: RunContext, source: str, instance: str, shards: list[str]) -> int:
+    app = resources_of(ctx).app
+    if app is None:
+        return 0
+    src, dst = Inspector(server_of(ctx, source)), Inspector(server_of(ctx, instance))
+    applier = applier_of(ctx, instance)
+    copied = 0
+    for host in src.user_hosts(app.user):
+        if not dst.account_exists(app.user, host):
+            applier.replay_account_statement(src.create_user_statement(app.user, host))
+        for g in grants_for_shards(src.grants(app.user, host), shards):
+            applier.replay_account_statement(g)
+            copied += 1
+    return copied
+
+
+def seed_step(inst: PlannedInstance, source: str):
+    conn = connection_name(source)
+
+    def run(ctx: RunContext) -> str:
+        shards = shards_of(plan_of(ctx), inst.name, source)
+        if ctx.dry_run:
+            return f"would copy {', '.join(shards)} from {source} to {inst.name}"
+        src_srv, dst_srv = server_of(ctx, source), server_of(ctx, inst.name)
+        started = ctx.clock.monotonic()
+        with tempfile.TemporaryDirectory(prefix="dbmigrate-seed-") as tmp, \
+                private_defaults_file(src_srv.credentials, src_srv.host, src_srv.port) as src_cnf, \
+                private_defaults_file(dst_srv.credentials, dst_srv.host, dst_srv.port) as dst_cnf:
+            dump = Path(tmp) / "seed.sql"
+            with open(dump, "wb") as out:
+                p = subprocess.run(dump_command(src_cnf, shards), stdout=out, stderr=subprocess.PIPE,
+                                   timeout=params_of(ctx).seed_timeout_s)
+            if p.returncode != 0:
+                raise ConsolidateError(f"mariadb-dump of {', '.join(shards)} on {source} failed: "
+                                       f"{p.stderr.decode(errors='replace').strip()[-400:]}")
+            with open(dump, "rb") as f:
+                log_file, log_pos = dump_coordinates(f.read(64 * 1024).decode(errors="replace"))
+            with open(dump, "rb") as inp:
+                p = subprocess.run(import_command(dst_cnf), stdin=inp, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, timeout=params_of(ctx).seed_timeout_s)
+            if p.returncode != 0:
+                raise ConsolidateError(f"loading {', '.join(shards)} into {inst.name} failed: "
+                                       f"{p.stderr.decode(errors='replace').strip()[-400:]}")
+            size = dump.stat().st_size
+        grants = copy_app_grants(ctx, source, inst.name, shards)
+        host, _, port = address_of(ctx, source).rpartition(":")
+        a = applier_of(ctx, inst.name)
+        a.add_source(conn, host, int(port), resources_of(ctx).repl, log_file, log_pos, wild_patterns(shards))
+        a.start_source(conn)
+        return (f"copied {', '.join(shards)} from {source} to {inst.name} ({size / 1024:.0f} KiB in "
+                f"{ctx.clock.monotonic() - started:.1f}s, {grants} grant(s)); connection '{conn}' replicates them "
+                f"from {log_file}:{log_pos}")
+
+    def check(ctx: RunContext) -> bool:
+        if is_cut(ctx, source):
+            return True  # cut over: the forward connection was dropped on purpose
+        if ctx.dry_run and inst.name not in state_of(ctx).instances and inst.sandbox:
+            return False
+        try:
+            return Inspector(server_of(ctx, inst.name)).connection_status(conn) is not None
+        except DbmigrateError:
+            return False
+
+    def undo(ctx: RunContext) -> str:
+        shards = shards_of(plan_of(ctx), inst.name, source)
+        a = applier_of(ctx, inst.name)
+        if Inspector(server_of(ctx, inst.name)).connection_status(conn) is not None:
+            a.remove_source(conn)
+        for s in shards:
+            a.drop_schema_without_binlog(s)
+        return f"{inst.name}: connection '{conn}' removed, copies of {', '.join(shards)} dropped"
+
+    def describe(ctx: RunContext):
+        shards = shards_of(plan_of(ctx), inst.name, source)
+        return [(source, " ".join(dump_command("<private defaults file>", shards))),
+                (inst.name, " ".join(import_command("<private defaults file>")) + " < dump"),
+                (inst.name, f"CHANGE MASTER '{conn}' TO ... (coordinates from the dump); "
+                            f"replicate_wild_do_table={','.join(wild_patterns(shards))}; START SLAVE '{conn}'")]
+
+    return FunctionStep(f"seed {inst.name} from {source}", run, check=check, undo=undo, describe=describe)

@@ -1,0 +1,206 @@
+"""The cutover as engine steps: fence, catch up, open, router, end sessions, reset,
+repoint, reverse, verify. Promote and schema swap call these factories directly.
+
+A procedure describes its switchover with a `Cutover` (who goes, who comes, how to
+build the `Switchover`); the steps keep their journaled facts in `CutoverState`.
+Every undo converges on the same safe shape through `switch_back`, and the fence is
+undone even when its step did not finish (read_only may be in place though the step
+failed or the tool was killed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from dbmigrate.engine.state import TypedState
+from dbmigrate.engine.step import FunctionStep, RunContext, Step
+from dbmigrate.exceptions import SafetyError
+from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back
+
+
+class CutoverState(TypedState):
+    """What the cutover steps journal; resume and rollback decide from it."""
+
+    KEY = "cutover"
+    FLAT_KEYS = {"fence_pos": "fence_pos", "candidate_opened": "candidate_opened", "switched_at": "switched_at"}
+
+    fence_pos: Optional[str] = None  # the old primary's final position; None: not fenced by this run
+    candidate_opened: bool = False  # journaled before read_only=OFF: after a crash it may be writable
+    switched_at: Optional[float] = None  # wall clock when the router sent writes to the new primary
+
+
+MakeSwitchover = Callable[[RunContext, Optional[Record]], Switchover]
+
+
+@dataclass(frozen=True)
+class Cutover:
+    """One planned switchover inside a procedure.
+
+    `switchover(ctx, record)` builds the mechanics from the run's resources; with a
+    `record` it must be a dry-run that hands each statement it would send to `record`.
+    """
+
+    old: str
+    new: str
+    switchover: MakeSwitchover
+    verify_timeout_s: float = 10.0
+
+    def sw(self, ctx: RunContext, record: Record | None = None) -> Switchover:
+        return self.switchover(ctx, record)
+
+    def planned(self, action: Callable[[RunContext, Switchover], Any]) -> Callable[[RunContext], list[tuple[str, str]]]:
+        """describe() for a dry-run: the (server, statement) pairs `action` would send."""
+
+        def describe(ctx: RunContext) -> list[tuple[str, str]]:
+            lines: list[tuple[str, str]] = []
+            action(ctx, self.sw(ctx, lambda server, text: lines.append((server, text))))
+            return lines
+
+        return describe
+
+
+def state(ctx: RunContext) -> CutoverState:
+    return CutoverState.load(ctx.state)
+
+
+# -- what each step does -----------------------------------------------------------
+
+def fence(cut: Cutover, ctx: RunContext) -> str:
+    sw = cut.sw(ctx)
+    sentence, pos = sw.fence()
+    with CutoverState.edit(ctx.state) as s:
+        s.fence_pos = pos
+    ctx.set_hook_env("FENCE_POSITION", pos)
+    return sentence
+
+
+def is_fenced(cut: Cutover, ctx: RunContext) -> bool:
+    return state(ctx).fence_pos is not None and cut.sw(ctx).is_fenced()
+
+
+def undo_switchover(cut: Cutover, ctx: RunContext) -> str:
+    """The undo of every cutover step: back to the old primary, whatever was done."""
+    return switch_back(cut.sw(ctx), candidate_opened=state(ctx).candidate_opened)
+
+
+def catch_up(cut: Cutover, ctx: RunContext) -> str:
+    return cut.sw(ctx).wait_catchup(state(ctx).fence_pos or "")
+
+
+def is_caught_up(cut: Cutover, ctx: RunContext) -> bool:
+    pos = state(ctx).fence_pos
+    return not ctx.dry_run and pos is not None and cut.sw(ctx).caught_up(pos)
+
+
+def open_candidate(cut: Cutover, ctx: RunContext) -> str:
+    sw = cut.sw(ctx)
+    # Accounts that bypass read_only (SUPER / READ ONLY ADMIN) may still have committed on
+    # the old primary after the fence: the candidate must have those too before it opens.
+    fence_pos = state(ctx).fence_pos or ""
+    now = sw.insp(sw.old).gtid_binlog_pos() if not ctx.dry_run else fence_pos
+    said = ""
+    if now != fence_pos:
+        said = sw.wait_catchup(now) + " (the old primary moved after the fence); "
+    with CutoverState.edit(ctx.state) as s:
+        s.fence_pos = now
+        # Journaled before the statement: after a crash we must assume it may be writable.
+        s.candidate_opened = True
+    return said + sw.open_candidate()
+
+
+def switch_router(cut: Cutover, ctx: RunContext) -> str:
+    sentence = cut.sw(ctx).switch_router()
+    if not ctx.dry_run:
+        with CutoverState.edit(ctx.state) as s:
+            s.switched_at = ctx.clock.now()  # the new primary takes traffic from here
+    return sentence
+
+
+def router_switched(cut: Cutover, ctx: RunContext) -> bool:
+    return not ctx.dry_run and cut.sw(ctx).router_points_to(cut.new)
+
+
+def reverse(cut: Cutover, ctx: RunContext) -> str:
+    sw = cut.sw(ctx)
+    sentence = sw.start_reverse()
+    sw.wait_replica_running(sw.old)
+    return sentence
+
+
+def check_shape(cut: Cutover, ctx: RunContext) -> None:
+    """After the cutover: the new primary writable, the old one read-only and replicating from it."""
+    sw = cut.sw(ctx)
+    problems = []
+    if sw.insp(sw.new).read_only():
+        problems.append(f"{sw.new} is read-only")
+    if not sw.insp(sw.old).read_only():
+        problems.append(f"{sw.old} is writable")
+    if not sw.reverse_running():
+        problems.append(f"{sw.old} does not replicate from {sw.new}")
+    if problems:
+        raise SafetyError("after promotion: " + "; ".join(problems))
+
+
+def probe(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
+    return (sw or cut.sw(ctx)).verify_writes_flow(ctx.run_id, cut.verify_timeout_s)
+
+
+# -- the steps ---------------------------------------------------------------------
+
+def fence_step(cut: Cutover) -> FunctionStep:
+    # Undone even when it did not finish: read_only may be in place though the step failed.
+    return FunctionStep(f"fence {cut.old}", lambda c: fence(cut, c), check=lambda c: is_fenced(cut, c),
+                        undo=lambda c: undo_switchover(cut, c), undo_if_started=True,
+                        describe=cut.planned(lambda c, sw: sw.fence()))
+
+
+def catch_up_step(cut: Cutover) -> FunctionStep:
+    return FunctionStep(f"wait for {cut.new} to catch up", lambda c: catch_up(cut, c),
+                        check=lambda c: is_caught_up(cut, c), mutating=False)
+
+
+def open_step(cut: Cutover) -> FunctionStep:
+    return FunctionStep(f"open {cut.new} for writes", lambda c: open_candidate(cut, c),
+                        check=lambda c: cut.sw(c).is_open(), undo=lambda c: undo_switchover(cut, c),
+                        describe=cut.planned(lambda c, sw: sw.open_candidate()))
+
+
+def router_step(cut: Cutover) -> FunctionStep:
+    return FunctionStep("switch router", lambda c: switch_router(cut, c), check=lambda c: router_switched(cut, c),
+                        undo=lambda c: undo_switchover(cut, c), describe=cut.planned(lambda c, sw: sw.switch_router()))
+
+
+def end_sessions_step(cut: Cutover) -> FunctionStep:
+    return FunctionStep(f"end application sessions on {cut.old}", lambda c: cut.sw(c).end_sessions(),
+                        describe=lambda c: [(cut.old, "KILL CONNECTION <id> for each remaining application session")])
+
+
+def reset_step(cut: Cutover) -> FunctionStep:
+    return FunctionStep(f"reset replication on {cut.new}", lambda c: cut.sw(c).reset_new_replication(),
+                        check=lambda c: not cut.sw(c).has_replication_config(cut.new),
+                        undo=lambda c: undo_switchover(cut, c),
+                        describe=cut.planned(lambda c, sw: sw.reset_new_replication()))
+
+
+def repoint_step(cut: Cutover) -> FunctionStep:
+    return FunctionStep("repoint replicas", lambda c: cut.sw(c).repoint_replicas(state(c).fence_pos or ""),
+                        check=lambda c: cut.sw(c).replicas_repointed(), undo=lambda c: undo_switchover(cut, c),
+                        describe=cut.planned(lambda c, sw: sw.repoint_replicas(state(c).fence_pos or "")))
+
+
+def reverse_step(cut: Cutover) -> FunctionStep:
+    return FunctionStep(f"reverse replication {cut.old} <- {cut.new}", lambda c: reverse(cut, c),
+                        check=lambda c: cut.sw(c).reverse_running(), verify=lambda c: check_shape(cut, c),
+                        undo=lambda c: undo_switchover(cut, c), describe=cut.planned(lambda c, sw: sw.start_reverse()))
+
+
+def verify_step(cut: Cutover) -> FunctionStep:
+    return FunctionStep("verify writes flow", lambda c: probe(cut, c), mutating=True,
+                        describe=cut.planned(lambda c, sw: probe(cut, c, sw)))
+
+
+def cutover_steps(cut: Cutover) -> list[Step]:
+    """fence -> catch up -> open candidate -> router -> end sessions -> reset -> repoint -> reverse."""
+    return [fence_step(cut), catch_up_step(cut), open_step(cut), router_step(cut), end_sessions_step(cut),
+            reset_step(cut), repoint_step(cut), reverse_step(cut)]

@@ -1,0 +1,63 @@
+"""Ending client sessions on a server before it changes role: one rule for every procedure.
+
+Protected (never waited for, never ended): the tool's own login, the replication
+user, the server's own threads, and any admin user the playbook names. Everyone
+else is a client: first given a bounded time to finish (open transactions, or the
+whole session when the server must be quiet for DDL), then ended if allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Literal
+
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import QueryError
+from dbmigrate.db.inspector import Inspector, Session
+from dbmigrate.engine.wait import Clock
+
+SERVER_THREADS = frozenset({"system user", "event_scheduler"})
+UNKNOWN_THREAD = 1094  # KILL of a session that ended by itself
+
+
+def protected_users(insp: Inspector, repl_user: str | None, admin_users: Iterable[str] = ()) -> frozenset[str]:
+    """The users whose sessions a drain never waits for nor ends."""
+    return frozenset({*admin_users, insp.login_user, *([repl_user] if repl_user else []), *SERVER_THREADS})
+
+
+@dataclass
+class Drained:
+    open_at_start: int = 0  # client transactions (or sessions) open when the drain began
+    waited_s: float = 0.0
+    left: list[Session] = field(default_factory=list)  # client sessions still there after the wait
+    ended: int = 0  # sessions ended by KILL CONNECTION
+
+
+def drain(insp: Inspector, applier: Applier, protected: frozenset[str], *, timeout_s: float,
+          until: Literal["transactions", "sessions"] = "transactions", end: bool = True,
+          clock: Clock | None = None, poll_s: float = 0.01) -> Drained:
+    """Wait (bounded) until no client transaction (or session) is open, then end the
+    client sessions left when `end` (all of them: a fenced server takes no new work)."""
+    clock = clock or Clock()
+    started = clock.monotonic()
+    first = None
+    while True:
+        if until == "transactions":
+            busy = [user for _id, user in insp.open_transactions() if user not in protected]
+        else:
+            busy = [s.user for s in insp.sessions() if s.user not in protected]
+        first = len(busy) if first is None else first
+        if not busy or clock.monotonic() - started >= timeout_s:
+            break
+        clock.sleep(poll_s)
+    result = Drained(open_at_start=first or 0, waited_s=clock.monotonic() - started)
+    result.left = [s for s in insp.sessions() if s.user not in protected]
+    if end:
+        for sess in result.left:
+            try:
+                applier.kill_connection(sess.id)
+                result.ended += 1
+            except QueryError as e:
+                if e.errno != UNKNOWN_THREAD:
+                    raise
+    return result

@@ -1,0 +1,52 @@
+"""The switchover preflight: every check before a fence, as one automatic gate.
+
+Used by promote before its cutover and by schema swap before the primary's side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from dbmigrate import gates
+from dbmigrate.engine.step import AutoGate, GateResult, RunContext
+
+
+@dataclass(frozen=True)
+class PreflightLimits:
+    max_lag_ms: int
+    max_trx_age_s: float
+    lag_wait_s: float = 30.0  # how long lag (and only lag) may take to settle
+
+
+def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, limits: PreflightLimits) -> GateResult:
+    """Run every preflight check on the cluster for `candidate`.
+
+    Lag is the one check worth waiting for (gh-ost's throttle): a spike under load
+    passes; anything else fails at once. The details keep every check's verdict, so
+    the journal shows all of them.
+    """
+    checks = gates.Limits(max_lag_ms=limits.max_lag_ms, max_trx_age_s=limits.max_trx_age_s,
+                          write_heartbeat=not ctx.dry_run)
+    deadline = ctx.clock.monotonic() + (0 if ctx.dry_run else limits.lag_wait_s)
+    waited = 0.0
+    while True:
+        results = gates.run_preflight(inventory, ctx.cluster, candidate, checks)
+        failed = [g for g in results if not g.ok]
+        if not failed or any(g.name != "lag" for g in failed) or ctx.clock.monotonic() >= deadline:
+            break
+        waited += 1.0
+        ctx.clock.sleep(1.0)
+    details: dict[str, Any] = {g.name: {"ok": g.ok, "reason": g.reason} for g in results}
+    details["lag_waited_s"] = waited
+    if failed:
+        extra = f" (after waiting {waited:.0f}s for lag)" if waited else ""
+        return False, "; ".join(f"{g.name}: {g.reason}" for g in failed) + extra, details
+    settled = f" (lag settled after {waited:.0f}s)" if waited else ""
+    return True, f"all {len(results)} preflight gates passed{settled}", details
+
+
+def preflight_gate(name: str, inventory: Callable[[RunContext], Any], candidate: Callable[[RunContext], str],
+                   limits: PreflightLimits) -> AutoGate:
+    """The gate reads the servers when it is evaluated, not when the procedure is built."""
+    return AutoGate(name, lambda c: evaluate_preflight(c, inventory(c), candidate(c), limits))

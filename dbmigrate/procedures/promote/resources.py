@@ -1,0 +1,73 @@
+"""What a promote run opens (typed resources) and what it journals (typed run state)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from dbmigrate.db.connection import Server
+from dbmigrate.engine.state import TypedState
+from dbmigrate.exceptions import UsageError
+from dbmigrate.procedures.kit.resources import ClusterResources, handed_over, inventory_of, open_cluster
+from dbmigrate.procedures.kit.switchover import Topology
+
+
+class PromoteState(TypedState):
+    """Roles decided at the start (the topology is mid-change on resume) and what the read share changed."""
+
+    KEY = "promote"
+    FLAT_KEYS = {"old": "old", "new": "new", "reader_weights_before": "reader_weights_before"}
+
+    old: Optional[str] = None
+    new: Optional[str] = None
+    reader_weights_before: Optional[dict[str, int]] = None
+
+
+@dataclass
+class PromoteResources:
+    cluster: ClusterResources
+    old: str
+    new: str
+    topology: Topology
+
+    @property
+    def inventory(self) -> Any:
+        return self.cluster.inventory
+
+    @property
+    def router(self) -> Any:
+        return self.cluster.router
+
+    @property
+    def servers(self) -> dict[str, Server]:
+        return self.cluster.servers
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+def prepare(playbook: Any, store: Any) -> dict[str, Any]:
+    """Open the cluster's servers and decide old primary / candidate / other replicas.
+
+    On resume the roles come from the run's journaled state (the topology is
+    mid-change and discovery could not tell them apart).
+    """
+    inv = inventory_of(playbook)
+    cand_cluster, cand_spec = inv.find_server(playbook.params.candidate)
+    new = inv.server_name(cand_spec)
+    if cand_cluster != playbook.cluster:
+        raise UsageError(f"candidate {playbook.params.candidate} belongs to cluster '{cand_cluster}', "
+                         f"not '{playbook.cluster}'")
+    state = PromoteState.load(store) if store is not None else PromoteState()
+    cluster = open_cluster(playbook, primary=state.old)
+    old = cluster.primary
+    if state.old is None:
+        if old == new:
+            cluster.close_all()
+            raise UsageError(f"{new} is already the primary of '{playbook.cluster}'", hint="nothing to promote")
+        if store is not None:
+            state.old, state.new = old, new
+            state.save(store)
+    replicas = [n for n in cluster.servers if n not in (old, new)]
+    resources = PromoteResources(cluster=cluster, old=old, new=new, topology=cluster.topology(replicas))
+    return handed_over(resources, cluster.lock_session)

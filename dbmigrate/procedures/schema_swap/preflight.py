@@ -1,0 +1,93 @@
+"""The schema swap's own preflight: everything checked at once, before any change."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from dbmigrate import gates
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.step import RunContext
+from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.procedures.schema_swap import ddl as schema_ddl
+from dbmigrate.procedures.schema_swap.readers import router_of
+from dbmigrate.procedures.schema_swap.run import params_of, resources_of, server_of
+
+
+def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
+    """Everything checked at once, before any change: the operator sees every reason."""
+    r = resources_of(ctx)
+    p = params_of(ctx)
+    primary = server_of(ctx, r.primary)
+    sides = [server_of(ctx, s) for s in r.sides]
+
+    def row_binlog() -> tuple[bool, str]:
+        bad = []
+        for s in [primary, *sides]:
+            fmt = str(Inspector(s).variable("binlog_format")).upper()
+            if fmt != "ROW":
+                bad.append(f"{s.name} binlog_format={fmt}")
+        if bad:
+            return False, ("; ".join(bad) + ": extra columns on a replica are only tolerated with ROW replication")
+        return True, f"binlog_format=ROW on {len(sides) + 1} server(s)"
+
+    def replication() -> tuple[bool, str]:
+        bad = []
+        for s in sides:
+            st = Inspector(s).replica_status()
+            if st is None or not st.running:
+                bad.append(f"{s.name}: " + (f"io={st.io_running} sql={st.sql_running} {st.last_error}".strip()
+                                            if st else "not a replica"))
+        return (not bad), ("; ".join(bad) if bad else f"replication running on {len(sides)} replica(s)")
+
+    def lag() -> tuple[bool, str]:
+        g = gates.lag_gate(primary, sides, p.max_lag_ms, write=not ctx.dry_run)
+        return g.ok, g.reason
+
+    def errant() -> tuple[bool, str]:
+        bad = []
+        for s in sides:
+            g = gates.errant_rule(s.flavor, *gates.fresh_states(s, primary), s.name)
+            if not g.ok:
+                bad.append(g.reason)
+        return (not bad), ("; ".join(bad) if bad else f"no errant GTIDs on {len(sides)} replica(s)")
+
+    def tables() -> tuple[bool, str]:
+        bad = []
+        for d in p.statements():
+            if d.kind == "create-table":
+                continue
+            schema, name = d.table.split(".", 1)
+            shape = Inspector(primary).table_columns(schema, name)
+            if not shape:
+                bad.append(f"{d.table} does not exist on {primary.name}")
+                continue
+            for s in sides:
+                ok, why = schema_ddl.row_compatible(shape, Inspector(s).table_columns(schema, name))
+                if not ok:
+                    bad.append(f"{d.table} on {s.name}: {why}")
+        return (not bad), ("; ".join(bad) if bad else
+                           f"{len(schema_ddl.tables_of(p.statements()))} table(s) present and ROW-compatible")
+
+    def router() -> tuple[bool, str]:
+        rt = router_of(ctx)
+        if rt is None:
+            return True, "no router configured: sides cannot be taken out of traffic (the DDL is online)"
+        readers = rt.current().readers
+        return True, f"{rt.describe()}: readers {', '.join(readers) or 'none'}"
+
+    checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = [
+        ("row_binlog", row_binlog), ("replication_running", replication), ("lag", lag),
+        ("errant_gtids", errant), ("tables", tables), ("router", router)]
+    details: dict[str, Any] = {}
+    failed = []
+    for name, fn in checks:
+        try:
+            ok, reason = fn()
+        except DbmigrateError as e:
+            ok, reason = False, f"could not check: {e.message}"
+        details[name] = {"ok": ok, "reason": reason}
+        if not ok:
+            failed.append(f"{name}: {reason}")
+    if failed:
+        return False, "; ".join(failed), details
+    return True, f"all {len(checks)} schema-swap preflight checks passed", details

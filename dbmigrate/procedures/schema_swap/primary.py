@@ -1,0 +1,65 @@
+"""The primary's side of a schema swap: the kit's cutover to an altered replica, and the
+switch back once the old primary is altered too."""
+
+from __future__ import annotations
+
+from dbmigrate.engine.step import Phase, RunContext
+from dbmigrate.procedures.kit import cutover as kit_cutover
+from dbmigrate.procedures.kit.cutover import Cutover
+from dbmigrate.procedures.kit.preflight import PreflightLimits, preflight_gate
+from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
+from dbmigrate.procedures.schema_swap.run import params_of, plan_names, resources_of
+
+
+def settings_of(p: SchemaSwapParams) -> SwitchoverSettings:
+    return SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.fence_drain_timeout_s,
+                              kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s)
+
+
+def switchover(ctx: RunContext, old: str, new: str, record: Record | None = None) -> Switchover:
+    r = resources_of(ctx)
+    return Switchover(r.topology, old, new, settings_of(params_of(ctx)), r.router,
+                      dry_run=ctx.dry_run or record is not None, log=ctx.log, record=record or ctx.record_statement,
+                      clock=ctx.clock)
+
+
+def primary_cutover(params: SchemaSwapParams, primary: str, candidate: str) -> Cutover:
+    """The switchover of the primary's side: to an already altered replica."""
+    return Cutover(old=primary, new=candidate, switchover=lambda c, record: switchover(c, primary, candidate, record),
+                   verify_timeout_s=params.verify_timeout_s)
+
+
+def switchover_phase(ctx: RunContext, params: SchemaSwapParams, primary: str, candidate: str) -> Phase:
+    """The kit's cutover, as promote runs it, with an already altered replica as the candidate."""
+    cut = primary_cutover(params, primary, candidate)
+    steps = [*kit_cutover.cutover_steps(cut), kit_cutover.verify_step(cut)]
+    limits = PreflightLimits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s)
+    gate = preflight_gate("promote preflight", lambda c: resources_of(c).inventory, lambda c: candidate, limits)
+    return Phase("switchover", steps, gates=[gate])
+
+
+def switch_back_to_primary(ctx: RunContext) -> str:
+    r = resources_of(ctx)
+    return switch_back(switchover(ctx, r.primary, r.candidate), candidate_opened=True)
+
+
+def is_switched_back(ctx: RunContext) -> bool:
+    if ctx.dry_run:
+        return False
+    r = resources_of(ctx)
+    sw = switchover(ctx, r.primary, r.candidate)
+    return (sw.writable(r.primary) and not sw.writable(r.candidate) and sw.router_points_to(r.primary)
+            and all(sw.replicates_from(s, r.primary) for s in r.sides))
+
+
+def describe_switch_back(ctx: RunContext) -> list[tuple[str, str]]:
+    primary, sides, candidate = plan_names(ctx, params_of(ctx))
+    return [(candidate, "fence (read_only=ON), wait for the final position on " + primary),
+            (primary, "STOP SLAVE; read_only=OFF; router writer -> " + primary),
+            ("", f"repoint {', '.join(sides)} to {primary}")]
+
+
+def verify_after_switch_back(ctx: RunContext) -> str:
+    r = resources_of(ctx)
+    return switchover(ctx, r.candidate, r.primary).verify_writes_flow(ctx.run_id, params_of(ctx).verify_timeout_s)

@@ -1,0 +1,168 @@
+"""The reader pool during a schema swap: a side leaves it while altered and comes back;
+at the end the pool is as it was (with the new primary replaced when the run keeps it)."""
+
+from __future__ import annotations
+
+from dbmigrate.engine.step import RunContext
+from dbmigrate.procedures.kit.resources import typed
+from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, SchemaSwapState
+from dbmigrate.procedures.schema_swap.run import current_primary, params_of, resources_of, server_of
+from dbmigrate.routing.base import same_address
+
+
+def address_of(ctx: RunContext, name: str) -> str:
+    s = server_of(ctx, name)
+    return f"{s.host}:{s.port}"
+
+
+def same(a: str, b: str) -> bool:
+    return same_address(a, b)
+
+
+def router_of(ctx: RunContext):
+    r = typed(ctx, SchemaSwapResources)
+    return r.router if r is not None else None
+
+
+def readers_now(ctx: RunContext) -> list[str]:
+    return list(router_of(ctx).current().readers)
+
+
+def in_readers(ctx: RunContext, side: str) -> bool:
+    addr = address_of(ctx, side)
+    return any(same(a, addr) for a in readers_now(ctx))
+
+
+def pool_without(ctx: RunContext, side: str) -> tuple[list[str], list[str]]:
+    """(readers without `side`, addresses added so that reads still have somewhere to go)."""
+    addr = address_of(ctx, side)
+    remaining = [a for a in readers_now(ctx) if not same(a, addr)]
+    added: list[str] = []
+    if not remaining:
+        # The last reader leaves: the writer serves reads meanwhile rather than nobody.
+        writer = address_of(ctx, current_primary(ctx, side))
+        remaining, added = [writer], [writer]
+    return remaining, added
+
+
+def take_out(ctx: RunContext, side: str) -> str:
+    router = router_of(ctx)
+    if router is None:
+        return (f"no router configured: {side} keeps its traffic (the DDL is online; stop reads to it by other "
+                "means, e.g. a before_phase hook)")
+    remaining, added = pool_without(ctx, side)
+    # Journaled before the change: a crash right after it must still know how to put the side back.
+    with SchemaSwapState.edit(ctx.state) as st:
+        st.readers_before[side] = readers_now(ctx)
+        st.readers_added[side] = added
+    ctx.record_statement("router", f"readers: {', '.join(remaining)} ({side} drains)")
+    router.set_readers(remaining)
+    extra = f"; {', '.join(added)} (the primary) serves reads meanwhile" if added else ""
+    return f"{side} takes no new reads (drain); readers now {', '.join(remaining)}{extra}"
+
+
+def describe_take_out(ctx: RunContext, side: str) -> list[tuple[str, str]]:
+    if router_of(ctx) is None:
+        return [("router", f"no router configured: {side} keeps its traffic")]
+    if not in_readers(ctx, side):
+        return [("router", f"{side} is not in the reader pool: nothing to change")]
+    remaining, _ = pool_without(ctx, side)
+    return [("router", f"readers -> {', '.join(remaining)} ({side} drains)")]
+
+
+def put_back(ctx: RunContext, side: str) -> str:
+    """Return `side` to the reader pool if it was in it before this run took it out;
+    withdraw any reader added only for the meantime."""
+    router = router_of(ctx)
+    st = SchemaSwapState.load(ctx.state)
+    before = st.readers_before.get(side)
+    if router is None or before is None:
+        return f"{side}: nothing to put back (not taken out by this run)"
+    addr = address_of(ctx, side)
+    added = st.readers_added.get(side) or []
+    current = readers_now(ctx)
+    wanted = [a for a in current if not any(same(a, x) for x in added)]
+    was_reader = any(same(a, addr) for a in before)
+    if was_reader and not any(same(a, addr) for a in wanted):
+        wanted.append(addr)
+    if sorted(wanted) == sorted(current):
+        if not was_reader:
+            return f"{side} was not in the reader pool before; pool unchanged ({', '.join(current)})"
+        return f"{side} is already back in the reader pool ({', '.join(current)})"
+    ctx.record_statement("router", f"readers: {', '.join(wanted)} ({side} back)")
+    router.set_readers(wanted)
+    return f"{side} is back in the reader pool: readers {', '.join(wanted)}"
+
+
+def is_back(ctx: RunContext, side: str) -> bool:
+    router = router_of(ctx)
+    st = SchemaSwapState.load(ctx.state)
+    before = st.readers_before.get(side)
+    if router is None or before is None:
+        return False
+    if any(same(a, address_of(ctx, side)) for a in before):
+        added = st.readers_added.get(side) or []
+        readers = readers_now(ctx)
+        return in_readers(ctx, side) and not any(same(a, x) for a in readers for x in added)
+    return True
+
+
+def final_readers(ctx: RunContext) -> list[str] | None:
+    """The reader pool at the end: as it was at the start, with the new primary replaced by
+    the old one when the run keeps the new primary."""
+    start = SchemaSwapState.load(ctx.state).readers_at_start
+    if start is None:
+        return None
+    r = resources_of(ctx)
+    if params_of(ctx).primary == "skip" or params_of(ctx).switch_back:
+        return list(start)
+    new, old = address_of(ctx, r.candidate), address_of(ctx, r.primary)
+    out = [a for a in start if not same(a, new)]
+    if not any(same(a, old) for a in out):
+        out.append(old)
+    return out
+
+
+def route_reads(ctx: RunContext) -> str:
+    router = router_of(ctx)
+    wanted = final_readers(ctx)
+    if router is None or wanted is None:
+        return "no router configured: readers unchanged"
+    current = readers_now(ctx)
+    if sorted(current) == sorted(wanted):
+        return f"reader pool already as intended: {', '.join(wanted)}"
+    ctx.record_statement("router", f"readers: {', '.join(wanted)}")
+    router.set_readers(wanted)
+    return f"readers now {', '.join(wanted)}"
+
+
+def describe_route_reads(ctx: RunContext) -> list[tuple[str, str]]:
+    wanted = final_readers(ctx) if typed(ctx, SchemaSwapResources) is not None else None
+    if router_of(ctx) is None or wanted is None:
+        return [("router", "no router configured: readers unchanged")]
+    if sorted(readers_now(ctx)) == sorted(wanted):
+        return [("router", f"reader pool already as intended: {', '.join(wanted)}")]
+    return [("router", f"readers -> {', '.join(wanted)}")]
+
+
+def readers_routed(ctx: RunContext) -> bool:
+    router, wanted = router_of(ctx), final_readers(ctx)
+    return not ctx.dry_run and router is not None and wanted is not None and sorted(readers_now(ctx)) == sorted(wanted)
+
+
+def restore_reader_pool(ctx: RunContext) -> str:
+    router, before = router_of(ctx), SchemaSwapState.load(ctx.state).readers_at_start
+    if router is None or before is None:
+        return "nothing to restore"
+    router.set_readers(before)
+    return f"reader pool restored to {', '.join(before)}"
+
+
+def record_pool(ctx: RunContext) -> str:
+    router = router_of(ctx)
+    if router is None:
+        return "no router configured"
+    readers = readers_now(ctx)
+    with SchemaSwapState.edit(ctx.state) as st:
+        st.readers_at_start = readers
+    return f"reader pool at the start: {', '.join(readers) or 'none'}"

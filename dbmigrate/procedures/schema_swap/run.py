@@ -1,0 +1,50 @@
+"""What every part of a schema swap reads from the run: its params, resources and roles."""
+
+from __future__ import annotations
+
+from dbmigrate.config import load_inventory
+from dbmigrate.db.connection import Server
+from dbmigrate.engine.step import RunContext
+from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.procedures.kit.resources import required, typed
+from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
+from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources
+
+
+def plan_names(ctx: RunContext, params: SchemaSwapParams) -> tuple[str, list[str], str]:
+    """(primary, sides, candidate) for building the procedure: from the resources in a run,
+    from the inventory's declared roles for `plan` (which connects to nothing)."""
+    r = typed(ctx, SchemaSwapResources)
+    if r is not None:
+        return r.primary, list(r.sides), r.candidate
+    primary, sides = "<primary>", ["<replica>"]
+    playbook = ctx.resources.get("playbook")
+    path = getattr(playbook, "inventory_path", None)
+    if path is not None:
+        try:
+            spec = load_inventory(path).cluster(ctx.cluster)
+            primary = spec.primary_hint() or primary
+            sides = [n for n in spec.servers if n != primary] or sides
+        except DbmigrateError:
+            pass
+    candidate = params.candidate if params.candidate in sides else sides[0]
+    return primary, sides, candidate
+
+
+def resources_of(ctx: RunContext) -> SchemaSwapResources:
+    return required(ctx, SchemaSwapResources)
+
+
+def server_of(ctx: RunContext, name: str) -> Server:
+    return resources_of(ctx).servers[name]
+
+
+def current_primary(ctx: RunContext, side: str) -> str:
+    """Who serves writes while `side` is altered: the original primary for replicas, the
+    promoted candidate for the primary's own side."""
+    r = resources_of(ctx)
+    return r.candidate if side == r.primary else r.primary
+
+
+def params_of(ctx: RunContext) -> SchemaSwapParams:
+    return ctx.params

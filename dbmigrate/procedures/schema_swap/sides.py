@@ -1,0 +1,161 @@
+"""One side of a schema swap: its sessions end, the DDL runs with the binlog off, the
+change is verified, the side is warmed and checked ready before it takes reads again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbmigrate import gates
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.step import RunContext
+from dbmigrate.exceptions import DbmigrateError, SafetyError
+from dbmigrate.procedures.kit.drain import drain, protected_users
+from dbmigrate.procedures.kit.warmup import warm, warm_ready as kit_warm_ready
+from dbmigrate.procedures.schema_swap import ddl as schema_ddl
+from dbmigrate.procedures.schema_swap.expect import ddl_applied, expectation_holds
+from dbmigrate.procedures.schema_swap.run import current_primary, params_of, plan_names, resources_of, server_of
+
+
+def end_sessions(ctx: RunContext, side: str) -> str:
+    # An ALTER waits for the metadata lock of every open transaction on its table, and
+    # every new query queues behind it: the side must be quiet first.
+    p = params_of(ctx)
+    r = resources_of(ctx)
+    server = server_of(ctx, side)
+    insp = Inspector(server)
+    protected = protected_users(insp, r.inventory.replication_credentials(ctx.cluster).user)
+    done = drain(insp, Applier(server), protected, timeout_s=p.drain_timeout_s, until="sessions",
+                 end=p.kill_app_sessions, clock=ctx.clock, poll_s=0.05)
+    if not done.left:
+        return f"{side}: no client session left after {done.waited_s:.1f}s"
+    if not p.kill_app_sessions:
+        raise DbmigrateError(f"{side}: {len(done.left)} client session(s) still open after {p.drain_timeout_s:g}s "
+                             f"(users: {', '.join(sorted({s.user for s in done.left}))})",
+                             hint="raise drain_timeout_s, or set kill_app_sessions: true")
+    return f"{side}: {done.ended} client session(s) still open after {p.drain_timeout_s:g}s ended (KILL CONNECTION)"
+
+
+def all_applied(ctx: RunContext, side: str) -> bool:
+    if ctx.dry_run:
+        return False  # show the statements, even where they are in place
+    insp = Inspector(server_of(ctx, side))
+    return all(ddl_applied(insp, d) for d in params_of(ctx).statements())
+
+
+def apply_ddl(ctx: RunContext, side: str) -> str:
+    """Each statement not yet in place, with the binlog off, on a session of its own;
+    then prove that the side wrote no transaction of its own (no errant GTID)."""
+    p = params_of(ctx)
+    server = server_of(ctx, side)
+    insp = Inspector(server)
+    own_before = insp.own_gtids()
+    done, skipped = [], 0
+    session = server.dedicated()
+    session.read_timeout = int(p.ddl_timeout_s) + 5
+    try:
+        applier = Applier(session)
+        for ddl in p.statements():
+            if ddl_applied(insp, ddl):
+                skipped += 1
+                continue
+            t0 = ctx.clock.monotonic()
+            applier.ddl_without_binlog(ddl.statement)
+            ms = (ctx.clock.monotonic() - t0) * 1000
+            for sql in server.flavor.ddl_without_binlog_sql(ddl.statement):
+                ctx.record_statement(side, sql, ms)
+            done.append(f"{ddl.table} ({ms:.0f} ms)" if ms < 1000 else f"{ddl.table} ({ms / 1000:.1f} s)")
+    finally:
+        session.close()
+    own_after = insp.own_gtids()
+    if own_after != own_before:
+        raise SafetyError(f"{side} binlogged the DDL: its own GTIDs went from {own_before or 'none'} to "
+                          f"{own_after} (errant transactions: the next promotion would replicate them)",
+                          hint=f"inspect {side}'s binlog; remove the errant GTID (e.g. inject empty transactions "
+                               f"on the primary) before any switchover")
+    ctx.metric("ddl_statements", len(done), server=side)
+    sentence = f"applied {len(done)} statement(s) on {side} with the binlog off: {', '.join(done) or 'none'}"
+    if skipped:
+        sentence += f"; {skipped} already in place"
+    return sentence + f"; no GTID of its own written ({', '.join(own_after) or 'none'} before and after)"
+
+
+def describe_ddl(ctx: RunContext, side: str) -> list[tuple[str, str]]:
+    flavor = server_of(ctx, side).flavor
+    return [(side, sql) for d in params_of(ctx).statements() for sql in flavor.ddl_without_binlog_sql(d.statement)]
+
+
+def undo_ddl(ctx: RunContext, side: str) -> str:
+    p = params_of(ctx)
+    if not p.undo_ddl:
+        return (f"schema left as is on {side}: no undo_ddl given (the change stays; ROW replication from the "
+                "unaltered primary tolerates it)")
+    session = server_of(ctx, side).dedicated()
+    session.read_timeout = int(p.ddl_timeout_s) + 5
+    try:
+        applier = Applier(session)
+        for statement in p.undo_ddl:
+            applier.ddl_without_binlog(statement)
+            ctx.record_statement(side, statement)
+    finally:
+        session.close()
+    return f"undid the change on {side} with the binlog off: {len(p.undo_ddl)} undo statement(s)"
+
+
+def verify_side(ctx: RunContext, side: str) -> str:
+    p = params_of(ctx)
+    expectations = [e for d in p.statements() for e in d.expectations] if p.auto_verify else []
+    expectations += [v.expectation() for v in p.verify]
+    if ctx.dry_run:
+        return f"would verify on {side}: " + "; ".join(e.describe() for e in expectations)
+    insp = Inspector(server_of(ctx, side))
+    failed = [what for ok, what in (expectation_holds(insp, e) for e in expectations) if not ok]
+    checks = len(expectations)
+    if p.auto_verify:
+        source = Inspector(server_of(ctx, current_primary(ctx, side)))
+        for table in schema_ddl.tables_of(d for d in p.statements() if d.kind != "create-table"):
+            schema, name = table.split(".", 1)
+            ok, why = schema_ddl.row_compatible(source.table_columns(schema, name), insp.table_columns(schema, name))
+            checks += 1
+            if not ok:
+                failed.append(f"{table} no longer accepts ROW events from {current_primary(ctx, side)}: {why}")
+    if failed:
+        raise DbmigrateError(f"verification failed on {side}: " + "; ".join(failed),
+                             hint="the side goes back into the reader pool on rollback; check the DDL and the "
+                                  "verify list of the playbook")
+    return f"{side}: {checks} check(s) passed (" + "; ".join(e.describe() for e in expectations) + ")"
+
+
+def warm_side(ctx: RunContext, side: str) -> str:
+    spec = params_of(ctx).warm
+    return warm(ctx, server_of(ctx, current_primary(ctx, side)), server_of(ctx, side), spec.method,
+                tables=params_of(ctx).warm_tables(), seconds=spec.seconds, target_hit_ratio=spec.target_hit_ratio)
+
+
+def side_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
+    """Before a side takes reads again: replication runs, lag under the limit, no errant GTID."""
+    p = params_of(ctx)
+    if ctx.dry_run and side == plan_names(ctx, params_of(ctx))[0]:
+        return True, f"dry-run: {side} becomes a replica only in the switchover; checked then", {}
+    primary = server_of(ctx, current_primary(ctx, side))
+    server = server_of(ctx, side)
+    st = Inspector(server).replica_status()
+    details: dict[str, Any] = {"side": side, "primary": primary.name}
+    if st is None or not st.running:
+        why = f"io={st.io_running} sql={st.sql_running} {st.last_error}".strip() if st else "not a replica"
+        return False, f"{side}: replication not running ({why})", details
+    lag = gates.lag_gate(primary, [server], p.max_lag_ms, write=not ctx.dry_run)
+    errant = gates.errant_rule(server.flavor, *gates.fresh_states(server, primary), side)
+    details.update(lag=lag.details, errant=errant.details.get("errant"))
+    bad = [g.reason for g in (lag, errant) if not g.ok]
+    if bad:
+        return False, f"{side}: " + "; ".join(bad), details
+    return True, f"{side}: replicating, {lag.reason}, {errant.reason}", details
+
+
+def warm_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
+    spec = params_of(ctx).warm
+    if ctx.dry_run:
+        return True, f"dry-run: {side} would be probed for a hit ratio of {spec.target_hit_ratio:g}", {}
+    return kit_warm_ready(server_of(ctx, side), spec.method, target_hit_ratio=spec.target_hit_ratio,
+                          tables=params_of(ctx).warm_tables())

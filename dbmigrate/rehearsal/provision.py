@@ -1,0 +1,19 @@
+"""Planned consolidation instances on sandbox hosts become sandbox instances (rehearsals)."""
+
+from __future__ import annotations
+
+from dbmigrate.procedures.consolidate.plan import PlannedInstance
+from dbmigrate.procedures.consolidate.provision import SANDBOX, register_provisioner, sandbox_extra
+
+
+class SandboxProvisioner:
+    def create(self, instance: PlannedInstance) -> str:
+        from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+
+        ist = Sandboxes().add_instance(instance.sandbox, instance.name, buffer_pool_mb=instance.buffer_pool_mb,
+                                       cluster=instance.name, extra=sandbox_extra(instance.config))
+        return f"127.0.0.1:{ist.port}"
+
+
+def install() -> None:
+    register_provisioner(SANDBOX, SandboxProvisioner())

@@ -1,0 +1,351 @@
+"""An in-memory cluster behind the switchover's inspector and applier interfaces.
+
+Each fake server holds what the switchover reads (read_only, its binlog as a
+list of MariaDB GTIDs, its replication source and threads, sessions) and
+changes only through the statements a FakeApplier sends, with the server's
+semantics: a running replica applies everything its source has (at once, or
+once a lag ends), CHANGE MASTER and RESET SLAVE ALL refuse a running replica,
+an unreachable server raises ConnectionFailed for every read and write.
+Statements are rendered by the real Applier, so dry-run plans are the real
+ones, and every statement sent lands in `FakeTopology.sent` in order.
+
+Time is a FakeClock that can also run scheduled events: a wait that cannot
+succeed moves it by its whole bound, a lag that ends within the bound moves it
+to the end of the lag.
+Turning read_only off while another server is writable fails the test at
+once (two writable primaries must never happen, not even briefly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Callable
+
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import QueryError
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.flavor import Flavor, MariaDB, ReplicaStatus
+from dbmigrate.db.gtid import MariaGtid
+from dbmigrate.db.inspector import Session
+from dbmigrate.engine.wait import FakeClock
+from dbmigrate.exceptions import ConnectionFailed
+from dbmigrate.procedures.kit.switchover import Topology
+from dbmigrate.routing.base import RouterError, RouteState
+
+DOMAIN = 0
+TOOL_USER = "dbmigrate"
+
+
+class ScheduledClock(FakeClock):
+    """A FakeClock that also does what was scheduled for a moment once time reaches it
+    (an operator opening a server by hand in the middle of a wait, a server going down)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[float, Callable[[], object]]] = []
+
+    def at(self, delay: float, action: Callable[[], object]) -> None:
+        self.events.append((self.monotonic() + delay, action))
+
+    def advance(self, seconds: float) -> None:
+        super().advance(seconds)
+        due = [e for e in self.events if e[0] <= self.monotonic()]
+        self.events = [e for e in self.events if e not in due]
+        for _, action in due:
+            action()
+
+
+@dataclass
+class FakeServer:
+    name: str
+    port: int
+    server_id: int
+    host: str = "127.0.0.1"
+    flavor: Flavor = field(default_factory=MariaDB)
+    gtid_mode: str = "ON"  # read on a MySQL flavor only, as by the real inspector
+    read_only: bool = False
+    log: list[MariaGtid] = field(default_factory=list)  # binlog: written or applied, in order
+    source: str | None = None  # name of the server CHANGE MASTER points at
+    io_running: bool = False
+    sql_running: bool = False
+    lag_until: float = 0.0  # the SQL thread applies nothing before this clock time (inf: stuck)
+    last_sql_error: str = ""
+    fails_with: str = ""  # an error the SQL thread stops on each time it starts (a conflicting row)
+    up: bool = True
+    sessions: list[Session] = field(default_factory=list)
+    open_trx: set[int] = field(default_factory=set)  # session ids inside a transaction
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def position(self) -> str:
+        """gtid_binlog_pos / gtid_current_pos: the last GTID per domain."""
+        last: dict[int, MariaGtid] = {}
+        for g in self.log:
+            last[g.domain] = g
+        return ",".join(str(last[d]) for d in sorted(last))
+
+
+@dataclass
+class FakeTopology(Topology):
+    clock: ScheduledClock = field(default_factory=ScheduledClock)
+    sent: list[tuple[str, str]] = field(default_factory=list)  # (server or "router", statement)
+
+    # -- the Topology seam --------------------------------------------------
+    def inspector(self, name: str) -> "FakeInspector":
+        return FakeInspector(self, name)
+
+    def applier(self, name: str, *, dry_run: bool = False, on_planned=None) -> "FakeApplier":
+        return FakeApplier(self, name, dry_run=dry_run, on_planned=on_planned)
+
+    def address(self, name: str) -> tuple[str, int]:
+        s = self.servers[name]
+        return s.host, s.port
+
+    # -- the model ----------------------------------------------------------
+    def reach(self, name: str) -> FakeServer:
+        s = self.servers[name]
+        if not s.up:
+            raise ConnectionFailed(f"cannot reach {name} ({s.host}:{s.port}): Connection refused",
+                                   hint="is the server running and listening on that address?")
+        return s
+
+    def send(self, name: str, sql: str) -> int:
+        self.reach(name)
+        self.sent.append((name, sql))
+        return 0
+
+    def statements(self, name: str) -> list[str]:
+        return [sql for who, sql in self.sent if who == name]
+
+    def name_at(self, host: str, port: int) -> str:
+        for name in self.servers:
+            if (host, port) in (self.address(name), self.repl_addresses.get(name)):
+                return name
+        raise AssertionError(f"no fake server at {host}:{port}")
+
+    def io_connected(self, s: FakeServer) -> bool:
+        return s.io_running and s.source is not None and self.servers[s.source].up
+
+    def replicate(self) -> None:
+        """Every running replica applies what its source has (chains included)."""
+        changed = True
+        while changed:
+            changed = False
+            for s in self.servers.values():
+                if not (s.up and s.sql_running and self.io_connected(s) and self.clock.monotonic() >= s.lag_until):
+                    continue
+                have = set(s.log)
+                new = [g for g in self.servers[s.source].log if g not in have]
+                s.log.extend(new)
+                changed = changed or bool(new)
+
+    def write(self, name: str, n: int = 1) -> str:
+        """The application commits n transactions on `name`; returns its position after them."""
+        s = self.reach(name)
+        if s.read_only:
+            raise QueryError(f"{name}: The MariaDB server is running with the --read-only option", errno=1290)
+        for _ in range(n):
+            seq = max((g.seq for g in s.log if g.domain == DOMAIN), default=0) + 1
+            s.log.append(MariaGtid(DOMAIN, s.server_id, seq))
+        self.replicate()
+        return s.position()
+
+    def link(self, replica: str, source: str | None) -> None:
+        """Set up (not through statements) `replica` replicating from `source`, threads running."""
+        s = self.servers[replica]
+        s.source = source
+        s.io_running = s.sql_running = source is not None
+        s.read_only = s.read_only or source is not None  # replicas run read-only
+        self.replicate()
+
+    def missing_on(self, name: str) -> list[str]:
+        """Transactions written anywhere that `name` does not have (lost if it is the primary)."""
+        self.replicate()
+        have = set(self.servers[name].log)
+        return sorted({str(g) for s in self.servers.values() for g in s.log if g not in have})
+
+    def writable(self) -> list[str]:
+        return [n for n, s in self.servers.items() if s.up and not s.read_only]
+
+
+class FakeInspector:
+    """The reads the switchover makes, with Inspector's semantics."""
+
+    login_user = TOOL_USER
+
+    def __init__(self, topo: FakeTopology, name: str):
+        self.topo, self.name = topo, name
+        self.flavor = topo.servers[name].flavor
+
+    def _server(self) -> FakeServer:
+        self.topo.replicate()
+        return self.topo.reach(self.name)
+
+    def reachable(self) -> bool:
+        return self.topo.servers[self.name].up
+
+    def read_only(self) -> bool:
+        return self._server().read_only
+
+    def gtid_mode_problem(self) -> str | None:
+        s = self._server()
+        return None if s.flavor.name != "mysql" or s.gtid_mode == "ON" else f"gtid_mode={s.gtid_mode}"
+
+    def gtid_binlog_pos(self) -> str:
+        return self._server().position()
+
+    gtid_executed = gtid_binlog_pos  # a server with log_slave_updates logs what it applies
+
+    def has_applied(self, position: str) -> bool:
+        return self.flavor.includes(self.gtid_executed(), position)
+
+    def missing_from(self, position: str) -> str:
+        return self.flavor.behind(position, self.gtid_executed())
+
+    def wait_for_gtid(self, position: str, timeout_s: float) -> bool:
+        """MASTER_GTID_WAIT: True once applied, False after timeout_s of (fake) time."""
+        clock = self.topo.clock
+        deadline = clock.monotonic() + timeout_s
+        if self._server().lag_until < deadline:  # the lag ends within the bound
+            clock.advance(self._server().lag_until - clock.monotonic())
+        if self.has_applied(position):
+            return True
+        clock.advance(deadline - clock.monotonic())
+        return False
+
+    def replica_status(self) -> ReplicaStatus | None:
+        s = self._server()
+        if s.source is None:
+            return None
+        host, port = self.topo.repl_addresses.get(s.source) or self.topo.address(s.source)
+        connected = self.topo.io_connected(s)
+        io = "Yes" if connected else "Connecting" if s.io_running else "No"
+        io_error = "" if connected or not s.io_running else \
+            f"error reconnecting to master '{self.topo.repl.user}@{host}:{port}' - retry-time: 1"
+        return ReplicaStatus(source_host=host, source_port=port, io_running=io,
+                             sql_running="Yes" if s.sql_running else "No", seconds_behind=0 if connected else None,
+                             last_io_error=io_error, last_sql_error=s.last_sql_error, using_gtid="Slave_Pos")
+
+    def sessions(self, exclude_system: bool = True) -> list[Session]:
+        system = ("system user", "event_scheduler")
+        return [x for x in self._server().sessions
+                if not exclude_system or (x.user not in system and not x.command.startswith("Binlog Dump"))]
+
+    def open_transactions(self) -> list[tuple[int, str]]:
+        s = self._server()
+        return [(x.id, x.user) for x in s.sessions if x.id in s.open_trx]
+
+
+class FakeApplier:
+    """The writes the switchover makes, rendered and (in dry-run) recorded by the real Applier."""
+
+    def __init__(self, topo: FakeTopology, name: str, *, dry_run: bool = False, on_planned=None):
+        self.topo, self.name, self.dry_run = topo, name, dry_run
+        s = topo.servers[name]
+        wire = SimpleNamespace(name=name, flavor=s.flavor, execute=lambda sql, params=None: topo.send(name, sql))
+        self.real = Applier(wire, dry_run=dry_run, on_planned=on_planned)  # type: ignore[arg-type]
+
+    @property
+    def planned(self) -> list[str]:
+        return self.real.planned
+
+    def _live(self) -> FakeServer | None:
+        """The server to change, or None in dry-run (nothing is sent, nothing changes)."""
+        return None if self.dry_run else self.topo.reach(self.name)
+
+    def _refuse_if_running(self, s: FakeServer | None) -> None:
+        if s is not None and (s.io_running or s.sql_running):
+            raise QueryError(f"{self.name}: This operation cannot be performed as you have a running slave ''; "
+                             "run STOP SLAVE '' first", errno=1198)
+
+    def set_read_only(self, on: bool, lock_wait_timeout: float | None = None) -> None:
+        s = self._live()
+        others = [n for n in self.topo.writable() if n != self.name]
+        assert s is None or on or not others, f"{self.name} made writable while {others} is writable: two primaries"
+        self.real.set_read_only(on, lock_wait_timeout)
+        if s is not None:
+            s.read_only = on
+
+    def stop_replica(self) -> None:
+        s = self._live()
+        self.real.stop_replica()
+        if s is not None:
+            s.io_running = s.sql_running = False
+
+    def start_replica(self) -> None:
+        s = self._live()
+        if s is not None and s.source is None:
+            raise QueryError(f"{self.name}: Misconfigured slave: MASTER_HOST was not set", errno=1200)
+        self.real.start_replica()
+        if s is not None:
+            s.io_running, s.sql_running, s.last_sql_error = True, not s.fails_with, s.fails_with
+            self.topo.replicate()
+
+    def reset_replica_all(self) -> None:
+        s = self._live()
+        self._refuse_if_running(s)
+        self.real.reset_replica_all()
+        if s is not None:
+            s.source, s.last_sql_error = None, ""
+
+    def change_source(self, host: str, port: int, repl: Credentials, *, ssl: bool = False) -> None:
+        s = self._live()
+        self._refuse_if_running(s)
+        self.real.change_source(host, port, repl, ssl=ssl)
+        if s is not None:
+            s.source = self.topo.name_at(host, port)
+
+    def prepare_as_replica(self) -> None:
+        self._live()
+        self.real.prepare_as_replica()
+
+    def kill_connection(self, connection_id: int) -> None:
+        s = self._live()
+        self.real.kill_connection(connection_id)
+        if s is not None:
+            if all(x.id != connection_id for x in s.sessions):
+                raise QueryError(f"{self.name}: Unknown thread id: {connection_id}", errno=1094)
+            s.sessions = [x for x in s.sessions if x.id != connection_id]
+            s.open_trx.discard(connection_id)
+
+    def sql(self, statement: str, params: tuple | None = None) -> int:
+        self._live()
+        return self.real.sql(statement, params)
+
+
+class FakeRouter:
+    """A router holding one writer address; like the real ones, it refuses to switch
+    from an `old` writer it does not currently have."""
+
+    def __init__(self, topo: FakeTopology, writer: str | None):
+        self.topo = topo
+        self.writer = None if writer is None else "%s:%d" % topo.address(writer)
+        self.switches: list[tuple[str, str | None]] = []
+
+    def current(self) -> RouteState:
+        return RouteState(writer=self.writer, writers=[self.writer] if self.writer else [])
+
+    def switch_writer(self, new, old=None) -> RouteState:
+        if old is not None and self.writer not in (old.address, new.address):
+            raise RouterError(f"the router's writer is {self.writer}, not {old.address}")
+        self.writer = new.address
+        self.switches.append((new.name, old.name if old is not None else None))
+        self.topo.sent.append(("router", f"writer={new.name}"))
+        return self.current()
+
+    def describe_switch(self, new, old=None) -> list[str]:
+        return [f"send writes to {new.name} ({new.address}) instead of {old.name if old is not None else 'nobody'}"]
+
+
+def cluster(names: tuple[str, ...] = ("db1", "db2", "db3"), writes: int = 10) -> FakeTopology:
+    """names[0] the writable primary with `writes` transactions, the others caught-up
+    read-only replicas of it; the replicas to repoint are those after names[1]."""
+    servers = {n: FakeServer(n, port=3300 + i, server_id=i) for i, n in enumerate(names, start=1)}
+    topo = FakeTopology(servers=servers, repl=Credentials("repl", "secret"), replicas=list(names[2:]))
+    topo.write(names[0], writes)
+    for n in names[1:]:
+        topo.link(n, names[0])
+    return topo
