@@ -72,6 +72,28 @@ class ClusterResources:
             self.lock_session.close()
 
 
+class OnCluster:
+    """For a procedure's typed resources that hold one ClusterResources as `cluster`:
+    the inventory, router and servers are the cluster's, and closing closes it."""
+
+    cluster: ClusterResources
+
+    @property
+    def inventory(self) -> "Inventory":
+        return self.cluster.inventory
+
+    @property
+    def router(self) -> Any:
+        return self.cluster.router
+
+    @property
+    def servers(self) -> dict[str, Server]:
+        return self.cluster.servers
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
 def open_cluster(playbook: Any, primary: str | None = None) -> ClusterResources:
     """Open every server of the playbook's cluster. `primary` comes from the run's journaled
     state on resume (the topology is mid-change and discovery could not tell); otherwise

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from dbmigrate.db.connection import Server
 from dbmigrate.engine.state import TypedState
 from dbmigrate.exceptions import UsageError
-from dbmigrate.procedures.kit.resources import ClusterResources, handed_over, inventory_of, open_cluster
+from dbmigrate.procedures.kit.resources import ClusterResources, OnCluster, handed_over, inventory_of, open_cluster
 from dbmigrate.procedures.kit.switchover import Topology
 
 
@@ -24,26 +23,11 @@ class PromoteState(TypedState):
 
 
 @dataclass
-class PromoteResources:
+class PromoteResources(OnCluster):
     cluster: ClusterResources
     old: str
     new: str
     topology: Topology
-
-    @property
-    def inventory(self) -> Any:
-        return self.cluster.inventory
-
-    @property
-    def router(self) -> Any:
-        return self.cluster.router
-
-    @property
-    def servers(self) -> dict[str, Server]:
-        return self.cluster.servers
-
-    def close(self) -> None:
-        self.cluster.close()
 
 
 def prepare(playbook: Any, store: Any) -> dict[str, Any]:

@@ -7,11 +7,10 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.state import TypedState
 from dbmigrate.exceptions import UsageError
-from dbmigrate.procedures.kit.resources import ClusterResources, handed_over, open_cluster
+from dbmigrate.procedures.kit.resources import ClusterResources, OnCluster, handed_over, open_cluster
 from dbmigrate.procedures.kit.switchover import Topology
 from dbmigrate.procedures.schema_swap.expect import ddl_applied
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
@@ -43,7 +42,7 @@ class SchemaSwapState(TypedState):
 
 
 @dataclass
-class SchemaSwapResources:
+class SchemaSwapResources(OnCluster):
     cluster: ClusterResources
     sides: list[str]
     candidate: str
@@ -53,21 +52,6 @@ class SchemaSwapResources:
     @property
     def primary(self) -> str:
         return self.cluster.primary
-
-    @property
-    def inventory(self) -> Any:
-        return self.cluster.inventory
-
-    @property
-    def router(self) -> Any:
-        return self.cluster.router
-
-    @property
-    def servers(self) -> dict[str, Server]:
-        return self.cluster.servers
-
-    def close(self) -> None:
-        self.cluster.close()
 
 
 def candidate_of(inv: Any, params: SchemaSwapParams, sides: list[str]) -> str:
