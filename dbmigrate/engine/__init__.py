@@ -17,7 +17,8 @@ from dbmigrate.engine.events import (
     StepFinished,
     StepStarted,
 )
-from dbmigrate.engine.journal import Journal, default_journal_path, new_run_id, redact, register_secret
+from dbmigrate.engine.journal import Journal, default_journal_path, new_run_id
+from dbmigrate.redact import redact, register_secret
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Runner, RunOutcome, StepFailed
 from dbmigrate.engine.step import AutoGate, FunctionStep, ManualGate, Phase, Procedure, RunContext, Step

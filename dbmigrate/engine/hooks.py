@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from dbmigrate.engine.events import HookFinished
-from dbmigrate.engine.journal import redact
+from dbmigrate.redact import redact
 from dbmigrate.exceptions import DbmigrateError
 
 if TYPE_CHECKING:

@@ -14,13 +14,12 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import re
 import secrets as _random
 import socket
 import sqlite3
 import threading
 
-from dbmigrate import redact as shared
+from dbmigrate.redact import redact, redact_json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -62,58 +61,6 @@ def current_holder() -> str:
     except Exception:  # no passwd entry in some containers
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
-
-
-# --------------------------------------------------------------------------- redaction
-
-_QUOTED = r"""(?:'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")"""
-_MASK = "'***'"
-_REDACTIONS: list[tuple[re.Pattern[str], str]] = [
-    # CREATE USER ... IDENTIFIED [WITH plugin] BY [PASSWORD] '...'
-    (re.compile(rf"(IDENTIFIED\s+(?:WITH\s+\S+\s+)?(?:BY|AS)\s+(?:PASSWORD\s+)?){_QUOTED}", re.I), rf"\1{_MASK}"),
-    # CHANGE MASTER / CHANGE REPLICATION SOURCE ... PASSWORD='...'
-    (re.compile(rf"((?:MASTER|SOURCE)_PASSWORD\s*=\s*){_QUOTED}", re.I), rf"\1{_MASK}"),
-    # SET PASSWORD [FOR user] = '...' | = PASSWORD('...')
-    (re.compile(rf"(SET\s+PASSWORD\b[^=]*=\s*(?:PASSWORD\s*\(\s*)?){_QUOTED}", re.I), rf"\1{_MASK}"),
-    (re.compile(rf"(\bPASSWORD\s*\(\s*){_QUOTED}", re.I), rf"\1{_MASK}"),
-    # password=..., --password=..., "password": "...", pwd=... in DSNs, argv and key/values
-    # scheme://user:password@host
-    (re.compile(r"(://[^:/\s@]+:)[^@\s]+(@)"), r"\1***\2"),
-    (re.compile(rf"""(\b(?:password|passwd|pwd)\b["']?\s*[=:]\s*)(?:{_QUOTED}|[^\s;,&'"]+)""", re.I), r"\1***"),
-]
-_secrets: set[str] = set()
-_secrets_lock = threading.Lock()
-
-
-def register_secret(value: str | None) -> None:
-    """Make redact() mask this exact value wherever it appears (here and in logs)."""
-    if value:
-        with _secrets_lock:
-            _secrets.add(value)
-        shared.register_secret(value)
-
-
-def redact(text: str | None) -> str | None:
-    if not text:
-        return text
-    for pattern, replacement in _REDACTIONS:
-        text = pattern.sub(replacement, text)
-    with _secrets_lock:
-        known = sorted(_secrets, key=len, reverse=True)  # longest first: no partial leftovers
-    for value in known:
-        text = text.replace(value, "***")
-    # The credentials read from option files and the environment are registered there.
-    return shared.mask_known(text)
-
-
-def _redact_json(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: _redact_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_redact_json(v) for v in value]
-    return value
 
 
 # --------------------------------------------------------------------------- schema
@@ -217,7 +164,7 @@ class Journal:
             "INSERT INTO runs (id, procedure, cluster, playbook, playbook_sha, params, dry_run, status,"
             " started_at, pid, holder) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (run_id, procedure, cluster, playbook, playbook_sha,
-             json.dumps(_redact_json(params or {}), default=str), int(dry_run), "running",
+             json.dumps(redact_json(params or {}), default=str), int(dry_run), "running",
              utc_now_iso(), os.getpid(), current_holder()),
         )
 
@@ -380,7 +327,7 @@ class Journal:
             "INSERT INTO gates (run_id, phase, name, kind, ok, reason, details, decided_by, decided_at)"
             " VALUES (?,?,?,?,?,?,?,?,?)",
             (event.run_id, event.phase, event.gate, event.kind, int(event.ok), redact(event.reason),
-             json.dumps(_redact_json(event.details), default=str), event.by, event.at),
+             json.dumps(redact_json(event.details), default=str), event.by, event.at),
         )
 
     def passed_gates(self, run_id: str) -> set[tuple[str, str]]:
