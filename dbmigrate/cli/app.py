@@ -7,10 +7,9 @@ import os
 import sys
 
 import typer
-from rich.markup import escape
 
+from dbmigrate.app.errors import failure_of
 from dbmigrate.cli import common, inventory, sandbox
-from dbmigrate.exceptions import DbmigrateError
 
 app = typer.Typer(
     name="dbmigrate",
@@ -38,16 +37,26 @@ for _module in (sandbox, inventory, topology, lag, check, checksum, runs, rehear
     _module.register(app)
 
 
+def _guard_all(group: typer.Typer) -> None:
+    """Every command runs inside the one error boundary, however it is invoked."""
+    for info in group.registered_commands:
+        if info.callback is not None and not getattr(info.callback, "__wrapped__", None):
+            info.callback = common.guarded(info.callback)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _guard_all(sub.typer_instance)
+
+
+_guard_all(app)
+
+
 def main() -> None:
     try:
         app()
-    except DbmigrateError as e:
-        if common.state["debug"]:
+    except (Exception, KeyboardInterrupt) as exc:
+        # Errors raised outside a command (option callbacks, registration) meet the same boundary.
+        failure = failure_of(exc)
+        if failure is None or common.state["debug"]:
             raise
-        common.err_console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
-        if e.hint:
-            common.err_console.print(f"[yellow]hint:[/] {escape(e.hint)}", highlight=False, soft_wrap=True)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        common.err_console.print("[bold red]interrupted[/]")
-        sys.exit(130)
+        common.show_failure(failure)
+        sys.exit(failure.exit_code)

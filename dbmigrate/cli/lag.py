@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from pathlib import Path
 
@@ -11,30 +10,18 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from dbmigrate.app import lag as lag_use
+from dbmigrate.sparkline import sparkline
 from dbmigrate.cli.common import console, print_json
-from dbmigrate.config import load_inventory
-from dbmigrate.exceptions import DbmigrateError, UsageError
-from dbmigrate.lag import HeartbeatTable, HeartbeatWriter, LagSample, heartbeat_age_ms, read_heartbeat, sample_lag
-from dbmigrate.topology.discovery import discover_inventory
+from dbmigrate.exceptions import UsageError
+from dbmigrate.lag import LagSample
 
 cmd = typer.Typer(help="Replication lag: heartbeat (ms), GTID distance, Seconds_Behind_Master.", no_args_is_help=True)
 
-BARS = "▁▂▃▄▅▆▇█"
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(cmd, name="lag")
-
-
-def sparkline(values: list[float | None], top: float) -> str:
-    """One character per value, scaled to `top`; '·' for an unknown value."""
-    out = []
-    for v in values:
-        if v is None:
-            out.append("·")
-        else:
-            out.append(BARS[min(len(BARS) - 1, int(len(BARS) * max(0.0, v) / top)) if top > 0 else 0])
-    return "".join(out)
 
 
 def samples_json(samples: list[LagSample]) -> dict:
@@ -80,57 +67,24 @@ def watch(inventory: Path = typer.Option(..., "--inventory", "-i", help="Invento
     """
     if json_out and not once:
         raise UsageError("--json needs --once", hint="dbmigrate lag watch ... --once --json")
-    hb = HeartbeatTable.pt_heartbeat(pt_heartbeat) if pt_heartbeat else HeartbeatTable()
-    with discover_inventory(load_inventory(inventory), cluster, use_orchestrator=False) as cl:
-        primary = cl.primary
-        if primary is None:
-            raise DbmigrateError(f"cluster {cluster}: no single primary to measure lag against",
-                                 hint="; ".join(cl.problems) or "see: dbmigrate topology show")
-        replicas = [n.server for n in cl.replicas if n.server is not None]
+    with lag_use.open_lag_target(inventory, cluster, pt_heartbeat) as target:
         if once:
-            samples = sample_lag(primary.server, replicas, limit_ms=limit_ms, write=not pt_heartbeat, hb=hb)
+            samples = lag_use.sample_once(target, limit_ms)
             if json_out:
                 print_json(samples_json(samples))
             else:
-                console.print(lag_table(samples, {}, limit_ms, f"lag in {cluster} (primary {primary.address})"))
+                console.print(lag_table(samples, {}, limit_ms, target.title))
             if not all(s.ok for s in samples):
                 raise typer.Exit(1)
             return
-        _live(primary.server, replicas, hb, interval, limit_ms, count, f"lag in {cluster} (primary {primary.address})")
+        _live(target, interval, limit_ms, count)
 
 
-def _external_writer(primary, hb: HeartbeatTable, watch_s: float = 0.3) -> bool:
-    """Is someone else writing the heartbeat? A recent row is not enough (a one-off write looks
-    recent): the row must move while we look."""
-    origin = primary.scalar("SELECT @@server_id AS id")
-    first = read_heartbeat(primary, origin, hb)
-    if first is None or heartbeat_age_ms(primary, first, hb) > 1000:
-        return False
-    time.sleep(watch_s)
-    return (read_heartbeat(primary, origin, hb) or first) > first
-
-
-def _live(primary, replicas, hb: HeartbeatTable, interval: float, limit_ms: float, count: int, title: str) -> None:
-    writer = None
-    if hb.kind == "dbmigrate" and not _external_writer(primary, hb):
-        writer = HeartbeatWriter(primary).start()  # nobody else keeps it fresh: do it while watching
+def _live(target, interval: float, limit_ms: float, count: int) -> None:
     history: dict[str, deque] = {}
-    n = 0
-    try:
-        with Live(console=console, auto_refresh=False) as live:
-            while True:
-                started = time.monotonic()
-                samples = sample_lag(primary, replicas, limit_ms=limit_ms, write=False, hb=hb)
-                for s in samples:
-                    history.setdefault(s.address, deque(maxlen=40)).append(s.lag_ms)
-                suffix = f" - heartbeat writer {'running' if writer else 'external'}"
-                live.update(lag_table(samples, history, limit_ms, title + suffix), refresh=True)
-                n += 1
-                if count and n >= count:
-                    break
-                time.sleep(max(0.0, interval - (time.monotonic() - started)))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if writer is not None:
-            writer.stop()
+    with Live(console=console, auto_refresh=False) as live:
+        for samples, own_writer in lag_use.watch(target, interval, limit_ms, count):
+            for s in samples:
+                history.setdefault(s.address, deque(maxlen=40)).append(s.lag_ms)
+            suffix = f" - heartbeat writer {'running' if own_writer else 'external'}"
+            live.update(lag_table(samples, history, limit_ms, target.title + suffix), refresh=True)

@@ -7,16 +7,16 @@ They only parse, pick a renderer and turn the outcome into an exit code:
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
 from dbmigrate.app.runs import plan_playbook, resolve_journal_path, resume_run, rollback_run, start_run
+from dbmigrate.cli.common import err_console, guarded
 from dbmigrate.cli.render import (
     ConsoleRenderer,
     JsonLinesRenderer,
@@ -29,31 +29,9 @@ from dbmigrate.cli.render import (
 from dbmigrate.engine.events import Subscriber
 from dbmigrate.engine.journal import Journal
 from dbmigrate.engine.runner import RunOutcome
-from dbmigrate.exceptions import DbmigrateError
 
 
-# soft_wrap: an error stays one greppable line whatever the terminal width.
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-
-def _reports_errors(command: Callable[..., None]) -> Callable[..., None]:
-    """Show DbmigrateError as `error:` + `hint:` lines and exit with its code."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            command(*args, **kwargs)
-        except DbmigrateError as exc:
-            _err.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False)
-            if exc.hint:
-                _err.print(f"hint: {exc.hint}", markup=False)
-            raise typer.Exit(exc.exit_code)
-        except KeyboardInterrupt:
-            _err.print("interrupted: the journal records where the run stopped; see: dbmigrate runs show last",
-                       markup=False)
-            raise typer.Exit(130)
-
-    return wrapper
 
 
 def _subscribers(json_lines: bool) -> list[Subscriber]:
@@ -66,7 +44,7 @@ def _finish(outcome: RunOutcome) -> None:
     if outcome.ok:
         return
     if outcome.error is not None and outcome.error.hint:
-        _err.print(f"hint: {outcome.error.hint}", markup=False)
+        err_console.print(f"hint: {outcome.error.hint}", markup=False)
     raise typer.Exit(1)
 
 
@@ -76,7 +54,7 @@ JournalOpt = Annotated[Optional[Path], typer.Option("--journal", help="Journal f
                                                                         "or $DBMIGRATE_HOME/journal.sqlite).")]
 
 
-@_reports_errors
+@guarded
 def run_command(
     playbook: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
     yes: YesOpt = False,
@@ -90,7 +68,7 @@ def run_command(
     _finish(outcome)
 
 
-@_reports_errors
+@guarded
 def plan_command(
     playbook: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
     json_out: JsonOpt = False,
@@ -103,7 +81,7 @@ def plan_command(
         render_plan(procedure, Console(highlight=False, soft_wrap=True))
 
 
-@_reports_errors
+@guarded
 def resume_command(
     run: Annotated[str, typer.Argument(help="Run id (a unique prefix or 'last' works).")],
     yes: YesOpt = False,
@@ -115,7 +93,7 @@ def resume_command(
                        assume_yes=yes, journal_path=journal))
 
 
-@_reports_errors
+@guarded
 def rollback_command(
     run: Annotated[str, typer.Argument(help="Run id (a unique prefix or 'last' works).")],
     yes: YesOpt = False,
@@ -127,7 +105,7 @@ def rollback_command(
                          assume_yes=yes, journal_path=journal))
 
 
-@_reports_errors
+@guarded
 def runs_ls_command(
     json_out: JsonOpt = False,
     journal: JournalOpt = None,
@@ -142,7 +120,7 @@ def runs_ls_command(
         render_runs_table(runs, Console(highlight=False, soft_wrap=True))
 
 
-@_reports_errors
+@guarded
 def runs_show_command(
     run: Annotated[str, typer.Argument(help="Run id (a unique prefix or 'last' works).")],
     json_out: JsonOpt = False,

@@ -22,15 +22,17 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, RichLog
 from textual.worker import get_current_worker
 
+from dbmigrate.app.errors import failure_of
 from dbmigrate.app.runs import plan_playbook, resolve_journal_path, rollback_run, start_run
 from dbmigrate.engine.events import Event, GateDecided, GateWaiting, Log, Metric, RunFinished, StepFinished
 from dbmigrate.engine.runner import RunOutcome, explain
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.playbook import load_playbook
+from dbmigrate.redact import redact
 from dbmigrate.tui.board import RunBoard
 from dbmigrate.tui.gatekeeper import GateKeeper
 from dbmigrate.tui.messages import ClusterSampled, EngineEvent, GateAsked, RunEnded
-from dbmigrate.tui.monitor import ClusterMonitor
+from dbmigrate.app.monitor import ClusterMonitor
 from dbmigrate.tui.widgets import GateModal, LagPanel, LatencyPanel, StepList, WarmPanel
 
 QUIT_CONFIRM_S = 5.0  # the second `q` must come within this many seconds
@@ -200,11 +202,12 @@ class CutoverApp(App[None]):
             else:
                 outcome = rollback_run(self.board.run_id, subscribers=[relay], approver=self.gates,
                                        journal_path=self.journal_path)
-        except DbmigrateError as exc:
-            self._ended(RunEnded(mode, None, exc.message, exc.hint))
-            return
         except Exception as exc:  # the session must show it, not die with a traceback mid-cutover
-            self._ended(RunEnded(mode, None, f"internal error: {explain(exc)}"))
+            failure = failure_of(exc)
+            if failure is None:
+                self._ended(RunEnded(mode, None, f"internal error: {explain(exc)}"))
+            else:
+                self._ended(RunEnded(mode, None, failure.message, failure.hint))
             return
         self._ended(RunEnded(mode, outcome))
 
@@ -226,7 +229,7 @@ class CutoverApp(App[None]):
             monitor = ClusterMonitor(self.inventory_path, self.cluster, limit_ms=self.lag_limit_ms,
                                      write_heartbeat=not self.dry_run)
         except DbmigrateError as exc:
-            self.post_message(ClusterSampled(None, exc.message))
+            self.post_message(ClusterSampled(None, redact(exc.message)))
             return
         try:
             while not (worker.is_cancelled or self._stop_monitor.is_set()):

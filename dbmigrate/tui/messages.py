@@ -10,7 +10,7 @@ from textual.message import Message
 
 from dbmigrate.engine.events import Event, GateWaiting
 from dbmigrate.engine.runner import RunOutcome
-from dbmigrate.tui.monitor import ClusterSample
+from dbmigrate.app.monitor import ClusterSample
 
 
 class EngineEvent(Message):

@@ -38,7 +38,7 @@ def test_registered_values_are_masked_anywhere():
 
 def test_a_short_registered_value_is_masked_only_as_a_word():
     register_secret("q7")
-    assert redact("pw q7 used; q7x and aq7 stay") == "pw *** used; q7x and aq7 stay"
+    assert redact("key q7 used; q7x and aq7 stay") == "key *** used; q7x and aq7 stay"
 
 
 def test_json_values_are_masked_at_every_depth():

@@ -7,9 +7,9 @@ from collections import deque
 from rich.text import Text
 from textual.widgets import Static
 
-from dbmigrate.cli.lag import sparkline
+from dbmigrate.sparkline import sparkline
 from dbmigrate.engine.events import Metric
-from dbmigrate.tui.monitor import ClusterSample
+from dbmigrate.app.monitor import ClusterSample
 
 HISTORY = 40  # samples kept per sparkline
 

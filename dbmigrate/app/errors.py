@@ -1,0 +1,33 @@
+"""The one error boundary: what any failure means to the operator.
+
+Every user interface (the command line, the terminal UI) turns an exception
+into the same three things through `failure_of`: an exit code, one line, and
+what to do next, with secrets masked. Exit codes: 0 success, 1 the operation
+failed, was refused or rolled back, 2 bad input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.redact import redact
+
+INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Failure:
+    exit_code: int
+    message: str
+    hint: str | None = None
+
+
+def failure_of(exc: BaseException) -> Failure | None:
+    """The operator's view of an exception; None for a bug (let it show its traceback)."""
+    if isinstance(exc, DbmigrateError):
+        return Failure(exc.exit_code, redact(exc.message) or "", redact(exc.hint) if exc.hint else None)
+    if isinstance(exc, KeyboardInterrupt):
+        return Failure(INTERRUPTED, "interrupted: the journal records where the run stopped",
+                       "see: dbmigrate runs show last")
+    return None
