@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, ContextManager, Iterable
 
+from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.engine.events import EventBus, Log, Subscriber
 from dbmigrate.engine.journal import Journal, default_journal_path, new_run_id
 from dbmigrate.engine.lock import ClusterLock
@@ -187,7 +188,7 @@ def _cluster_lock(procedure: Procedure, resources: dict[str, Any], cluster: str,
             f"procedure '{procedure.name}' needs the cluster lock but its resources have no '{LOCK_SESSION}'",
             hint="the procedure's prepare_resources must open a dedicated session to the primary",
         )
-    return ClusterLock(session, cluster, journal, run_id)
+    return ClusterLock(SqlNamedLocks(session), cluster, journal, run_id)
 
 
 def _close_resources(resources: dict[str, Any]) -> None:

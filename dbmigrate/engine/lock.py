@@ -1,4 +1,4 @@
-"""One run per cluster: a MySQL named lock on the primary, mirrored in the journal.
+"""One run per cluster: a named lock on the primary (NamedLocks), mirrored in the journal.
 
 The DB lock (GET_LOCK over a dedicated session held for the whole run) is the
 truth: it vanishes when the holder's connection dies, even after a SIGKILL.
@@ -20,8 +20,13 @@ from dbmigrate.exceptions import DbmigrateError, LockHeld
 _MAX_LOCK_NAME = 64
 
 
-class SqlSession(Protocol):
-    def query(self, sql: str, params: tuple[Any, ...] | None = None) -> list[dict[str, Any]]: ...
+class NamedLocks(Protocol):
+    """A server's named locks, held by one session (dbmigrate.db.named_lock implements it)."""
+
+    def try_lock(self, name: str) -> int | None: ...  # 1 taken, 0 held by someone, None: error
+    def release_lock(self, name: str) -> None: ...
+    def lock_holder(self, name: str) -> Any: ...  # connection id, or None
+    def lock_is_free(self, name: str) -> bool: ...
 
 
 def lock_name(cluster: str) -> str:
@@ -30,12 +35,6 @@ def lock_name(cluster: str) -> str:
         return name
     digest = hashlib.sha1(cluster.encode()).hexdigest()[:10]
     return f"{name[: _MAX_LOCK_NAME - 11]}~{digest}"
-
-
-def _scalar(rows: list[dict[str, Any]]) -> Any:
-    if not rows:
-        return None
-    return next(iter(rows[0].values()))
 
 
 def _alive_here(entry: dict[str, Any]) -> bool:
@@ -58,7 +57,7 @@ def _alive_here(entry: dict[str, Any]) -> bool:
 class ClusterLock:
     """Usage: `with ClusterLock(session, cluster, journal, run_id): ...` or acquire()/release()."""
 
-    def __init__(self, session: SqlSession, cluster: str, journal: Journal, run_id: str) -> None:
+    def __init__(self, session: NamedLocks, cluster: str, journal: Journal, run_id: str) -> None:
         self.session = session
         self.cluster = cluster
         self.journal = journal
@@ -68,19 +67,19 @@ class ClusterLock:
 
     def acquire(self) -> None:
         entry = self.journal.active_lock(self.cluster)
-        got = _scalar(self.session.query("SELECT GET_LOCK(%s, 0) AS got", (self.name,)))
+        got = self.session.try_lock(self.name)
         if got is None:
             raise DbmigrateError(
                 f"GET_LOCK('{self.name}') returned NULL on the primary of cluster '{self.cluster}'",
                 hint="the server could not create the lock (out of memory or killed); check the primary",
             )
-        if int(got) != 1:
+        if got != 1:
             self._refuse(entry)
         if entry is not None and entry["run_id"] != self.run_id and _alive_here(entry):
             # The database lock was free *here*, but the run the journal names is alive: it
             # holds the lock on the server that was primary when it started (a switchover
             # moves the primary), so this is no stale entry.
-            self.session.query("SELECT RELEASE_LOCK(%s) AS released", (self.name,))
+            self.session.release_lock(self.name)
             raise LockHeld(
                 f"cluster '{self.cluster}' is being changed by run {entry['run_id']} "
                 f"({entry['holder']} pid {entry['pid']}, alive) since {entry['since']}",
@@ -96,7 +95,7 @@ class ClusterLock:
             self.journal.take_lock(self.cluster, self.run_id)
 
     def _refuse(self, entry: dict[str, Any] | None) -> None:
-        connection = _scalar(self.session.query("SELECT IS_USED_LOCK(%s) AS conn", (self.name,)))
+        connection = self.session.lock_holder(self.name)
         by_connection = f" (MySQL connection {connection})" if connection is not None else ""
         if entry is not None and entry["run_id"] == self.run_id:
             raise LockHeld(
@@ -119,13 +118,13 @@ class ClusterLock:
 
     def is_free(self) -> bool:
         """Read-only probe (for status displays); does not take the lock."""
-        return _scalar(self.session.query("SELECT IS_FREE_LOCK(%s) AS free", (self.name,))) == 1
+        return self.session.lock_is_free(self.name)
 
     def release(self) -> None:
         if not self.held:
             return
         try:
-            self.session.query("SELECT RELEASE_LOCK(%s) AS released", (self.name,))
+            self.session.release_lock(self.name)
         finally:
             # Closing the session releases the DB lock anyway; the journal entry must not linger.
             self.held = False

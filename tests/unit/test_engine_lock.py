@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.engine import ClusterLock, Journal
 from dbmigrate.engine.lock import lock_name
 from dbmigrate.exceptions import LockHeld
@@ -19,7 +20,7 @@ def journal(tmp_path):
 def test_lock_is_taken_in_the_database_and_the_journal_and_released(journal):
     server = FakeLockServer()
     session = server.connect()
-    with ClusterLock(session, "main", journal, "20261122-180501-a1b2") as lock:
+    with _lock(session, "main", journal, "20261122-180501-a1b2") as lock:
         assert server.owners == {"dbmigrate:main": session.connection_id}
         entry = journal.active_lock("main")
         assert entry["run_id"] == "20261122-180501-a1b2" and "@" in entry["holder"] and entry["pid"] > 0
@@ -31,17 +32,17 @@ def test_lock_is_taken_in_the_database_and_the_journal_and_released(journal):
 
 def test_second_run_is_refused_naming_the_holder(journal):
     server = FakeLockServer()
-    first = ClusterLock(server.connect(), "main", journal, "20261122-180501-a1b2")
+    first = _lock(server.connect(), "main", journal, "20261122-180501-a1b2")
     first.acquire()
     holder = journal.active_lock("main")
-    second = ClusterLock(server.connect(), "main", journal, "20261122-181000-ffff")
+    second = _lock(server.connect(), "main", journal, "20261122-181000-ffff")
     with pytest.raises(LockHeld) as refused:
         second.acquire()
     message = refused.value.message
     assert "locked by run 20261122-180501-a1b2" in message
     assert f"({holder['holder']} pid {holder['pid']})" in message
     assert f"since {holder['since']}" in message
-    assert f"MySQL connection {first.session.connection_id}" in message
+    assert f"MySQL connection {first.session.session.connection_id}" in message
     assert "runs show 20261122-180501-a1b2" in refused.value.hint
     assert journal.active_lock("main")["run_id"] == "20261122-180501-a1b2"  # untouched
 
@@ -49,11 +50,11 @@ def test_second_run_is_refused_naming_the_holder(journal):
 def test_stale_journal_entry_is_marked_and_taken_over(journal):
     server = FakeLockServer()
     crashed = server.connect()
-    ClusterLock(crashed, "main", journal, "20261122-170000-dead").acquire()
+    _lock(crashed, "main", journal, "20261122-170000-dead").acquire()
     crashed.close()  # the process died: MySQL dropped its connection and the named lock
     fresh = server.connect()
-    assert ClusterLock(fresh, "main", journal, "20261122-180000-beef").is_free()
-    ClusterLock(fresh, "main", journal, "20261122-180000-beef").acquire()
+    assert _lock(fresh, "main", journal, "20261122-180000-beef").is_free()
+    _lock(fresh, "main", journal, "20261122-180000-beef").acquire()
     assert journal.active_lock("main")["run_id"] == "20261122-180000-beef"
     stale = journal._rows("SELECT status, note FROM locks WHERE run_id='20261122-170000-dead'")[0]
     assert stale["status"] == "stale" and "taken over by run 20261122-180000-beef" in stale["note"]
@@ -64,7 +65,7 @@ def test_database_lock_without_journal_entry_refuses_and_says_so(journal):
     foreign = server.connect()
     foreign.query("SELECT GET_LOCK(%s, 0) AS got", ("dbmigrate:main",))
     with pytest.raises(LockHeld) as refused:
-        ClusterLock(server.connect(), "main", journal, "20261122-180000-beef").acquire()
+        _lock(server.connect(), "main", journal, "20261122-180000-beef").acquire()
     assert f"held (MySQL connection {foreign.connection_id})" in refused.value.message
     assert "no run in journal" in refused.value.message
     assert journal.active_lock("main") is None
@@ -73,19 +74,19 @@ def test_database_lock_without_journal_entry_refuses_and_says_so(journal):
 def test_resume_reuses_its_own_entry_but_not_a_live_process(journal):
     server = FakeLockServer()
     original = server.connect()
-    ClusterLock(original, "main", journal, "20261122-180000-beef").acquire()
+    _lock(original, "main", journal, "20261122-180000-beef").acquire()
     with pytest.raises(LockHeld, match="run 20261122-180000-beef is still active"):
-        ClusterLock(server.connect(), "main", journal, "20261122-180000-beef").acquire()
+        _lock(server.connect(), "main", journal, "20261122-180000-beef").acquire()
     original.close()
-    ClusterLock(server.connect(), "main", journal, "20261122-180000-beef").acquire()
+    _lock(server.connect(), "main", journal, "20261122-180000-beef").acquire()
     rows = journal._rows("SELECT status FROM locks")
     assert [r["status"] for r in rows] == ["held"]  # one entry, reused
 
 
 def test_other_clusters_do_not_conflict_and_long_names_fit_mysql(journal):
     server = FakeLockServer()
-    ClusterLock(server.connect(), "main", journal, "r1").acquire()
-    ClusterLock(server.connect(), "billing", journal, "r2").acquire()
+    _lock(server.connect(), "main", journal, "r1").acquire()
+    _lock(server.connect(), "billing", journal, "r2").acquire()
     long = "x" * 100
     assert len(lock_name(long)) == 64 and lock_name(long) != lock_name(long + "y")
 
@@ -104,12 +105,16 @@ def test_a_live_run_whose_lock_is_on_the_former_primary_is_not_taken_over(journa
                        ("main", "20261122-180501-a1b2", current_holder(), alive.pid, utc_now_iso()))
         new_primary = FakeLockServer()
         with pytest.raises(LockHeld, match="being changed by run 20261122-180501-a1b2"):
-            ClusterLock(new_primary.connect(), "main", journal, "20261122-181000-ffff").acquire()
+            _lock(new_primary.connect(), "main", journal, "20261122-181000-ffff").acquire()
         assert new_primary.owners == {}  # the lock B got for a moment was given back
     finally:
         alive.kill()
         alive.wait()
     # Once A's process is gone, its entry is stale and B may go on.
-    lock = ClusterLock(FakeLockServer().connect(), "main", journal, "20261122-181000-ffff")
+    lock = _lock(FakeLockServer().connect(), "main", journal, "20261122-181000-ffff")
     lock.acquire()
     assert journal.active_lock("main")["run_id"] == "20261122-181000-ffff"
+
+
+def _lock(session, *args):
+    return ClusterLock(SqlNamedLocks(session), *args)

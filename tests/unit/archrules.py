@@ -1,0 +1,217 @@
+"""Checks of the package's shape, on source text (AST), so they are fast and need no import.
+
+Each rule is a function from parsed modules to a list of violations; the
+architecture test runs them on the tree and on synthetic violations.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Module:
+    name: str  # dotted, e.g. dbmigrate.engine.runner
+    path: str  # relative, e.g. dbmigrate/engine/runner.py
+    tree: ast.Module
+    imports: list[tuple[str, int, bool]] = field(default_factory=list)  # (module, line, top level)
+    private: list[tuple[str, int]] = field(default_factory=list)  # ("module._name", line)
+
+
+def parse(name: str, path: str, source: str) -> Module:
+    mod = Module(name, path, ast.parse(source))
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    top_level = {id(n) for n in mod.tree.body}
+    aliases: dict[str, str] = {}  # local name -> imported module
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                mod.imports.append((a.name, node.lineno, id(node) in top_level))
+                aliases[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, package)
+            for a in node.names:
+                # `from pkg import mod` imports a module; `from mod import name` a name of it
+                mod.imports.append((f"{base}.{a.name}", node.lineno, id(node) in top_level))
+                mod.imports.append((base, node.lineno, id(node) in top_level))
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    mod.private.append((f"{base}.{a.name}", node.lineno))
+                aliases[a.asname or a.name] = f"{base}.{a.name}"
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            mod.private.append((f"{aliases[node.value.id]}.{node.attr}", node.lineno))
+    return mod
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    base = parts[: len(parts) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def load_tree(root: Path, package: str = "dbmigrate") -> dict[str, Module]:
+    modules = {}
+    for path in sorted((root / package).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        name = rel[:-3].replace("/", ".")
+        if name.endswith(".__init__"):
+            name = name[: -len(".__init__")]
+        modules[name] = parse(name, rel, path.read_text())
+    return modules
+
+
+# -- layering ---------------------------------------------------------------------
+
+LAYER_RULES = [
+    # (importer prefix, forbidden prefixes, why)
+    ("dbmigrate.engine", ("dbmigrate.db",), "the engine knows nothing of MySQL"),
+    ("dbmigrate.procedures", ("dbmigrate.cli", "dbmigrate.tui", "dbmigrate.rehearsal"),
+     "procedures never print and never depend on rehearsal support"),
+    ("dbmigrate.tui", ("dbmigrate.db", "dbmigrate.cli"), "the terminal UI calls the app layer only"),
+]
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def layer_violations(modules: dict[str, Module]) -> list[str]:
+    out = []
+    for mod in modules.values():
+        for importer, forbidden, why in LAYER_RULES:
+            if not _under(mod.name, importer):
+                continue
+            for target, line, _top in mod.imports:
+                if any(_under(target, f) for f in forbidden):
+                    out.append(f"{mod.path}:{line} imports {target} ({why})")
+    return sorted(set(out))
+
+
+# -- private names ------------------------------------------------------------------
+
+def private_violations(modules: dict[str, Module]) -> list[str]:
+    out = []
+    for mod in modules.values():
+        for target, line in mod.private:
+            owner = target.rpartition(".")[0]
+            if owner != mod.name and owner in modules:
+                out.append(f"{mod.path}:{line} uses {target}, a private name of another module")
+    return sorted(set(out))
+
+
+# -- import cycles ---------------------------------------------------------------------
+
+def import_graph(modules: dict[str, Module], top_level_only: bool) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for mod in modules.values():
+        for target, _line, top in mod.imports:
+            if top_level_only and not top:
+                continue
+            if target in modules and target != mod.name and not _is_parent(target, mod.name):
+                graph[mod.name].add(target)
+    return graph
+
+
+def _is_parent(package: str, module: str) -> bool:
+    # Importing a submodule runs its package's __init__ first; that is not a dependency.
+    return module.startswith(package + ".")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+# -- SQL outside db/ ---------------------------------------------------------------------
+
+_SQL = re.compile(
+    r"""^\s*(?:/\*.*?\*/\s*)*(?:
+        SELECT\s+(?:[\w@`*(]|DISTINCT) .*?(?:\bFROM\b|@@|\(|\bAS\b|,)
+      | SHOW\s+(?:GLOBAL\s+|SESSION\s+|FULL\s+|CREATE\s+|BINARY\s+|MASTER\s+|SLAVE\s+|REPLICA\s+)?(?:STATUS|VARIABLES|GRANTS|PROCESSLIST|TABLES|DATABASES|SLAVE|REPLICA|MASTER|BINARY|CREATE|INDEX|ENGINE|ALL)
+      | SET\s+(?:GLOBAL|SESSION|STATEMENT|@@|NAMES|PASSWORD|sql_log_bin)
+      | INSERT\s+(?:IGNORE\s+)?INTO\s
+      | REPLACE\s+INTO\s
+      | UPDATE\s+[\w`.]+\s+SET\s
+      | DELETE\s+FROM\s
+      | (?:CREATE|DROP|ALTER)\s+(?:TABLE|DATABASE|SCHEMA|USER|INDEX|VIEW|ROLE|EVENT|TRIGGER|PROCEDURE|FUNCTION)\b
+      | (?:START|STOP|RESET)\s+(?:SLAVE|REPLICA|MASTER|ALL\s+SLAVES|BINARY)
+      | CHANGE\s+(?:MASTER|REPLICATION)\s
+      | KILL\s+(?:CONNECTION|QUERY|\d|%s|\{)
+      | FLUSH\s+(?:TABLES|LOGS|PRIVILEGES|BINARY|STATUS)
+      | GRANT\s+.+\s+TO\s
+      | LOCK\s+TABLES?\s
+      | (?:DO|CALL)\s+\w+\s*\(
+      | PURGE\s+(?:BINARY|MASTER)\s+LOGS
+      | INSTALL\s+(?:SONAME|PLUGIN)
+    )""",
+    re.I | re.S | re.X,
+)
+
+
+def looks_like_sql(text: str) -> bool:
+    return bool(_SQL.match(text))
+
+
+def _strings(tree: ast.Module):
+    """String constants and the literal parts of f-strings, with their lines; docstrings skipped."""
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+            yield text, node.lineno
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.value, node.lineno
+
+
+def sql_violations(modules: dict[str, Module], allowed: dict[str, str]) -> list[str]:
+    out = []
+    for mod in modules.values():
+        if _under(mod.name, "dbmigrate.db") or mod.path in allowed:
+            continue
+        for text, line in _strings(mod.tree):
+            if looks_like_sql(text):
+                out.append(f"{mod.path}:{line} has an SQL statement outside db/: {text[:60]!r}")
+    return sorted(set(out))
