@@ -20,7 +20,8 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError, UsageError
 from dbmigrate.hosts import Host, NoAccessHost, host_for
 from dbmigrate.lag import sample_lag
-from dbmigrate.topology.discovery import Cluster, Node, discover_inventory, normalize_address
+from dbmigrate.topology.discovery import Cluster, Node, normalize_address
+from dbmigrate.topology.find import discover_inventory
 from dbmigrate.topology.probe import ServerFacts
 
 MIB = 1024 * 1024

@@ -12,7 +12,7 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.lag import HeartbeatTable, HeartbeatWriter, LagSample, heartbeat_age_ms, read_heartbeat, sample_lag
-from dbmigrate.topology.discovery import discover_inventory
+from dbmigrate.topology.find import discover_inventory
 
 
 @dataclass

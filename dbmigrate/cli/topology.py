@@ -11,7 +11,8 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db import credentials as creds_mod
 from dbmigrate.db.connection import Server
 from dbmigrate.exceptions import UsageError
-from dbmigrate.topology.discovery import Cluster, discover, discover_inventory, normalize_address, split_address
+from dbmigrate.topology.discovery import Cluster, discover, normalize_address, split_address
+from dbmigrate.topology.find import discover_inventory
 from dbmigrate.topology.render import cluster_tree
 
 cmd = typer.Typer(help="Replication topology: discover and draw a cluster.", no_args_is_help=True)

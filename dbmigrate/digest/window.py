@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from dbmigrate.home import home
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
@@ -49,8 +50,6 @@ def _stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def home() -> Path:
-    return Path(os.environ.get("DBMIGRATE_HOME", "~/.dbmigrate")).expanduser()
 
 
 # -- where the slow log lives -----------------------------------------------------

@@ -19,6 +19,7 @@ import socket
 import sqlite3
 import threading
 
+from dbmigrate.home import home
 from dbmigrate.redact import redact, redact_json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,8 +46,7 @@ def default_journal_path() -> Path:
     explicit = os.environ.get("DBMIGRATE_JOURNAL")
     if explicit:
         return Path(explicit).expanduser()
-    home = os.environ.get("DBMIGRATE_HOME") or "~/.dbmigrate"
-    return Path(home).expanduser() / "journal.sqlite"
+    return home() / "journal.sqlite"
 
 
 def new_run_id(now: datetime | None = None) -> str:

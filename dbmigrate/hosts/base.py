@@ -127,7 +127,7 @@ class Host:
         what = f"read {path}"
         proc = self._popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         watchdog = _Watchdog(proc, timeout)
-        err_reader = _Drain(proc.stderr)
+        err_reader = Drain(proc.stderr)
         got = _Counting(proc.stdout)
         try:
             yield got
@@ -219,7 +219,7 @@ class _Watchdog:
         self._timer.cancel()
 
 
-class _Drain:
+class Drain:
     """Reads a pipe to the end in a thread (stderr must not fill up and block the program)."""
 
     def __init__(self, pipe):

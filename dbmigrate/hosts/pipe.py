@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from typing import Sequence
 
-from dbmigrate.hosts.base import DEFAULT_TIMEOUT, _Drain, Host
+from dbmigrate.hosts.base import DEFAULT_TIMEOUT, Drain, Host
 from dbmigrate.hosts.errors import HostTimeout
 
 
@@ -29,7 +29,7 @@ def stream(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str
         producer.wait()
         raise
     producer.stdout.close()  # the consumer holds it now; the producer sees SIGPIPE if the consumer dies
-    perr = _Drain(producer.stderr)
+    perr = Drain(producer.stderr)
     try:
         out, cerr = consumer.communicate(timeout=timeout)
         producer.wait(timeout=max(1.0, timeout / 10))

@@ -282,33 +282,5 @@ def discover(seed: Server, credentials: Credentials | None = None, *, names: dic
     return cluster
 
 
-def discover_inventory(inventory, cluster: str, *, use_orchestrator: bool = True) -> Cluster:
-    """Discover an inventory cluster: through orchestrator when the cluster names one, else by probing."""
-    spec = inventory.cluster(cluster)
-    if use_orchestrator and spec.orchestrator_url:
-        from dbmigrate.topology.orchestrator import OrchestratorClient, cluster_from_instances
-
-        with OrchestratorClient(spec.orchestrator_url) as orch:
-            first = next(iter(spec.servers.values()))
-            oname = spec.orchestrator_cluster or orch.cluster_name_of(first.host, first.port)
-            return cluster_from_instances(orch.cluster(oname), name=cluster,
-                                          names=_inventory_names(inventory, cluster))
-    names = _inventory_names(inventory, cluster)
-    order = [n for n in ([spec.primary_hint()] if spec.primary_hint() else []) + list(spec.servers) if n]
-    last_error: DbmigrateError | None = None
-    for sname in dict.fromkeys(order):
-        server = inventory.open(sname)
-        try:
-            server.connect()
-        except DbmigrateError as e:
-            last_error = e
-            server.close()
-            continue
-        others = [a for a, n in names.items() if n != sname]
-        return discover(server, names=names, also=others, cluster_name=cluster)
-    raise ConnectionFailed(f"no server of cluster '{cluster}' answered: {last_error.message if last_error else '?'}",
-                           hint="check that the servers run and that the inventory's credentials are right")
-
-
-def _inventory_names(inventory, cluster: str) -> dict[str, str]:
+def inventory_names(inventory, cluster: str) -> dict[str, str]:
     return {normalize_address(s.host, s.port): n for n, s in inventory.cluster(cluster).servers.items()}

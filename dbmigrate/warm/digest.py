@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbmigrate.exceptions import DbmigrateError, UsageError
+from dbmigrate.exceptions import UsageError
 from dbmigrate.warm.readonly import refusal
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from dbmigrate.config import load_inventory
-from dbmigrate.topology.discovery import discover, discover_inventory
+from dbmigrate.topology.discovery import discover
+from dbmigrate.topology.find import discover_inventory
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -186,9 +186,9 @@ def cutover_step(source: str, targets: list[str]) -> FunctionStep:
                       f"'{connection_name(source)}'); CHECKSUM TABLE <every table of its shards>") for t in targets],
                 *[(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t} binlog position> (reverse, for rollback); "
                            f"START SLAVE '{connection_name(t)}'") for t in targets],
-                *[(t, "SET GLOBAL read_only=OFF") for t in targets],
+                *[(t, "read_only=OFF: takes the shards' writes") for t in targets],
                 ("routes", f"DSN file: each shard of {source} -> its instance"),
-                *[(t, f"STOP SLAVE '{connection_name(source)}'; RESET SLAVE '{connection_name(source)}' ALL")
+                *[(t, f"stop and remove replication connection '{connection_name(source)}'")
                   for t in targets]]
 
     return FunctionStep(f"cut over {source} -> {', '.join(targets)}", lambda c: cutover(c, source), check=check,

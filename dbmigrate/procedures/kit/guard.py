@@ -19,6 +19,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
+from dbmigrate.home import home
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.digest.model import Digest
@@ -79,7 +80,7 @@ def policy_of(ctx: RunContext) -> GuardPolicy | None:
 
 
 def _digest_dir(ctx: RunContext) -> Path:
-    d = capture.home() / "digests" / ctx.run_id
+    d = home() / "digests" / ctx.run_id
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -107,7 +108,7 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
 
     def run(ctx: RunContext) -> str:
         if ctx.dry_run:
-            ctx.record_statement(role_name(ctx, role), "SET GLOBAL long_query_time=0, slow_query_log=ON (to a file of our own)")
+            ctx.record_statement(role_name(ctx, role), "slow-log window: long_query_time=0, slow_query_log=ON, to a file of our own")
             return f"would open a slow-log window on {role_name(ctx, role)}"
         server = _server(ctx, role)
         window = capture.SlowLogWindow(server, persist=lambda saved: _save_window(ctx, key, saved))

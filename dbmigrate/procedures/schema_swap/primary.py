@@ -56,7 +56,7 @@ def is_switched_back(ctx: RunContext) -> bool:
 def describe_switch_back(ctx: RunContext) -> list[tuple[str, str]]:
     primary, sides, candidate = plan_names(ctx, params_of(ctx))
     return [(candidate, "fence (read_only=ON), wait for the final position on " + primary),
-            (primary, "STOP SLAVE; read_only=OFF; router writer -> " + primary),
+            (primary, "stop replication, read_only=OFF, router writer -> " + primary),
             ("", f"repoint {', '.join(sides)} to {primary}")]
 
 

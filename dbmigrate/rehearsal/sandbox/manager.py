@@ -8,7 +8,6 @@ state: ports, server ids, roles), `credentials.cnf` (0600) and
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
@@ -18,6 +17,7 @@ from typing import Any, Callable
 
 import yaml
 
+from dbmigrate.home import home
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.inspector import Inspector
@@ -30,8 +30,6 @@ from dbmigrate.topology.wire import create_account, wait_replicating
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,30}$")
 
 
-def home() -> Path:
-    return Path(os.environ.get("DBMIGRATE_HOME", "~/.dbmigrate")).expanduser()
 
 
 def _index_path() -> Path:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dbmigrate.home import home
 from dbmigrate.exceptions import SandboxError
 from dbmigrate.rehearsal.sandbox.ports import free_port, port_in_use
 
@@ -204,8 +205,6 @@ class Sshd:
 # of that directory is hidden can still log in, and reaches the files only through ssh.
 
 def sandbox_ssh_dir(sandbox_name: str) -> Path:
-    from dbmigrate.rehearsal.sandbox.manager import home
-
     return home() / "sandbox-ssh" / sandbox_name
 
 
