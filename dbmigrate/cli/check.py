@@ -12,8 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dbmigrate.cli.common import console, print_json
-from dbmigrate.config import load_inventory
-from dbmigrate.gates import GateResult, Limits, run_preflight
+from dbmigrate.app.checks import preflight
+from dbmigrate.gates import GateResult, Limits
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +42,7 @@ def check(inventory: Path = typer.Option(..., "--inventory", "-i", help="Invento
     """Preflight gates before a switchover: replication, lag, errant GTIDs, binlog, versions, filters,
     read_only, long transactions, reverse path, application fence, disk. Exit 0 all pass, 1 a failure, 2 usage."""
     limits = Limits(max_lag_ms=max_lag_ms, max_trx_age_s=max_trx_age_s, min_free_mb=min_free_mb)
-    results = run_preflight(load_inventory(inventory), cluster, candidate, limits)
+    results = preflight(inventory, cluster, candidate, limits)
     ok = all(r.ok for r in results)
     if json_out:
         print_json({"cluster": cluster, "candidate": candidate, "ok": ok, "gates": [r.to_dict() for r in results]})

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
 
+from dbmigrate.app import digest_capture as capture_use
 from dbmigrate.cli.common import console, err_console, print_json
 from dbmigrate.exceptions import UsageError
 
@@ -23,28 +23,6 @@ def register(app: typer.Typer) -> None:
 
 def _progress(msg: str) -> None:
     err_console.print(f"[dim]… {msg}[/]", highlight=False)
-
-
-def _exit_on_sigterm(signum, frame) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _open_server(inventory: Optional[Path], server: Optional[str]):
-    from dbmigrate.config import load_inventory
-
-    if inventory is None or server is None:
-        raise UsageError("--inventory and --server are required",
-                         hint="e.g. --inventory inventory.yaml --server db-1 (or digest an existing log with --slow-log FILE)")
-    return load_inventory(inventory).open(server)
-
-
-def _reader(inventory: Path, server: str):
-    """Reads the window's slow log through the server's host, as the inventory declares it."""
-    from dbmigrate.config import load_inventory
-    from dbmigrate.digest.window import HostFileReader
-    from dbmigrate.hosts import host_for
-
-    return HostFileReader(host_for(load_inventory(inventory), server))
 
 
 @cmd.command("capture")
@@ -68,16 +46,8 @@ def capture(
         d = proc.digest_slow_log(slow_log, target)
         sentence = f"digested {d.query_count} queries in {len(d.classes)} classes from {slow_log}; digest in {target}"
     else:
-        srv = _open_server(inventory, server)
-        # A plain `kill` should still close the window: turn SIGTERM into an exit that runs
-        # the restore. SIGKILL cannot be caught; that is what `digest restore` is for.
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
-        try:
-            result = proc.capture_window(srv, seconds, out, saved_settings_file=saved_settings, log_file=log_file,
-                                         reader=_reader(inventory, server),
-                                         progress=None if json_out else _progress)
-        finally:
-            srv.close()
+        result = capture_use.capture(inventory, server, seconds, out, saved_settings=saved_settings,
+                                     log_file=log_file, progress=None if json_out else _progress)
         d, sentence = result.digest, result.sentence()
         if result.sessions_before and not json_out:
             _progress(f"{result.sessions_before} client session(s) were connected before the window opened: "
@@ -159,25 +129,19 @@ def restore(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the statements, change nothing."),
 ):
     """Put back the slow-log settings saved before a capture window (after a crash of the tool)."""
-    from dbmigrate.db.applier import Applier
     from dbmigrate.digest import window as proc
 
     saved = proc.load_saved_settings(from_file)
     if saved.get("restored_at") and not force:
         raise UsageError(f"{from_file} was already restored at {saved['restored_at']}",
                          hint="settings may have changed since; pass --force to apply them again anyway")
-    srv = _open_server(inventory, server)
-    try:
-        applier = Applier(srv, dry_run=dry_run)
-        changed = proc.restore(srv, saved, applier=applier)
-    finally:
-        srv.close()
+    name, changed, planned = capture_use.restore(inventory, server, saved, dry_run=dry_run)
     if dry_run:
-        for sql in applier.planned:
+        for sql in planned:
             console.print(sql, highlight=False)
         return
     proc.mark_restored(from_file, saved)
     if changed:
-        console.print(f"[green]restored on {srv.name}:[/] " + "; ".join(changed), highlight=False)
+        console.print(f"[green]restored on {name}:[/] " + "; ".join(changed), highlight=False)
     else:
-        console.print(f"{srv.name} already had the saved settings; nothing changed")
+        console.print(f"{name} already had the saved settings; nothing changed")

@@ -9,43 +9,13 @@ from rich.table import Table
 
 from dbmigrate.cli.common import console, err_console, print_json
 from dbmigrate.config import load_inventory
-from dbmigrate.exceptions import DbmigrateError
-from dbmigrate.topology.probe import ServerFacts, probe
+from dbmigrate.app.inventory import check_inventory
 
 cmd = typer.Typer(help="Inventory files: validate and check against the servers.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(cmd, name="inventory")
-
-
-def check_inventory(path: Path, cluster: str | None = None) -> list[tuple[str, ServerFacts]]:
-    inv = load_inventory(path)
-    out = []
-    for cname, c in inv.clusters.items():
-        if cluster and cname != cluster:
-            continue
-        for sname in c.servers:
-            try:
-                with inv.open(sname) as server:
-                    facts = probe(server)
-            except DbmigrateError as e:
-                spec = c.servers[sname]
-                facts = ServerFacts(sname, f"{spec.host}:{spec.port}", error=e.message + (f" ({e.hint})" if e.hint else ""))
-            out.append((cname, facts))
-    by_addr = {f.address: f for _, f in out}
-    for _, f in out:
-        if f.source and f.source in by_addr:
-            src = by_addr[f.source]
-            f.__dict__["behind"] = _behind(src, f)
-    return out
-
-
-def _behind(src: ServerFacts, rep: ServerFacts) -> dict[str, int]:
-    from dbmigrate.db.flavor import detect
-
-    fl = detect(rep.version or src.version)
-    return fl.behind(src.gtid_binlog_pos, rep.gtid_executed)
 
 
 @cmd.command("check")
