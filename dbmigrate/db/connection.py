@@ -19,6 +19,7 @@ from mysql.connector import errorcode
 
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, for_server
+from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact
 
@@ -50,6 +51,8 @@ class QueryError(DbmigrateError):
 
 @dataclass
 class Server:
+    # Not a field: the clock connect retries wait on (tests may give a server a FakeClock).
+    clock = Clock()
     name: str
     host: str
     port: int
@@ -120,7 +123,7 @@ class Server:
                     getattr(e, "errno", None) in (errorcode.CR_CONN_HOST_ERROR, errorcode.CR_SERVER_LOST)
                 if not transient or attempt > self.retries:
                     raise err from None
-                time.sleep(0.2 * attempt)
+                self.clock.sleep(0.2 * attempt)
 
     def _translate_connect_error(self, e: Exception) -> DbmigrateError:
         errno = getattr(e, "errno", None)
