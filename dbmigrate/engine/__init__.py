@@ -1,7 +1,8 @@
 """The runbook engine: steps, gates, runner, journal, cluster lock, events.
 
-It knows nothing of MySQL except the SQL of the cluster lock. Procedure
-authors mostly need the names re-exported here.
+It knows nothing of MySQL (the cluster lock holds a server's named locks through a
+protocol that dbmigrate.db implements). Procedure authors mostly need the names
+re-exported here.
 """
 
 from dbmigrate.engine.events import (

@@ -353,12 +353,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
                           hint="set read_only=ON by hand on the one that should not take writes")
     if new_writable:
         # The new primary may have taken writes: bring them to the old one first.
-        if not back.replicates_from(sw.old, sw.new):
-            back._make_replica(sw.old, sw.new)
-            said.append(f"{sw.old} replicates from {sw.new}")
-        else:
-            back.apply(sw.old).start_replica()
-        back.wait_replica_running(sw.old)
+        said += _follow(back, sw)
         sentence, pos = back.fence()
         said.append(sentence)
         try:
@@ -370,12 +365,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
     elif not old_writable and new_writable is False and _has_writes_old_lacks(sw):
         # The new primary took writes and is read-only now (restarted, or fenced by hand):
         # its position is final; bring those writes to the old primary before it opens.
-        if not back.replicates_from(sw.old, sw.new):
-            back._make_replica(sw.old, sw.new)
-            said.append(f"{sw.old} replicates from {sw.new}")
-        else:
-            back.apply(sw.old).start_replica()
-        back.wait_replica_running(sw.old)
+        said += _follow(back, sw)
         said.append(back.wait_catchup(back.insp(sw.new).gtid_binlog_pos()))
         said.append(back.open_candidate())
     elif not old_writable:
@@ -406,6 +396,18 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
             back._repoint(r, sw.old, final_new if back.replicates_from(r, sw.new) else "")
             said.append(f"repointed {r} to {sw.old}")
     return "; ".join(said) or f"{sw.old} is already the primary"
+
+
+def _follow(back: Switchover, sw: Switchover) -> list[str]:
+    """Make `sw.old` replicate from `sw.new` (or resume it), so that it gets what `sw.new` wrote."""
+    said = []
+    if not back.replicates_from(sw.old, sw.new):
+        back._make_replica(sw.old, sw.new)
+        said.append(f"{sw.old} replicates from {sw.new}")
+    else:
+        back.apply(sw.old).start_replica()
+    back.wait_replica_running(sw.old)
+    return said
 
 
 def _has_writes_old_lacks(sw: Switchover) -> bool:
