@@ -121,7 +121,7 @@ class ServerSpec(Strict):
         return v
 
 
-class HAProxyRouter(Strict):
+class HAProxyRouterSpec(Strict):
     kind: Literal["haproxy"]
     admin_socket: str
     writer_backend: str = "writer"
@@ -131,16 +131,16 @@ class HAProxyRouter(Strict):
     state_file: Optional[str] = Field(None, description="HAProxy's server-state-file: dumped after every route change")
 
 
-class DsnFileRouter(Strict):
+class DsnFileRouterSpec(Strict):
     kind: Literal["dsn-file"]
     path: str
 
 
-class NoRouter(Strict):
+class NoRouterSpec(Strict):
     kind: Literal["none"]
 
 
-Router = Union[HAProxyRouter, DsnFileRouter, NoRouter]
+RouterSpec = Union[HAProxyRouterSpec, DsnFileRouterSpec, NoRouterSpec]
 
 
 class ClusterSpec(Strict):
@@ -149,7 +149,7 @@ class ClusterSpec(Strict):
     orchestrator_cluster: Optional[str] = None
     replication_credentials: Optional[CredentialsRef] = None
     app_credentials: Optional[CredentialsRef] = None
-    router: Optional[Router] = Field(None, discriminator="kind")
+    router: Optional[RouterSpec] = Field(None, discriminator="kind")
 
     @field_validator("servers")
     @classmethod

@@ -53,7 +53,7 @@ class HooksSpec(_Strict):
     timeout_s: PositiveFloat = 60.0
 
 
-class GuardPolicy(BaseModel):
+class GuardSection(BaseModel):
     """Typed where known, open for the guard feature to validate its own rules."""
 
     model_config = ConfigDict(extra="allow")
@@ -68,7 +68,7 @@ class PlaybookSpec(_Strict):
     inventory: str | None = None
     params: dict[str, Any] = {}
     gates: list[GateSpec] = []
-    guard: GuardPolicy | None = None
+    guard: GuardSection | None = None
     hooks: HooksSpec = HooksSpec()
     journal: str | None = None
     dry_run: bool = False

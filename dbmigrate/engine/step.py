@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # describe() lines are SQL/commands; a (server, text) pair names the target.
 Described = Union[str, tuple[str, str]]
-GateResult = tuple[bool, str, dict[str, Any]]
+GateVerdict = tuple[bool, str, dict[str, Any]]
 
 
 class Step:
@@ -131,11 +131,11 @@ class AutoGate(Gate):
 
     kind = "auto"
 
-    def __init__(self, name: str, check: Callable[["RunContext"], GateResult | tuple[bool, str]]) -> None:
+    def __init__(self, name: str, check: Callable[["RunContext"], GateVerdict | tuple[bool, str]]) -> None:
         super().__init__(name)
         self.check = check
 
-    def evaluate(self, ctx: "RunContext") -> GateResult:
+    def evaluate(self, ctx: "RunContext") -> GateVerdict:
         result = self.check(ctx)
         ok, reason = bool(result[0]), str(result[1])
         details = dict(result[2]) if len(result) > 2 else {}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from dbmigrate.engine.step import GateResult, Procedure, RunContext
+from dbmigrate.engine.step import GateVerdict, Procedure, RunContext
 from dbmigrate.exceptions import UsageError
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 Builder = Callable[[RunContext, Any], Procedure]
 # A gate offered to playbooks: called with the run context and the validated params.
-GateCheck = Callable[[RunContext, Any], "GateResult | tuple[bool, str]"]
+GateCheck = Callable[[RunContext, Any], "GateVerdict | tuple[bool, str]"]
 # Opens what the procedure's steps need (servers, router, lock session); may connect.
 ResourcePreparer = Callable[["Playbook"], dict[str, Any]]
 

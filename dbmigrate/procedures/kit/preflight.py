@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dbmigrate import gates
-from dbmigrate.engine.step import AutoGate, GateResult, RunContext
+from dbmigrate.engine.step import AutoGate, GateVerdict, RunContext
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class PreflightLimits:
     lag_wait_s: float = 30.0  # how long lag (and only lag) may take to settle
 
 
-def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, limits: PreflightLimits) -> GateResult:
+def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, limits: PreflightLimits) -> GateVerdict:
     """Run every preflight check on the cluster for `candidate`.
 
     Lag is the one check worth waiting for (gh-ost's throttle): a spike under load

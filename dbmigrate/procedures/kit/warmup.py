@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dbmigrate.db.connection import Server
-from dbmigrate.engine.step import GateResult, RunContext
+from dbmigrate.engine.step import GateVerdict, RunContext
 from dbmigrate.exceptions import UsageError
 
 
@@ -53,7 +53,7 @@ def warm(ctx: RunContext, source: Server, target: Server, method: str, *, tables
     return result.sentence()
 
 
-def warm_ready(target: Server, method: str, *, target_hit_ratio: float, tables: list[str]) -> GateResult | Any:
+def warm_ready(target: Server, method: str, *, target_hit_ratio: float, tables: list[str]) -> GateVerdict | Any:
     """The warm-up gate: `target`'s measured hit ratio reaches the target (or its dump load completed)."""
     from dbmigrate.warm import methods
 
