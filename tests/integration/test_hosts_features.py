@@ -192,3 +192,55 @@ def test_sandbox_up_with_ssh_gives_each_instance_a_host_of_its_own(cli, boxes):
         down = cli("sandbox", "down", "sshbox")
     assert down.returncode == 0, down.stdout + down.stderr
     assert not [p for p in pids if pid_alive(p)]  # (an unreaped zombie counts as stopped)
+
+
+def test_promote_with_the_latency_guard_over_ssh_with_the_sandbox_hidden(remote_inventory, box, dbm_home, can_hide):
+    """The guard's baseline on the old primary and its windows on the new one are slow logs on
+    other hosts: they are fetched over ssh, digested here and removed there. Rolled back at the end."""
+    inv = load_inventory(box.inventory_file)
+    ops = dbm_home / "ops"
+    playbook = ops / "promote-guarded.yaml"
+    playbook.write_text(yaml.safe_dump({
+        "procedure": "promote", "inventory": str(remote_inventory), "cluster": BOX,
+        "params": {"candidate": TARGET, "baseline_seconds": 2, "guard_sample_s": 2, "lag_wait_s": 10},
+        "guard": {"window_s": 4, "min_samples": 1, "min_class_samples": 1,
+                  "rules": [{"metric": "avg", "scope": "overall", "max_regression_pct": 100000}]},
+    }, sort_keys=False))
+    stop = threading.Event()
+
+    def traffic():
+        # A new session per query: sessions copy long_query_time when they connect.
+        while not stop.is_set():
+            for name in (f"{BOX}-1", TARGET):
+                try:
+                    with inv.open(name) as server:
+                        server.query("SELECT COUNT(*) AS n FROM app.t1 WHERE k < 100")
+                except Exception:
+                    pass
+            time.sleep(0.02)
+
+    t = threading.Thread(target=traffic, daemon=True)
+    t.start()
+    try:
+        r = hidden_run(box, "run", str(playbook), "--yes", "--json", timeout=300)
+    finally:
+        stop.set()
+        t.join(10)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    run_id = next(e["run_id"] for e in events if e.get("run_id"))
+    said = {e.get("name"): e.get("sentence", "") for e in events if e.get("event") == "StepFinished"}
+    assert "baseline:" in said.get("collect baseline digest", ""), said
+    assert "guard watched" in said.get("latency guard", ""), said
+    digests = sorted(p.name for p in (dbm_home / "digests" / run_id).glob("*.digest.json"))
+    assert "baseline.digest.json" in digests and any(d.startswith("guard-") for d in digests), digests
+    for name in (f"{BOX}-1", TARGET):
+        with inv.open(name) as server:
+            assert float(Inspector(server).slow_log_settings()["long_query_time"]) > 0  # restored
+    back = hidden_run(box, "rollback", run_id, "--yes", timeout=300)
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+    with inv.open(f"{BOX}-1") as primary, inv.open(TARGET) as target:
+        assert not Inspector(primary).read_only() and Inspector(target).read_only()
+    datadirs = [Path(inv.find_server(n)[1].datadir).parent for n in (f"{BOX}-1", TARGET)]
+    leftovers = [str(p) for d in datadirs for p in d.rglob("dbmigrate-digest-*")]
+    assert leftovers == [], leftovers  # every window file was removed from its host

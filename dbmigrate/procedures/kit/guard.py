@@ -24,6 +24,8 @@ from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.digest.model import Digest
 from dbmigrate.digest.policy import GuardPolicy, evaluate
+from dbmigrate.digest.window import HostFileReader
+from dbmigrate.hosts import host_for
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.procedures.kit.resources import RESOURCES
@@ -90,6 +92,11 @@ def role_name(ctx: RunContext, role: str) -> str:
     return getattr(ctx.resources[RESOURCES], role)
 
 
+def _reader(ctx: RunContext, role: str) -> HostFileReader:
+    """Reads a window's slow log through the server's host (local, ssh), as the inventory declares."""
+    return HostFileReader(host_for(ctx.resources[RESOURCES].inventory, role_name(ctx, role)))
+
+
 def _server(ctx: RunContext, role: str):
     return ctx.resources[RESOURCES].topology.servers[role_name(ctx, role)]
 
@@ -142,7 +149,8 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
         ctx.clock.sleep(max(0.0, seconds - (now - opened)))  # a resumed run waits only the rest
         close_window(ctx, "old", "baseline_window")
         out = _digest_dir(ctx) / "baseline.digest.json"
-        digest = capture.digest_slow_log(saved["window_file"], out, duration_s=seconds,
+        local_log = _reader(ctx, "old").fetch(saved["window_file"], _digest_dir(ctx))
+        digest = capture.digest_slow_log(local_log, out, duration_s=seconds,
                                          source={"kind": "baseline", "server": role_name(ctx, "old")})
         with GuardState.edit(ctx.state) as s:
             s.baseline_digest = str(out)
@@ -191,6 +199,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
         started = clock.monotonic()
         decisions: list[dict[str, Any]] = []
         i = 0
+        rotated = ""
         try:
             while clock.monotonic() - started < policy.window_s:
                 i += 1
@@ -198,8 +207,10 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                 clock.sleep(max(0.0, period))
                 current = Inspector(server).slow_query_log_file()
                 # Rotate: sessions keep long_query_time=0, new entries go to the next file.
-                Applier(server).set_global("slow_query_log_file", f"{base_file.removesuffix('.slow.log')}.{i}.slow.log")
-                digest = capture.digest_slow_log(current, _digest_dir(ctx) / f"guard-{i}.digest.json",
+                rotated = f"{base_file.removesuffix('.slow.log')}.{i}.slow.log"
+                Applier(server).set_global("slow_query_log_file", rotated)
+                local_log = _reader(ctx, "new").fetch(current, _digest_dir(ctx))
+                digest = capture.digest_slow_log(local_log, _digest_dir(ctx) / f"guard-{i}.digest.json",
                                                  duration_s=period, source={"kind": "guard", "server": server.name})
                 decision = evaluate(policy, baseline, digest)
                 record = {"window": i, "queries": digest.query_count, "rollback": decision.rollback,
@@ -217,6 +228,8 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                                        hint="the cutover is being rolled back through the reverse replication")
         finally:
             close_window(ctx, "new", "guard_window")
+            if rotated:  # written after the last window was judged: the tool's own file, not needed
+                host_for(ctx.resources[RESOURCES].inventory, server.name).remove(rotated)
         judged = [d for d in decisions if not d["insufficient"]]
         return (f"guard watched {policy.window_s:g}s on {server.name}: {len(judged)} of {len(decisions)} window(s) "
                 f"judged, no regression past the policy")
