@@ -539,3 +539,66 @@ def test_fake_refuses_a_second_writable_server_and_a_source_change_on_a_running_
     with pytest.raises(ConnectionFailed):
         topo.inspector("db3").read_only()
     assert topo.sent == []
+
+
+# -- repoint postconditions: pointed at the new primary AND replicating ------------------
+
+def stopped_mid_repoint(topo: FakeTopology, source: str) -> None:
+    """db3 as a repoint cut short leaves it: `source` configured, replication stopped."""
+    topo.link("db3", source)
+    db3 = topo.servers["db3"]
+    db3.io_running = db3.sql_running = False
+
+
+def test_replicas_repointed_is_false_for_a_replica_configured_on_the_new_primary_but_stopped():
+    topo, router = promoted()
+    stopped_mid_repoint(topo, "db2")
+
+    assert not switchover(topo, router).replicas_repointed()
+
+
+def test_reverse_running_is_false_while_the_old_primary_points_at_the_new_but_is_stopped():
+    topo, router = promoted()
+    db1 = topo.servers["db1"]
+    db1.io_running = db1.sql_running = False
+
+    assert not switchover(topo, router).reverse_running()
+
+
+def test_repoint_restarts_a_replica_left_stopped_on_the_new_primary_and_it_catches_up():
+    topo, router = promoted()
+    stopped_mid_repoint(topo, "db2")
+    topo.write("db2")
+    sw = switchover(topo, router)
+
+    sentence = sw.repoint_replicas(sw.insp("db1").gtid_binlog_pos())
+
+    assert "repointed db3 to db2" in sentence
+    assert sw.replicas_repointed()
+    db3 = topo.servers["db3"]
+    assert (db3.source, db3.io_running, db3.sql_running) == ("db2", True, True)
+    assert topo.missing_on("db3") == []
+
+
+def test_repoint_restarts_a_replica_stopped_before_its_source_changed_instead_of_waiting_in_vain():
+    topo, router = promoted(writes=0)
+    stopped_mid_repoint(topo, "db1")
+    sw = switchover(topo, router)
+    started = topo.clock.monotonic()
+
+    sw.repoint_replicas(sw.insp("db1").gtid_binlog_pos())
+
+    assert topo.clock.monotonic() - started < 1
+    assert sw.replicas_repointed() and topo.missing_on("db3") == []
+
+
+def test_switch_back_moves_a_replica_left_stopped_on_the_new_primary_without_waiting_the_bound():
+    topo, router = promoted()
+    stopped_mid_repoint(topo, "db2")
+    topo.write("db2")  # db3 must apply it before it moves, and it applies nothing while stopped
+    started = topo.clock.monotonic()
+
+    switch_back(switchover(topo, router))
+
+    assert topo.clock.monotonic() - started < 1
+    assert_back_on_db1(topo, router)

@@ -114,6 +114,13 @@ class Switchover:
         host, port = self._repl_addr(source)
         return st is not None and st.source_port == port and st.source_host in (host, "localhost" if host == "127.0.0.1" else host)
 
+    def replicating_from(self, name: str, source: str) -> bool:
+        """Pointed at `source` AND both threads running: the effect a repoint must leave.
+        A repoint killed between STOP SLAVE and START SLAVE leaves the right source configured
+        but nothing applied, so the configuration alone proves nothing."""
+        st = self.insp(name).replica_status()
+        return st is not None and st.running and self.replicates_from(name, source)
+
     def writable(self, name: str) -> bool:
         return not self.insp(name).read_only()
 
@@ -243,7 +250,7 @@ class Switchover:
 
     # -- 6. repoint the other replicas --------------------------------------
     def replicas_repointed(self) -> bool:
-        return all(self.replicates_from(r, self.new) for r in self.topo.replicas)
+        return all(self.replicating_from(r, self.new) for r in self.topo.replicas)
 
     def repoint_replicas(self, position: str) -> str:
         """Move the other replicas under the new primary. A replica that cannot be moved
@@ -252,7 +259,7 @@ class Switchover:
         read replica would cost a second write outage. It is named, to move later."""
         done, left = [], []
         for r in self.topo.replicas:
-            if self.replicates_from(r, self.new):
+            if self.replicating_from(r, self.new):
                 continue
             try:
                 self._repoint(r, self.new, position)
@@ -266,6 +273,8 @@ class Switchover:
     def _repoint(self, replica: str, source: str, position: str) -> None:
         """Let the replica apply `position` from its current source, then move it to `source`."""
         insp = self.insp(replica)
+        if not self.dry_run and position:
+            self._restart_if_stopped(replica)
         if not self.dry_run and position and not insp.wait_for_gtid(position, self.s.replica_timeout_s):
             raise WaitTimeout(f"replica {replica} did not reach {position} within {self.s.replica_timeout_s:g}s",
                               hint=f"check replication on {replica}; it still points at its old source")
@@ -275,10 +284,16 @@ class Switchover:
         a.change_source(host, port, self.topo.repl)
         a.start_replica()
 
+    def _restart_if_stopped(self, replica: str) -> None:
+        """A replica whose replication was stopped (a repoint cut short) applies nothing:
+        start it on its current source so that it can reach the position it must wait for."""
+        st = self.insp(replica).replica_status()
+        if st is not None and not st.running:
+            self.apply(replica).start_replica()
+
     # -- 7. reverse replication ---------------------------------------------
     def reverse_running(self) -> bool:
-        st = self.insp(self.old).replica_status()
-        return st is not None and st.running and self.replicates_from(self.old, self.new)
+        return self.replicating_from(self.old, self.new)
 
     def start_reverse(self) -> str:
         self._make_replica(self.old, self.new)
@@ -392,7 +407,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
             back.apply(sw.new).start_replica()
             said.append(f"{sw.new} resumed replicating from {sw.old}")
     for r in sw.topo.replicas:
-        if not back.replicates_from(r, sw.old):
+        if not back.replicating_from(r, sw.old):
             back._repoint(r, sw.old, final_new if back.replicates_from(r, sw.new) else "")
             said.append(f"repointed {r} to {sw.old}")
     return "; ".join(said) or f"{sw.old} is already the primary"
