@@ -35,7 +35,7 @@ _STATUS_MARK = {
     "failed": "[bold red]✗[/]",
     "interrupted": "[bold red]![/]",
 }
-_RUN_STYLE = {"done": "green", "rolled_back": "yellow", "running": "cyan"}
+_RUN_STYLE = {"done": "green", "rolled_back": "yellow", "refused": "magenta", "running": "cyan"}
 
 
 def _ms(value: float | None) -> str:

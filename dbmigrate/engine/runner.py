@@ -129,6 +129,13 @@ class Runner:
         status = ("refused" if isinstance(exc, GateFailed)
                   else "cancelled" if isinstance(exc, RunCancelled) else "failed")
         summary = error.message
+        if status == "refused" and not self._changed_anything(procedure, ctx):
+            # Nothing to undo: saying "rolled back" would suggest something had changed.
+            summary = f"refused before any change: {error.message}"
+            error.hint = error.hint or "fix the cause and start a new run"
+            self._final_hooks("on_failure", ctx)
+            ctx.emit(RunFinished(status=status, summary=summary))
+            return RunOutcome(ctx.run_id, status, summary, error)
         if procedure.rollback_on_failure:
             ctx.log("the procedure rolls back on failure: undoing completed steps", "warning")
             rolled_back, rollback_summary = self._undo_completed(procedure, ctx)
@@ -272,6 +279,14 @@ class Runner:
             return self._backward(procedure, ctx)
         finally:
             unsubscribe()
+
+    def _changed_anything(self, procedure: Procedure, ctx: RunContext) -> bool:
+        """Did a mutating step of this run complete (or start and ask to be undone)?"""
+        for row in self._to_undo(procedure, ctx):
+            found = procedure.find_step(row["phase"], row["name"])
+            if found is None or found[1].mutating:
+                return True
+        return False
 
     def _to_undo(self, procedure: Procedure, ctx: RunContext) -> list[dict[str, Any]]:
         """Completed steps, plus unfinished ones that ask to be undone anyway, oldest first."""

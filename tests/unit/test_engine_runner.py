@@ -185,6 +185,27 @@ def test_rollback_on_failure_undoes_completed_steps_newest_first(journal):
     assert world.state == {"b": True, "c": True}
 
 
+def test_a_gate_refusal_before_any_change_is_refused_not_rolled_back(journal):
+    world = World()
+    procedure = Procedure("demo", [Phase("one", [world.step("a")])], rollback_on_failure=True)
+    procedure.phase("one").gates.append(AutoGate("reachable", lambda ctx: (False, "db-3 does not answer", {})))
+    ctx = new_context(journal)
+    outcome = Runner().run(procedure, ctx)
+    assert outcome.status == "refused" and world.runs() == [] and world.undos() == []
+    assert outcome.summary == "refused before any change: gate 'reachable' before phase 'one' refused: db-3 does not answer"
+    assert "undone" not in (outcome.error.hint or "")
+    assert journal.get_run(ctx.run_id)["status"] == "refused"
+
+
+def test_a_gate_refusal_after_a_change_still_rolls_that_change_back(journal):
+    world = World()
+    procedure = Procedure("demo", [Phase("one", [world.step("a")]), Phase("two", [world.step("b")])],
+                          rollback_on_failure=True)
+    procedure.phase("two").gates.append(AutoGate("lag", lambda ctx: (False, "lag 9s", {})))
+    outcome = Runner().run(procedure, new_context(journal))
+    assert outcome.status == "rolled_back" and world.undos() == ["undo:a"]
+
+
 def test_rollback_of_a_finished_run_undoes_in_reverse_and_is_repeatable(journal):
     world = World()
     procedure = two_phase_procedure(world)
