@@ -28,13 +28,13 @@ class ConsolidateParams(BaseModel):
     strategy: Literal["instance-per-group", "merge"] = "instance-per-group"
     routes: Optional[str] = Field(None, description="DSN file with one entry per shard; default: the cluster's "
                                                     "dsn-file router")
-    max_lag_s: float = Field(5, ge=0, description="catch-up gate: seconds behind on every connection")
-    gate_timeout_s: float = Field(30, ge=0, description="how long the catch-up gate waits for that")
+    max_lag_s: float = Field(5, ge=0, le=3600, description="catch-up gate: seconds behind on every connection")
+    gate_timeout_s: float = Field(30, ge=0, le=3600, description="how long the catch-up gate waits for that")
     catchup_timeout_s: float = Field(10, gt=0, le=600, description="fenced wait for an instance to apply an "
                                                                    "old server's final position")
     checksum: bool = Field(True, description="CHECKSUM TABLE old vs new inside the fenced window")
     drain_timeout_s: float = Field(1, ge=0, le=60)
-    seed_timeout_s: float = Field(3600, gt=0)
+    seed_timeout_s: float = Field(3600, gt=0, le=7 * 86400)
 
 
 def resources_of(ctx: RunContext) -> ConsolidateResources:

@@ -19,7 +19,7 @@ class WarmSpec(BaseModel):
     method: Literal["dump-load", "replay", "scan", "none"] = Field(
         "dump-load", description="none: only the gate (the server must already be warm)")
     target_hit_ratio: float = Field(0.95, gt=0, le=1)
-    seconds: float = Field(120, gt=0, description="time limit of the warm-up")
+    seconds: float = Field(120, gt=0, le=86400, description="time limit of the warm-up")
     tables: list[str] = Field(default_factory=list, description="schema.table to scan and to probe in the gate")
 
 

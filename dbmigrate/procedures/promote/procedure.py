@@ -36,19 +36,19 @@ class PromoteParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     candidate: str = Field(description="server name or host:port of the replica to promote")
     via: Literal["dbmigrate", "orchestrator"] = "dbmigrate"
-    max_lag_ms: int = Field(1000, gt=0)
+    max_lag_ms: int = Field(1000, gt=0, le=3_600_000)
     lag_wait_s: float = Field(30, ge=0, le=600, description="how long preflight waits for lag to settle")
-    max_trx_age_s: float = Field(30, gt=0)
+    max_trx_age_s: float = Field(30, gt=0, le=86400)
     catchup_timeout_s: float = Field(5, gt=0, le=300)
     fence_timeout_s: float = Field(5, gt=0, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout)")
     drain_timeout_s: float = Field(2, ge=0, le=60)
     kill_app_sessions: bool = True
-    replica_timeout_s: float = Field(30, gt=0)
-    verify_timeout_s: float = Field(10, gt=0)
+    replica_timeout_s: float = Field(30, gt=0, le=3600)
+    verify_timeout_s: float = Field(10, gt=0, le=600)
     read_share: float = Field(0.0, ge=0, le=1, description="share of reads moved to the candidate first")
     warm: Optional[WarmSpec] = None
-    baseline_seconds: float = Field(10, gt=0, description="baseline digest length on the old primary (with a guard)")
-    guard_sample_s: float = Field(5, gt=0, description="length of each guard window after the cutover")
+    baseline_seconds: float = Field(10, gt=0, le=3600, description="baseline digest length on the old primary (with a guard)")
+    guard_sample_s: float = Field(5, gt=0, le=3600, description="length of each guard window after the cutover")
     checksum_databases: list[str] = Field(default_factory=list,
                                           description="pt-table-checksum these databases; the candidate must match")
 

@@ -56,20 +56,20 @@ class SchemaSwapParams(BaseModel):
     verify: list[VerifySpec] = Field(default_factory=list, description="checks in addition to the automatic ones")
     auto_verify: bool = Field(True, description="verify what the DDL implies (columns, indexes, ROW compatibility)")
     warm: Optional[SwapWarmSpec] = None
-    max_lag_ms: int = Field(1000, gt=0)
+    max_lag_ms: int = Field(1000, gt=0, le=3_600_000)
     drain_timeout_s: float = Field(30, ge=0, le=3600, description="bound for a side's client sessions to end")
     kill_app_sessions: bool = Field(True, description="end sessions still open after drain_timeout_s")
-    ddl_timeout_s: float = Field(3600, gt=0, description="bound for each DDL statement on one server")
+    ddl_timeout_s: float = Field(3600, gt=0, le=7 * 86400, description="bound for each DDL statement on one server")
     order: Literal["replicas-then-primary"] = "replicas-then-primary"
     primary: Literal["switchover", "skip"] = "switchover"
     candidate: Optional[str] = Field(None, description="replica promoted for the primary's side (default: the first)")
     switch_back: bool = Field(True, description="after the old primary is altered, make it the primary again")
     # The switchover's own bounds (as in promote).
-    max_trx_age_s: float = Field(30, gt=0)
+    max_trx_age_s: float = Field(30, gt=0, le=86400)
     catchup_timeout_s: float = Field(5, gt=0, le=300)
     fence_drain_timeout_s: float = Field(2, ge=0, le=60, description="open app transactions after the fence")
-    replica_timeout_s: float = Field(30, gt=0)
-    verify_timeout_s: float = Field(10, gt=0)
+    replica_timeout_s: float = Field(30, gt=0, le=3600)
+    verify_timeout_s: float = Field(10, gt=0, le=600)
 
     @field_validator("ddl")
     @classmethod
