@@ -11,7 +11,7 @@ sees every reason at once.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 from dbmigrate.db.connection import Server
@@ -20,6 +20,7 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError, UsageError
 from dbmigrate.hosts import Host, NoAccessHost, host_for
 from dbmigrate.lag import sample_lag
+from dbmigrate.routing import router_for
 from dbmigrate.topology.discovery import Cluster, Node, normalize_address
 from dbmigrate.topology.find import discover_inventory
 from dbmigrate.topology.probe import ServerFacts
@@ -264,6 +265,72 @@ def disk_gate(host: Host, datadir: str | None, need_bytes: int) -> GateResult:
 
 # ---- the whole preflight ------------------------------------------------------------
 
+# ---- the path, not the config: every server, the router and the replication login answer ----
+
+ANSWER_TIMEOUT_S = 5.0  # a hung server must not hold preflight for the default read timeout
+
+
+def answers_rule(what: str, failures: dict[str, str], checked: list[str]) -> GateResult:
+    """One line naming every `what` that failed and why; ok when nothing failed."""
+    if failures:
+        return GateResult(False, "; ".join(f"{n}: {why}" for n, why in failures.items()), {"failed": failures})
+    return GateResult(True, f"{what}: {', '.join(checked)}", {"checked": checked})
+
+
+def _bounded(server: Server, timeout_s: float = ANSWER_TIMEOUT_S) -> Server:
+    """The same server with short connect/read bounds and no retries: a probe, not a workload."""
+    return replace(server, connect_timeout=min(server.connect_timeout, timeout_s),
+                   read_timeout=int(min(server.read_timeout, timeout_s)), retries=0)
+
+
+def _answers(server: Server) -> str | None:
+    """None when the server answers a query within the bound; else why not."""
+    probe = _bounded(server)
+    try:
+        Inspector(probe).server_id()
+        return None
+    except DbmigrateError as e:
+        return e.message
+    finally:
+        probe.close()
+
+
+def servers_answer_gate(inventory, cluster: str) -> GateResult:
+    """Every server of the inventory answers: a replica that is down would fail the repoint after the flip."""
+    names = list(inventory.cluster(cluster).servers)
+    failures = {}
+    for name in names:
+        why = _answers(inventory.open(name))
+        if why:
+            failures[name] = f"does not answer ({why})"
+    return answers_rule("every server answers", failures, names)
+
+
+def replication_login_gate(inventory, cluster: str, sources: list[str]) -> GateResult:
+    """Log in with the replication credentials at the address replicas use, on each source they
+    will use (the old primary now, the candidate after the flip): proves the password, not a grant."""
+    creds = inventory.replication_credentials(cluster)
+    failures, checked = {}, []
+    for source in sources:
+        name = inventory.server_name(inventory.find_server(source)[1])
+        host, port = inventory.replication_address(name)
+        why = _answers(Server(f"{name} as {creds.user}", host, port, creds))
+        checked.append(f"{creds.user}@{host}:{port}")
+        if why:
+            failures[name] = f"replication login {creds.user}@{host}:{port} failed ({why})"
+    return answers_rule("replication login works", failures, checked)
+
+
+def router_gate(router, candidate: Server, primary: Server) -> GateResult:
+    """The router answers and can move the writer from the primary to the candidate: a missing
+    admin socket or an unknown writer backend is found now, not at the flip."""
+    try:
+        plan = router.describe_switch(candidate, primary)
+    except DbmigrateError as e:
+        return GateResult(False, f"{router.describe()}: {e.message}", {})
+    return GateResult(True, f"{router.describe()} knows {candidate.name} in its writer backend", {"plan": plan})
+
+
 def _guard(name: str, fn: Callable[[], GateResult]) -> GateResult:
     try:
         return fn().named(name)
@@ -322,7 +389,14 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
         missing = max(0, Inspector(primary.server).data_size_bytes() - Inspector(cand.server).data_size_bytes())
         return limits.min_free_mb * MIB + missing
 
+    def router() -> GateResult:
+        return router_gate(router_for(inventory, cluster), cand.server, primary.server)
+
     gates: list[tuple[str, Callable[[], GateResult]]] = [
+        ("servers_answer", lambda: servers_answer_gate(inventory, cluster)),
+        ("router", router),
+        ("replication_login", lambda: replication_login_gate(
+            inventory, cluster, [primary.address, cand_addr])),
         ("replication_running", lambda: replication_running_rule([cand, *others])),
         ("lag", lambda: lag_gate(primary.server, [n.server for n in reachable], limits.max_lag_ms,
                                        limits.write_heartbeat)),

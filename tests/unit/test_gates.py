@@ -108,3 +108,44 @@ def test_lag_judgement():
     stale = judge(LagSample("r", "r:1", None, {"0": 0}, 0, "Yes", "Yes", "stale"), 1000)
     assert stale.ok and "heartbeat stale" in stale.reason  # GTID distance decides
     assert not judge(LagSample("r", "r:1", None, {"0": 4}, 0, "Yes", "Yes", "absent"), 1000).ok
+
+
+# -- the path, not the config ---------------------------------------------------------
+
+def test_answers_rule_names_every_failure_on_one_line():
+    from dbmigrate.gates import answers_rule
+
+    ok, reason, details = answers_rule("every server answers", {"db3": "does not answer (refused)",
+                                                                "db4": "does not answer (timeout)"}, ["db1", "db3", "db4"])
+    assert not ok and reason == "db3: does not answer (refused); db4: does not answer (timeout)"
+    assert "\n" not in reason
+    ok, reason, _ = answers_rule("every server answers", {}, ["db1", "db2"])
+    assert ok and reason == "every server answers: db1, db2"
+
+
+class _Router:
+    def __init__(self, error=None):
+        self.error = error
+
+    def describe(self):
+        return "HAProxy at /run/h.sock (backend writer, cluster c)"
+
+    def describe_switch(self, new, old=None):
+        if self.error:
+            raise self.error
+        return [f"set server writer/{new.name} state ready"]
+
+
+class _Srv:
+    name = "db2"
+
+
+def test_router_gate_refuses_a_router_that_cannot_switch_to_the_candidate():
+    from dbmigrate.gates import router_gate
+    from dbmigrate.routing import RouterError
+
+    ok, reason, _ = router_gate(_Router(RouterError("HAProxy at /run/h.sock has no backend 'writers'")), _Srv(), _Srv())
+    assert not ok and reason == ("HAProxy at /run/h.sock (backend writer, cluster c): "
+                                 "HAProxy at /run/h.sock has no backend 'writers'")
+    ok, reason, details = router_gate(_Router(), _Srv(), _Srv())
+    assert ok and details["plan"] == ["set server writer/db2 state ready"]
