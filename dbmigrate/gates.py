@@ -54,6 +54,7 @@ class Limits:
     # Off in dry-runs: the heartbeat is a write (and creates its table on first use);
     # lag then comes from an existing heartbeat or from GTID distance.
     write_heartbeat: bool = True
+    allow_read_only_bypass: tuple[str, ...] = ()  # accounts whose sessions are ended before the open
 
 
 # ---- grant parsing (pure) -----------------------------------------------------
@@ -265,6 +266,30 @@ def disk_gate(host: Host, datadir: str | None, need_bytes: int) -> GateResult:
 
 # ---- the whole preflight ------------------------------------------------------------
 
+def bypass_sessions_rule(session_users: list[str], bypass: set[str], exempt: set[str], allowed: set[str],
+                         server: str) -> GateResult:
+    """Sessions of accounts that bypass read_only would keep writing on the fenced primary."""
+    holders = sorted({u for u in session_users if u in bypass and u not in exempt})
+    refused = [u for u in holders if u not in allowed]
+    details = {"holders": holders, "allowed": sorted(allowed)}
+    if refused:
+        return GateResult(False, f"account(s) {', '.join(refused)} bypass read_only and have sessions on {server}: "
+                                 f"they could write after the fence; end them or allow by name "
+                                 f"(allow_read_only_bypass: [{', '.join(refused)}]) to end them before the open",
+                          details)
+    if holders:
+        return GateResult(True, f"allowed account(s) {', '.join(holders)} bypass read_only on {server}: "
+                                f"their sessions are ended before the candidate opens", details)
+    return GateResult(True, f"no account that bypasses read_only has a session on {server}", details)
+
+
+def bypass_sessions_gate(primary: Server, repl_user: str, allowed: tuple[str, ...]) -> GateResult:
+    insp = Inspector(primary)
+    exempt = {insp.login_user, repl_user, "system user", "event_scheduler"}
+    return bypass_sessions_rule([s.user for s in insp.sessions()], insp.read_only_bypass_users(), exempt,
+                                set(allowed), primary.name)
+
+
 # ---- the path, not the config: every server, the router and the replication login answer ----
 
 ANSWER_TIMEOUT_S = 5.0  # a hung server must not hold preflight for the default read timeout
@@ -407,6 +432,8 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
         ("read_only", lambda: read_only_rule(primary, replicas)),
         ("long_transactions", lambda: long_trx_gate(primary.server, limits.max_trx_age_s)),
         ("reverse_path", lambda: reverse_path_gate(cand.server, repl_user())),
+        ("read_only_bypass", lambda: bypass_sessions_gate(primary.server, repl_user(),
+                                                           limits.allow_read_only_bypass)),
         ("app_user_fenced", lambda: app_fence_gate([primary.server, cand.server], app_user())),
         ("disk", lambda: disk_gate(host_for(inventory, inventory.server_name(cand_spec)), cand_spec.datadir,
                                    need_bytes())),

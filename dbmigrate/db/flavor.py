@@ -86,6 +86,8 @@ class Flavor:
     def gtid_state_sql(self) -> str: raise NotImplementedError
     def parse_replica_status(self, row: dict[str, Any]) -> ReplicaStatus: raise NotImplementedError
     def read_only_privileges(self) -> set[str]: raise NotImplementedError
+    def bypass_grantees_sql(self) -> str | None: raise NotImplementedError
+    def role_edges_sql(self) -> str | None: raise NotImplementedError
     def global_status_sql(self, count: int) -> str: raise NotImplementedError
     def innodb_tables_sql(self) -> str: raise NotImplementedError
     def with_statement_timeout(self, select: str, seconds: float) -> str: raise NotImplementedError
@@ -181,6 +183,15 @@ class MariaDB(Flavor):
     def read_only_privileges(self) -> set[str]:
         # In MariaDB 10.11 READ ONLY ADMIN (and SUPER, which grants it) bypasses read_only.
         return {"SUPER", "READ ONLY ADMIN", "ALL PRIVILEGES"}
+
+    def bypass_grantees_sql(self) -> str | None:
+        # USER_PRIVILEGES lists ALL PRIVILEGES expanded, so READ_ONLY ADMIN shows up for it too.
+        return ("SELECT GRANTEE AS grantee FROM information_schema.USER_PRIVILEGES "
+                "WHERE PRIVILEGE_TYPE IN ('SUPER', 'READ_ONLY ADMIN', 'READ ONLY ADMIN')")
+
+    def role_edges_sql(self) -> str | None:
+        # One row per role granted to a user or to another role (Host '' for a role).
+        return "SELECT User AS user, Host AS host, Role AS role FROM mysql.roles_mapping"
 
     def global_status_sql(self, count: int) -> str:
         return ("SELECT VARIABLE_NAME AS n, VARIABLE_VALUE AS v FROM information_schema.GLOBAL_STATUS "
@@ -415,6 +426,12 @@ class MySQL(Flavor):
     def read_only_privileges(self) -> set[str]:
         # super_read_only blocks even these, which is why set_read_only uses it.
         return {"SUPER", "CONNECTION_ADMIN", "ALL PRIVILEGES"}
+
+    def bypass_grantees_sql(self) -> str | None:
+        return None  # the fence sets super_read_only, which no account bypasses
+
+    def role_edges_sql(self) -> str | None:
+        return None
 
     def global_status_sql(self, count: int) -> str:
         # information_schema.GLOBAL_STATUS is gone in 8.0; performance_schema has it.

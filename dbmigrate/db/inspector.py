@@ -21,6 +21,22 @@ class Session:
     state: str | None
 
 
+def _account_name(grantee: str) -> str:
+    """"'app'@'%'" or "'role'" -> the user (or role) name."""
+    return grantee.split("@", 1)[0].strip().strip("'`\"")
+
+
+def bypassing_users(direct_grantees: list[str], role_edges: list[tuple[str, str]]) -> set[str]:
+    """Names of accounts that bypass read_only: those granted it directly, and every user or role
+    granted (through any chain of roles) a role that has it. `role_edges` is (grantee, role)."""
+    names = {_account_name(g) for g in direct_grantees}
+    while True:
+        more = {user for user, role in role_edges if role in names and user not in names}
+        if not more:
+            return names
+        names |= more
+
+
 class Inspector:
     def __init__(self, server: Server):
         self.server = server
@@ -105,6 +121,15 @@ class Inspector:
     def binlog_dump_threads(self) -> int:
         return int(self.server.scalar(
             "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%%'") or 0)
+
+    def read_only_bypass_users(self) -> set[str]:
+        """Names of accounts whose sessions can still write while read_only is ON (directly or through a role)."""
+        sql, roles_sql = self.flavor.bypass_grantees_sql(), self.flavor.role_edges_sql()
+        if sql is None:
+            return set()
+        grantees = [r["grantee"] for r in self.server.query(sql)]
+        edges = [(r["user"], r["role"]) for r in self.server.query(roles_sql)] if roles_sql else []
+        return bypassing_users(grantees, edges)
 
     def sessions(self, exclude_system: bool = True) -> list[Session]:
         rows = self.server.query(

@@ -75,6 +75,7 @@ class FakeServer:
     up: bool = True
     sessions: list[Session] = field(default_factory=list)
     open_trx: set[int] = field(default_factory=set)  # session ids inside a transaction
+    bypass_users: set[str] = field(default_factory=set)  # accounts that bypass read_only
 
     @property
     def address(self) -> str:
@@ -233,6 +234,9 @@ class FakeInspector:
         system = ("system user", "event_scheduler")
         return [x for x in self._server().sessions
                 if not exclude_system or (x.user not in system and not x.command.startswith("Binlog Dump"))]
+
+    def read_only_bypass_users(self) -> set[str]:
+        return set(self._server().bypass_users)
 
     def open_transactions(self) -> list[tuple[int, str]]:
         s = self._server()

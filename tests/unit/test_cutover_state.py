@@ -44,6 +44,10 @@ class FakeSwitchover:
     def is_fenced(self) -> bool:
         return self.fenced
 
+    def seal_old(self) -> str:
+        self.sealed_before_position = self.positions["p1"]
+        return ""
+
     def wait_catchup(self, pos: str) -> str:
         self.calls.append(f"catchup {pos}")
         return f"r1 applied {pos}"

@@ -149,3 +149,24 @@ def test_router_gate_refuses_a_router_that_cannot_switch_to_the_candidate():
                                  "HAProxy at /run/h.sock has no backend 'writers'")
     ok, reason, details = router_gate(_Router(), _Srv(), _Srv())
     assert ok and details["plan"] == ["set server writer/db2 state ready"]
+
+
+def test_bypassing_users_follow_roles_granted_to_users_and_to_roles():
+    from dbmigrate.db.inspector import bypassing_users
+
+    names = bypassing_users(["'root'@'localhost'", "'ro_admin'"], [("mid", "ro_admin"), ("ops", "mid"), ("app", "reader")])
+    assert names == {"root", "ro_admin", "mid", "ops"}
+
+
+def test_bypass_sessions_rule_refuses_an_account_not_allowed_by_name():
+    from dbmigrate.gates import bypass_sessions_rule
+
+    ok, reason, _ = bypass_sessions_rule(["ops", "app", "dbmigrate"], {"ops", "dbmigrate"}, {"dbmigrate", "repl"},
+                                         set(), "db1")
+    assert not ok
+    assert reason.startswith("account(s) ops bypass read_only and have sessions on db1")
+    assert "allow_read_only_bypass: [ops]" in reason
+    ok, reason, _ = bypass_sessions_rule(["ops"], {"ops"}, set(), {"ops"}, "db1")
+    assert ok and "sessions are ended before the candidate opens" in reason
+    ok, _, _ = bypass_sessions_rule(["app", "dbmigrate"], {"dbmigrate"}, {"dbmigrate"}, set(), "db1")
+    assert ok

@@ -602,3 +602,28 @@ def test_switch_back_moves_a_replica_left_stopped_on_the_new_primary_without_wai
 
     assert topo.clock.monotonic() - started < 1
     assert_back_on_db1(topo, router)
+
+
+# -- before the open: still fenced, no session that bypasses read_only ------------------
+
+def test_seal_old_ends_every_session_of_a_bypassing_account_but_not_the_tool_or_replication():
+    topo, router = fenced()
+    db1 = topo.servers["db1"]
+    db1.bypass_users = {"ops", "dbmigrate", "repl"}
+    db1.sessions = [app_session(7, "ops"), app_session(8, "app"), app_session(9, "repl")]
+
+    said_ = switchover(topo, router).seal_old()
+
+    assert said_ == "ended 1 session(s) of accounts that bypass read_only on db1; "
+    assert topo.statements("db1") == ["KILL CONNECTION 7"]
+
+
+def test_seal_old_refuses_to_go_on_when_the_old_primary_is_writable_again():
+    topo, router = fenced()
+    topo.servers["db1"].read_only = False
+
+    with pytest.raises(SafetyError) as refused:
+        switchover(topo, router).seal_old()
+
+    assert refused.value.message == "db1 is writable again: refusing to open db2 (two primaries)"
+    assert topo.statements("db1") == []

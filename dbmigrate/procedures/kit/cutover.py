@@ -98,10 +98,10 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     # Accounts that bypass read_only (SUPER / READ ONLY ADMIN) may still have committed on
     # the old primary after the fence: the candidate must have those too before it opens.
     fence_pos = state(ctx).fence_pos or ""
+    said = sw.seal_old()  # still fenced, bypassing sessions ended: the position read next is final
     now = sw.insp(sw.old).gtid_binlog_pos() if not ctx.dry_run else fence_pos
-    said = ""
     if now != fence_pos:
-        said = sw.wait_catchup(now) + " (the old primary moved after the fence); "
+        said += sw.wait_catchup(now) + " (the old primary moved after the fence); "
     with CutoverState.edit(ctx.state) as s:
         s.fence_pos = now
         # Journaled before the statement: after a crash we must assume it may be writable.

@@ -29,7 +29,8 @@ from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
-from dbmigrate.procedures.kit.drain import drain, protected_users
+from dbmigrate.db.connection import QueryError
+from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
 from dbmigrate.exceptions import DbmigrateError, SafetyError, WaitTimeout
 
 
@@ -164,6 +165,28 @@ class Switchover:
         done = drain(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
                      until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
         return done.open_at_start, done.ended
+
+    def seal_old(self) -> str:
+        """Before the candidate opens: the old primary must still be read-only, and every session
+        of an account that bypasses read_only is ended, so that nothing can commit there after
+        the final position is read."""
+        if self.dry_run:
+            return ""
+        insp = self.insp(self.old)
+        if not insp.read_only():
+            raise SafetyError(f"{self.old} is writable again: refusing to open {self.new} (two primaries)",
+                              hint=f"find who set read_only=OFF on {self.old}; then roll back: dbmigrate rollback RUN")
+        bypass = insp.read_only_bypass_users() - {insp.login_user, self.topo.repl.user, "system user", "event_scheduler"}
+        ended = 0
+        for sess in insp.sessions():
+            if sess.user in bypass:
+                try:
+                    self.apply(self.old).kill_connection(sess.id)
+                    ended += 1
+                except QueryError as e:
+                    if e.errno != UNKNOWN_THREAD:
+                        raise
+        return f"ended {ended} session(s) of accounts that bypass read_only on {self.old}; " if ended else ""
 
     def unfence_old(self, candidate_known_closed: bool) -> str:
         """Make the old primary writable again, only if the candidate cannot take writes."""

@@ -43,6 +43,9 @@ class PromoteParams(BaseModel):
     fence_timeout_s: float = Field(5, gt=0, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout)")
     drain_timeout_s: float = Field(2, ge=0, le=60)
     kill_app_sessions: bool = True
+    allow_read_only_bypass: list[str] = Field(
+        default_factory=list, description="accounts that bypass read_only (SUPER, READ ONLY ADMIN) allowed to hold "
+                                          "sessions on the old primary; their sessions are ended before the open")
     replica_timeout_s: float = Field(30, gt=0, le=3600)
     verify_timeout_s: float = Field(10, gt=0, le=600)
     read_share: float = Field(0.0, ge=0, le=1, description="share of reads moved to the candidate first")
@@ -84,7 +87,8 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
     if params.warm is not None and params.warm.method != "none":
         prepare_steps.append(extras.warm_step(params.warm))
     limits = PreflightLimits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s,
-                             lag_wait_s=params.lag_wait_s)
+                             lag_wait_s=params.lag_wait_s,
+                             allow_read_only_bypass=tuple(params.allow_read_only_bypass))
     gate = preflight_gate("preflight", lambda c: required(c, PromoteResources).inventory,
                           lambda c: required(c, PromoteResources).new, limits)
     phases = [
