@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,17 @@ class Session:
 def _account_name(grantee: str) -> str:
     """"'app'@'%'" or "'role'" -> the user (or role) name."""
     return grantee.split("@", 1)[0].strip().strip("'`\"")
+
+
+def grants_bypass(grant_lines: list[str], privileges: set[str]) -> bool:
+    """Does any global grant line (SHOW GRANTS) carry one of `privileges`? READ_ONLY ADMIN and
+    READ ONLY ADMIN are the same privilege."""
+    wanted = {p.replace("_", " ") for p in privileges}
+    for line in grant_lines:
+        m = re.match(r"^\s*GRANT\s+(.+?)\s+ON\s+\*\.\*\s+TO\s", line, re.IGNORECASE | re.DOTALL)
+        if m and {" ".join(p.split()).upper().replace("_", " ") for p in m.group(1).split(",")} & wanted:
+            return True
+    return False
 
 
 def bypassing_users(direct_grantees: list[str], role_edges: list[tuple[str, str]]) -> set[str]:
@@ -129,7 +141,14 @@ class Inspector:
             return set()
         grantees = [r["grantee"] for r in self.server.query(sql)]
         edges = [(r["user"], r["role"]) for r in self.server.query(roles_sql)] if roles_sql else []
+        # A role's own privileges are not in USER_PRIVILEGES: read them with SHOW GRANTS.
+        privileges = self.flavor.read_only_privileges()
+        grantees += [f"'{role}'" for role in {r for _u, r in edges} if grants_bypass(self.role_grants(role), privileges)]
         return bypassing_users(grantees, edges)
+
+    def role_grants(self, role: str) -> list[str]:
+        rows = self.server.query("SHOW GRANTS FOR %s", (role,))
+        return [next(iter(r.values())) for r in rows]
 
     def sessions(self, exclude_system: bool = True) -> list[Session]:
         rows = self.server.query(

@@ -65,3 +65,64 @@ def test_preflight_refuses_bad_paths_before_the_fence(boxes, monkeypatch):
     assert f"servers_answer: {name}-3: does not answer" in outcome.summary, outcome.summary
     boxes.start_instance(name, f"{name}-3")
     boxes.down(name)
+
+
+def _bypass_account(inv, name: str) -> tuple[str, int]:
+    """An account 'ops' that bypasses read_only through a role, with a table of its own."""
+    with inv.open(f"{name}-1") as p:
+        for sql in ("CREATE DATABASE opsdb", "CREATE TABLE opsdb.t (id INT PRIMARY KEY)",
+                    "CREATE ROLE ro_bypass", "GRANT READ_ONLY ADMIN ON *.* TO ro_bypass",
+                    "CREATE USER ops@'%' IDENTIFIED BY 'ops-pw'", "GRANT ALL ON opsdb.* TO ops@'%'",
+                    "GRANT ro_bypass TO ops@'%'", "SET DEFAULT ROLE ro_bypass FOR ops@'%'"):
+            p.execute(sql)
+        return p.host, p.port
+
+
+def _ops_writer(host: str, port: int):
+    """A session of 'ops' on the old primary writing one row every few ms; returns (stop, acked ids)."""
+    import threading
+
+    import mysql.connector
+
+    acked: list[int] = []
+    stop = threading.Event()
+    conn = mysql.connector.connect(host=host, port=port, user="ops", password="ops-pw", autocommit=True,
+                                   use_pure=True, ssl_disabled=True)
+
+    def loop():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                conn.cmd_query(f"INSERT INTO opsdb.t VALUES ({i})")
+                acked.append(i)
+            except Exception:
+                return  # its session was ended
+            stop.wait(0.005)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    while not acked:
+        stop.wait(0.01)
+    return stop, t, acked
+
+
+def test_a_session_of_an_account_that_bypasses_read_only_is_refused_unless_allowed(boxes):
+    name = "pfb"
+    state, inv = kit.topology(boxes, name)
+    host, port = _bypass_account(inv, name)
+    stop, thread, acked = _ops_writer(host, port)
+    before = kit.shape(inv, name)
+
+    outcome = start_run(kit.playbook(state, name, params={"lag_wait_s": 0}), assume_yes=True)
+    _assert_refused_unchanged(outcome, inv, name, before, "read_only_bypass: account(s) ops bypass read_only")
+
+    outcome = start_run(kit.playbook(state, name, params={"allow_read_only_bypass": ["ops"]}), assume_yes=True)
+    assert outcome.status == "done", outcome.summary
+    thread.join(10)
+    assert not thread.is_alive()  # its session was ended before the candidate opened
+    stop.set()
+    with inv.open(f"{name}-new") as new:
+        on_new = {int(r["id"]) for r in new.query("SELECT id FROM opsdb.t")}
+    assert set(acked) <= on_new, sorted(set(acked) - on_new)[:10]
+    boxes.down(name)

@@ -170,3 +170,12 @@ def test_bypass_sessions_rule_refuses_an_account_not_allowed_by_name():
     assert ok and "sessions are ended before the candidate opens" in reason
     ok, _, _ = bypass_sessions_rule(["app", "dbmigrate"], {"dbmigrate"}, {"dbmigrate"}, set(), "db1")
     assert ok
+
+
+def test_grants_bypass_reads_global_grants_of_a_role_in_either_spelling():
+    from dbmigrate.db.inspector import grants_bypass
+
+    privs = {"SUPER", "READ ONLY ADMIN", "ALL PRIVILEGES"}
+    assert grants_bypass(["GRANT READ_ONLY ADMIN ON *.* TO `ro_bypass`"], privs)
+    assert grants_bypass(["GRANT ALL PRIVILEGES ON *.* TO `r`"], privs)
+    assert not grants_bypass(["GRANT USAGE ON *.* TO `r`", "GRANT ALL PRIVILEGES ON `app`.* TO `r`"], privs)
