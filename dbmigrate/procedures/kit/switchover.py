@@ -308,10 +308,12 @@ class Switchover:
         a.start_replica()
 
     def _restart_if_stopped(self, replica: str) -> None:
-        """A replica whose replication was stopped (a repoint cut short) applies nothing:
-        start it on its current source so that it can reach the position it must wait for."""
+        """A replica left by a repoint cut short (STOP SLAVE: both threads stopped, no error)
+        applies nothing: start it on its current source so that it can reach the position it
+        must wait for. A replica stuck otherwise (a thread stopped by hand, an error) is left
+        for the operator and named by the repoint."""
         st = self.insp(replica).replica_status()
-        if st is not None and not st.running:
+        if st is not None and st.io_running == "No" and st.sql_running == "No" and not st.last_error:
             self.apply(replica).start_replica()
 
     # -- 7. reverse replication ---------------------------------------------
