@@ -206,3 +206,23 @@ def test_plan_variants(tmp_path):
     assert [s.name for s in keep.phase("finish").steps] == ["route reads"]
     assert [g.name for g in keep.phase("finish").gates] == ["db-orders-1 ready", "warm-up"]
     assert "warm db-orders-2 (scan)" in [s.name for s in keep.phase("alter db-orders-2").steps]
+
+
+@pytest.mark.parametrize("statement", ["DROP TABLE app.orders", "TRUNCATE TABLE app.orders",
+                                       "RENAME TABLE app.orders TO app.orders_old",
+                                       "CREATE UNIQUE INDEX u ON app.orders (note)"])
+def test_undo_ddl_is_held_to_the_rules_of_the_ddl(statement):
+    from pydantic import ValidationError
+
+    from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
+
+    with pytest.raises(ValidationError) as refused:
+        SchemaSwapParams(ddl=["ALTER TABLE app.orders ADD COLUMN note2 INT"], undo_ddl=[statement])
+    assert "undo statement 1 refused" in str(refused.value)
+
+
+def test_undo_ddl_may_still_drop_what_the_ddl_added():
+    from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
+
+    SchemaSwapParams(ddl=["ALTER TABLE app.orders ADD INDEX i (note)"],
+                     undo_ddl=["DROP INDEX i ON app.orders", "ALTER TABLE app.orders DROP COLUMN note2"])

@@ -280,12 +280,16 @@ def classify(statement: str) -> Ddl:
     if cur.accept_seq("DROP", "INDEX"):
         return _drop_index(cur, text)
     if head in ("DROP", "TRUNCATE", "RENAME"):
-        raise DdlRefused(f"{head} {tokens[1].text.upper() if len(tokens) > 1 else ''}: the unaltered primary keeps "
-                         f"writing the table's rows, so replication to this server would stop: {_short(text)}",
-                         hint="drop or rename tables with an ordinary (replicated) migration once no code uses them")
+        raise _table_gone_refused(tokens, text)
     if head == "ALTER":
         raise cur.refuse(f"ALTER {tokens[1].text.upper() if len(tokens) > 1 else ''} is not supported by a schema swap")
     raise cur.refuse(f"{head or tokens[0].text} is not a supported DDL statement")
+
+
+def _table_gone_refused(tokens: list[Token], text: str) -> DdlRefused:
+    return DdlRefused(f"{tokens[0].upper} {tokens[1].text.upper() if len(tokens) > 1 else ''}: the unaltered primary "
+                      f"keeps writing the table's rows, so replication to this server would stop: {_short(text)}",
+                      hint="drop or rename tables with an ordinary (replicated) migration once no code uses them")
 
 
 def _unique_refused(text: str) -> DdlRefused:
@@ -490,6 +494,13 @@ def check_undo(statement: str) -> str:
     if any(t.kind == "punct" and t.text == ";" for t in tokens):
         raise DdlRefused(f"more than one statement in one undo item: {_short(text)}")
     head = tokens[0].upper
+    second = tokens[1].upper if len(tokens) > 1 else ""
+    # The undo runs with the binlog off on one server at a time, like the DDL: the same
+    # statements would break replication there.
+    if head in ("DROP", "TRUNCATE", "RENAME") and second != "INDEX":
+        raise _table_gone_refused(tokens, text)
+    if head == "CREATE" and second == "UNIQUE":
+        raise _unique_refused(text)
     if head not in ("ALTER", "DROP", "CREATE"):
         raise DdlRefused(f"undo must be DDL (ALTER, DROP or CREATE), not {head or tokens[0].text}: {_short(text)}")
     for k in range(len(tokens) - 2):
