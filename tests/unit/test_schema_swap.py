@@ -226,3 +226,16 @@ def test_undo_ddl_may_still_drop_what_the_ddl_added():
 
     SchemaSwapParams(ddl=["ALTER TABLE app.orders ADD INDEX i (note)"],
                      undo_ddl=["DROP INDEX i ON app.orders", "ALTER TABLE app.orders DROP COLUMN note2"])
+
+
+def test_schema_swap_preflight_names_a_typo_in_verify_columns_and_warm_tables():
+    from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
+    from dbmigrate.procedures.schema_swap.preflight import missing_names
+
+    p = SchemaSwapParams(ddl=["ALTER TABLE app.orders ADD COLUMN note2 INT"],
+                         verify=[{"table": "app.orders", "column": "note2"}, {"table": "app.orders", "column": "notte"},
+                                 {"table": "app.orderz"}],
+                         warm={"tables": ["app.orders", "app.custmers"]})
+    columns = {"app.orders": ["id", "note"], "app.orderz": [], "app.custmers": []}
+    assert missing_names(p, columns) == ["table app.orderz does not exist", "table app.custmers does not exist",
+                                         "column app.orders.notte does not exist and the DDL does not add it"]

@@ -9,8 +9,26 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
+from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 from dbmigrate.procedures.schema_swap.readers import router_of
 from dbmigrate.procedures.schema_swap.run import params_of, resources_of, server_of
+
+
+def missing_names(p: SchemaSwapParams, columns: dict[str, list[str]]) -> list[str]:
+    """Tables and columns named by `verify:` and `warm.tables` that neither exist on the primary
+    (`columns`: table -> its columns, empty when absent) nor come from the DDL: a typo found
+    now, not after the DDL ran on one replica."""
+    created = {d.table for d in p.statements() if d.kind == "create-table"}
+    added = {(d.table, c) for d in p.statements() for c in d.added_columns}
+    bad = []
+    for t in dict.fromkeys([*(v.table for v in p.verify), *p.warm_tables()]):
+        if not columns.get(t) and t not in created:
+            bad.append(f"table {t} does not exist")
+    for v in p.verify:
+        if v.column and not v.absent and columns.get(v.table) and v.column not in columns[v.table] \
+                and (v.table, v.column) not in added:
+            bad.append(f"column {v.table}.{v.column} does not exist and the DDL does not add it")
+    return bad
 
 
 def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
@@ -68,6 +86,14 @@ def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
         return (not bad), ("; ".join(bad) if bad else
                            f"{len(schema_ddl.tables_of(p.statements()))} table(s) present and ROW-compatible")
 
+    def names() -> tuple[bool, str]:
+        columns = {t: [c for c, _ in Inspector(primary).table_columns(*t.split(".", 1))]
+                   for t in {*(v.table for v in p.verify), *p.warm_tables()}}
+        bad = missing_names(p, columns)
+        return (not bad), ("; ".join(f"{b} on {primary.name}" for b in bad) if bad else
+                           f"{len(p.verify)} verify item(s) and {len(p.warm_tables())} warm-up table(s) name "
+                           f"existing tables and columns")
+
     def router() -> tuple[bool, str]:
         rt = router_of(ctx)
         if rt is None:
@@ -77,7 +103,7 @@ def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
 
     checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = [
         ("row_binlog", row_binlog), ("replication_running", replication), ("lag", lag),
-        ("errant_gtids", errant), ("tables", tables), ("router", router)]
+        ("errant_gtids", errant), ("tables", tables), ("names", names), ("router", router)]
     details: dict[str, Any] = {}
     failed = []
     for name, fn in checks:
