@@ -210,7 +210,7 @@ def test_failed_verification_stops_and_puts_the_side_back(cluster):
     primary = kit.writers(kit.shape(inv, NAME))[0]
     sides = [n for n in SERVERS if n != primary]
     pb = playbook(state, {"ddl": ["ALTER TABLE app.orders ADD COLUMN note3 INT NULL"],
-                          "verify": [{"table": "app.orders", "column": "no_such_column"}],
+                          "verify": [{"table": "app.orders", "index": "no_such_column"}],  # an index: preflight refuses unknown columns
                           "primary": "skip"}, "bad-verify")
     outcome = start_run(pb, assume_yes=True)
     assert outcome.status == "rolled_back", outcome.summary
