@@ -418,10 +418,6 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
         return router_gate(router_for(inventory, cluster), cand.server, primary.server)
 
     gates: list[tuple[str, Callable[[], GateResult]]] = [
-        ("servers_answer", lambda: servers_answer_gate(inventory, cluster)),
-        ("router", router),
-        ("replication_login", lambda: replication_login_gate(
-            inventory, cluster, [primary.address, cand_addr])),
         ("replication_running", lambda: replication_running_rule([cand, *others])),
         ("lag", lambda: lag_gate(primary.server, [n.server for n in reachable], limits.max_lag_ms,
                                        limits.write_heartbeat)),
@@ -437,6 +433,11 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
         ("app_user_fenced", lambda: app_fence_gate([primary.server, cand.server], app_user())),
         ("disk", lambda: disk_gate(host_for(inventory, inventory.server_name(cand_spec)), cand_spec.datadir,
                                    need_bytes())),
+        # The path, not the config: what a run will use, tried now.
+        ("servers_answer", lambda: servers_answer_gate(inventory, cluster)),
+        ("router", router),
+        ("replication_login", lambda: replication_login_gate(
+            inventory, cluster, [primary.address, cand_addr])),
     ]
     results += [_guard(name, fn) for name, fn in gates]
     return results
