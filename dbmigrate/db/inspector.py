@@ -53,6 +53,10 @@ class Inspector:
         """The part of `position` this server has not applied yet."""
         return self.flavor.behind(position, self.gtid_executed())
 
+    def trx_behind(self, position: str) -> dict[str, int]:
+        """Transactions of `position` this server has not applied yet, per domain (or server uuid)."""
+        return self.flavor.behind(position, self.gtid_executed())
+
     def gtid_mode_problem(self) -> str | None:
         """Why this server cannot take part in a GTID switchover, or None."""
         if not self.flavor.gtid_mode_required():

@@ -205,6 +205,9 @@ class FakeInspector:
     def missing_from(self, position: str) -> str:
         return self.flavor.behind(position, self.gtid_executed())
 
+    def trx_behind(self, position: str) -> dict[str, int]:
+        return self.flavor.behind(position, self.gtid_executed())
+
     def wait_for_gtid(self, position: str, timeout_s: float) -> bool:
         """MASTER_GTID_WAIT: True once applied, False after timeout_s of (fake) time."""
         clock = self.topo.clock
