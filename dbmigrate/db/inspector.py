@@ -142,12 +142,14 @@ class Inspector:
 
         Runs on a session of its own whose read timeout outlasts the wait (an open
         connection keeps the timeout it was opened with)."""
-        waiter = self.server.dedicated()
-        waiter.read_timeout = max(waiter.read_timeout, int(timeout_s) + 5)
-        try:
-            return self.flavor.wait_for_gtid_reached(waiter.scalar(self.flavor.wait_for_gtid_sql(), (position, timeout_s)))
-        finally:
-            waiter.close()
+        waiter = self.server.waiter(int(timeout_s) + 5)
+        return self.flavor.wait_for_gtid_reached(waiter.scalar(self.flavor.wait_for_gtid_sql(), (position, timeout_s)))
+
+    def open_sessions(self, wait_timeout_s: float) -> None:
+        """Open (and check) this server's sessions now, the one for bounded waits included,
+        so that later statements and waits do not pay for a handshake."""
+        self.server.scalar("SELECT 1")
+        self.server.waiter(int(wait_timeout_s) + 5).scalar("SELECT 1")
 
     def schemas(self) -> list[str]:
         rows = self.server.query(

@@ -205,6 +205,9 @@ class FakeInspector:
     def missing_from(self, position: str) -> str:
         return self.flavor.behind(position, self.gtid_executed())
 
+    def open_sessions(self, wait_timeout_s: float) -> None:
+        self._server()
+
     def trx_behind(self, position: str) -> dict[str, int]:
         return self.flavor.behind(position, self.gtid_executed())
 

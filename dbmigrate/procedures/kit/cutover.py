@@ -90,6 +90,7 @@ def fence(cut: Cutover, ctx: RunContext) -> str:
 def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
     """The fence is set only once the candidate has converged, at once after it."""
     converged = converge(cut, ctx)
+    cut.sw(ctx).prepare_window()
     return f"{converged}; {fence(cut, ctx)}"
 
 
@@ -150,7 +151,15 @@ def switch_router(cut: Cutover, ctx: RunContext) -> str:
 
 
 def router_switched(cut: Cutover, ctx: RunContext) -> bool:
-    return not ctx.dry_run and cut.sw(ctx).router_points_to(cut.new)
+    # Asked inside the fenced window: before this run journaled a switch, the router
+    # is not asked (switching again is a no-op); after one, it is.
+    return not ctx.dry_run and state(ctx).switched_at is not None and cut.sw(ctx).router_points_to(cut.new)
+
+
+def is_opened(cut: Cutover, ctx: RunContext) -> bool:
+    # Asked inside the fenced window: a candidate this run never opened is opened
+    # (opening twice is harmless); one it may have opened is asked.
+    return state(ctx).candidate_opened and cut.sw(ctx).is_open()
 
 
 def reverse(cut: Cutover, ctx: RunContext) -> str:
@@ -194,7 +203,7 @@ def catch_up_step(cut: Cutover) -> FunctionStep:
 
 def open_step(cut: Cutover) -> FunctionStep:
     return FunctionStep(f"open {cut.new} for writes", lambda c: open_candidate(cut, c),
-                        check=lambda c: cut.sw(c).is_open(), undo=lambda c: undo_switchover(cut, c),
+                        check=lambda c: is_opened(cut, c), undo=lambda c: undo_switchover(cut, c),
                         describe=cut.planned(lambda c, sw: sw.open_candidate()))
 
 

@@ -154,6 +154,17 @@ class Switchover:
                                        "(dbmigrate lag watch), or raise converge_max_trx / converge_timeout_s")
             self.clock.sleep(self.s.converge_poll_s)
 
+    def prepare_window(self) -> None:
+        """Before the fence: every session the fenced window uses is open and answers
+        (the catch-up wait's too), and the router's request is built."""
+        if self.dry_run:
+            return
+        self.insp(self.old).open_sessions(self.s.fence_timeout_s)
+        self.insp(self.new).open_sessions(self.s.catchup_timeout_s)
+        prepare = getattr(self.router, "prepare_switch", None)
+        if prepare is not None:
+            prepare(self.server(self.new), self.server(self.old))
+
     def _require_applying(self, insp: Inspector) -> None:
         st = insp.replica_status()
         if st is None or st.sql_running != "Yes":
@@ -225,6 +236,7 @@ class Switchover:
         return self.insp(self.new).has_applied(position)
 
     def wait_catchup(self, position: str) -> str:
+        """Inside the fenced window: one MASTER_GTID_WAIT on the session opened beforehand."""
         if self.dry_run:
             return (f"would wait up to {self.s.catchup_timeout_s:g}s for {self.new} to apply "
                     f"{position or f'the final position of {self.old}'}")
