@@ -147,8 +147,8 @@ class Switchover:
                 return (f"{self.new} was {behind} transaction(s) behind {self.old} (limit {limit}; "
                         f"at most {worst} while waiting {waited_ms:.1f} ms)"), behind
             if self.clock.monotonic() >= deadline:
-                raise WaitTimeout(f"{self.new} stayed more than {limit} transaction(s) behind {self.old} for "
-                                  f"{self.s.converge_timeout_s:g}s (last {behind}, at most {worst}): not fenced, "
+                raise WaitTimeout(f"{self.new} did not apply {self.old}'s writes to within {limit} transaction(s) in "
+                                  f"{self.s.converge_timeout_s:g}s (last {behind} behind, at most {worst}): not fenced, "
                                   f"nothing changed",
                                   hint="retry when the load is lighter or the candidate applies faster "
                                        "(dbmigrate lag watch), or raise converge_max_trx / converge_timeout_s")
