@@ -109,7 +109,7 @@ def playbook(state, name: str, candidate: str, via: str) -> Path:
 
 def journaled_cutover(run_id: str) -> dict:
     with Journal(resolve_journal_path()) as j:
-        return j.get_state(run_id, "cutover", {}) or {}
+        return (j.get_state(run_id, "cutover", {}) or {}).get("data") or {}
 
 
 def fence_sentence(run_id: str) -> str:

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 def journaled_convergence(run_id: str) -> str | None:
     with Journal(resolve_journal_path()) as j:
-        return (j.get_state(run_id, "cutover", {}) or {}).get("converged")
+        return ((j.get_state(run_id, "cutover", {}) or {}).get("data") or {}).get("converged")
 
 
 def watch_fences(monkeypatch) -> list[str | None]:
@@ -46,7 +46,7 @@ def test_promote_journals_the_convergence_before_the_fence(boxes, monkeypatch):
         detail = j.run_detail(outcome.run_id)
     fence = next(s for s in detail["steps"] if s["name"] == f"fence {name}-1")
     assert fence["sentence"].startswith(seen[0]) and "fenced" in fence["sentence"]
-    assert detail["state"]["cutover"]["lag_at_fence_trx"] <= 10
+    assert detail["state"]["cutover"]["data"]["lag_at_fence_trx"] <= 10
     report = kit.finish_verifier(v, inv, name)
     assert report.lost_total == 0, report.summary()
     boxes.down(name)
