@@ -139,7 +139,8 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier)
     return {
         "via": via, "target": target, "status": outcome.status,
         "refused": outcome.summary if outcome.status != "done" else None,
-        "gap_ms": round(gap_in(acks, *window), 1) if window and outcome.status == "done" else None,
+        # A round that did not switch still counts what the writer saw while it tried.
+        "gap_ms": round(gap_in(acks, *window), 1) if window else None,
         "fence_to_flip_ms": round((window[1] - window[0]) * 1000, 1) if window and moments.converged else None,
         "converge_wait_ms": round((moments.converged - moments.cutover_started) * 1000, 1)
         if moments.converged and moments.cutover_started else None,
@@ -152,7 +153,8 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier)
 
 def summary(rounds: list[dict], via: str) -> dict:
     mine = [r for r in rounds if r["via"] == via]
-    gaps = [r["gap_ms"] for r in mine if r["gap_ms"] is not None]
+    gaps = [r["gap_ms"] for r in mine if r["gap_ms"] is not None and r["status"] == "done"]
+    unswitched = [r["gap_ms"] for r in mine if r["gap_ms"] is not None and r["status"] != "done"]
     waits = [r["converge_wait_ms"] for r in mine if r["converge_wait_ms"] is not None]
     lags = [r["lag_at_fence_trx"] for r in mine if r["lag_at_fence_trx"] is not None]
     return {"via": via, "rounds": len(mine), "switched": len(gaps),
@@ -162,6 +164,7 @@ def summary(rounds: list[dict], via: str) -> dict:
                        "max": round(max(gaps), 1) if gaps else None},
             "converge_wait_ms": {"p50": round(statistics.median(waits), 1) if waits else None,
                                  "max": round(max(waits), 1) if waits else None},
+            "gap_ms_max_in_rounds_that_did_not_switch": max(unswitched) if unswitched else None,
             "lag_at_fence_trx_max": max(lags) if lags else None,
             "writer_errors": sum(sum(r["writer_errors"].values()) for r in mine)}
 
@@ -234,6 +237,9 @@ def render(out: dict) -> None:
               f"lag at fence max {r['lag_at_fence_trx_max']} trx; writer errors {r['writer_errors']}")
         for reason in r["refused"]:
             print(f"{'':>12}  refused: {reason}")
+        if r["gap_ms_max_in_rounds_that_did_not_switch"] is not None:
+            print(f"{'':>12}  longest gap in a round that did not switch: "
+                  f"{r['gap_ms_max_in_rounds_that_did_not_switch']} ms")
         if r["via"] == "dbmigrate" and g["p50"] is not None:
             print(f"{'':>12}  targets: p50 <= {TARGET_P50_MS} ms ({g['p50'] / TARGET_P50_MS:.2f}x), "
                   f"max <= {TARGET_MAX_MS} ms ({g['max'] / TARGET_MAX_MS:.2f}x)")
