@@ -84,6 +84,15 @@ def test_a_candidate_with_replication_stopped_is_refused_before_waiting():
     assert topo.sent == [] and topo.clock.sleeps == []
 
 
+def test_a_candidate_delayed_by_configuration_is_not_waited_for():
+    topo = lagging(500, for_s=math.inf)
+    topo.servers["db2"].sql_delay_s = 3
+    sentence, behind = switchover(topo).converge()
+    assert (sentence, behind) == ("db2 was 500 transaction(s) behind db1 and replicates with a configured delay of 3s: "
+                                  "not waiting for it to converge", 500)
+    assert topo.clock.sleeps == [] and topo.sent == []
+
+
 def test_dry_run_only_says_what_it_would_wait_for():
     topo = lagging(500, for_s=math.inf)
     sw = Switchover(topo, "db1", "db2", SwitchoverSettings(), dry_run=True, clock=topo.clock)

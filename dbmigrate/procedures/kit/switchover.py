@@ -27,6 +27,7 @@ from typing import Any, Callable, Protocol
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
 from dbmigrate.procedures.kit.drain import drain, protected_users
@@ -135,7 +136,15 @@ class Switchover:
             return (f"would wait up to {self.s.converge_timeout_s:g}s for {self.new} to be within "
                     f"{limit} transaction(s) of {self.old}"), 0
         old, new = self.insp(self.old), self.insp(self.new)
-        self._require_applying(new)
+        delay = self._require_applying(new).sql_delay_s
+        if delay:
+            # Delayed by configuration, it cannot converge while writes flow: the bounded
+            # catch-up after the fence (and the unfence when it times out) decides.
+            behind = max(new.trx_behind(old.gtid_binlog_pos()).values(), default=0)
+            self.log(f"{self.new} replicates with a configured delay of {delay}s: the fenced window will last "
+                     f"about that long", "warning")
+            return (f"{self.new} was {behind} transaction(s) behind {self.old} and replicates with a configured "
+                    f"delay of {delay}s: not waiting for it to converge"), behind
         t0 = self.clock.monotonic()
         deadline = t0 + self.s.converge_timeout_s
         worst = 0
@@ -165,12 +174,13 @@ class Switchover:
         if prepare is not None:
             prepare(self.server(self.new), self.server(self.old))
 
-    def _require_applying(self, insp: Inspector) -> None:
+    def _require_applying(self, insp: Inspector) -> ReplicaStatus:
         st = insp.replica_status()
         if st is None or st.sql_running != "Yes":
             raise DbmigrateError(f"{self.new} is not applying replication (SQL thread {st.sql_running if st else 'absent'}"
                                  f"{': ' + st.last_error if st and st.last_error else ''})",
                                  hint="fix replication on the candidate and run again")
+        return st
 
     # -- 1. fence ------------------------------------------------------------
     def is_fenced(self) -> bool:
