@@ -221,7 +221,11 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say) -> 
         for s in servers:
             s.close()
         out = {"lagging": lagging, "results": [summary(done, v) for v in vias], "rounds": done,
-               "lost_writes": report.lost_total, "acknowledged": report.acknowledged}
+               "lost_writes": report.lost_total, "acknowledged": report.acknowledged,
+               # Per server, with whether it caught up within the check: a replica still behind
+               # counts its not-yet-applied writes here too.
+               "missing_by_server": {n: len(ids) for n, ids in report.lost.items() if ids},
+               "caught_up": report.caught_up}
         if len(vias) == 2:
             a, b = (x["gap_ms"]["p50"] for x in out["results"])
             out["p50_ratio_vs_orchestrator"] = round(a / max(b, 0.001), 3) if a and b else None
