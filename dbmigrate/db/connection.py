@@ -64,6 +64,7 @@ class Server:
     _conn: Any = field(default=None, init=False, repr=False)
     _flavor: Flavor | None = field(default=None, init=False, repr=False)
     _version: str | None = field(default=None, init=False, repr=False)
+    _waiter: "Server | None" = field(default=None, init=False, repr=False)
 
     @property
     def address(self) -> str:
@@ -143,6 +144,9 @@ class Server:
         return ConnectionFailed(f"cannot connect to {self.name} ({self.address}): {redact(first_line)} [{errno}]")
 
     def close(self) -> None:
+        if self._waiter is not None:
+            self._waiter.close()
+            self._waiter = None
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -225,6 +229,17 @@ class Server:
         if self._flavor is None:
             self._flavor = for_server(self.version)
         return self._flavor
+
+    def waiter(self, read_timeout: int) -> "Server":
+        """A dedicated session for bounded waits, opened once and kept: a handshake costs
+        milliseconds, which must not be spent inside a fenced window. Closed with this server."""
+        if self._waiter is not None and self._waiter.read_timeout < read_timeout:
+            self._waiter.close()  # an open connection keeps the read timeout it was opened with
+            self._waiter = None
+        if self._waiter is None:
+            self._waiter = self.dedicated()
+            self._waiter.read_timeout = max(self._waiter.read_timeout, read_timeout)
+        return self._waiter
 
     def dedicated(self) -> "Server":
         """A second handle on the same server with its own session (locks, long waits)."""

@@ -47,6 +47,7 @@ class ReplicaStatus:
     executed_gtid: str = ""
     # Non-empty replication filters (Replicate_Do_DB, ...): name -> value as shown by the server.
     filters: dict[str, str] = field(default_factory=dict)
+    sql_delay_s: int = 0  # a configured MASTER_DELAY / SOURCE_DELAY
 
     @property
     def running(self) -> bool:
@@ -177,7 +178,7 @@ class MariaDB(Flavor):
             last_io_error=row.get("Last_IO_Error", "") or "", last_sql_error=row.get("Last_SQL_Error", "") or "",
             using_gtid=row.get("Using_Gtid", ""), channel=row.get("Connection_name", "") or "",
             retrieved_gtid=row.get("Gtid_IO_Pos", "") or "", executed_gtid=row.get("Gtid_Slave_Pos", "") or "",
-            filters=_filters(row, MARIADB_FILTERS),
+            filters=_filters(row, MARIADB_FILTERS), sql_delay_s=int(row.get("SQL_Delay") or 0),
         )
 
     def read_only_privileges(self) -> set[str]:
@@ -420,7 +421,7 @@ class MySQL(Flavor):
             using_gtid="Auto_Position" if str(row.get("Auto_Position")) == "1" else "No",
             channel=row.get("Channel_Name", "") or "",
             retrieved_gtid=row.get("Retrieved_Gtid_Set", "") or "", executed_gtid=row.get("Executed_Gtid_Set", "") or "",
-            filters=_filters(row, MYSQL_FILTERS),
+            filters=_filters(row, MYSQL_FILTERS), sql_delay_s=int(row.get("SQL_Delay") or 0),
         )
 
     def read_only_privileges(self) -> set[str]:

@@ -81,6 +81,10 @@ class Inspector:
         """The part of `position` this server has not applied yet."""
         return self.flavor.behind(position, self.gtid_executed())
 
+    def trx_behind(self, position: str) -> dict[str, int]:
+        """Transactions of `position` this server has not applied yet, per domain (or server uuid)."""
+        return self.flavor.behind(position, self.gtid_executed())
+
     def gtid_mode_problem(self) -> str | None:
         """Why this server cannot take part in a GTID switchover, or None."""
         if not self.flavor.gtid_mode_required():
@@ -182,12 +186,14 @@ class Inspector:
 
         Runs on a session of its own whose read timeout outlasts the wait (an open
         connection keeps the timeout it was opened with)."""
-        waiter = self.server.dedicated()
-        waiter.read_timeout = max(waiter.read_timeout, int(timeout_s) + 5)
-        try:
-            return self.flavor.wait_for_gtid_reached(waiter.scalar(self.flavor.wait_for_gtid_sql(), (position, timeout_s)))
-        finally:
-            waiter.close()
+        waiter = self.server.waiter(int(timeout_s) + 5)
+        return self.flavor.wait_for_gtid_reached(waiter.scalar(self.flavor.wait_for_gtid_sql(), (position, timeout_s)))
+
+    def open_sessions(self, wait_timeout_s: float) -> None:
+        """Open (and check) this server's sessions now, the one for bounded waits included,
+        so that later statements and waits do not pay for a handshake."""
+        self.server.scalar("SELECT 1")
+        self.server.waiter(int(wait_timeout_s) + 5).scalar("SELECT 1")
 
     def schemas(self) -> list[str]:
         rows = self.server.query(

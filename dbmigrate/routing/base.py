@@ -126,6 +126,10 @@ class Router(ABC):
     def set_readers(self, readers: Sequence[str]) -> RouteState:
         """Send reads to exactly these addresses."""
 
+    def prepare_switch(self, new: ServerLike, old: ServerLike | None = None) -> None:
+        """Work out the writer switch ahead of time (before a fence), so that
+        switch_writer does only the flip. Routers with nothing to prepare ignore it."""
+
     @abstractmethod
     def describe_switch(self, new: ServerLike, old: ServerLike | None = None) -> list[str]:
         """What switch_writer would do, one line per action, without doing it (dry-run)."""

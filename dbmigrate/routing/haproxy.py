@@ -194,6 +194,7 @@ class HAProxyRouter(Router):
         self.writer_backend = validate_name(writer_backend)
         self.reader_backend = validate_name(reader_backend) if reader_backend else None
         self.state_file = Path(state_file) if state_file else None
+        self._prepared: tuple[str, str | None, list[str]] | None = None
 
     def describe(self) -> str:
         return f"HAProxy at {self.admin.path} (backend {self.writer_backend}, cluster {self.cluster})"
@@ -251,8 +252,21 @@ class HAProxyRouter(Router):
         olds += [r.name for r in rows if r.name not in olds and not r.in_maint]
         return switch_commands(self.writer_backend, new_name, olds), rows
 
+    def prepare_switch(self, new: ServerLike, old: ServerLike | None = None) -> None:
+        """Read the backend and build the request now: inside a fenced window the switch
+        is then one request on the admin socket, not a read followed by a write."""
+        self._prepared = (as_ref(new).address, as_ref(old).address if old is not None else None,
+                          self._plan_switch(new, old)[0])
+
+    def _planned(self, new: ServerLike, old: ServerLike | None) -> list[str]:
+        prepared, self._prepared = getattr(self, "_prepared", None), None
+        key = (as_ref(new).address, as_ref(old).address if old is not None else None)
+        if prepared is not None and prepared[:2] == key and prepared[2]:
+            return prepared[2]  # the state read back after the flip still checks the result
+        return self._plan_switch(new, old)[0]
+
     def switch_writer(self, new: ServerLike, old: ServerLike | None = None) -> RouteState:
-        cmds, _ = self._plan_switch(new, old)
+        cmds = self._planned(new, old)
         if cmds:
             self.admin.run(cmds)
             self.save_state()

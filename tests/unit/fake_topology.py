@@ -71,6 +71,7 @@ class FakeServer:
     sql_running: bool = False
     lag_until: float = 0.0  # the SQL thread applies nothing before this clock time (inf: stuck)
     last_sql_error: str = ""
+    sql_delay_s: int = 0  # a configured MASTER_DELAY (reported only)
     fails_with: str = ""  # an error the SQL thread stops on each time it starts (a conflicting row)
     up: bool = True
     sessions: list[Session] = field(default_factory=list)
@@ -206,6 +207,12 @@ class FakeInspector:
     def missing_from(self, position: str) -> str:
         return self.flavor.behind(position, self.gtid_executed())
 
+    def open_sessions(self, wait_timeout_s: float) -> None:
+        self._server()
+
+    def trx_behind(self, position: str) -> dict[str, int]:
+        return self.flavor.behind(position, self.gtid_executed())
+
     def wait_for_gtid(self, position: str, timeout_s: float) -> bool:
         """MASTER_GTID_WAIT: True once applied, False after timeout_s of (fake) time."""
         clock = self.topo.clock
@@ -228,7 +235,8 @@ class FakeInspector:
             f"error reconnecting to master '{self.topo.repl.user}@{host}:{port}' - retry-time: 1"
         return ReplicaStatus(source_host=host, source_port=port, io_running=io,
                              sql_running="Yes" if s.sql_running else "No", seconds_behind=0 if connected else None,
-                             last_io_error=io_error, last_sql_error=s.last_sql_error, using_gtid="Slave_Pos")
+                             last_io_error=io_error, last_sql_error=s.last_sql_error, using_gtid="Slave_Pos",
+                             sql_delay_s=s.sql_delay_s)
 
     def sessions(self, exclude_system: bool = True) -> list[Session]:
         system = ("system user", "event_scheduler")

@@ -365,3 +365,17 @@ def test_sandbox_admin_socket_moves_to_a_short_dir_when_the_path_is_too_long(tmp
         assert len(path) <= MAX_SOCKET_PATH and path == f"{tmp}/admin.sock" and Path(tmp).is_dir()
     finally:
         shutil.rmtree(tmp)
+
+
+def test_haproxy_prepared_switch_is_one_request_with_nothing_read_before_it(fake_admin):
+    admin = fake_admin(servers={"db1": (3306, True), "db2": (3307, False)})
+    r = HAProxyRouter("orders", admin.path, reader_backend=None)
+    r.prepare_switch("127.0.0.1:3307", old="127.0.0.1:3306")
+    admin.requests.clear()
+    st = r.switch_writer("127.0.0.1:3307", old="127.0.0.1:3306")
+    assert admin.requests[0] == ("set server writer/db2 state ready; set server writer/db1 state maint; "
+                                 "shutdown sessions server writer/db1")  # the flip comes first
+    assert st.writers == ["127.0.0.1:3307"]
+    admin.requests.clear()
+    r.switch_writer("127.0.0.1:3306", old="127.0.0.1:3307")  # a prepared plan serves once, for its pair
+    assert admin.requests[0].startswith("show servers state")

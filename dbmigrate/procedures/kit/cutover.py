@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext, Step
-from dbmigrate.exceptions import SafetyError
+from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back
 
 
@@ -28,6 +28,8 @@ class CutoverState(TypedState):
     fence_pos: Optional[str] = None  # the old primary's final position; None: not fenced by this run
     candidate_opened: bool = False  # journaled before read_only=OFF: after a crash it may be writable
     switched_at: Optional[float] = None  # wall clock when the router sent writes to the new primary
+    converged: Optional[str] = None  # how far behind the candidate was when the fence was set
+    lag_at_fence_trx: Optional[int] = None
 
 
 MakeSwitchover = Callable[[RunContext, Optional[Record]], Switchover]
@@ -66,6 +68,16 @@ def state(ctx: RunContext) -> CutoverState:
 
 # -- what each step does -----------------------------------------------------------
 
+def converge(cut: Cutover, ctx: RunContext) -> str:
+    """Wait until the candidate is close to the old primary; journaled before any fence."""
+    sentence, behind = cut.sw(ctx).converge()
+    if not ctx.dry_run:
+        with CutoverState.edit(ctx.state) as s:
+            s.converged, s.lag_at_fence_trx = sentence, behind
+        ctx.log(sentence)
+    return sentence
+
+
 def fence(cut: Cutover, ctx: RunContext) -> str:
     sw = cut.sw(ctx)
     sentence, pos = sw.fence()
@@ -73,6 +85,27 @@ def fence(cut: Cutover, ctx: RunContext) -> str:
         s.fence_pos = pos
     ctx.set_hook_env("FENCE_POSITION", pos)
     return sentence
+
+
+def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
+    """The fence is set only once the candidate has converged, at once after it."""
+    converged = converge(cut, ctx)
+    cut.sw(ctx).prepare_window()
+    return f"{converged}; {fence(cut, ctx)}"
+
+
+def undo_fence(cut: Cutover, ctx: RunContext) -> str:
+    """A fence step that stopped before read_only=ON (the candidate never converged)
+    changed nothing: leave every server as it is."""
+    sw = cut.sw(ctx)
+    try:
+        untouched = state(ctx).fence_pos is None and not ctx.dry_run and not sw.is_fenced() \
+            and not sw.writable(sw.new)
+    except DbmigrateError:
+        untouched = False  # cannot tell: converge on the safe shape
+    if untouched:
+        return f"nothing to undo: {cut.old} was not fenced"
+    return undo_switchover(cut, ctx)
 
 
 def is_fenced(cut: Cutover, ctx: RunContext) -> bool:
@@ -118,7 +151,15 @@ def switch_router(cut: Cutover, ctx: RunContext) -> str:
 
 
 def router_switched(cut: Cutover, ctx: RunContext) -> bool:
-    return not ctx.dry_run and cut.sw(ctx).router_points_to(cut.new)
+    # Asked inside the fenced window: before this run journaled a switch, the router
+    # is not asked (switching again is a no-op); after one, it is.
+    return not ctx.dry_run and state(ctx).switched_at is not None and cut.sw(ctx).router_points_to(cut.new)
+
+
+def is_opened(cut: Cutover, ctx: RunContext) -> bool:
+    # Asked inside the fenced window: a candidate this run never opened is opened
+    # (opening twice is harmless); one it may have opened is asked.
+    return state(ctx).candidate_opened and cut.sw(ctx).is_open()
 
 
 def reverse(cut: Cutover, ctx: RunContext) -> str:
@@ -150,8 +191,8 @@ def probe(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
 
 def fence_step(cut: Cutover) -> FunctionStep:
     # Undone even when it did not finish: read_only may be in place though the step failed.
-    return FunctionStep(f"fence {cut.old}", lambda c: fence(cut, c), check=lambda c: is_fenced(cut, c),
-                        undo=lambda c: undo_switchover(cut, c), undo_if_started=True,
+    return FunctionStep(f"fence {cut.old}", lambda c: converge_then_fence(cut, c), check=lambda c: is_fenced(cut, c),
+                        undo=lambda c: undo_fence(cut, c), undo_if_started=True,
                         describe=cut.planned(lambda c, sw: sw.fence()))
 
 
@@ -162,7 +203,7 @@ def catch_up_step(cut: Cutover) -> FunctionStep:
 
 def open_step(cut: Cutover) -> FunctionStep:
     return FunctionStep(f"open {cut.new} for writes", lambda c: open_candidate(cut, c),
-                        check=lambda c: cut.sw(c).is_open(), undo=lambda c: undo_switchover(cut, c),
+                        check=lambda c: is_opened(cut, c), undo=lambda c: undo_switchover(cut, c),
                         describe=cut.planned(lambda c, sw: sw.open_candidate()))
 
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, Protocol
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
 from dbmigrate.db.connection import QueryError
@@ -45,6 +46,11 @@ class WriterRouter(Protocol):
 @dataclass
 class SwitchoverSettings:
     catchup_timeout_s: float = 5.0
+    # The fence waits until the candidate is this close to the primary, so that the
+    # catch-up inside the fenced window (where writes are refused) stays short.
+    converge_timeout_s: float = 10.0
+    converge_max_trx: int = 10  # transactions behind, per domain
+    converge_poll_s: float = 0.001
     fence_timeout_s: float = 5.0  # SET GLOBAL read_only=ON waits for the global read lock: bounded
     drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
     kill_app_sessions: bool = True  # end remaining app sessions on the fenced server
@@ -124,6 +130,65 @@ class Switchover:
 
     def writable(self, name: str) -> bool:
         return not self.insp(name).read_only()
+
+    # -- 0. converge (before the fence) ---------------------------------------
+    def converge(self) -> tuple[str, int]:
+        """Wait (bounded) until the candidate is within `converge_max_trx` of the old primary.
+
+        Returns (sentence, transactions behind when it converged). Nothing is changed on
+        any server: on timeout it raises with the lag it saw, and the caller does not fence.
+        The loop polls on the inspectors' open connections: each round is two short reads.
+        """
+        limit = self.s.converge_max_trx
+        if self.dry_run:
+            return (f"would wait up to {self.s.converge_timeout_s:g}s for {self.new} to be within "
+                    f"{limit} transaction(s) of {self.old}"), 0
+        old, new = self.insp(self.old), self.insp(self.new)
+        delay = self._require_applying(new).sql_delay_s
+        if delay:
+            # Delayed by configuration, it cannot converge while writes flow: the bounded
+            # catch-up after the fence (and the unfence when it times out) decides.
+            behind = max(new.trx_behind(old.gtid_binlog_pos()).values(), default=0)
+            self.log(f"{self.new} replicates with a configured delay of {delay}s: the fenced window will last "
+                     f"about that long", "warning")
+            return (f"{self.new} was {behind} transaction(s) behind {self.old} and replicates with a configured "
+                    f"delay of {delay}s: not waiting for it to converge"), behind
+        t0 = self.clock.monotonic()
+        deadline = t0 + self.s.converge_timeout_s
+        worst = 0
+        while True:
+            behind = max(new.trx_behind(old.gtid_binlog_pos()).values(), default=0)
+            worst = max(worst, behind)
+            if behind <= limit:
+                waited_ms = (self.clock.monotonic() - t0) * 1000
+                return (f"{self.new} was {behind} transaction(s) behind {self.old} (limit {limit}; "
+                        f"at most {worst} while waiting {waited_ms:.1f} ms)"), behind
+            if self.clock.monotonic() >= deadline:
+                raise WaitTimeout(f"{self.new} did not apply {self.old}'s writes to within {limit} transaction(s) in "
+                                  f"{self.s.converge_timeout_s:g}s (last {behind} behind, at most {worst}): not fenced, "
+                                  f"nothing changed",
+                                  hint="retry when the load is lighter or the candidate applies faster "
+                                       "(dbmigrate lag watch), or raise converge_max_trx / converge_timeout_s")
+            self.clock.sleep(self.s.converge_poll_s)
+
+    def prepare_window(self) -> None:
+        """Before the fence: every session the fenced window uses is open and answers
+        (the catch-up wait's too), and the router's request is built."""
+        if self.dry_run:
+            return
+        self.insp(self.old).open_sessions(self.s.fence_timeout_s)
+        self.insp(self.new).open_sessions(self.s.catchup_timeout_s)
+        prepare = getattr(self.router, "prepare_switch", None)
+        if prepare is not None:
+            prepare(self.server(self.new), self.server(self.old))
+
+    def _require_applying(self, insp: Inspector) -> ReplicaStatus:
+        st = insp.replica_status()
+        if st is None or st.sql_running != "Yes":
+            raise DbmigrateError(f"{self.new} is not applying replication (SQL thread {st.sql_running if st else 'absent'}"
+                                 f"{': ' + st.last_error if st and st.last_error else ''})",
+                                 hint="fix replication on the candidate and run again")
+        return st
 
     # -- 1. fence ------------------------------------------------------------
     def is_fenced(self) -> bool:
@@ -211,15 +276,12 @@ class Switchover:
         return self.insp(self.new).has_applied(position)
 
     def wait_catchup(self, position: str) -> str:
+        """Inside the fenced window: one MASTER_GTID_WAIT on the session opened beforehand."""
         if self.dry_run:
             return (f"would wait up to {self.s.catchup_timeout_s:g}s for {self.new} to apply "
                     f"{position or f'the final position of {self.old}'}")
         insp = self.insp(self.new)
-        st = insp.replica_status()
-        if st is None or st.sql_running != "Yes":
-            raise DbmigrateError(f"{self.new} is not applying replication (SQL thread {st.sql_running if st else 'absent'}"
-                                 f"{': ' + st.last_error if st and st.last_error else ''})",
-                                 hint="fix replication on the candidate and run again")
+        self._require_applying(insp)
         t0 = self.clock.monotonic()
         if not insp.wait_for_gtid(position, self.s.catchup_timeout_s):
             behind = insp.missing_from(position)

@@ -40,6 +40,10 @@ class PromoteParams(BaseModel):
     lag_wait_s: float = Field(30, ge=0, le=600, description="how long preflight waits for lag to settle")
     max_trx_age_s: float = Field(30, gt=0, le=86400)
     catchup_timeout_s: float = Field(5, gt=0, le=300)
+    converge_timeout_s: float = Field(10, gt=0, le=300,
+                                      description="how long the fence waits for the candidate to come close")
+    converge_max_trx: int = Field(10, ge=0, description="fence only when the candidate is at most this many "
+                                                        "transactions behind (per domain)")
     fence_timeout_s: float = Field(5, gt=0, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout)")
     drain_timeout_s: float = Field(2, ge=0, le=60)
     kill_app_sessions: bool = True
@@ -59,7 +63,8 @@ class PromoteParams(BaseModel):
 def settings_of(p: PromoteParams) -> SwitchoverSettings:
     return SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.drain_timeout_s,
                               fence_timeout_s=p.fence_timeout_s, kill_app_sessions=p.kill_app_sessions,
-                              replica_timeout_s=p.replica_timeout_s)
+                              replica_timeout_s=p.replica_timeout_s, converge_timeout_s=p.converge_timeout_s,
+                              converge_max_trx=p.converge_max_trx)
 
 
 def cutover_of(ctx: RunContext, params: PromoteParams) -> Cutover:

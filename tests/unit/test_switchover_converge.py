@@ -1,0 +1,144 @@
+"""The fence waits for the candidate to come close to the primary, on a fake topology:
+it converges (and fences at once), or it refuses with the lag it saw and changes nothing.
+
+Names: db1 is the old primary, db2 the candidate, db3 another replica.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from dbmigrate.engine.events import EventBus
+from dbmigrate.engine.journal import Journal
+from dbmigrate.engine.step import RunContext
+from dbmigrate.exceptions import DbmigrateError, WaitTimeout
+from dbmigrate.procedures.kit import cutover as kit
+from dbmigrate.procedures.kit.cutover import CutoverState
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
+from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
+
+
+def switchover(topo: FakeTopology, **settings) -> Switchover:
+    return Switchover(topo, "db1", "db2", SwitchoverSettings(**settings), FakeRouter(topo, "db1"), clock=topo.clock)
+
+
+def lagging(behind: int, for_s: float) -> FakeTopology:
+    """db2 applies nothing for `for_s` seconds (inf: never) while db1 wrote `behind` more transactions."""
+    topo = cluster()
+    topo.servers["db2"].lag_until = topo.clock.monotonic() + for_s
+    topo.write("db1", behind)
+    return topo
+
+
+def masked(sentence: str) -> str:
+    return re.sub(r"\d+\.\d+ ms", "N ms", sentence)
+
+
+def test_a_caught_up_candidate_converges_at_once_without_waiting():
+    topo = cluster()
+    sentence, behind = switchover(topo).converge()
+    assert (masked(sentence), behind) == ("db2 was 0 transaction(s) behind db1 (limit 10; at most 0 while waiting N ms)", 0)
+    assert topo.clock.sleeps == [] and topo.sent == []
+
+
+def test_a_lagging_candidate_is_waited_for_in_short_polls_then_converges():
+    topo = lagging(50, for_s=0.3)
+    start = topo.clock.monotonic()
+    sentence, behind = switchover(topo).converge()
+    assert behind == 0 and "at most 50" in sentence
+    assert 0.3 <= topo.clock.monotonic() - start < 0.31  # it saw the end of the lag within a poll
+    assert set(topo.clock.sleeps) == {0.001}
+    assert topo.sent == []  # converging reads only
+
+
+def test_exactly_at_the_threshold_converges_one_more_does_not():
+    sentence, behind = switchover(lagging(10, for_s=math.inf)).converge()
+    assert behind == 10 and sentence.startswith("db2 was 10 transaction(s) behind db1 (limit 10;")
+
+    topo = lagging(11, for_s=math.inf)
+    with pytest.raises(WaitTimeout):
+        switchover(topo, converge_timeout_s=0.05).converge()
+
+
+def test_a_candidate_that_never_converges_is_refused_with_its_lag_and_nothing_changes():
+    topo = lagging(500, for_s=math.inf)
+    start = topo.clock.monotonic()
+    with pytest.raises(WaitTimeout) as refused:
+        switchover(topo, converge_timeout_s=2).converge()
+    assert refused.value.message == ("db2 did not apply db1's writes to within 10 transaction(s) in 2s "
+                                     "(last 500 behind, at most 500): not fenced, nothing changed")
+    assert "converge_max_trx" in refused.value.hint
+    assert 2 <= topo.clock.monotonic() - start < 2.01  # bounded by converge_timeout_s
+    assert topo.sent == [] and topo.writable() == ["db1"]
+
+
+def test_a_candidate_with_replication_stopped_is_refused_before_waiting():
+    topo = cluster()
+    topo.servers["db2"].sql_running = False
+    with pytest.raises(DbmigrateError) as refused:
+        switchover(topo).converge()
+    assert refused.value.message == "db2 is not applying replication (SQL thread No)"
+    assert topo.sent == [] and topo.clock.sleeps == []
+
+
+def test_a_candidate_delayed_by_configuration_is_not_waited_for():
+    topo = lagging(500, for_s=math.inf)
+    topo.servers["db2"].sql_delay_s = 3
+    sentence, behind = switchover(topo).converge()
+    assert (sentence, behind) == ("db2 was 500 transaction(s) behind db1 and replicates with a configured delay of 3s: "
+                                  "not waiting for it to converge", 500)
+    assert topo.clock.sleeps == [] and topo.sent == []
+
+
+def test_dry_run_only_says_what_it_would_wait_for():
+    topo = lagging(500, for_s=math.inf)
+    sw = Switchover(topo, "db1", "db2", SwitchoverSettings(), dry_run=True, clock=topo.clock)
+    assert sw.converge() == ("would wait up to 10s for db2 to be within 10 transaction(s) of db1", 0)
+
+
+# -- the fence step: converge, journal, fence ------------------------------------------
+
+@pytest.fixture
+def run(tmp_path):
+    with Journal(tmp_path / "j.sqlite") as j:
+        j.create_run("run1", procedure="promote", cluster="c", params={}, playbook="", playbook_sha="", dry_run=False)
+        yield lambda topo: RunContext(run_id="run1", procedure="promote", cluster="c", journal=j, bus=EventBus(),
+                                      clock=topo.clock)
+
+
+def cut_of(topo: FakeTopology, **settings) -> kit.Cutover:
+    return kit.Cutover(old="db1", new="db2", switchover=lambda c, record: switchover(topo, **settings))
+
+
+def test_the_fence_step_journals_the_convergence_before_read_only(run):
+    topo = lagging(20, for_s=0.01)
+    ctx = run(topo)
+    cut = cut_of(topo)
+    seen = []
+    real_fence = Switchover.fence
+
+    def fence_seeing_journal(sw):
+        seen.append(CutoverState.load(ctx.state).converged)
+        return real_fence(sw)
+
+    Switchover.fence = fence_seeing_journal
+    try:
+        sentence = kit.fence_step(cut).run(ctx)
+    finally:
+        Switchover.fence = real_fence
+    assert seen and seen[0].startswith("db2 was 0 transaction(s) behind db1")
+    assert CutoverState.load(ctx.state).lag_at_fence_trx == 0
+    assert "fenced db1 (read_only=ON)" in sentence and topo.servers["db1"].read_only
+
+
+def test_a_fence_step_that_never_converged_is_undone_without_touching_any_server(run):
+    topo = lagging(500, for_s=math.inf)
+    ctx = run(topo)
+    step = kit.fence_step(cut_of(topo, converge_timeout_s=1))
+    with pytest.raises(WaitTimeout):
+        step.run(ctx)
+    assert step.undo(ctx) == "nothing to undo: db1 was not fenced"
+    assert topo.sent == [] and topo.writable() == ["db1"]
