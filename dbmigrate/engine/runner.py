@@ -141,7 +141,7 @@ class Runner:
             rolled_back, rollback_summary = self._undo_completed(procedure, ctx)
             status = "rolled_back" if rolled_back else "rollback_failed"
             summary = f"{summary}; rollback: {rollback_summary}"
-            error.hint = (f"the completed steps were undone; fix the cause and start a new run" if rolled_back
+            error.hint = ("the completed steps were undone; fix the cause and start a new run" if rolled_back
                           else f"fix the failing undo, then: dbmigrate rollback {ctx.run_id}")
         self._final_hooks("on_failure", ctx)
         ctx.emit(RunFinished(status=status, summary=summary))

@@ -16,7 +16,6 @@ from dbmigrate.db import connection
 from dbmigrate.engine.journal import Journal
 from dbmigrate.app.runs import resolve_journal_path
 from dbmigrate.routing import HAProxyRouter, RouterError, router_for
-from dbmigrate.rehearsal.sandbox.instance import pid_alive
 
 from tests.integration import promote_kit as kit
 

@@ -3,8 +3,6 @@ cluster from the inventory alone, without errant GTIDs, and is idempotent."""
 
 from __future__ import annotations
 
-import os
-import time
 
 import pytest
 import yaml
