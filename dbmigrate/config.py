@@ -64,6 +64,9 @@ class NoAccess(Strict):
     """The tool may not enter this host (a managed service): file-based features refuse clearly."""
 
     kind: Literal["none"]
+    slow_log: Optional[Literal["table"]] = Field(
+        None, description="`table`: slow-log windows (digest capture, the latency guard) are written to "
+                          "mysql.slow_log (log_output=TABLE) and read over SQL")
 
 
 class SshAccess(Strict):

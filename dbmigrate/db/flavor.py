@@ -128,6 +128,18 @@ class Flavor:
     def slow_log_variables(self) -> tuple[str, ...]: raise NotImplementedError
     def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]: raise NotImplementedError
 
+    def slow_log_table_window_settings(self, current: dict[str, Any]) -> dict[str, Any]:
+        """The same window written to mysql.slow_log (hosts the tool cannot enter). Only TABLE:
+        FILE would flood the server's own slow-log file, which nobody here can read or rotate.
+        log_output is shared with the general log, which also goes to its table meanwhile."""
+        settings = {n: v for n, v in self.slow_log_window_settings("", current).items() if n != "slow_query_log_file"}
+        settings["log_output"] = "TABLE"
+        return settings
+
+    def clear_slow_log_table_sql(self) -> list[str]:
+        """Empty mysql.slow_log on one session without writing it to the binary log."""
+        raise NotImplementedError
+
     # -- server facts that exist in one flavor only --
     def gtid_binlog_pos_sql(self) -> str: raise NotImplementedError
     def strict_gtid_variables(self) -> tuple[str, ...]: raise NotImplementedError
@@ -262,6 +274,9 @@ class MariaDB(Flavor):
     def slow_log_variables(self) -> tuple[str, ...]:
         return ("long_query_time", "slow_query_log", "log_slow_rate_limit", "log_slow_filter",
                 "log_slow_verbosity", "min_examined_row_limit", "log_output", "slow_query_log_file")
+
+    def clear_slow_log_table_sql(self) -> list[str]:
+        return ["SET STATEMENT sql_log_bin=0 FOR TRUNCATE TABLE mysql.slow_log"]
 
     def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]:
         # Applied in this order: point at our file and log every statement type,
@@ -506,6 +521,10 @@ class MySQL(Flavor):
     def slow_log_variables(self) -> tuple[str, ...]:
         return ("long_query_time", "slow_query_log", "log_slow_admin_statements", "min_examined_row_limit",
                 "log_output", "slow_query_log_file")
+
+    def clear_slow_log_table_sql(self) -> list[str]:
+        # MySQL has no SET STATEMENT: the session's sql_log_bin is switched off and back on.
+        return ["SET SESSION sql_log_bin=0", "TRUNCATE TABLE mysql.slow_log", "SET SESSION sql_log_bin=1"]
 
     def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]:
         return {

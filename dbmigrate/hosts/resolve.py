@@ -50,6 +50,13 @@ def declared_access(inventory, server_name: str):
     return inventory.defaults.access
 
 
+def slow_log_source(inventory, server_name: str) -> str:
+    """Where a slow-log window of this server is read: its file (through the host) or, where the
+    inventory declares `access: {kind: none, slow_log: table}`, the server's log table over SQL."""
+    access = declared_access(inventory, server_name)
+    return "table" if access is not None and getattr(access, "slow_log", None) == "table" else "file"
+
+
 def _path(base: Path, p: str | None) -> str | None:
     if not p:
         return None
