@@ -23,6 +23,9 @@ def promote(
     regress: bool = typer.Option(False, "--regress", help="Drop an index the reads use on the candidate only: "
                                  "the latency guard must roll the cutover back."),
     guard: bool = typer.Option(True, "--guard/--no-guard", help="Baseline digest and latency guard around the cutover."),
+    remote: bool = typer.Option(False, "--remote", help="Every instance on a host of its own behind sshd; the "
+                                "playbook runs in a process that cannot see the instances' directories "
+                                "(a mount namespace, as root) and reaches their files only over ssh."),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
     from dbmigrate.cli.render import ConsoleRenderer
@@ -31,7 +34,7 @@ def promote(
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
     subscribers = [] if json_out else [ConsoleRenderer(console)]
     report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep, subscribers=subscribers,
-                              regress=regress, guard=guard or regress)
+                              regress=regress, guard=guard or regress, remote=remote)
     if json_out:
         print_json(report)
     else:
@@ -67,6 +70,11 @@ def render_report(r: dict) -> None:
         g = r["guard"]
         console.print(f"latency guard: {'[red]rolled back[/]' if g.get('rollback') else '[green]within policy[/]'}"
                       f" ({'; '.join(g.get('reasons') or []) or 'no rule fired'})")
+    if r.get("remote"):
+        rem = r["remote"]
+        console.print("hosts reached over ssh; instances' directories "
+                      + (f"hidden from the tool ({len(rem['hidden'])})" if rem.get("hidden")
+                         else f"[yellow]visible[/] ({rem.get('not_hidden_because')})"))
     if r.get("rollback_s") is not None:
         console.print(f"rollback complete {r['rollback_s']} s after the new primary took traffic")
     console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: "
