@@ -194,14 +194,13 @@ def test_sandbox_up_with_ssh_gives_each_instance_a_host_of_its_own(cli, boxes):
     assert not [p for p in pids if pid_alive(p)]  # (an unreaped zombie counts as stopped)
 
 
-def test_promote_with_the_latency_guard_over_ssh_with_the_sandbox_hidden(remote_inventory, box, dbm_home, can_hide):
-    """The guard's baseline on the old primary and its windows on the new one are slow logs on
-    other hosts: they are fetched over ssh, digested here and removed there. Rolled back at the end."""
+def guarded_promote(box, inventory: Path, ops: Path) -> tuple[str, dict[str, str]]:
+    """A promote with the latency guard, run hidden from the sandbox under read traffic on both
+    servers; returns (run id, each step's sentence). The caller rolls it back."""
     inv = load_inventory(box.inventory_file)
-    ops = dbm_home / "ops"
     playbook = ops / "promote-guarded.yaml"
     playbook.write_text(yaml.safe_dump({
-        "procedure": "promote", "inventory": str(remote_inventory), "cluster": BOX,
+        "procedure": "promote", "inventory": str(inventory), "cluster": BOX,
         "params": {"candidate": TARGET, "baseline_seconds": 2, "guard_sample_s": 2, "lag_wait_s": 10},
         "guard": {"window_s": 4, "min_samples": 1, "min_class_samples": 1,
                   "rules": [{"metric": "avg", "scope": "overall", "max_regression_pct": 100000}]},
@@ -230,17 +229,30 @@ def test_promote_with_the_latency_guard_over_ssh_with_the_sandbox_hidden(remote_
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     run_id = next(e["run_id"] for e in events if e.get("run_id"))
     said = {e.get("name"): e.get("sentence", "") for e in events if e.get("event") == "StepFinished"}
-    assert "baseline:" in said.get("collect baseline digest", ""), said
     assert "guard watched" in said.get("latency guard", ""), said
+    return run_id, said
+
+
+def roll_back_hidden(box, run_id: str) -> None:
+    inv = load_inventory(box.inventory_file)
+    back = hidden_run(box, "rollback", run_id, "--yes", timeout=300)
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+    with inv.open(f"{BOX}-1") as primary, inv.open(TARGET) as target:
+        assert not Inspector(primary).read_only() and Inspector(target).read_only()
+
+
+def test_promote_with_the_latency_guard_over_ssh_with_the_sandbox_hidden(remote_inventory, box, dbm_home, can_hide):
+    """The guard's baseline on the old primary and its windows on the new one are slow logs on
+    other hosts: they are fetched over ssh, digested here and removed there. Rolled back at the end."""
+    inv = load_inventory(box.inventory_file)
+    run_id, said = guarded_promote(box, remote_inventory, dbm_home / "ops")
+    assert "baseline:" in said.get("collect baseline digest", ""), said
     digests = sorted(p.name for p in (dbm_home / "digests" / run_id).glob("*.digest.json"))
     assert "baseline.digest.json" in digests and any(d.startswith("guard-") for d in digests), digests
     for name in (f"{BOX}-1", TARGET):
         with inv.open(name) as server:
             assert float(Inspector(server).slow_log_settings()["long_query_time"]) > 0  # restored
-    back = hidden_run(box, "rollback", run_id, "--yes", timeout=300)
-    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
-    with inv.open(f"{BOX}-1") as primary, inv.open(TARGET) as target:
-        assert not Inspector(primary).read_only() and Inspector(target).read_only()
+    roll_back_hidden(box, run_id)
     datadirs = [Path(inv.find_server(n)[1].datadir).parent for n in (f"{BOX}-1", TARGET)]
     leftovers = [str(p) for d in datadirs for p in d.rglob("dbmigrate-digest-*")]
     assert leftovers == [], leftovers  # every window file was removed from its host
@@ -332,40 +344,10 @@ def test_promote_with_the_latency_guard_over_sql_alone_with_the_sandbox_hidden(t
                                                                               can_hide):
     """No access to any host: the baseline and the guard's windows are read from mysql.slow_log."""
     inv = load_inventory(box.inventory_file)
-    playbook = dbm_home / "ops-sql" / "promote-guarded.yaml"
-    playbook.write_text(yaml.safe_dump({
-        "procedure": "promote", "inventory": str(table_inventory), "cluster": BOX,
-        "params": {"candidate": TARGET, "baseline_seconds": 2, "guard_sample_s": 2, "lag_wait_s": 10},
-        "guard": {"window_s": 4, "min_samples": 1, "min_class_samples": 1,
-                  "rules": [{"metric": "avg", "scope": "overall", "max_regression_pct": 100000}]},
-    }, sort_keys=False))
-    stop = threading.Event()
-
-    def traffic():
-        while not stop.is_set():
-            for name in (f"{BOX}-1", TARGET):
-                try:
-                    with inv.open(name) as server:
-                        server.query("SELECT COUNT(*) AS n FROM app.t1 WHERE k < 100")
-                except Exception:
-                    pass
-            time.sleep(0.02)
-
-    t = threading.Thread(target=traffic, daemon=True)
-    t.start()
-    try:
-        r = hidden_run(box, "run", str(playbook), "--yes", "--json", timeout=300)
-    finally:
-        stop.set()
-        t.join(10)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    run_id = next(e["run_id"] for e in events if e.get("run_id"))
-    said = {e.get("name"): e.get("sentence", "") for e in events if e.get("event") == "StepFinished"}
+    run_id, said = guarded_promote(box, table_inventory, dbm_home / "ops-sql")
     assert "mysql.slow_log" in said.get("open baseline window on the old primary", ""), said
     base = said.get("collect baseline digest", "")
     assert "baseline:" in base and not base.startswith("baseline: 0 queries"), said
-    assert "guard watched" in said.get("latency guard", ""), said
     guard_digests = sorted((dbm_home / "digests" / run_id).glob("guard-*.digest.json"))
     assert guard_digests and any(json.loads(p.read_text())["query_count"] > 0 for p in guard_digests)
     for name in (f"{BOX}-1", TARGET):
@@ -373,7 +355,4 @@ def test_promote_with_the_latency_guard_over_sql_alone_with_the_sandbox_hidden(t
             v = Inspector(server).slow_log_settings()
             assert float(v["long_query_time"]) > 0 and str(v["log_output"]).upper() == "FILE", v
         assert _slow_log_rows(inv, name) == 0
-    back = hidden_run(box, "rollback", run_id, "--yes", timeout=300)
-    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
-    with inv.open(f"{BOX}-1") as primary, inv.open(TARGET) as target:
-        assert not Inspector(primary).read_only() and Inspector(target).read_only()
+    roll_back_hidden(box, run_id)
