@@ -59,6 +59,54 @@ def register(app: typer.Typer) -> None:
             console.print(f"plan written to {out}")
 
 
+    @group.command("provision")
+    def provision_cmd(
+        plan_file: Path = typer.Option(..., "--plan", help="plan written by `consolidate plan --out`"),
+        inventory: Path = typer.Option(..., "--inventory", help="inventory: the accounts the instances get "
+                                       "(defaults.credentials, the cluster's replication_credentials) and how "
+                                       "each host is reached (hosts: NAME: access:, host_access:)"),
+        cluster: Optional[str] = typer.Option(None, "--cluster", help="cluster of the old servers (default: the "
+                                              "one holding the plan's old servers)"),
+        out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="where the inventory and playbook are "
+                                               "written (default: PLAN-provision beside the plan)"),
+        start: Optional[str] = typer.Option(None, "--start", help="systemd (mariadb@NAME units) or direct "
+                                            "(mariadbd started by the playbook, where no systemd runs); default: "
+                                            "systemd, direct for this machine when it runs no systemd"),
+        conf_dir: str = typer.Option("/etc/mysql/mariadb.conf.d", "--conf-dir", help="where each instance's "
+                                     "option group file goes"),
+        mariadbd_user: str = typer.Option("mysql", "--mariadbd-user", help="system user that owns the datadirs "
+                                          "and runs mariadbd"),
+        packages: bool = typer.Option(True, "--packages/--no-packages", help="install mariadb-server with apt"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="show the generated files; run nothing"),
+        as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    ) -> None:
+        """Create and start the plan's instances on their hosts with ansible-playbook, then check each answers."""
+        from dbmigrate.app.consolidate_provision import ProvisionRequest, provision
+
+        result = provision(ProvisionRequest(plan=plan_file, inventory=inventory, cluster=cluster, out_dir=out_dir,
+                                            start=start, conf_dir=conf_dir, mariadbd_user=mariadbd_user,
+                                            install_packages=packages, dry_run=dry_run),
+                           log=lambda m: err_console.print(escape(m)) if not as_json else None)
+        if as_json:
+            print_json(result.to_dict())
+            return
+        if dry_run:
+            for name, text in result.files.items():
+                console.rule(f"{result.out_dir / name}")
+                console.print(escape(text), end="", soft_wrap=True)
+            console.print("dry run: nothing written, nothing run")
+            return
+        t = Table(title=f"instances provisioned (files in {result.out_dir})")
+        for c in ("instance", "host", "address", "server_id", "read_only"):
+            t.add_column(c)
+        for i in result.instances:
+            t.add_row(i["name"], i["host"], i["address"], str(i["server_id"]), "ON" if i.get("read_only") else "OFF")
+        console.print(t)
+        recap = result.recap.hosts if result.recap else {}
+        console.print(f"ansible: {sum(c.get('changed', 0) for c in recap.values())} change(s) on {len(recap)} "
+                      f"host(s); every instance answers at its planned port")
+
+
 def _gb(v: float) -> str:
     """GB figures, in MB below 1 GB (rehearsal shards would all read 0.00)."""
     return f"{v * 1024:.1f} MB" if abs(v) < 1 else f"{v:.2f} GB"
