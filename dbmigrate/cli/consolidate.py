@@ -107,6 +107,36 @@ def register(app: typer.Typer) -> None:
                       f"host(s); every instance answers at its planned port")
 
 
+    @group.command("status")
+    def status_cmd(
+        plan_file: Path = typer.Option(..., "--plan", help="plan written by `consolidate plan --out`"),
+        inventory: Path = typer.Option(..., "--inventory", help="inventory with the old servers and credentials"),
+        routes: Optional[Path] = typer.Option(None, "--routes", help="DSN file with one entry per shard "
+                                              "(default: the cluster's dsn-file router)"),
+        cluster: Optional[str] = typer.Option(None, "--cluster", help="cluster whose dsn-file router to read"),
+        as_json: bool = typer.Option(False, "--json", help="print the status as JSON"),
+    ) -> None:
+        """Per shard: served by its old server or its new instance, and how far the move is. Exit 1 on a problem."""
+        from dbmigrate.app.consolidate_status import consolidation_status
+
+        result = consolidation_status(plan_file, inventory, routes, cluster)
+        if as_json:
+            print_json(result.to_dict())
+        else:
+            t = Table(title=f"shards (routes: {result.routes or 'none: served by = the only writable side'})")
+            for c in ("shard", "old server", "instance", "served by", "stage", "problems"):
+                t.add_column(c)
+            for sh in result.shards:
+                t.add_row(sh.shard, sh.old, sh.instance, sh.served_by, sh.stage,
+                          escape("; ".join(sh.problems)) if sh.problems else "")
+            console.print(t)
+            moved = sum(1 for sh in result.shards if sh.served_by == "new instance")
+            console.print(f"{moved} of {len(result.shards)} shard(s) served by their new instance; "
+                          f"{len(result.problems)} problem(s)")
+        if result.problems:
+            raise typer.Exit(1)
+
+
 def _gb(v: float) -> str:
     """GB figures, in MB below 1 GB (rehearsal shards would all read 0.00)."""
     return f"{v * 1024:.1f} MB" if abs(v) < 1 else f"{v:.2f} GB"

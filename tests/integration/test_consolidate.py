@@ -133,14 +133,16 @@ def legacy(boxes):
     boxes.down(NAME)
 
 
-def free_base_port(n: int) -> int:
-    from dbmigrate.rehearsal.sandbox.ports import free_port, port_in_use
+def status(inv, plan_file: Path) -> dict:
+    r = run_cli("consolidate", "status", "--plan", str(plan_file), "--inventory", str(inv.path), "--json")
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
 
-    for _ in range(50):
-        base = free_port()
-        if base + n < 65536 and not any(port_in_use(base + i) for i in range(1, n)):
-            return base
-    raise AssertionError("no free port range")
+
+def free_base_port(n: int) -> int:
+    from dbmigrate.rehearsal.sandbox.ports import free_port_range
+
+    return free_port_range(n)
 
 
 def address(inv, server: str) -> str:
@@ -191,6 +193,9 @@ def test_plan_command_measures_and_places_each_old_server_in_its_own_instance(le
         ("h1-1", ["shard_1", "shard_2"], ["consol-1"]), ("h1-2", ["shard_3", "shard_4"], ["consol-old2"])]
     for sh in doc["shards"]:
         assert sh["size_bytes"] > 0 and "Com_*" in sh["estimates"]["qps"]
+    # Nothing created yet: every shard is served by its old server, its instance not provisioned.
+    st = status(inv, out)
+    assert [(s["served_by"], s["stage"]) for s in st["shards"]] == [("old server", "not provisioned")] * 4
     assert all(i["buffer_pool_mb"] >= 32 for i in doc["instances"])
     # Too little disk: refused, naming the resource.
     tight = state.path / "tight-hosts.yaml"
@@ -237,6 +242,10 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
                 for sh in shards:
                     acked = {i for i, _ in list(writers[sh].acks)}
                     assert acked <= ids_on(srv, sh), f"{sh}: lost {sorted(acked - ids_on(srv, sh))[:5]}"
+        st = status(inv, plan_file)
+        assert {(s["shard"], s["served_by"]) for s in st["shards"]} == {(sh, "new instance") for sh in SHARDS}
+        assert all(s["stage"].startswith("moved (old server replicating") for s in st["shards"]), st
+        assert st["problems"] == []
         # Roll back: routes return to the old servers, after they applied what the instances took.
         back = rollback_run(outcome.run_id, assume_yes=True)
         assert back.status == "rolled_back", back.summary

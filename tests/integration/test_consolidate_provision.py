@@ -21,7 +21,6 @@ import yaml
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.rehearsal.sandbox.ports import free_port, port_in_use
 
 from tests.conftest import run_cli
 
@@ -29,11 +28,9 @@ pytestmark = pytest.mark.integration
 
 
 def free_base_port(n: int) -> int:
-    for _ in range(50):
-        base = free_port()
-        if base + n < 65536 and not any(port_in_use(base + i) for i in range(1, n)):
-            return base
-    raise AssertionError("no free port range")
+    from dbmigrate.rehearsal.sandbox.ports import free_port_range
+
+    return free_port_range(n)
 
 
 def stop_instances(run_dir: Path) -> None:
