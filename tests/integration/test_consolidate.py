@@ -193,6 +193,9 @@ def test_plan_command_measures_and_places_each_old_server_in_its_own_instance(le
         ("h1-1", ["shard_1", "shard_2"], ["consol-1"]), ("h1-2", ["shard_3", "shard_4"], ["consol-old2"])]
     for sh in doc["shards"]:
         assert sh["size_bytes"] > 0 and "Com_*" in sh["estimates"]["qps"]
+    # The old shard servers are independent primaries, each its own replication tree: not a problem.
+    r = run_cli("topology", "show", "--inventory", str(inv.path), "--cluster", NAME, "--no-orchestrator")
+    assert r.returncode == 0 and "2 shard server(s), each the writable primary" in r.stdout, r.stdout + r.stderr
     # Nothing created yet: every shard is served by its old server, its instance not provisioned.
     st = status(inv, out)
     assert [(s["served_by"], s["stage"]) for s in st["shards"]] == [("old server", "not provisioned")] * 4
