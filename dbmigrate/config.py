@@ -175,6 +175,7 @@ class HostSpec(Strict):
     address: str = Field("127.0.0.1", description="host name or IP the instances listen on")
     base_port: int = Field(3306, ge=1, le=65535, description="first instance's port; the next ones count up")
     datadir_root: str = Field("/var/lib/mysql-instances", description="one datadir per instance under here")
+    run_dir: str = Field("/run/mysqld", description="each instance's socket and pid file go here")
     sandbox: Optional[str] = Field(None, description="rehearsal: create the instances in this local sandbox")
     access: Optional[Access] = Field(None, description="how the tool reaches this host")
 
@@ -189,6 +190,9 @@ class PlanningSpec(Strict):
     qps_per_core: float = Field(2000, gt=0, description="queries per second one core serves")
     working_set_fraction: float = Field(0.25, gt=0, le=1, description="working set estimate when not measured")
     min_buffer_pool_mb: int = Field(64, ge=8)
+    server_id_base: int = Field(100000, ge=1, le=4_000_000_000,
+                                description="planned instances get server_id base+1, base+2, ... (must not "
+                                            "collide with the old servers' ids)")
 
 
 class HostsFile(Strict):

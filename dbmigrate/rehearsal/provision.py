@@ -11,7 +11,8 @@ class SandboxProvisioner:
         from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
         ist = Sandboxes().add_instance(instance.sandbox, instance.name, buffer_pool_mb=instance.buffer_pool_mb,
-                                       cluster=instance.name, extra=sandbox_extra(instance.config))
+                                       cluster=instance.name, extra=sandbox_extra(instance.config),
+                                       port=instance.port)  # the plan's port: nothing downstream re-derives it
         return f"127.0.0.1:{ist.port}"
 
 

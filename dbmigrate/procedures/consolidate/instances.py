@@ -40,6 +40,10 @@ def provision_step(inst: PlannedInstance):
                                    hint="run the playbook with the dbmigrate command (it installs the provisioner)")
         if provisioner is not None:
             address = provisioner.create(inst)
+            if not address.endswith(f":{inst.port}"):
+                # Routes, seeds and rollback would name a port the plan file does not: refuse.
+                raise ConsolidateError(f"{inst.name} was created at {address}, not at the plan's port {inst.port}",
+                                       hint="plan again with ports the host can give (hosts: NAME: base_port:)")
             with ConsolidateState.edit(ctx.state) as st:
                 st.instances[inst.name] = address
         elif not answers(ctx, inst.name):
