@@ -16,7 +16,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile (q in 0..100) of already sorted values; None when empty."""
     if not sorted_values:
         return None
-    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    rank = max(1, math.ceil(round(q / 100.0 * len(sorted_values), 9)))  # 99.9% of 1000 is rank 999, not 1000
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
