@@ -48,6 +48,13 @@ def ms(v: float | None) -> str:
     return f"{v:.2f} ms"
 
 
+def ms_pair(before: float | None, after: float | None) -> str:
+    """'0.15→0.12 ms': one unit for both sides keeps the column narrow."""
+    if before is None or after is None:
+        return f"{ms(before)}→{ms(after)}"
+    return f"{ms(before).removesuffix(' ms')}→{ms(after)}"
+
+
 def change(before: float | None, after: float | None) -> str:
     if before is None or after is None or before == 0:
         return DASH
@@ -101,7 +108,7 @@ def per_class(model: m.ReportModel, limit: int = 10) -> SeedTable | None:
         ab, aa, pb, pa = (_sec_to_ms(b.get("avg")), _sec_to_ms(a.get("avg")), _sec_to_ms(b.get("p95")),
                           _sec_to_ms(a.get("p95")))
         label = c["label"] if len(c["label"]) <= 60 else c["label"][:59] + "…"
-        rows.append([label, f"{b['count']:,} / {a['count']:,}", ms(ab), ms(aa), change(ab, aa), ms(pb), ms(pa),
+        rows.append([label, f"{b['count']:,}→{a['count']:,}", ms_pair(ab, aa), change(ab, aa), ms_pair(pb, pa),
                      change(pb, pa)])
         values.append({"class": c["label"], "checksum": c.get("key"), "count_before": b["count"],
                        "count_after": a["count"], "avg_ms_before": ab, "avg_ms_after": aa, "p95_ms_before": pb,
@@ -109,9 +116,9 @@ def per_class(model: m.ReportModel, limit: int = 10) -> SeedTable | None:
     note = f"{len(classes)} matched class(es), largest share of query time first"
     if len(classes) > limit:
         note += f"; top {limit} shown"
-    return SeedTable("per_class", "Per query class, before and after (pt-query-digest)",
-                     ["query class", "queries", "avg before", "avg after", "Δ avg", "p95 before", "p95 after",
-                      "Δ p95"], rows, values, note)
+    return SeedTable("per_class", "Per query class, before → after (pt-query-digest)",
+                     ["query class", "queries", "avg", "Δ avg", "p95", "Δ p95"],
+                     rows, values, note)
 
 
 def background_copy(model: m.ReportModel) -> SeedTable | None:
@@ -138,8 +145,9 @@ def scaling(model: m.ReportModel) -> SeedTable | None:
         rows.append([str(r["instances"]), f"{r['tpm']:,.0f}", f"{r['tpm_per_instance']:,.0f}", ms(r.get("avg_ms")),
                      ms(r.get("p999_ms")), DASH if r.get("efficiency") is None else f"{r['efficiency']:.2f}"])
     return SeedTable("scaling", "Instances per host: throughput and latency",
-                     ["instances", "TPM (total)", "TPM per instance", "avg", "p99.9", "per-instance efficiency"],
-                     rows, list(sc["rows"]), sc.get("workload", ""))
+                     ["instances", "TPM (total)", "TPM per instance", "avg", "p99.9", "efficiency"],
+                     rows, list(sc["rows"]),
+                     "efficiency: TPM per instance over TPM of one instance alone; " + sc.get("workload", ""))
 
 
 def all_tables(model: m.ReportModel) -> list[SeedTable]:
@@ -150,10 +158,11 @@ def all_tables(model: m.ReportModel) -> list[SeedTable]:
 def rich_table(t: SeedTable) -> Table:
     out = Table(title=t.title, caption=t.note or None, title_justify="left", caption_justify="left")
     for i, c in enumerate(t.columns):
-        if i == 0:
-            out.add_column(c, justify="left", overflow="fold", min_width=24, ratio=3)
+        if i == 0:  # the label column folds (a long query class), never vanishes
+            widest = max([len(c)] + [len(r[0]) for r in t.rows])
+            out.add_column(c, justify="left", overflow="fold", min_width=min(widest, 16))
         else:
-            out.add_column(c, justify="right", no_wrap=True)
+            out.add_column(c, justify="right")
     for row in t.rows:
         out.add_row(*row)
     return out
