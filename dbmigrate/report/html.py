@@ -30,10 +30,9 @@ def render(model: m.ReportModel) -> str:
     if tables:
         parts.append("<h2>Tables</h2>")
         parts.extend(_table_html(t) for t in tables)
-    parts.append(_timeline(model))
-    parts.append(_digest(model))
-    parts.append(_warmup(model))
-    parts.append(_guard(model))
+    for section in (_timeline(model), _digest(model), _warmup(model), _guard(model)):
+        if model.show_empty or NOT_RECORDED not in section:
+            parts.append(section)
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -106,7 +105,8 @@ def cutover_range(model: m.ReportModel, origin: float, margin_s: float = 0.5) ->
 
 
 def _timeline(model: m.ReportModel) -> str:
-    out = ["<h2>Cutover timeline</h2>"]
+    cutover = any(s["phase"] == "cutover" for s in model.steps)
+    out = [f"<h2>{'Cutover timeline' if cutover else 'Timeline'}</h2>"]
     origin = model.origin()
     if origin is None:
         out.append(empty_chart("cutover timeline", "timeline-acks", NOT_RECORDED))
@@ -132,6 +132,8 @@ def _timeline(model: m.ReportModel) -> str:
     out.append(line_chart(f"Query latency per second, p50 and p99 ({source})", "timeline-latency",
                           lines["latency"], x_label=x_label, y_label="ms", bands=bands, x_range=x_range)
                if lines["latency"] else empty_chart("Query latency per second", "timeline-latency", NOT_RECORDED))
+    if not model.show_empty:
+        out = [c for c in out if NOT_RECORDED not in c]
     if model.steps:
         rows = "".join(
             f'<tr data-step="{_e(b.label)}"><td class=num>{i + 1}</td><td>{_e(s["phase"])}</td><td>{_e(b.label)}</td>'

@@ -45,6 +45,7 @@ class ReportModel:
     guard_windows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     generated_at: str = field(default_factory=utc_now_iso)
+    show_empty: bool = True  # a run's report says what it did not record; a benchmark's shows what it measured
 
     def origin(self) -> float | None:
         """Time zero of the timeline: the first step's start, else the first sample."""
@@ -96,7 +97,8 @@ def from_journal(journal: Journal, run_ref: str) -> ReportModel:
 
 def from_evidence(title: str, evidence: dict[str, Any], notes: list[str] | None = None) -> ReportModel:
     """A report of a benchmark: its evidence alone, no journal."""
-    return ReportModel(title=title, evidence=evidence, digest=evidence.get(DIGEST), notes=list(notes or []))
+    return ReportModel(title=title, evidence=evidence, digest=evidence.get(DIGEST), notes=list(notes or []),
+                       show_empty=False)
 
 
 def _guard_state(state: dict[str, Any], notes: list[str]) -> dict[str, Any]:

@@ -156,9 +156,16 @@ def test_html_has_every_chart_with_data_and_escapes_text():
     assert len(re.findall(r'data-table="(\w+)"', page)) == 4
 
 
-def test_empty_report_says_not_recorded():
-    page = html.render(from_evidence("nothing", {}))
+def test_a_run_report_says_what_was_not_recorded():
+    page = html.render(ReportModel(title="run"))
     assert page.count(html.NOT_RECORDED) == 4
+
+
+def test_a_benchmark_report_shows_only_what_it_measured():
+    ev = {m.LATENCY: {"source": "reads", "points": [[T0, 1.0, 2.0, 10], [T0 + 1, 1.0, 3.0, 10]]}}
+    page = html.render(from_evidence("bench", ev))
+    assert html.NOT_RECORDED not in page and 'data-chart="timeline-latency"' in page
+    assert "<h2>Timeline</h2>" in page and "Warm-up" not in page
 
 
 def test_write_report_refuses_bad_paths(tmp_path):
