@@ -7,6 +7,7 @@ from typing import Any
 
 from dbmigrate.redact import redact
 from dbmigrate.report import model as m
+from dbmigrate.report.series import iso_to_epoch
 from dbmigrate.report.svg import Band, BarGroup, Frame, Limit, Line, bar_chart, empty_chart, line_chart
 from dbmigrate.report.tables import SeedTable, all_tables
 
@@ -176,7 +177,14 @@ def _warmup(model: m.ReportModel) -> str:
     w = model.evidence.get(m.WARMUP) or {}
     cases = w.get("cases") or {}
     if not cases:
-        out.append(empty_chart("warm-up curve", "warmup-qps", NOT_RECORDED))
+        progress = warm_progress_lines(model)
+        if progress:
+            out.append(line_chart("Warm-up progress of the run's warm step", "warmup-progress", progress,
+                                  x_label="seconds since the run started", y_label="% done",
+                                  bands=bands_of(model, model.origin() or 0.0)))
+            out.append(_warm_ratios(model))
+        out.append(empty_chart("warm-up curve", "warmup-qps", "QPS and hit ratio per second, cold beside warmed: "
+                               + NOT_RECORDED + " (bench/warmup.py --report measures them)"))
         return "\n".join(out)
     qps = [Line(case, [(s, q) for s, q, _ in pts]) for case, pts in cases.items()]
     hit = [Line(case, [(s, None if h is None else h * 100.0) for s, _, h in pts]) for case, pts in cases.items()]
@@ -187,6 +195,27 @@ def _warmup(model: m.ReportModel) -> str:
     if w.get("source"):
         out.append(f'<p class="note">{_e(w["source"])}</p>')
     return "\n".join(out)
+
+
+def warm_progress_lines(model: m.ReportModel) -> list[Line]:
+    """The warm step's journaled progress (metric warm_progress, 0..1) per target server."""
+    origin = model.origin() or 0.0
+    by_server: dict[str, list[tuple[float, float | None]]] = {}
+    for row in model.metrics:
+        at = iso_to_epoch(row.get("at"))
+        if row.get("name") == "warm_progress" and at is not None and row.get("value") is not None:
+            by_server.setdefault((row.get("labels") or {}).get("server", "target"), []).append(
+                (at - origin, float(row["value"]) * 100.0))
+    return [Line(f"warm-up of {name}", pts) for name, pts in sorted(by_server.items())]
+
+
+def _warm_ratios(model: m.ReportModel) -> str:
+    rows = [(r["name"], (r.get("labels") or {}).get("server", ""), r.get("value")) for r in model.metrics
+            if str(r.get("name", "")).startswith(("hit_ratio_", "resident_pages_"))]
+    if not rows:
+        return ""
+    body = "".join(f"<tr><td>{_e(n)}</td><td>{_e(s)}</td><td class=num>{_e(v)}</td></tr>" for n, s, v in rows)
+    return f'<table class="warm"><tr><th>measure</th><th>server</th><th>value</th></tr>{body}</table>'
 
 
 # -- guard ----------------------------------------------------------------------------

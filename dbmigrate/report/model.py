@@ -43,6 +43,7 @@ class ReportModel:
     evidence: dict[str, Any] = field(default_factory=dict)
     digest: dict[str, Any] | None = None
     guard_windows: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # the run's journaled metrics (warm-up progress...)
     notes: list[str] = field(default_factory=list)
     generated_at: str = field(default_factory=utc_now_iso)
     show_empty: bool = True  # a run's report says what it did not record; a benchmark's shows what it measured
@@ -85,7 +86,8 @@ def from_journal(journal: Journal, run_ref: str) -> ReportModel:
     run = {k: detail.get(k) for k in ("id", "procedure", "cluster", "status", "summary", "started_at",
                                       "finished_at", "playbook", "dry_run")}
     model = ReportModel(title=f"{detail['procedure']} on {detail['cluster']}: run {run_id}", run=run,
-                        steps=steps_of(detail), evidence=journal.evidence(run_id))
+                        steps=steps_of(detail), evidence=journal.evidence(run_id),
+                        metrics=list(detail.get("metrics") or []))
     guard = _guard_state(detail.get("state") or {}, model.notes)
     model.guard_windows = list(guard.get("guard_decisions") or [])
     model.digest = model.evidence.get(DIGEST) or _guard_digest(guard, len(model.guard_windows), model.notes)

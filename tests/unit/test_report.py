@@ -186,3 +186,15 @@ def test_write_report_writes_html_and_the_same_numbers_as_json(tmp_path):
     assert data == json.loads(json.dumps(report_json(model), default=str))
     assert html_path.read_text().startswith("<!DOCTYPE html>")
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_runs_warm_step_progress_is_drawn_from_its_metrics():
+    at = lambda s: f"2027-01-15T08:00:0{s}.000Z"  # noqa: E731
+    model = ReportModel(title="run", metrics=[
+        {"name": "warm_progress", "value": v, "labels": {"server": "db-3"}, "at": at(i)}
+        for i, v in enumerate((0.0, 0.4, 1.0))] + [
+        {"name": "hit_ratio_after", "value": 0.99, "labels": {"server": "db-3"}, "at": at(3)}])
+    lines = html.warm_progress_lines(model)
+    assert [ln.name for ln in lines] == ["warm-up of db-3"] and [y for _, y in lines[0].points] == [0.0, 40.0, 100.0]
+    page = html.render(model)
+    assert 'data-chart="warmup-progress"' in page and "hit_ratio_after" in page
