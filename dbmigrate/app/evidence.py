@@ -33,6 +33,7 @@ class ClusterSampler:
         self.probe: list[tuple[float, float]] = []  # (epoch, ms)
         self.writers: list[list[Any]] = []     # [epoch, writer or None] when it changes
         self.failed = 0
+        self.samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -72,6 +73,7 @@ class ClusterSampler:
         except Exception:  # an observer must never take the run down
             self.failed += 1
             return
+        self.samples += 1
         now = time.time()
         if not self.writers or self.writers[-1][1] != s.writer:
             self.writers.append([round(now, 3), s.writer])
@@ -81,7 +83,8 @@ class ClusterSampler:
             self.lag.append([round(now, 3), lag.name, None if lag.lag_ms is None else round(lag.lag_ms, 2)])
 
     def evidence(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {m.SAMPLER: {"interval_s": self.interval_s, "samples": self.samples,
+                                           "failed": self.failed}}
         if self.lag:
             out[m.LAG] = {"source": "pt-heartbeat-style row written on the writable server, read on each replica",
                           "points": self.lag, "writers": self.writers}

@@ -39,6 +39,7 @@ def record_promote_evidence(run_id: str, *, sampler: Any, journal_path=None, **k
     with Journal(resolve_journal_path(journal_path)) as journal:
         for name, value in promote_evidence(**kw).items():
             journal.record_evidence(run_id, name, value)
-        lag = sampler.evidence().get(m.LAG)
-        if lag:
-            journal.record_evidence(run_id, m.LAG, lag)
+        sampled = sampler.evidence()
+        for name in (m.LAG, m.SAMPLER):
+            if sampled.get(name):
+                journal.record_evidence(run_id, name, sampled[name])

@@ -56,6 +56,10 @@ def _header(model: m.ReportModel) -> str:
         out.append(f'<br>acknowledged writes: {v.get("acknowledged", 0):,}, lost: '
                    f'<span class="{"ok" if not lost else "bad"}" data-lost="{lost}">{lost}</span>; '
                    f'longest gap between acknowledged writes: {v.get("max_gap_ms")} ms')
+    sampler = model.evidence.get(m.SAMPLER)
+    if sampler and sampler.get("failed"):
+        out.append(f'<br>the lag sampler failed {sampler["failed"]} of {sampler["failed"] + sampler["samples"]} '
+                   "samples (servers unreachable or fenced at that moment): its charts have gaps there")
     out.append(f"<br>report generated {_e(model.generated_at)}</div>")
     out.extend(f'<p class="note">{_e(n)}</p>' for n in model.notes)
     return "\n".join(out)
@@ -116,7 +120,9 @@ def _timeline(model: m.ReportModel) -> str:
     lines = timeline_lines(model, origin)
     xs = [x for group in lines.values() for ln in group for x, _ in ln.points] + [b.end for b in bands] + [0.0]
     x_range = (min(xs), max(xs))
-    x_label = "seconds since the run started" if model.steps else "seconds"
+    first_step = min((st["start"] for st in model.steps), default=None)
+    x_label = ("seconds since the run started" if first_step is not None and first_step <= origin + 1e-3
+               else "seconds since the first sample")
     ev = model.evidence
     out.append(line_chart("Acknowledged writes per 10 ms (zero-loss verifier through the router)", "timeline-acks",
                           lines["acks"], x_label=x_label, y_label="writes", bands=bands, x_range=x_range)

@@ -32,6 +32,7 @@ WARMUP = "warmup"                  # {"source", "cases": {case: [[second, qps, h
 SCALING = "scaling"                # {"workload", "rows": [{"instances", "tpm", "avg_ms", "p999_ms", ...}]}
 BACKGROUND_COPY = "background_copy"  # {"copy", "without": summarize_ms, "with": summarize_ms}
 DIGEST = "digest"                  # a Comparison.to_dict(), when not derived from the guard's files
+SAMPLER = "sampler"                # {"interval_s", "samples", "failed"}: how well the lag sampler kept up
 VERIFIER = "verifier"              # the zero-loss verifier's summary (acknowledged, lost, longest gap)
 
 
