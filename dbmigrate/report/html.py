@@ -136,9 +136,11 @@ def _timeline(model: m.ReportModel) -> str:
                           x_label=x_label, y_label="ms", bands=bands, x_range=x_range)
                if lines["lag"] else empty_chart("Replica lag", "timeline-lag", NOT_RECORDED))
     source = (ev.get(m.LATENCY) or {}).get("source", "")
-    out.append(line_chart(f"Query latency per second, p50 and p99 ({source})", "timeline-latency",
+    out.append(line_chart("Query latency per second, p50 and p99", "timeline-latency",
                           lines["latency"], x_label=x_label, y_label="ms", bands=bands, x_range=x_range)
                if lines["latency"] else empty_chart("Query latency per second", "timeline-latency", NOT_RECORDED))
+    if lines["latency"] and source:
+        out.append(f'<p class="note">latency: {_e(source)}</p>')
     if not model.show_empty:
         out = [c for c in out if NOT_RECORDED not in c]
     if model.steps:

@@ -49,10 +49,10 @@ def ms(v: float | None) -> str:
 
 
 def ms_pair(before: float | None, after: float | None) -> str:
-    """'0.15→0.12 ms': one unit for both sides keeps the column narrow."""
+    """'0.15 → 0.12 ms': one unit for both sides keeps the column narrow (and it may wrap at the arrow)."""
     if before is None or after is None:
-        return f"{ms(before)}→{ms(after)}"
-    return f"{ms(before).removesuffix(' ms')}→{ms(after)}"
+        return f"{ms(before)} → {ms(after)}"
+    return f"{ms(before).removesuffix(' ms')} → {ms(after)}"
 
 
 def change(before: float | None, after: float | None) -> str:
@@ -108,7 +108,7 @@ def per_class(model: m.ReportModel, limit: int = 10) -> SeedTable | None:
         ab, aa, pb, pa = (_sec_to_ms(b.get("avg")), _sec_to_ms(a.get("avg")), _sec_to_ms(b.get("p95")),
                           _sec_to_ms(a.get("p95")))
         label = c["label"] if len(c["label"]) <= 60 else c["label"][:59] + "…"
-        rows.append([label, f"{b['count']:,}→{a['count']:,}", ms_pair(ab, aa), change(ab, aa), ms_pair(pb, pa),
+        rows.append([label, f"{b['count']:,} → {a['count']:,}", ms_pair(ab, aa), change(ab, aa), ms_pair(pb, pa),
                      change(pb, pa)])
         values.append({"class": c["label"], "checksum": c.get("key"), "count_before": b["count"],
                        "count_after": a["count"], "avg_ms_before": ab, "avg_ms_after": aa, "p95_ms_before": pb,

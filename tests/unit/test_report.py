@@ -137,7 +137,7 @@ def test_before_after_table_from_the_evidence():
 def test_per_class_table_keeps_matched_classes():
     t = per_class(_model())
     assert t is not None and len(t.rows) == 1
-    assert t.rows[0][1:] == ["1,000→900", "0.20→0.30 ms", "+50%", "0.40→0.80 ms", "+100%"]
+    assert t.rows[0][1:] == ["1,000 → 900", "0.20 → 0.30 ms", "+50%", "0.40 → 0.80 ms", "+100%"]
 
 
 def test_scaling_table_and_missing_tables():
