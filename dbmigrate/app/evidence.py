@@ -62,12 +62,13 @@ class ClusterSampler:
         try:
             while not self._stop.is_set():
                 started = time.monotonic()
-                self._sample(monitor)
+                self.take(monitor)
                 self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
         finally:
             monitor.close()
 
-    def _sample(self, monitor: ClusterMonitor) -> None:
+    def take(self, monitor: ClusterMonitor) -> None:
+        """One sample; a failure is counted, never raised."""
         try:
             s = monitor.sample()
         except Exception:  # an observer must never take the run down

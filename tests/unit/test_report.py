@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +199,45 @@ def test_a_runs_warm_step_progress_is_drawn_from_its_metrics():
     assert [ln.name for ln in lines] == ["warm-up of db-3"] and [y for _, y in lines[0].points] == [0.0, 40.0, 100.0]
     page = html.render(model)
     assert 'data-chart="warmup-progress"' in page and "hit_ratio_after" in page
+
+
+def test_secrets_in_step_sentences_never_reach_the_report(tmp_path):
+    from dbmigrate.redact import register_secret
+
+    register_secret("s3cr3t-value")
+    model = ReportModel(title="run", steps=[{"phase": "cutover", "name": "repoint", "action": "run", "status": "done",
+                                             "start": T0, "end": T0 + 1, "duration_ms": 1000.0,
+                                             "sentence": "CHANGE MASTER TO MASTER_PASSWORD='hunter2', s3cr3t-value"}],
+                        evidence={m.LATENCY: {"source": "x", "points": [[T0, 1.0, 2.0, 3]]}})
+    html_path, json_path = write_report(model, tmp_path / "r.html")
+    for text in (html_path.read_text(), json_path.read_text()):
+        assert "hunter2" not in text and "s3cr3t-value" not in text
+
+
+def test_the_sampler_turns_cluster_samples_into_lag_and_latency_series():
+    from dbmigrate.app.evidence import ClusterSampler
+    from dbmigrate.app.monitor import ClusterSample
+    from dbmigrate.lag import LagSample
+
+    class Monitor:
+        def __init__(self):
+            self.samples = [ClusterSample("db-1", "", 0.5, [LagSample("db-2", "a", 3.0), LagSample("db-3", "b", None)]),
+                            ClusterSample(None, "no writable server (fenced?)", None),
+                            ClusterSample("db-3", "", 0.7, [LagSample("db-2", "a", 1.0)])]
+
+        def sample(self):
+            s = self.samples.pop(0)
+            if s is None:
+                raise RuntimeError("gone")
+            return s
+
+    sampler = ClusterSampler(Path("unused.yaml"), "c")
+    monitor = Monitor()
+    monitor.samples.insert(1, None)  # one sample fails: counted, never raised
+    for _ in range(4):
+        sampler.take(monitor)
+    ev = sampler.evidence()
+    assert [w for _, w in ev[m.LAG]["writers"]] == ["db-1", None, "db-3"]
+    assert [(r, v) for _, r, v in ev[m.LAG]["points"]] == [("db-2", 3.0), ("db-3", None), ("db-2", 1.0)]
+    assert sum(p[3] for p in ev[m.LATENCY]["points"]) == 2
+    assert ev[m.SAMPLER] == {"interval_s": 0.25, "samples": 3, "failed": 1}
