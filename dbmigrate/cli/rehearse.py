@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
 from rich.table import Table
 
@@ -26,19 +29,36 @@ def promote(
     remote: bool = typer.Option(False, "--remote", help="Every instance on a host of its own behind sshd; the "
                                 "playbook runs in a process that cannot see the instances' directories "
                                 "(a mount namespace, as root) and reaches their files only over ssh."),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report (charts, tables) "
+                                               "to this file and the same numbers as JSON beside it."),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
+    from dbmigrate.app.reports import model_of_run
     from dbmigrate.cli.render import ConsoleRenderer
     from dbmigrate.rehearsal.rehearse import rehearse_promote
+    from dbmigrate.report.tables import all_tables
+    from dbmigrate.report.write import check_report_path, write_report
+
+    if report_file is not None:
+        report_file = check_report_path(report_file)  # before a sandbox is built
 
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
     subscribers = [] if json_out else [ConsoleRenderer(console)]
     report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep, subscribers=subscribers,
                               regress=regress, guard=guard or regress, remote=remote)
+    model = model_of_run(report["run_id"])
+    tables = all_tables(model)
+    report["tables"] = [t.to_dict() for t in tables]
+    if report_file is not None:
+        report["report_files"] = [str(p) for p in write_report(model, report_file)]
     if json_out:
         print_json(report)
     else:
         render_report(report)
+        print_tables(tables)
+        if report_file is not None:
+            console.print(f"report: {report['report_files'][0]} (numbers: {report['report_files'][1]})",
+                          markup=False)
     expected = report["rolled_back"] if regress else (report["run_status"] == "done" and not report["rolled_back"])
     if report["lost_writes"] or not expected:
         raise typer.Exit(1)
@@ -80,3 +100,10 @@ def render_report(r: dict) -> None:
     console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: "
                   f"{'[green]0[/]' if not lost else f'[red]{lost}[/]'}; run {r['run_id']} {r['run_status']}"
                   f"{' (rolled back)' if r['rolled_back'] else ''}")
+
+
+def print_tables(tables) -> None:
+    from dbmigrate.report.tables import rich_table
+
+    for t in tables:
+        console.print(rich_table(t))

@@ -26,6 +26,8 @@ from dbmigrate.procedures.kit.cutover import CutoverState
 from dbmigrate.procedures.kit.guard import GuardState
 from dbmigrate.home import home
 from dbmigrate.rehearsal import hidden
+from dbmigrate.rehearsal.cpu import measure_cpu
+from dbmigrate.rehearsal.evidence import record_promote_evidence
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.exceptions import SandboxError
 
@@ -132,6 +134,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                      subscribers=(), playbook_extra: dict[str, Any] | None = None, regress: bool = False,
                      guard: bool = True, remote: bool = False,
                      before_cutover: Callable[[Any, str, str], None] | None = None) -> dict[str, Any]:
+    from dbmigrate.app.evidence import ClusterSampler
     from dbmigrate.app.runs import start_run
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
@@ -161,7 +164,8 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         bench = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000, threads=2)
         bench.prepare()
         say(f"sysbench oltp_write_only for {load_seconds}s on the old primary")
-        load_before = bench.run(time_s=load_seconds)
+        load_before, cpu_before = measure_cpu(state.instance(f"{name}-1").pid(), f"{name}-1",
+                                              lambda: bench.run(time_s=load_seconds))
 
         from dbmigrate.rehearsal.readload import ReadLoad, create_orders
 
@@ -205,7 +209,11 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             say(f"running playbook {playbook.name} in a child process that reaches the instances' files only "
                 f"over ssh: promote {candidate}{' with the latency guard' if guard else ''}"
                 f"{' (regression built in)' if regress else ''}")
-            child = hidden.run_playbook(playbook, hide=hide, progress=say)
+            sampler = ClusterSampler(state.inventory_file, name).start()
+            try:
+                child = hidden.run_playbook(playbook, hide=hide, progress=say)
+            finally:
+                sampler.stop()
             if not child.run_id:
                 raise SandboxError(f"the remote run did not start (exit {child.exit_code}): "
                                    f"{child.stderr_tail.strip()[-600:]}")
@@ -214,7 +222,11 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             playbook = _write_playbook(state.path / "promote.yaml", state.inventory_file, name, candidate, extra)
             say(f"running playbook {playbook.name}: promote {candidate}"
                 f"{' with the latency guard' if guard else ''}{' (regression built in)' if regress else ''}")
-            outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+            sampler = ClusterSampler(state.inventory_file, name).start()
+            try:
+                outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+            finally:
+                sampler.stop()
         finished = time.time()
         Clock().sleep(0.3)  # a few writes on the final primary before the check
         try:
@@ -223,8 +235,10 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             pass  # it may have died at the flip (see above); the verifier is the judge
         background = None
         verifier.stop()
+        acks = verifier.acks
         reads.stop()
         reads_summary = reads.summary()
+        read_samples = reads.samples_wall()
         reads = None
         guard_info = _guard_facts(outcome.run_id)
 
@@ -238,8 +252,14 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                 s.close()
         verifier = None
         say(f"sysbench oltp_write_only for {load_seconds}s on the new primary")
-        load_after = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000,
-                                          threads=2).run(time_s=load_seconds)
+        load_after, cpu_after = measure_cpu(
+            state.instance(primary).pid(), primary,
+            lambda: Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000,
+                                         threads=2).run(time_s=load_seconds))
+        record_promote_evidence(outcome.run_id, acks=acks, verify=report, read_samples=read_samples,
+                                sampler=sampler, switched_at=guard_info.get("switched_at"),
+                                load={"before": load_before.to_dict(), "after": load_after.to_dict()},
+                                cpu={"before": cpu_before, "after": cpu_after})
         old = next(s for s in shape_after if s["name"] == f"{name}-1")
         rolled_back = primary == f"{name}-1"
         return {
