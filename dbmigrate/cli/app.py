@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 import typer
 
-from dbmigrate.app.errors import failure_of
+from dbmigrate.app.errors import Terminated, failure_of
+from dbmigrate.db.credentials import remove_private_files
 from dbmigrate.cli import common, inventory, sandbox
 
 app = typer.Typer(
@@ -50,7 +52,16 @@ def _guard_all(group: typer.Typer) -> None:
 _guard_all(app)
 
 
+def _stop_on(signum: int, _frame) -> None:
+    """SIGTERM/SIGHUP: remove the private defaults files (they hold passwords) at once,
+    then unwind like Ctrl-C so that children are killed and `finally` blocks run."""
+    remove_private_files()
+    raise Terminated(signum, signal.Signals(signum).name)
+
+
 def main() -> None:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_on)
     try:
         app()
     except (Exception, KeyboardInterrupt) as exc:

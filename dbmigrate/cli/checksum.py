@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from dbmigrate.cli.common import console, print_json
@@ -29,6 +30,7 @@ def checksum(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inve
         primary = find_primary_of(servers)
         report = table_checksum(servers[primary], [s for n, s in servers.items() if n != primary],
                                 [d.strip() for d in databases.split(",") if d.strip()])
+        replicas = [n for n in servers if n != primary]
     finally:
         for s in servers.values():
             s.close()
@@ -38,11 +40,13 @@ def checksum(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inve
         t = Table(title=f"pt-table-checksum of {databases} against {primary}")
         for col in ("replica", "verdict", "differing tables"):
             t.add_column(col)
-        for name, diffs in report.diffs.items():
-            t.add_row(name, "[red]differs[/]" if diffs else "[green]same[/]",
-                      ", ".join(f"{d['table']} ({d['chunks']} chunk(s))" for d in diffs) or "-")
+        colours = {"same": "green", "differs": "red", "not compared": "red"}
+        for name in replicas:
+            verdict = report.verdict(name)
+            t.add_row(name, f"[{colours[verdict]}]{verdict}[/]",
+                      ", ".join(f"{d['table']} ({d['chunks']} chunk(s))" for d in report.diffs.get(name, [])) or "-")
         console.print(t)
         for e in report.errors:
-            console.print(f"[red]{e}[/]")
+            console.print(f"[red]{escape(e)}[/]")
     if not report.ok:
         raise typer.Exit(1)
