@@ -16,6 +16,7 @@ from dbmigrate.db import credentials as creds_mod
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.exceptions import ConfigError, UsageError
+from dbmigrate.hostname import check_host
 from dbmigrate.yamlload import format_validation_error, load_yaml_with_lines
 
 
@@ -116,9 +117,12 @@ class ServerSpec(Strict):
     @field_validator("host")
     @classmethod
     def _host(cls, v: str) -> str:
-        if not v or " " in v:
-            raise ValueError("must be a host name or IP address")
-        return v
+        return check_host(v)
+
+    @field_validator("replication_host")
+    @classmethod
+    def _replication_host(cls, v: Optional[str]) -> Optional[str]:
+        return v if v is None else check_host(v)
 
 
 class HAProxyRouterSpec(Strict):
@@ -198,7 +202,9 @@ class HostsFile(Strict):
 class Defaults(Strict):
     credentials: Optional[CredentialsRef] = None
     connect_timeout: float = Field(3.0, gt=0, le=60)
-    read_timeout: int = Field(60, gt=0)
+    # seconds a statement may take to answer; bounded so that a typo (1e20) is refused,
+    # long enough for an ALTER TABLE of a schema swap
+    read_timeout: int = Field(60, gt=0, le=7 * 86400)
     access: Optional[Access] = Field(None, description="host access for servers that declare none")
 
 

@@ -9,9 +9,12 @@ import sys
 
 import typer
 
+from dbmigrate.app.paths import check_home
 from dbmigrate.app.errors import Terminated, failure_of
 from dbmigrate.db.credentials import remove_private_files
+from dbmigrate.home import home
 from dbmigrate.cli import common, inventory, sandbox
+from dbmigrate.console_table import fit_to_output
 
 app = typer.Typer(
     name="dbmigrate",
@@ -26,6 +29,9 @@ app = typer.Typer(
 @app.callback()
 def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and every SQL statement (redacted).")):
     common.state["debug"] = debug or bool(os.environ.get("DBMIGRATE_DEBUG"))
+    fit_to_output(common.console)
+    if os.environ.get("DBMIGRATE_HOME"):
+        check_home(home())
     if common.state["debug"]:
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
 

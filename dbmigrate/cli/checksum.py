@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
+from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.cli.common import console, print_json
 from dbmigrate.config import load_inventory
@@ -37,15 +37,11 @@ def checksum(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inve
     if json_out:
         print_json({"primary": primary, **report.to_dict()})
     else:
-        t = Table(title=f"pt-table-checksum of {databases} against {primary}")
-        for col in ("replica", "verdict", "differing tables"):
-            t.add_column(col)
         colours = {"same": "green", "differs": "red", "not compared": "red"}
-        for name in replicas:
-            verdict = report.verdict(name)
-            t.add_row(name, f"[{colours[verdict]}]{verdict}[/]",
-                      ", ".join(f"{d['table']} ({d['chunks']} chunk(s))" for d in report.diffs.get(name, [])) or "-")
-        console.print(t)
+        show(console, [Col("replica", keep=True), Col("verdict", keep=True), Col("differing tables")],
+             [[name, styled(report.verdict(name), colours[report.verdict(name)]),
+               ", ".join(f"{d['table']} ({d['chunks']} chunk(s))" for d in report.diffs.get(name, [])) or "-"]
+              for name in replicas], title=f"pt-table-checksum of {databases} against {primary}")
         for e in report.errors:
             console.print(f"[red]{escape(e)}[/]")
     if not report.ok:

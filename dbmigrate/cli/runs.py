@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from dbmigrate.app.runs import plan_playbook, resolve_journal_path, resume_run, rollback_run, start_run
-from dbmigrate.cli.common import err_console, guarded
+from dbmigrate.cli.common import console, err_console, guarded
 from dbmigrate.cli.render import (
     ConsoleRenderer,
     JsonLinesRenderer,
@@ -117,7 +117,7 @@ def runs_ls_command(
     if json_out:
         print(json.dumps(runs, indent=2, default=str))
     else:
-        render_runs_table(runs, Console(highlight=False, soft_wrap=True))
+        render_runs_table(runs, console)
 
 
 @guarded
@@ -132,7 +132,7 @@ def runs_show_command(
     if json_out:
         print(json.dumps(detail, indent=2, default=str))
     else:
-        render_run_detail(detail, Console(highlight=False, soft_wrap=True))
+        render_run_detail(detail, console)
 
 
 def register(app: typer.Typer) -> None:
