@@ -15,6 +15,7 @@ from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.redact import redact
 
 INTERRUPTED = 130
+PAUSED = 4  # a run stopped at a gate that pauses: nothing undone, resume or roll back by decision
 
 
 class Terminated(KeyboardInterrupt):

@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from dbmigrate.app.errors import PAUSED
 from dbmigrate.app.runs import plan_playbook, resolve_journal_path, resume_run, rollback_run, start_run
 from dbmigrate.cli.common import console, err_console, guarded
 from dbmigrate.cli.render import (
@@ -45,7 +46,7 @@ def _finish(outcome: RunOutcome) -> None:
         return
     if outcome.error is not None and outcome.error.hint:
         err_console.print(f"hint: {outcome.error.hint}", markup=False)
-    raise typer.Exit(1)
+    raise typer.Exit(PAUSED if outcome.status == "paused" else 1)
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve manual gates (scripted runs).")]
