@@ -14,6 +14,7 @@ from dbmigrate.app.errors import Terminated, failure_of
 from dbmigrate.db.credentials import remove_private_files
 from dbmigrate.home import home
 from dbmigrate.cli import common, inventory, sandbox
+from dbmigrate.cli.examples import add_examples
 from dbmigrate.console_table import fit_to_output
 
 app = typer.Typer(
@@ -22,12 +23,25 @@ app = typer.Typer(
          "warm-up, digest comparison and guarded rollback.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"dbmigrate {version('dbmigrate')}")
+        except PackageNotFoundError:
+            typer.echo("dbmigrate (not installed as a package)")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and every SQL statement (redacted).")):
+def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and every SQL statement (redacted)."),
+          _show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                             help="Print the version and exit.")):
     common.state["debug"] = debug or bool(os.environ.get("DBMIGRATE_DEBUG"))
     fit_to_output(common.console)
     if os.environ.get("DBMIGRATE_HOME"):
@@ -56,6 +70,7 @@ def _guard_all(group: typer.Typer) -> None:
 
 
 _guard_all(app)
+add_examples(app)
 
 
 def _stop_on(signum: int, _frame) -> None:

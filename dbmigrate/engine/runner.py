@@ -138,10 +138,12 @@ class Runner:
             self._final_hooks("on_failure", ctx)
             ctx.emit(RunFinished(status="paused", summary=summary))
             return RunOutcome(ctx.run_id, "paused", summary, error)
-        if status == "refused" and not self._changed_anything(procedure, ctx):
-            # Nothing to undo: saying "rolled back" would suggest something had changed.
-            summary = f"refused before any change: {error.message}"
-            error.hint = error.hint or "fix the cause and start a new run"
+        if ctx.dry_run or (status == "refused" and not self._changed_anything(procedure, ctx)):
+            # Nothing to undo (a dry run changes nothing): saying "rolled back" would
+            # suggest something had changed.
+            summary = f"{'dry run stopped' if ctx.dry_run else 'refused before any change'}: {error.message}"
+            error.hint = ("nothing was changed (dry run)" if ctx.dry_run
+                          else error.hint or "fix the cause and start a new run")
             self._final_hooks("on_failure", ctx)
             ctx.emit(RunFinished(status=status, summary=summary))
             return RunOutcome(ctx.run_id, status, summary, error)
