@@ -20,6 +20,9 @@ from dbmigrate.hostname import check_host
 from dbmigrate.yamlload import format_validation_error, load_yaml_with_lines
 
 
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -108,6 +111,18 @@ class ServerSpec(Strict):
     host_name: Optional[str] = Field(None, description="physical/virtual host that runs this instance")
     instance: Optional[str] = Field(None, description="instance name on a multi-instance host")
     shards: list[str] = Field(default_factory=list, description="logical shards (schemas) held here")
+
+    @field_validator("shards")
+    @classmethod
+    def _user_schemas(cls, v: list[str]) -> list[str]:
+        # Moving a server's own schemas would move its accounts, privileges and statistics.
+        system = [s for s in v if s.strip().lower() in SYSTEM_SCHEMAS]
+        if system:
+            raise ValueError(f"{', '.join(system)} is a system schema, not a shard; list application schemas only")
+        empty = [s for s in v if not s.strip()]
+        if empty:
+            raise ValueError("a shard name is empty")
+        return v
     replication_host: Optional[str] = Field(None, description="how other servers reach this one for replication "
                                                               "(containers, NAT); default: host")
     replication_port: Optional[int] = Field(None, ge=1, le=65535, description="default: port")

@@ -236,3 +236,19 @@ def test_brackets_in_names_are_printed_not_parsed(inventory):
     r = run("check", "-i", str(inventory), "-c", "[/]c[b]", "--candidate", "s[/]9")
     line = refused(r, "s[/]9")
     assert "unknown server" in line
+
+
+# -- accepted but wrong -----------------------------------------------------------------
+@pytest.mark.parametrize("shard", ["mysql", "Performance_Schema", "sys", "''"])
+def test_system_schema_or_empty_name_as_a_shard(inventory, shard):
+    inventory.write_text(INVENTORY.replace("role: primary}", f"role: primary, shards: [app, {shard}]}}"))
+    refused(run("inventory", "check", str(inventory)), "servers.s1.shards")
+
+
+@pytest.mark.parametrize("field", ["inventory", "journal"])
+def test_empty_path_in_a_playbook_names_the_field(tmp_path, inventory, field):
+    pb = tmp_path / "pb.yaml"
+    pb.write_text(f"procedure: promote\ncluster: c\ninventory: {inventory}\nparams: {{candidate: s2}}\n"
+                  .replace(f"{field}: {inventory}", f"{field}: ''") + ("journal: ''\n" if field == "journal" else ""))
+    line = refused(run("plan", str(pb)), str(pb), field)
+    assert "Is a directory" not in line
