@@ -16,7 +16,11 @@ from dbmigrate.db import credentials as creds_mod
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.exceptions import ConfigError, UsageError
+from dbmigrate.hostname import check_host
 from dbmigrate.yamlload import format_validation_error, load_yaml_with_lines
+
+
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 
 
 class Strict(BaseModel):
@@ -110,6 +114,18 @@ class ServerSpec(Strict):
     host_name: Optional[str] = Field(None, description="physical/virtual host that runs this instance")
     instance: Optional[str] = Field(None, description="instance name on a multi-instance host")
     shards: list[str] = Field(default_factory=list, description="logical shards (schemas) held here")
+
+    @field_validator("shards")
+    @classmethod
+    def _user_schemas(cls, v: list[str]) -> list[str]:
+        # Moving a server's own schemas would move its accounts, privileges and statistics.
+        system = [s for s in v if s.strip().lower() in SYSTEM_SCHEMAS]
+        if system:
+            raise ValueError(f"{', '.join(system)} is a system schema, not a shard; list application schemas only")
+        empty = [s for s in v if not s.strip()]
+        if empty:
+            raise ValueError("a shard name is empty")
+        return v
     replication_host: Optional[str] = Field(None, description="how other servers reach this one for replication "
                                                               "(containers, NAT); default: host")
     replication_port: Optional[int] = Field(None, ge=1, le=65535, description="default: port")
@@ -119,9 +135,12 @@ class ServerSpec(Strict):
     @field_validator("host")
     @classmethod
     def _host(cls, v: str) -> str:
-        if not v or " " in v:
-            raise ValueError("must be a host name or IP address")
-        return v
+        return check_host(v)
+
+    @field_validator("replication_host")
+    @classmethod
+    def _replication_host(cls, v: Optional[str]) -> Optional[str]:
+        return v if v is None else check_host(v)
 
 
 class HAProxyRouterSpec(Strict):
@@ -205,7 +224,9 @@ class HostsFile(Strict):
 class Defaults(Strict):
     credentials: Optional[CredentialsRef] = None
     connect_timeout: float = Field(3.0, gt=0, le=60)
-    read_timeout: int = Field(60, gt=0)
+    # seconds a statement may take to answer; bounded so that a typo (1e20) is refused,
+    # long enough for an ALTER TABLE of a schema swap
+    read_timeout: int = Field(60, gt=0, le=7 * 86400)
     access: Optional[Access] = Field(None, description="host access for servers that declare none")
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Iterable
 
 from dbmigrate.db.named_lock import SqlNamedLocks
+from dbmigrate.app.paths import check_journal
 from dbmigrate.engine.events import EventBus, Log, Subscriber
 from dbmigrate.engine.journal import Journal, default_journal_path, new_run_id
 from dbmigrate.engine.lock import ClusterLock
@@ -27,12 +28,13 @@ LOCK_SESSION = "lock_session"
 
 
 def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None = None) -> Path:
-    """--journal, then the playbook's `journal:`, then $DBMIGRATE_JOURNAL / $DBMIGRATE_HOME."""
+    """--journal, then the playbook's `journal:`, then $DBMIGRATE_JOURNAL / $DBMIGRATE_HOME;
+    checked, so that a directory or another program's file is refused in one line."""
     if explicit is not None:
-        return explicit
+        return check_journal(explicit)
     if playbook is not None and playbook.journal_path is not None:
-        return playbook.journal_path
-    return default_journal_path()
+        return check_journal(playbook.journal_path)
+    return check_journal(default_journal_path())
 
 
 def plan_playbook(playbook_path: Path) -> Procedure:

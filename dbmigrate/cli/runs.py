@@ -15,9 +15,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from dbmigrate.app.errors import PAUSED
 from dbmigrate.app.reports import run_with_report, write_run_report
 from dbmigrate.app.runs import plan_playbook, resolve_journal_path, resume_run, rollback_run, start_run
-from dbmigrate.cli.common import err_console, guarded
+from dbmigrate.cli.common import console, err_console, guarded
 from dbmigrate.cli.render import (
     ConsoleRenderer,
     JsonLinesRenderer,
@@ -46,7 +47,7 @@ def _finish(outcome: RunOutcome) -> None:
         return
     if outcome.error is not None and outcome.error.hint:
         err_console.print(f"hint: {outcome.error.hint}", markup=False)
-    raise typer.Exit(1)
+    raise typer.Exit(PAUSED if outcome.status == "paused" else 1)
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve manual gates (scripted runs).")]
@@ -127,7 +128,7 @@ def runs_ls_command(
     if json_out:
         print(json.dumps(runs, indent=2, default=str))
     else:
-        render_runs_table(runs, Console(highlight=False, soft_wrap=True))
+        render_runs_table(runs, console)
 
 
 @guarded
@@ -142,7 +143,7 @@ def runs_show_command(
     if json_out:
         print(json.dumps(detail, indent=2, default=str))
     else:
-        render_run_detail(detail, Console(highlight=False, soft_wrap=True))
+        render_run_detail(detail, console)
 
 
 @guarded

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from dbmigrate.db.connection import Server
-from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.credentials import Credentials, native_password_hash
 from dbmigrate.redact import redact, register_secret
 
 
@@ -85,9 +85,16 @@ class Applier:
         self._send(f"CREATE DATABASE IF NOT EXISTS {_ident(schema)}")
 
     def create_user(self, user: str, password: str) -> None:
-        """An account that may connect from any host."""
+        """An account that may connect from any host.
+
+        On MariaDB the password goes as its mysql_native_password hash
+        (`IDENTIFIED BY PASSWORD`), so a binlogged CREATE USER (replicated to the
+        replicas) and the general log never hold it in clear text."""
         register_secret(password)  # it travels as a parameter: no SQL pattern would mask it in the log
-        self._send("CREATE USER %s@'%' IDENTIFIED BY %s", (user, password))
+        if self.flavor.name == "mariadb":
+            self._send("CREATE USER %s@'%' IDENTIFIED BY PASSWORD %s", (user, native_password_hash(password)))
+        else:
+            self._send("CREATE USER %s@'%' IDENTIFIED BY %s", (user, password))
 
     def grant(self, privileges_on: str, user: str, *, with_grant_option: bool = False) -> None:
         """GRANT `privileges_on` ("PRIVILEGES ON what", from configuration, never from input) TO user@'%'."""

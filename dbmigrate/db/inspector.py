@@ -332,6 +332,16 @@ class Inspector:
         row = self.server.query(f"SELECT MIN(`{column}`) AS lo, MAX(`{column}`) AS hi FROM `{schema}`.`{table}`")[0]
         return row["lo"], row["hi"]
 
+    def table_sizes(self, tables: list[str]) -> dict[str, int]:
+        """Data + index bytes of each 'schema.table' that exists."""
+        pairs = [t.split(".", 1) for t in tables if "." in t]
+        if not pairs:
+            return {}
+        marks = " OR ".join(["(TABLE_SCHEMA = %s AND TABLE_NAME = %s)"] * len(pairs))
+        rows = self.server.query("SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t, DATA_LENGTH + INDEX_LENGTH AS n "
+                                 f"FROM information_schema.TABLES WHERE {marks}", tuple(x for p in pairs for x in p))
+        return {f"{r['s']}.{r['t']}": int(r["n"] or 0) for r in rows}
+
     # -- shards and named replication connections (consolidation) ------------------
     def schema_sizes(self, schemas: list[str]) -> dict[str, int]:
         """Data + index bytes per schema, for the schemas that exist (an empty one counts 0)."""

@@ -15,6 +15,7 @@ connected, so that a thin capture can be explained.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -34,6 +35,7 @@ from dbmigrate.hosts import Host, LocalHost
 from dbmigrate.tools import percona
 
 SAVED_KIND = "dbmigrate.slow_log_window"
+MAX_WINDOW_S = 86400.0  # long_query_time=0 for more than a day is not a capture, it is a misconfiguration
 WINDOW_FILE_PREFIX = "dbmigrate-digest-"
 
 Persist = Callable[[dict[str, Any]], None]
@@ -62,6 +64,8 @@ class SlowLogReader(Protocol):
 
     def fetch(self, server_path: str, dest_dir: Path) -> Path: ...
 
+    def exists(self, server_path: str) -> bool | None: ...  # None: cannot tell
+
 
 class LocalFileReader:
     """The server runs on this machine (sandbox, or the tool runs on the DB host)."""
@@ -72,6 +76,9 @@ class LocalFileReader:
             raise UsageError(f"the server's slow log {server_path} is not readable on this machine",
                              hint="for a remote server copy the file here and run: dbmigrate digest capture --slow-log FILE")
         return path
+
+    def exists(self, server_path: str) -> bool | None:
+        return os.path.lexists(server_path)
 
 
 class HostFileReader:
@@ -101,6 +108,12 @@ class HostFileReader:
         if os.path.basename(server_path).startswith(WINDOW_FILE_PREFIX):
             self.host.remove(server_path, timeout=60)
         return local
+
+    def exists(self, server_path: str) -> bool | None:
+        try:
+            return self.host.exists(server_path, timeout=60)
+        except DbmigrateError:
+            return None  # a host the tool may not enter: the capture's own fetch says so later
 
 
 # -- saved settings ----------------------------------------------------------------
@@ -330,8 +343,19 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
                    source: str = "file") -> CaptureResult:
     """Open a slow-log window on `server` for `seconds`, restore, digest. The saved
     settings go to `saved_settings_file` (default: next to the digest) and to `persist`."""
-    if seconds <= 0:
-        raise UsageError(f"a capture window needs a positive number of seconds, not {seconds:g}")
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_WINDOW_S:
+        raise UsageError(f"a capture window needs a number of seconds between 0 and {MAX_WINDOW_S:g}, not {seconds:g}",
+                         hint="e.g. --seconds 30")
+    reader = reader or LocalFileReader()
+    if log_file is not None:
+        if not os.path.isabs(log_file):
+            raise UsageError(f"--server-log-file {log_file} is not an absolute path",
+                             hint="name a new file on the server's host, e.g. /var/lib/mysql/capture.slow.log")
+        if reader.exists(log_file):
+            # mariadbd appends to an existing slow log: the digest would mix in older queries,
+            # and the file (not ours) would be removed after the fetch.
+            raise UsageError(f"--server-log-file {log_file} already exists: the server would append to it and the "
+                             "digest would include whatever it held before", hint="name a file that does not exist yet")
     say = progress or (lambda msg: None)
     out = Path(out) if out else default_digest_file(server.name)
     saved_path = Path(saved_settings_file) if saved_settings_file else saved_settings_path_for(out)
@@ -370,7 +394,7 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
         say(f"read {n} statements from mysql.slow_log" + ("; the table is empty again" if emptied else
                                                           "; the table held other rows: left as it was"))
     else:
-        local_log = (reader or LocalFileReader()).fetch(window.log_file or "", out.parent)
+        local_log = reader.fetch(window.log_file or "", out.parent)
     where = str(window.log_file) if source == "file" else "mysql.slow_log"
     source_meta = {"kind": "window", "server": server.name, "address": server.address, "slow_log": where,
               "captured_at": window.saved_settings["opened_at"] if window.saved_settings else _now_iso(),

@@ -11,6 +11,7 @@ depth; the db layer redacts too).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
@@ -452,3 +453,11 @@ class Journal:
             self.record_log(event)
         elif isinstance(event, RunFinished):
             self.finish_run(event.run_id, event.status, event.summary)
+
+
+def foreign_sqlite_tables(path: str | os.PathLike[str]) -> set[str] | None:
+    """The tables of an existing SQLite file when it is not a journal (has tables, none
+    of them `runs`), else None. Read-only: nothing is created in someone else's file."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    return tables if tables and "runs" not in tables else None

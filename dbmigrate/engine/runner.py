@@ -32,6 +32,10 @@ from dbmigrate.exceptions import DbmigrateError, GateFailed, SafetyError
 Approver = Callable[[GateWaiting], "bool | tuple[bool, str]"]
 
 
+class RunPaused(GateFailed):
+    """A gate that pauses on refusal said no: the run stops there, nothing is undone."""
+
+
 class StepFailed(DbmigrateError):
     """A step's check, run or verify raised; the run stopped at that step."""
 
@@ -129,10 +133,17 @@ class Runner:
         status = ("refused" if isinstance(exc, GateFailed)
                   else "cancelled" if isinstance(exc, RunCancelled) else "failed")
         summary = error.message
-        if status == "refused" and not self._changed_anything(procedure, ctx):
-            # Nothing to undo: saying "rolled back" would suggest something had changed.
-            summary = f"refused before any change: {error.message}"
-            error.hint = error.hint or "fix the cause and start a new run"
+        if isinstance(exc, RunPaused):
+            # Everything done so far is consistent and stays: resume or roll back by decision.
+            self._final_hooks("on_failure", ctx)
+            ctx.emit(RunFinished(status="paused", summary=summary))
+            return RunOutcome(ctx.run_id, "paused", summary, error)
+        if ctx.dry_run or (status == "refused" and not self._changed_anything(procedure, ctx)):
+            # Nothing to undo (a dry run changes nothing): saying "rolled back" would
+            # suggest something had changed.
+            summary = f"{'dry run stopped' if ctx.dry_run else 'refused before any change'}: {error.message}"
+            error.hint = ("nothing was changed (dry run)" if ctx.dry_run
+                          else error.hint or "fix the cause and start a new run")
             self._final_hooks("on_failure", ctx)
             ctx.emit(RunFinished(status=status, summary=summary))
             return RunOutcome(ctx.run_id, status, summary, error)
@@ -231,11 +242,36 @@ class Runner:
             ok, reason, details, by = self._decide(gate, phase.name, ctx)
             ctx.emit(GateDecided(phase=phase.name, gate=gate.name, kind=gate.kind, ok=ok, reason=reason,
                                  by=by, details=details))
+            if not ok and gate.pause_on_refusal:
+                ok = self._override(gate, phase.name, ctx, reason)
+                if not ok:
+                    raise RunPaused(
+                        f"paused at gate '{gate.name}' before phase '{phase.name}': {reason}",
+                        hint=f"nothing was undone; when the condition is met (or to decide anyway at a terminal): "
+                             f"dbmigrate resume {ctx.run_id}; to undo instead: dbmigrate rollback {ctx.run_id}")
             if not ok:
                 raise GateFailed(
                     f"gate '{gate.name}' before phase '{phase.name}' refused: {reason}",
                     hint=f"nothing of phase '{phase.name}' ran; when the condition is met: dbmigrate resume {ctx.run_id}",
                 )
+
+    def _override(self, gate: Gate, phase: str, ctx: RunContext, reason: str) -> bool:
+        """A pausing gate refused: an operator at a terminal may continue anyway; a
+        scripted run (--yes, no terminal) pauses, it never overrides an automatic check."""
+        if self.approver is None or self.assume_yes:
+            return False
+        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual",
+                              prompt=f"{reason}. Continue anyway? (no: the run pauses, nothing is undone)")
+        ctx.emit(waiting)
+        try:
+            answer = self.approver(waiting)
+        except (EOFError, KeyboardInterrupt):
+            return False
+        ok = bool(answer[0] if isinstance(answer, tuple) else answer)
+        if ok:
+            ctx.emit(GateDecided(phase=phase, gate=gate.name, kind="manual", ok=True, by="operator",
+                                 reason=f"continued by the operator despite: {reason}", details={}))
+        return ok
 
     def _decide(self, gate: Gate, phase: str, ctx: RunContext) -> tuple[bool, str, dict, str]:
         if isinstance(gate, AutoGate):

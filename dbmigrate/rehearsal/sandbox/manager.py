@@ -227,6 +227,10 @@ class Sandboxes:
             raise
         state.timings[f"add_{iname}_s"] = round(time.monotonic() - t0, 2)
         state.save()
+        if state.haproxy and ist.cluster == state.name:
+            from dbmigrate.rehearsal.sandbox import haproxy
+
+            haproxy.add_server(state, iname)  # else a promote to it fails at the router switch
         self.write_inventory(state)
         return ist
 
