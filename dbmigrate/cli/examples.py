@@ -31,6 +31,9 @@ EXAMPLES = {
     "digest compare": "dbmigrate digest compare before.json after.json --markdown",
     "digest evaluate": "dbmigrate digest evaluate --policy playbooks/promote-replica.yaml before.json after.json",
     "digest restore": "dbmigrate digest restore -i inventory.yaml -s db-1 --from-file x.saved-settings.json",
+    "runs report": "dbmigrate runs report last -o cutover.html",
+    "consolidate provision": "dbmigrate consolidate provision --plan plan.yaml --dry-run",
+    "consolidate status": "dbmigrate consolidate status --plan plan.yaml --inventory inventory.yaml --cluster shards",
     "consolidate plan": "dbmigrate consolidate plan -i inventory.yaml --from-inventory --out plan.yaml",
 }
 
