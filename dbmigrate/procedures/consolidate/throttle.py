@@ -80,7 +80,7 @@ def percentile(samples: list[float], q: float) -> Optional[float]:
     if not samples:
         return None
     ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+    return ordered[max(0, math.ceil(q * len(ordered) / 100 - 1e-9) - 1)]
 
 
 def eta_s(done: int, total: Optional[int], rate_bps: float) -> Optional[float]:
