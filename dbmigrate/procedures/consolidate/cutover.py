@@ -197,3 +197,19 @@ def cutover_step(source: str, targets: list[str]) -> FunctionStep:
                         check=lambda c: not c.dry_run and is_cut(c, source),
                         verify=lambda c: verify_cutover(c, source), undo=lambda c: undo_cutover(c, source),
                         describe=lambda c: describe_cutover(c, source))
+
+
+def rollback_one(ctx: RunContext, source: str) -> str:
+    """Put one old server back (its shards' routes, writable) while the others stay moved.
+    The run's cutover step then counts it as not done: `dbmigrate resume RUN` would move it again."""
+    if source not in {s.source for s in plan_of(ctx).shards}:
+        from dbmigrate.exceptions import UsageError
+
+        raise UsageError(f"{source} is not an old server of this run's plan",
+                         hint="old servers: " + ", ".join(sorted({s.source for s in plan_of(ctx).shards})))
+    if not is_cut(ctx, source):
+        raise ConsolidateError(f"{source} is not cut over in run {ctx.run_id}: nothing to roll back")
+    sentence = undo_cutover(ctx, source)
+    with edit_state(ctx) as st:
+        st.servers[source] = {"stage": "rollback", "status": "done", "text": sentence, "s": 0, "at": ctx.clock.now()}
+    return f"{source} rolled back: {sentence}"

@@ -30,6 +30,7 @@ from dbmigrate.hosts import Host, NoAccessHost, stream
 from dbmigrate.hosts.resolve import host_for, host_for_planned
 from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
 from dbmigrate.procedures.consolidate.provision import InstanceControl, instance_control
+from dbmigrate.procedures.consolidate.resources import LIVE_THROTTLE_KEY
 from dbmigrate.procedures.consolidate.run import (
     ConsolidateError,
     address_of,
@@ -40,7 +41,6 @@ from dbmigrate.procedures.consolidate.run import (
     resources_of,
     server_of,
     shards_of,
-    state_of,
     wild_patterns,
 )
 from dbmigrate.procedures.consolidate.throttle import MB, Limits, Meter, Valve, Watcher, random_key, relay
@@ -213,15 +213,29 @@ def _watcher(ctx: RunContext, inst: PlannedInstance, source: str, shards: list[s
              total: Optional[int]) -> Watcher:
     seed = params_of(ctx).seed
 
+    live = {"mb_s": None, "held": False, "read": 0.0}
+
+    def refresh() -> None:
+        # `dbmigrate consolidate throttle RUN ...` changes a live run through its journal; read it once a second.
+        now = ctx.clock.monotonic()
+        if now - live["read"] >= 1.0:
+            st = ctx.state.get(LIVE_THROTTLE_KEY) or {}
+            live.update(mb_s=st.get("mb_s"), held=bool(st.get("paused")), read=now)
+
     def cap() -> Optional[float]:
-        live = state_of(ctx).throttle_mb_s  # `dbmigrate consolidate throttle RUN --mb-s N` on a live run
-        mb_s = live if live is not None else seed.throttle_mb_s
+        refresh()
+        mb_s = live["mb_s"] if live["mb_s"] is not None else seed.throttle_mb_s
         return mb_s * MB if mb_s else None
+
+    def held() -> bool:
+        refresh()
+        return bool(live["held"])
 
     return Watcher(valve, meter, probe=probe_for(ctx, source, shards), lag=lambda: replica_lag_s(ctx, source),
                    cap=cap, limits=Limits(cap(), seed.max_source_p999_ms, seed.max_source_lag_s), total_bytes=total,
                    probe_per_s=seed.probe_per_s, window_s=seed.window_s, progress_every_s=seed.progress_every_s,
-                   report=lambda text, figures: _report(ctx, inst, source, text, figures), clock=ctx.clock.monotonic)
+                   report=lambda text, figures: _report(ctx, inst, source, text, figures), clock=ctx.clock.monotonic,
+                   held=held)
 
 
 def _report(ctx: RunContext, inst: PlannedInstance, source: str, text: str, figures: dict) -> None:

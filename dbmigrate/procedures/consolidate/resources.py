@@ -35,7 +35,6 @@ class ConsolidateState(TypedState):
     checksums: dict[str, Any] = Field(default_factory=dict)  # shard -> {"old": ..., "new": ...}
     seeds: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "instance<-source" -> method, bytes, s, position
     servers: dict[str, dict[str, Any]] = Field(default_factory=dict)  # old server -> fleet stage, status, error
-    throttle_mb_s: Optional[float] = None  # set on a live run by `consolidate throttle`; wins over the playbook
 
     @classmethod
     def from_flat(cls, flat: dict[str, Any]) -> dict[str, Any]:
@@ -43,6 +42,11 @@ class ConsolidateState(TypedState):
         out["cut"] = {k[4:]: v for k, v in flat.items() if k.startswith("cut.") and v}
         out["reverse"] = {k[8:]: v for k, v in flat.items() if k.startswith("reverse.") and v}
         return out
+
+
+# Under a key of its own, not in ConsolidateState: `consolidate throttle` writes it from
+# another process while the run rewrites its state, and neither may undo the other's change.
+LIVE_THROTTLE_KEY = "consolidate.throttle"  # {"mb_s": float | None, "paused": bool}
 
 
 class Servers:

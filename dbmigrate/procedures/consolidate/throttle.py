@@ -198,13 +198,14 @@ class Watcher(threading.Thread):
     def __init__(self, valve: Valve, meter: Meter, *, probe: Callable[[], None],
                  lag: Callable[[], Optional[float]], cap: Callable[[], Optional[float]], limits: Limits,
                  total_bytes: Optional[int], probe_per_s: float, window_s: float, progress_every_s: float,
-                 report: Callable[[str, dict], None], clock: Callable[[], float] = time.monotonic):
+                 report: Callable[[str, dict], None], clock: Callable[[], float] = time.monotonic,
+                 held: Callable[[], bool] = lambda: False):
         super().__init__(daemon=True, name="seed-watcher")
         self.valve, self.meter, self.probe, self.lag, self.cap = valve, meter, probe, lag, cap
         self.limits, self.total = limits, total_bytes
         self.interval = 1 / probe_per_s
         self.window_s, self.progress_every_s = window_s, progress_every_s
-        self.report, self.clock = report, clock
+        self.report, self.clock, self.held = report, clock, held
         self.samples: deque[tuple[float, float]] = deque()
         self.stop_flag = threading.Event()
         self.decision = Decision(limits.cap_bps, "starting")
@@ -250,6 +251,8 @@ class Watcher(threading.Thread):
         if p999 is not None and len(self.samples) >= 20:
             self.worst_p999_ms = max(self.worst_p999_ms or 0.0, p999)
         d = decide(limits, p999 if len(self.samples) >= 20 else None, self.lag_s)
+        if self.held():
+            d = Decision(0, "paused by the operator (consolidate throttle RUN --resume lets it go on)")
         rate = d.rate_bps
         if rate is not None and rate < 0:  # half pace with no cap: half of the recent rate
             rate = max(self.meter.recent_rate() / 2, CHUNK)
