@@ -122,6 +122,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         time.sleep(0.3)
         for w in writers.values():
             w.stop()
+        with Journal(resolve_journal_path()) as j:  # again: the rollback journaled that server's new stage
+            st = ConsolidateState.load(j.all_state(outcome.run_id))
         report = _check(inv, name, placed, new_addr, shards, writers, rolled if rollback_sentence else None, routes)
         report.update({
             "sandbox": name, "remote": remote, "run_id": outcome.run_id, "run_status": outcome.status,
