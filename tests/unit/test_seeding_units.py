@@ -153,3 +153,107 @@ def test_fleet_stop_starts_nothing_after_a_failure():
     blocked = run_lanes([["a", "b"]], lambda s: s, concurrency=1, on_failure="continue",
                         blocked=lambda s: "its seed failed" if s == "a" else None)
     assert blocked.skipped == {"a": "its seed failed"} and blocked.done == {"b": "b"}
+
+
+def _ctx(journal, plan, **params):
+    from dbmigrate.engine.events import EventBus
+    from dbmigrate.engine.step import RunContext
+    from dbmigrate.procedures.consolidate.run import PLAN_ONLY, ConsolidateParams
+
+    journal.create_run("r1", procedure="consolidate", cluster="c")
+    return RunContext(run_id="r1", procedure="consolidate", cluster="c", journal=journal, bus=EventBus(),
+                      params=ConsolidateParams(plan="p.json", **params), resources={PLAN_ONLY: plan})
+
+
+def test_fleet_step_journals_each_server_and_fails_naming_the_one_left_behind():
+    from dbmigrate.engine.journal import Journal
+    from dbmigrate.procedures.consolidate.fleet import fleet_step
+    from dbmigrate.procedures.consolidate.resources import ConsolidateState
+
+    plan = _plan({"i1": ["a"], "i2": ["b"], "i3": ["c"]})
+    moved: set[str] = set()
+
+    def work(ctx, s):
+        if s == "b":
+            raise ConsolidateError("b's instance does not keep up")
+        moved.add(s)
+        return f"{s} moved"
+
+    step = fleet_step("cut over 3", "cutover", plan, work, done=lambda c, s: s in moved, blocked=lambda c, s: None,
+                      undo=lambda c: "", describe=lambda c: [])
+    with Journal(":memory:") as j:
+        ctx = _ctx(j, plan, fleet={"concurrency": 2})
+        with pytest.raises(ConsolidateError, match="2 old server.s. done.*b failed: b's instance does not keep up"):
+            step.run(ctx)
+        servers = ConsolidateState.load(ctx.state).servers
+        assert {s: r["status"] for s, r in servers.items()} == {"a": "done", "b": "failed", "c": "done"}
+        assert moved == {"a", "c"} and not step.check(ctx)  # resume runs it again...
+        moved.add("b")
+        assert step.check(ctx)  # ...and once b is done too, the step is done
+        # Seeding defers: the step passes with b journaled as failed, so a and c go on to their cutover.
+        moved.discard("b")
+        seed = fleet_step("seed 3", "seed", plan, work, done=lambda c, s: s in moved, blocked=lambda c, s: None,
+                          undo=lambda c: "", describe=lambda c: [], defer_failures=True)
+        assert "b FAILED" in seed.run(ctx)
+
+
+def test_watcher_pauses_the_copy_while_the_probe_is_slow_and_lets_it_go_when_it_recovers():
+    from dbmigrate.procedures.consolidate.throttle import Watcher
+
+    slow = threading.Event()
+    slow.set()
+    valve = Valve()
+    reports = []
+    w = Watcher(valve, Meter(), probe=lambda: time.sleep(0.03 if slow.is_set() else 0), lag=lambda: None,
+                cap=lambda: 10 * MB, limits=Limits(10 * MB, 20, None), total_bytes=100 * MB, probe_per_s=200,
+                window_s=0.5, progress_every_s=0.3, report=lambda text, fig: reports.append((text, fig)))
+    w.start()
+    try:
+        deadline = time.monotonic() + 10
+        while valve.rate != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert valve.rate == 0 and w.pauses == 1 and "p99.9" in w.decision.reason
+        slow.clear()
+        while valve.rate != 10 * MB and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert valve.rate == 10 * MB, w.decision
+    finally:
+        w.stop()
+    assert reports and "MB/s, ETA" in reports[-1][0] and reports[-1][1]["total_bytes"] == 100 * MB
+
+
+def test_live_throttle_is_written_where_a_running_copy_reads_it(tmp_path):
+    from dbmigrate.app.consolidate import set_throttle
+    from dbmigrate.engine.journal import Journal
+    from dbmigrate.exceptions import UsageError
+    from dbmigrate.procedures.consolidate.resources import LIVE_THROTTLE_KEY
+
+    path = tmp_path / "j.sqlite"
+    with Journal(path) as j:
+        j.create_run("r1", procedure="consolidate", cluster="c")
+        j.create_run("r2", procedure="promote", cluster="c")
+    assert set_throttle("r1", mb_s=20, journal_path=path) == {"run_id": "r1", "throttle_mb_s": 20, "paused": False}
+    assert set_throttle("r1", pause=True, journal_path=path)["paused"] is True
+    with Journal(path) as j:
+        assert j.get_state("r1", LIVE_THROTTLE_KEY) == {"mb_s": 20, "paused": True}
+    with pytest.raises(UsageError, match="promote run"):
+        set_throttle("r2", mb_s=5, journal_path=path)
+    with pytest.raises(UsageError, match="--mb-s must be 0 or more"):
+        set_throttle("r1", mb_s=-1, journal_path=path)
+
+
+def test_a_probe_stuck_on_a_stalled_source_pauses_the_copy_before_it_returns():
+    from dbmigrate.procedures.consolidate.throttle import Watcher
+
+    valve = Valve()
+    w = Watcher(valve, Meter(), probe=lambda: time.sleep(2), lag=lambda: None, cap=lambda: None,
+                limits=Limits(None, 50, None), total_bytes=None, probe_per_s=100, window_s=5, progress_every_s=60,
+                report=lambda text, fig: None)
+    t = time.monotonic()
+    w.start()
+    try:
+        while valve.rate != 0 and time.monotonic() - t < 1.5:
+            time.sleep(0.02)
+        assert valve.rate == 0 and time.monotonic() - t < 1.5  # paused while the first probe still hangs
+    finally:
+        w.stop()

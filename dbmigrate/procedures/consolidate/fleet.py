@@ -128,7 +128,7 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[R
         summary = (f"{stage}: {len(r.done)} old server(s) done"
                    + (f", {len(r.already)} already done" if r.already else "")
                    + f" ({fleet.concurrency} at a time)")
-        deferred = defer_failures and fleet.on_failure == "continue" and not r.skipped and r.done
+        deferred = defer_failures and fleet.on_failure == "continue" and not r.skipped and (r.done or r.already)
         if (r.failed or r.skipped) and not deferred:
             parts = [f"{s} failed: {e}" for s, e in sorted(r.failed.items())]
             parts += [f"{s} {why}" for s, why in sorted(r.skipped.items())]

@@ -213,44 +213,67 @@ class Watcher(threading.Thread):
         self.worst_p999_ms: Optional[float] = None
         self.probe_errors = 0
         self.lag_s: Optional[float] = None
+        self._in_flight_since: Optional[float] = None
 
     def p999_ms(self) -> Optional[float]:
-        return percentile([ms for _, ms in self.samples], 99.9)
+        return percentile(self.window_ms(), 99.9)
 
     def run(self) -> None:
-        next_decision = next_lag = 0.0
+        prober = threading.Thread(target=self._probe_loop, daemon=True, name="seed-probe")
+        if self.limits.max_p999_ms is not None:
+            prober.start()
+        next_lag = 0.0
         next_report = self.clock() + self.progress_every_s
         while not self.stop_flag.is_set():
             now = self.clock()
-            if self.limits.max_p999_ms is not None:
-                try:
-                    t = time.perf_counter()
-                    self.probe()
-                    self.samples.append((now, (time.perf_counter() - t) * 1000))
-                except Exception:
-                    self.probe_errors += 1  # an unreachable source shows up as the copy failing
-                while self.samples and now - self.samples[0][0] > self.window_s:
-                    self.samples.popleft()
             if now >= next_lag and self.limits.max_lag_s is not None:
                 try:
                     self.lag_s = self.lag()
                 except Exception:
                     self.lag_s = None
                 next_lag = now + 1.0
-            if now >= next_decision:
-                self._decide()
-                next_decision = now + 0.25
+            self._decide()
             if now >= next_report:
                 self.report(*self.progress())
                 next_report = now + self.progress_every_s
+            self.stop_flag.wait(0.25)
+
+    def _probe_loop(self) -> None:
+        """Probes in a thread of their own: a probe stuck on a stalled server still counts,
+        as an in-flight sample, in the decisions the watcher keeps making."""
+        while not self.stop_flag.is_set():
+            started = self.clock()
+            self._in_flight_since = started
+            try:
+                t = time.perf_counter()
+                self.probe()
+                self.samples.append((started, (time.perf_counter() - t) * 1000))
+            except Exception:
+                self.probe_errors += 1  # an unreachable source shows up as the copy failing
+            finally:
+                self._in_flight_since = None
+            while self.samples and self.clock() - self.samples[0][0] > self.window_s:
+                self.samples.popleft()
             self.stop_flag.wait(self.interval)
+
+    def window_ms(self) -> list[float]:
+        out = [ms for _, ms in list(self.samples)]
+        since = self._in_flight_since
+        if since is not None:
+            out.append((self.clock() - since) * 1000)
+        return out
 
     def _decide(self) -> None:
         limits = Limits(self.cap(), self.limits.max_p999_ms, self.limits.max_lag_s)
-        p999 = self.p999_ms()
-        if p999 is not None and len(self.samples) >= 20:
-            self.worst_p999_ms = max(self.worst_p999_ms or 0.0, p999)
-        d = decide(limits, p999 if len(self.samples) >= 20 else None, self.lag_s)
+        window = self.window_ms()
+        p999 = percentile(window, 99.9)
+        # A p99.9 of a few samples says little, except that it is past the limit: slow probes
+        # (a hurting source) are exactly when samples are few.
+        over = p999 is not None and self.limits.max_p999_ms is not None and p999 > self.limits.max_p999_ms
+        trusted = p999 if (len(window) >= 20 or over) else None
+        if trusted is not None:
+            self.worst_p999_ms = max(self.worst_p999_ms or 0.0, trusted)
+        d = decide(limits, trusted, self.lag_s)
         if self.held():
             d = Decision(0, "paused by the operator (consolidate throttle RUN --resume lets it go on)")
         rate = d.rate_bps
