@@ -11,7 +11,7 @@ import sys
 import threading
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, ContextManager, Iterable
+from typing import Any, Callable, ContextManager, Iterable
 
 from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.app.paths import check_journal
@@ -49,6 +49,7 @@ def plan_playbook(playbook_path: Path) -> Procedure:
 def start_run(
     playbook_path: Path,
     *,
+    params_update: dict[str, Any] | None = None,
     subscribers: Iterable[Subscriber] = (),
     approver: Approver | None = None,
     assume_yes: bool = False,
@@ -56,8 +57,19 @@ def start_run(
     journal_path: Path | None = None,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    """Start a new run of a playbook; `cancel`, once set, stops it before its next gate or step."""
+    """Start a new run of a playbook; `cancel`, once set, stops it before its next gate or step.
+    `params_update` overrides the playbook's params for this run (nested dicts merge)."""
     playbook = load_playbook(playbook_path)
+    if params_update:
+        from pydantic import ValidationError
+
+        try:
+            playbook.params = type(playbook.params).model_validate(
+                _merged(playbook.params.model_dump(), params_update))
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise UsageError(f"{playbook.path}: the {playbook.procedure} procedure does not take "
+                             f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     with Journal(resolve_journal_path(journal_path, playbook)) as journal:
         run_id = new_run_id()
         journal.create_run(
@@ -66,6 +78,43 @@ def start_run(
             playbook_sha=playbook.sha256, dry_run=dry_run or playbook.spec.dry_run,
         )
         return _drive(playbook, journal, run_id, "run", subscribers, approver, assume_yes, cancel=cancel)
+
+
+def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in update.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers: Iterable[Subscriber] = (),
+               journal_path: Path | None = None) -> str:
+    """Run one procedure-specific action (e.g. roll back one old server) in an existing run's
+    context: its playbook, resources, journal and cluster lock. Returns the action's sentence."""
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        run = journal.get_run(run_id)
+        assert run is not None
+        if not run["playbook"]:
+            raise UsageError(f"run {run_id} has no playbook recorded")
+        playbook = load_playbook(run["playbook"])
+        bus = EventBus()
+        for subscriber in subscribers:
+            bus.subscribe(subscriber)
+        unsubscribe = bus.subscribe(journal.record, critical=True)
+        _install_provisioners()
+        resources = _prepare(playbook, RunState(journal, run_id))
+        try:
+            ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
+                             bus=bus, dry_run=False, resources=resources, params=playbook.params)
+            procedure = playbook.build(ctx)
+            with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id):
+                sentence = action(ctx)
+            ctx.log(sentence)
+            return sentence
+        finally:
+            unsubscribe()
+            _close_resources(resources)
 
 
 def resume_run(run_ref: str, **kwargs: Any) -> RunOutcome:

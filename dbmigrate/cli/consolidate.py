@@ -1,5 +1,6 @@
-"""`dbmigrate consolidate plan`: measure the shards on the old servers and place them
-on the target hosts (the run itself is `dbmigrate run playbooks/consolidate-shards.yaml`)."""
+"""`dbmigrate consolidate plan | run | throttle | rollback`: measure and place the shards,
+run the consolidation playbook with the fleet's and the copy's settings from the command
+line, change a live run's copy pace, and put one old server back."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from rich.table import Table
 
 from rich.markup import escape
 
-from dbmigrate.cli.common import console, err_console, print_json
+from dbmigrate.cli.common import console, err_console, guarded, print_json
+from dbmigrate.exceptions import UsageError
 
 GB = 1024 ** 3
 
@@ -135,6 +137,84 @@ def register(app: typer.Typer) -> None:
                           f"{len(result.problems)} problem(s)")
         if result.problems:
             raise typer.Exit(1)
+
+    @group.command("run")
+    @guarded
+    def run_cmd(
+        playbook: Path = typer.Argument(..., help="a consolidate playbook"),
+        throttle: Optional[float] = typer.Option(None, "--throttle", help="cap each copy at this many MB/s "
+                                                 "(0: no cap; overrides seed.throttle_mb_s)"),
+        concurrency: Optional[int] = typer.Option(None, "--concurrency", help="old servers at a time "
+                                                  "(overrides fleet.concurrency)"),
+        seed_method: Optional[str] = typer.Option(None, "--seed-method", help="auto, physical or logical"),
+        yes: bool = typer.Option(False, "--yes", "-y", help="approve manual gates"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="read, check and describe; change nothing"),
+        json_lines: bool = typer.Option(False, "--json", help="one JSON object per event"),
+    ) -> None:
+        """Run a consolidation playbook; the options override its seed/fleet settings for this run."""
+        import sys
+
+        from rich.console import Console
+
+        from dbmigrate.app.runs import start_run
+        from dbmigrate.cli.render import ConsoleRenderer, JsonLinesRenderer, console_approver
+
+        update: dict = {}
+        if throttle is not None:
+            if throttle < 0:
+                raise UsageError(f"--throttle must be 0 or more MB/s, not {throttle:g}")
+            update.setdefault("seed", {})["throttle_mb_s"] = throttle
+        if seed_method is not None:
+            if seed_method not in ("auto", "physical", "logical"):
+                raise UsageError(f"--seed-method {seed_method}: use auto, physical or logical")
+            update.setdefault("seed", {})["method"] = seed_method
+        if concurrency is not None:
+            if not 1 <= concurrency <= 64:
+                raise UsageError(f"--concurrency must be between 1 and 64, not {concurrency}")
+            update["fleet"] = {"concurrency": concurrency}
+        subscriber = JsonLinesRenderer(sys.stdout) if json_lines else ConsoleRenderer(Console(highlight=False,
+                                                                                               soft_wrap=True))
+        outcome = start_run(playbook, params_update=update, subscribers=[subscriber], approver=console_approver(),
+                            assume_yes=yes, dry_run=dry_run)
+        if not outcome.ok:
+            if outcome.error is not None and outcome.error.hint:
+                console.print(f"hint: {outcome.error.hint}", markup=False)
+            raise typer.Exit(1)
+
+    @group.command("throttle")
+    @guarded
+    def throttle_cmd(
+        run: str = typer.Argument(..., help="run id (a unique prefix or 'last')"),
+        mb_s: Optional[float] = typer.Option(None, "--mb-s", help="new cap in MB/s for every copy (0: no cap)"),
+        pause: bool = typer.Option(False, "--pause", help="hold every copy of the run"),
+        resume: bool = typer.Option(False, "--resume", help="let held copies go on"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Change the pace of a live run's copies (they read it within a second)."""
+        from dbmigrate.app.consolidate import set_throttle
+
+        if pause and resume:
+            raise UsageError("give --pause or --resume, not both")
+        out = set_throttle(run, mb_s=mb_s, pause=True if pause else False if resume else None)
+        if as_json:
+            print_json(out)
+            return
+        cap = "no cap" if not out["throttle_mb_s"] else f"{out['throttle_mb_s']:g} MB/s"
+        console.print(f"run {out['run_id']}: copies {'held' if out['paused'] else 'running'}, {cap}")
+
+    @group.command("rollback")
+    @guarded
+    def rollback_cmd(
+        run: str = typer.Argument(..., help="run id (a unique prefix or 'last')"),
+        server: str = typer.Option(..., "--server", help="the old server to put back"),
+        yes: bool = typer.Option(False, "--yes", "-y", help="do not ask"),
+    ) -> None:
+        """Put one old server back (its shards route to it again); the others stay moved."""
+        from dbmigrate.app.consolidate import rollback_server
+
+        if not yes and not typer.confirm(f"Route {server}'s shards back to it (after it applied their writes)?"):
+            raise typer.Exit(1)
+        console.print(rollback_server(run, server), markup=False)
 
 
 def _gb(v: float) -> str:

@@ -58,6 +58,14 @@ class Applier:
         self._send(self.flavor.named_source_sql(conn, host, port, repl.user, repl.password, log_file, log_pos))
         self._send(self.flavor.named_filter_sql(conn, wild_do_tables))
 
+    def add_source_at_gtid(self, conn: str, host: str, port: int, repl: Credentials, gtid_pos: str,
+                           wild_do_tables: list[str]) -> None:
+        """A named connection that starts after `gtid_pos` (a physical copy's position), filtered.
+        Only for a server with no other connection: the slave position is server-wide."""
+        self._send("SET GLOBAL gtid_slave_pos=%s", (gtid_pos,))
+        self._send(self.flavor.named_source_gtid_sql(conn, host, port, repl.user, repl.password))
+        self._send(self.flavor.named_filter_sql(conn, wild_do_tables))
+
     def start_source(self, conn: str) -> None:
         self._send(self.flavor.start_named_sql(conn))
 

@@ -116,6 +116,8 @@ class Flavor:
     def named_source_sql(self, conn: str, host: str, port: int, user: str, password: str | None,
                          log_file: str, log_pos: int) -> str: raise NotImplementedError
     def named_filter_sql(self, conn: str, wild_do_tables: list[str]) -> str: raise NotImplementedError
+    def named_source_gtid_sql(self, conn: str, host: str, port: int, user: str, password: str | None) -> str:
+        raise NotImplementedError(f"{self.name}: a named connection from a GTID position is MariaDB's")
     def start_named_sql(self, conn: str) -> str: raise NotImplementedError
     def stop_named_sql(self, conn: str) -> str: raise NotImplementedError
     def reset_named_all_sql(self, conn: str) -> str: raise NotImplementedError
@@ -308,6 +310,14 @@ class MariaDB(Flavor):
             parts.append(f"MASTER_PASSWORD={sql_quote(password)}")
         parts += ["MASTER_USE_GTID=no", f"MASTER_LOG_FILE={sql_quote(log_file)}", f"MASTER_LOG_POS={int(log_pos)}",
                   "MASTER_CONNECT_RETRY=1"]
+        return f"CHANGE MASTER {sql_quote(_conn(conn))} TO " + ", ".join(parts)
+
+    def named_source_gtid_sql(self, conn, host, port, user, password) -> str:
+        # Starts from @@gtid_slave_pos, which the caller sets first (a physical copy's position).
+        parts = [f"MASTER_HOST={sql_quote(host)}", f"MASTER_PORT={int(port)}", f"MASTER_USER={sql_quote(user)}"]
+        if password is not None:
+            parts.append(f"MASTER_PASSWORD={sql_quote(password)}")
+        parts += ["MASTER_USE_GTID=slave_pos", "MASTER_CONNECT_RETRY=1"]
         return f"CHANGE MASTER {sql_quote(_conn(conn))} TO " + ", ".join(parts)
 
     def named_filter_sql(self, conn, wild_do_tables) -> str:

@@ -416,6 +416,45 @@ class Inspector:
             waiter.read_timeout = old
         return r is not None and int(r) >= 0
 
+    def version(self) -> str:
+        return str(self.server.scalar("SELECT VERSION() AS v"))
+
+    def datadir(self) -> str:
+        return str(self.server.scalar("SELECT @@GLOBAL.datadir AS d"))
+
+    def tables_in(self, schemas: list[str]) -> int:
+        """How many base tables the given schemas hold (0 when none exists)."""
+        if not schemas:
+            return 0
+        marks = ", ".join(["%s"] * len(schemas))
+        return int(self.server.scalar(
+            f"SELECT COUNT(*) AS n FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ({marks}) "
+            "AND TABLE_TYPE='BASE TABLE'", tuple(schemas)))
+
+    def integer_key_tables(self, schemas: list[str]) -> list[tuple[str, str, str, int]]:
+        """(schema, table, column, rows) of tables keyed by one integer column, biggest first."""
+        if not schemas:
+            return []
+        marks = ", ".join(["%s"] * len(schemas))
+        rows = self.server.query(
+            "SELECT k.TABLE_SCHEMA AS s, k.TABLE_NAME AS t, MIN(k.COLUMN_NAME) AS c, MAX(t.TABLE_ROWS) AS n "
+            "FROM information_schema.KEY_COLUMN_USAGE k "
+            "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA=k.TABLE_SCHEMA AND c.TABLE_NAME=k.TABLE_NAME "
+            "AND c.COLUMN_NAME=k.COLUMN_NAME "
+            "JOIN information_schema.TABLES t ON t.TABLE_SCHEMA=k.TABLE_SCHEMA AND t.TABLE_NAME=k.TABLE_NAME "
+            f"WHERE k.CONSTRAINT_NAME='PRIMARY' AND k.TABLE_SCHEMA IN ({marks}) "
+            "AND c.DATA_TYPE IN ('tinyint','smallint','mediumint','int','bigint') "
+            "GROUP BY k.TABLE_SCHEMA, k.TABLE_NAME HAVING COUNT(*)=1 ORDER BY n DESC, s, t", tuple(schemas))
+        return [(str(r["s"]), str(r["t"]), str(r["c"]), int(r["n"] or 0)) for r in rows]
+
+    def point_read(self, schema: str, table: str, column: str, key: int) -> None:
+        """One indexed read, the latency probe's query: what an application's lookup costs right now."""
+        self.server.query(f"SELECT * FROM `{schema}`.`{table}` WHERE `{column}` >= %s ORDER BY `{column}` LIMIT 1",
+                          (int(key),))
+
+    def trivial_round_trip(self) -> None:
+        self.server.scalar("SELECT 1 AS one")
+
     # -- used by the procedures
     def named_replica_status(self, conn: str) -> ReplicaStatus | None:
         """Status of one named replication connection (channel), flavor-neutral; None if absent."""

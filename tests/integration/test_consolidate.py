@@ -222,6 +222,16 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
         assert set(new) == {"h1-1", "h1-2"}
         planned = json.loads(plan_file.read_text())["instances"]
         assert new == {i["name"]: f"127.0.0.1:{i['port']}" for i in planned}  # created at the plan's ports
+        # One old server per instance, same version, local hosts: seeded physically, from the backup's GTID,
+        # and the copy keeps only the instance's shards.
+        for key in ("h1-1<-consol-1", "h1-2<-consol-old2"):
+            seed = st["seeds"][key]
+            assert seed["method"] == "physical" and seed["bytes"] > 1_000_000 and seed["gtid"], seed
+            assert "app" in seed["dropped"], seed
+        seed_step = next(s for s in steps if s["name"].startswith("seed "))
+        assert "copied consol-1 physically to h1-1" in seed_step["sentence"], seed_step["sentence"]
+        assert set(st["servers"]) == {"consol-1", "consol-old2"}
+        assert all(r["status"] == "done" and r["stage"] == "cutover" for r in st["servers"].values()), st["servers"]
         target = {"shard_1": new["h1-1"], "shard_2": new["h1-1"], "shard_3": new["h1-2"], "shard_4": new["h1-2"]}
         # Routes: each shard to its instance; writes land there.
         for sh in SHARDS:
@@ -286,6 +296,9 @@ def test_merge_puts_both_old_servers_into_one_instance_by_multi_source(legacy):
         with Journal(resolve_journal_path()) as j:
             st = ConsolidateState.load(j.all_state(outcome.run_id)).model_dump()  # typed run state
         m1 = st["instances"]["m1-1"]
+        # Two old servers into one instance: a physical copy cannot do that, the logical one does.
+        assert {k: v["method"] for k, v in st["seeds"].items()} == {"m1-1<-consol-1": "logical",
+                                                                   "m1-1<-consol-old2": "logical"}
         for sh in SHARDS:
             assert DsnFileRouter(sh, routes).current().writer == m1
             writers[sh].wait_acks_on(m1, 30)
