@@ -34,6 +34,10 @@ EXAMPLES = {
     "runs report": "dbmigrate runs report last -o cutover.html",
     "consolidate provision": "dbmigrate consolidate provision --plan plan.yaml --dry-run",
     "consolidate status": "dbmigrate consolidate status --plan plan.yaml --inventory inventory.yaml --cluster shards",
+    "rehearse consolidate": "dbmigrate rehearse consolidate --remote --json",
+    "consolidate run": "dbmigrate consolidate run playbooks/consolidate-shards.yaml --throttle 50 --concurrency 4",
+    "consolidate throttle": "dbmigrate consolidate throttle last --mb-s 20",
+    "consolidate rollback": "dbmigrate consolidate rollback last --server db-07",
     "consolidate plan": "dbmigrate consolidate plan -i inventory.yaml --from-inventory --out plan.yaml",
 }
 
