@@ -1,0 +1,102 @@
+"""The fault matrix: which fault, where, and what the operator does afterwards.
+
+A scenario id reads `procedure/fault/where/recovery`, e.g. `promote/kill9/in-fence/resume`:
+the promote run is paused at the point `where` names (see dbmigrate.faultpoint), the
+fault is injected, and when the run did not end on its own (done or rolled back), the
+operator runs `recovery` once (`dbmigrate resume RUN` or `dbmigrate rollback RUN`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+# Step boundaries of the promote cutover (paused with the step journaled as started).
+PROMOTE_BOUNDARIES = {
+    "before-fence": "before:fence",
+    "before-catchup": "before:wait for",
+    "before-open": "before:open",
+    "before-flip": "before:switch router",
+    "before-end-sessions": "before:end application sessions",
+    "before-reset": "before:reset replication",
+    "before-repoint": "before:repoint",
+    "before-reverse": "before:reverse",
+    "before-verify": "before:verify writes flow",
+    "after-verify": "after:verify writes flow",
+}
+# Inside a step: right after the statement (or router command) that changes something.
+PROMOTE_INSIDE = {
+    "in-fence": "in:fence:read_only=on",  # old primary read-only, position not journaled
+    "in-catchup": "in:wait for:master_gtid_wait",  # candidate caught up, step not journaled
+    "in-open": "in:open:read_only=off",  # candidate writable, router still on the old primary
+    "in-flip": "in:switch router:set server",  # router flipped, step not journaled
+    "in-repoint": "in:repoint:change master",  # a replica pointed at the new primary, not started
+    "in-reverse": "in:reverse:change master",  # old primary pointed at the new one, not started
+}
+SIGNALS = ("kill9", "sigterm", "sigint")
+RECOVERIES = ("resume", "rollback")
+BAD_SETTINGS = ("down-replica", "missing-router-socket", "unknown-writer-backend", "wrong-repl-password",
+                "huge-timeout")
+
+# The subset run by the test suite (a few minutes on 2 cores).
+FAST = {
+    "promote/kill9/in-fence/resume", "promote/kill9/in-fence/rollback", "promote/sigterm/in-open/rollback",
+    "promote/sigint/before-flip/resume", "promote/kill9/in-flip/resume", "promote/kill9/in-repoint/rollback",
+    "promote/freeze-candidate/in-catchup/rollback", "promote/kill-old-primary/after-fence/resume",
+    "promote/kill-haproxy/before-flip/rollback", "promote/lock-at-fence/before-fence/none",
+    *(f"promote/bad-setting/{b}/none" for b in BAD_SETTINGS),
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    procedure: str
+    fault: str  # kill9, sigterm, sigint, freeze-candidate, kill-old-primary, kill-haproxy, lock-at-fence, bad-setting
+    where: str  # a key of the pause points, or the bad setting's name
+    recovery: str  # resume, rollback, none
+    pause: str | None  # DBMIGRATE_FAULT_PAUSE for the run
+
+    @property
+    def id(self) -> str:
+        return f"{self.procedure}/{self.fault}/{self.where}/{self.recovery}"
+
+    @property
+    def fast(self) -> bool:
+        return self.id in FAST
+
+    @property
+    def refusal(self) -> bool:
+        """Bad settings: the run must be refused before the fence, nothing changed."""
+        return self.fault == "bad-setting"
+
+
+def promote_matrix() -> list[Scenario]:
+    out = []
+    points = {**PROMOTE_BOUNDARIES, **PROMOTE_INSIDE}
+    for where, pause in points.items():
+        for sig in SIGNALS:
+            for rec in RECOVERIES:
+                out.append(Scenario("promote", sig, where, rec, pause))
+    out += [
+        Scenario("promote", "freeze-candidate", "in-catchup", "rollback", "before:wait for"),
+        Scenario("promote", "kill-old-primary", "after-fence", "resume", "after:fence"),
+        Scenario("promote", "kill-old-primary", "after-fence", "rollback", "after:fence"),
+        Scenario("promote", "kill-haproxy", "before-flip", "rollback", "before:switch router"),
+        Scenario("promote", "kill-haproxy", "before-flip", "resume", "before:switch router"),
+        Scenario("promote", "lock-at-fence", "before-fence", "none", "before:fence"),
+    ]
+    out += [Scenario("promote", "bad-setting", b, "none", None) for b in BAD_SETTINGS]
+    return out
+
+
+def all_scenarios() -> list[Scenario]:
+    return promote_matrix()
+
+
+def select(scenarios: list[Scenario], only: str | None = None, fast: bool = False) -> list[Scenario]:
+    """--only takes comma-separated ids or glob patterns (`promote/kill9/*`, `*/in-fence/*`)."""
+    picked = [s for s in scenarios if s.fast] if fast else list(scenarios)
+    if only:
+        patterns = [p.strip() for p in only.split(",") if p.strip()]
+        picked = [s for s in picked if any(fnmatch.fnmatchcase(s.id, p) for p in patterns)]
+    return picked
