@@ -7,8 +7,9 @@ every ~5 ms; `dbmigrate run` paused at a named point (kill -9, SIGTERM, SIGINT a
 boundary and inside fence, catch-up, open, flip, repoint and reverse; the candidate frozen; the
 old primary killed; HAProxy killed; a long statement at the fence; bad settings), then at most
 one `dbmigrate resume` or `rollback`, then the health check. Printed per scenario: lost writes
-per server, moments with two writable servers, the longest time with no writable server (and
-the bound the playbook allows), healthy, the operator's action, verdict.
+per server, moments with two writable servers (2w), the longest time with no writable server
+(ms), the application's longest wait for an acknowledged write through HAProxy (app gap, ms),
+the bound the playbook allows for both (ms), healthy, the operator's action, verdict.
 
     python bench/faults.py [--list] [--only PATTERNS] [--fast] [--json]
 
@@ -37,12 +38,13 @@ def lost_cell(r) -> str:
 
 
 def table(results) -> str:
-    head = f"{'scenario':<48} {'lost/server':<13} {'2w':>3} {'no-writer ms':>13} {'healthy':>7} {'operator':<9} verdict"
+    head = (f"{'scenario':<46} {'lost/server':<12} {'2w':>2} {'no-writer':>9} {'app gap':>7} {'bound':>6} "
+            f"{'healthy':>7} {'operator':<8} verdict")
     rows = [head, "-" * len(head)]
     for r in results:
-        nw = f"{r.longest_no_writer_ms:.0f}/{r.bound_ms:.0f}"
-        rows.append(f"{r.id:<48} {lost_cell(r):<13} {r.two_writable:>3} {nw:>13} {'yes' if r.healthy else 'NO':>7} "
-                    f"{r.action:<9} {r.verdict}")
+        gap = f"{r.writer_gap_ms:.0f}" if r.writer_gap_ms is not None else "-"
+        rows.append(f"{r.id:<46} {lost_cell(r):<12} {r.two_writable:>2} {r.longest_no_writer_ms:>9.0f} {gap:>7} "
+                    f"{r.bound_ms:>6.0f} {'yes' if r.healthy else 'NO':>7} {r.action:<8} {r.verdict}")
         if r.verdict != "PASS":
             rows.append(f"{'':<4}why: {'; '.join(r.why)[:400]}")
     passed = sum(r.verdict == "PASS" for r in results)
@@ -78,7 +80,7 @@ def main() -> int:
             r = run_scenario(cluster, sc, say)
             results.append(r)
             say(f"  {r.verdict} in {r.duration_s:.0f}s: lost {r.lost_total}, two-writable {r.two_writable}, "
-                f"no-writer {r.longest_no_writer_ms:.0f}/{r.bound_ms:.0f} ms, healthy {r.healthy}, "
+                f"no-writer {r.longest_no_writer_ms:.0f} ms, app gap {r.writer_gap_ms} ms, bound {r.bound_ms:.0f} ms, healthy {r.healthy}, "
                 f"operator {r.action}" + (f"; {'; '.join(r.why)[:300]}" if r.why else ""))
     finally:
         cluster.down()

@@ -49,6 +49,8 @@ TOOL_OVERHEAD_MS = 1000
 # One operator command: start the program, open the servers, skip what is done.
 RECOVERY_ALLOWANCE_MS = 5000
 TOOL_TIMEOUT_S = 150  # a run or a recovery still going after this is ended (and the scenario fails)
+# After freezing the candidate, how long the run gets to give up by itself (its bound, and some).
+FROZEN_GIVE_UP_S = SETTINGS["catchup_timeout_s"] + TOOL_OVERHEAD_MS / 1000 + 10
 TERMINAL_OK = ("done", "rolled_back", "refused")
 LOAD_RATE_TPS = 300  # sysbench is background load; the verifier is the judge (see README, sysbench #527)
 
@@ -85,6 +87,9 @@ class Result:
             out.append(f"{self.two_writable} moment(s) with two writable servers")
         if self.longest_no_writer_ms > self.bound_ms:
             out.append(f"no writable server for {self.longest_no_writer_ms:.0f} ms (bound {self.bound_ms:.0f} ms)")
+        if (self.writer_gap_ms or 0) > self.bound_ms:
+            out.append(f"the application could not write through the router for {self.writer_gap_ms:.0f} ms "
+                       f"(bound {self.bound_ms:.0f} ms)")
         if not self.healthy and not any(p.startswith("unhealthy") for p in out):
             out.append("unhealthy at the end")
         return out
@@ -162,7 +167,8 @@ def _playbook(cluster: FaultCluster, sc: Scenario, candidate: str, work: Path, e
             env["DBM_FAULT_WRONG_REPL_PW"] = "not-the-password"
         elif sc.where == "huge-timeout":
             params["catchup_timeout_s"] = 86400
-        inv_path = work / "inventory.yaml"
+        # Beside the original: its relative paths (the credentials file) must still resolve.
+        inv_path = inv_path.with_name(f"inventory-{sc.where}.yaml")
         inv_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     pb = {"procedure": sc.procedure, "inventory": str(inv_path), "cluster": cluster.name, "params": params}
     path = work / "playbook.yaml"
@@ -295,7 +301,10 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
                     fault.inject(proc, marker)
                 else:
                     res.problems.append(f"the run never reached {sc.pause}")
-            rc = _wait_exit(proc, TOOL_TIMEOUT_S)
+            limit = FROZEN_GIVE_UP_S if sc.fault == "freeze-candidate" else TOOL_TIMEOUT_S
+            rc = _wait_exit(proc, limit)
+            if rc is None:
+                res.problems.append(f"the run had not ended {limit:g} s after the fault: killed")
         finally:
             if proc.poll() is None:
                 proc.kill()
