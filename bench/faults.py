@@ -9,7 +9,8 @@ old primary killed; HAProxy killed; a long statement at the fence; bad settings)
 one `dbmigrate resume` or `rollback`, then the health check. Printed per scenario: lost writes
 per server, moments with two writable servers (2w), the longest time with no writable server
 (ms), the application's longest wait for an acknowledged write through HAProxy (app gap, ms),
-the bound the playbook allows for both (ms), healthy, the operator's action, verdict.
+the bound the playbook allows for both (ms), healthy, the operator's action, how the run ended
+(done, rolled_back, refused), verdict.
 
     python bench/faults.py [--list] [--only PATTERNS] [--fast] [--json]
 
@@ -39,12 +40,12 @@ def lost_cell(r) -> str:
 
 def table(results) -> str:
     head = (f"{'scenario':<46} {'lost/server':<12} {'2w':>2} {'no-writer':>9} {'app gap':>7} {'bound':>6} "
-            f"{'healthy':>7} {'operator':<8} verdict")
+            f"{'healthy':>7} {'operator':<8} {'end':<12} verdict")
     rows = [head, "-" * len(head)]
     for r in results:
         gap = f"{r.writer_gap_ms:.0f}" if r.writer_gap_ms is not None else "-"
         rows.append(f"{r.id:<46} {lost_cell(r):<12} {r.two_writable:>2} {r.longest_no_writer_ms:>9.0f} {gap:>7} "
-                    f"{r.bound_ms:>6.0f} {'yes' if r.healthy else 'NO':>7} {r.action:<8} {r.verdict}")
+                    f"{r.bound_ms:>6.0f} {'yes' if r.healthy else 'NO':>7} {r.action:<8} {r.end or '-':<12} {r.verdict}")
         if r.verdict != "PASS":
             rows.append(f"{'':<4}why: {'; '.join(r.why)[:400]}")
     passed = sum(r.verdict == "PASS" for r in results)

@@ -31,7 +31,7 @@ from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.faultpoint import ENV_FILE, ENV_MAX_S, ENV_POINT
 from dbmigrate.rehearsal.faultmatrix import health
 from dbmigrate.rehearsal.faultmatrix.scenarios import Scenario
-from dbmigrate.rehearsal.faultmatrix.workload import LongStatement
+from dbmigrate.rehearsal.faultmatrix.workload import LongStatement, swap_ddl
 from dbmigrate.rehearsal.sandbox import haproxy
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.rehearsal.sysbench import Sysbench
@@ -74,6 +74,11 @@ class Result:
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def end(self) -> str | None:
+        """How the run ended: after the operator's command, or by itself."""
+        return self.action_status if self.action != "nothing" else self.run_status
+
+    @property
     def lost_total(self) -> int:
         return sum(self.lost.values())
 
@@ -100,7 +105,7 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "fast": self.fast, "verdict": self.verdict, "why": self.why,
-                "run_status": self.run_status, "operator_action": self.action, "action_status": self.action_status,
+                "run_status": self.run_status, "end": self.end, "operator_action": self.action, "action_status": self.action_status,
                 "lost_by_server": self.lost, "acknowledged": self.acknowledged,
                 "two_writable_moments": self.two_writable, "longest_no_writer_ms": self.longest_no_writer_ms,
                 "no_writer_bound_ms": self.bound_ms, "writer_gap_ms": self.writer_gap_ms, "healthy": self.healthy,
@@ -170,10 +175,23 @@ def _playbook(cluster: FaultCluster, sc: Scenario, candidate: str, work: Path, e
         # Beside the original: its relative paths (the credentials file) must still resolve.
         inv_path = inv_path.with_name(f"inventory-{sc.where}.yaml")
         inv_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    if sc.procedure == "schema-swap":
+        params = _swap_params(candidate)
     pb = {"procedure": sc.procedure, "inventory": str(inv_path), "cluster": cluster.name, "params": params}
     path = work / "playbook.yaml"
     path.write_text(yaml.safe_dump(pb, sort_keys=False))
     return path
+
+
+def _swap_params(candidate: str) -> dict[str, Any]:
+    """A new secondary index on a sysbench table (a name of its own per run), dropped by rollback."""
+    index = f"fm_{time.time_ns() // 1_000_000 % 10**9}"
+    keep = {k: SETTINGS[k] for k in ("catchup_timeout_s", "replica_timeout_s", "verify_timeout_s", "max_lag_ms")}
+    ddl, undo = swap_ddl(index)
+    return {"ddl": [ddl], "undo_ddl": [undo],
+            "candidate": candidate, "primary": "switchover", "switch_back": True,
+            "drain_timeout_s": SETTINGS["drain_timeout_s"], "fence_drain_timeout_s": SETTINGS["drain_timeout_s"],
+            **keep}
 
 
 def _run_status(journal: Path) -> tuple[str | None, str | None]:
@@ -331,8 +349,11 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
                 _, res.action_status = _run_status(journal)
                 res.details["recovery_exit"] = rrc
                 res.details["recovery_output_tail"] = _tail(work / "recovery.out")
-                if rrc != 0:
-                    res.problems.append(f"`dbmigrate {sc.recovery}` exited {rrc} ({res.action_status})")
+                # Rolled back is a safe end too (the run could not go on and undid itself): the
+                # table shows it; anything else leaves work for a second command.
+                if res.action_status not in ("done", "rolled_back"):
+                    res.problems.append(f"`dbmigrate {sc.recovery}` exited {rrc} and left the run "
+                                        f"'{res.action_status}'")
         elif run_id is None:
             res.problems.append("the run left no journal")
     finally:

@@ -48,6 +48,9 @@ FAST = {
     "promote/sigint/after-open/resume", "promote/kill9/in-flip/resume", "promote/kill9/in-repoint/rollback",
     "promote/freeze-candidate/after-fence/rollback", "promote/kill-old-primary/after-fence/resume",
     "promote/kill-haproxy/after-open/rollback", "promote/lock-at-fence/before-fence/none",
+    "promote/sigterm/in-fence/resume", "promote/kill9/in-open/resume", "promote/sigint/in-repoint/rollback",
+    "promote/kill9/in-reverse/resume", "promote/sigterm/after-verify/rollback",
+    "schema-swap/kill9/in-fence/resume", "schema-swap/kill9/after-ddl/rollback",
     *(f"promote/bad-setting/{b}/none" for b in BAD_SETTINGS),
 }
 
@@ -94,8 +97,21 @@ def promote_matrix() -> list[Scenario]:
     return out
 
 
+# Schema swap: its own boundary (a side altered, binlog off) and the fences of its two switchovers.
+SWAP_POINTS = {
+    "after-ddl": "after:apply ddl on",  # the first replica altered and journaled, the next side not begun
+    "in-fence": "in:fence:read_only=on",  # the primary's side: old primary fenced, position not journaled
+    "in-switch-back": "in:switch back:read_only=on",  # switching back to the altered old primary
+}
+
+
+def swap_matrix() -> list[Scenario]:
+    return [Scenario("schema-swap", "kill9", where, rec, pause)
+            for where, pause in SWAP_POINTS.items() for rec in RECOVERIES]
+
+
 def all_scenarios() -> list[Scenario]:
-    return promote_matrix()
+    return promote_matrix() + swap_matrix()
 
 
 def select(scenarios: list[Scenario], only: str | None = None, fast: bool = False) -> list[Scenario]:

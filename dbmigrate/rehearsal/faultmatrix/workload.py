@@ -1,7 +1,8 @@
-"""An application statement that holds its locks for a while: what a fence meets in
-production (a long UPDATE, a batch job). `SET GLOBAL read_only=ON` has to wait for it.
+"""What the fault matrix asks of the application's schema: a statement that holds its locks
+for a while (what a fence meets in production: a long UPDATE, a batch job; `SET GLOBAL
+read_only=ON` has to wait for it), and the schema change its schema swaps make.
 
-It acts as the application, like the zero-loss verifier, so its statement stays here.
+These stand in for the application, like the zero-loss verifier, so their statements stay here.
 """
 
 from __future__ import annotations
@@ -47,3 +48,8 @@ class LongStatement:
     def join(self, timeout_s: float) -> None:
         if self._thread is not None:
             self._thread.join(timeout_s)
+
+
+def swap_ddl(index: str, table: str = "sbtest.sbtest1") -> tuple[str, str]:
+    """(DDL, undo) of a schema swap scenario: a secondary index of its own name."""
+    return f"ALTER TABLE {table} ADD INDEX {index} (c)", f"ALTER TABLE {table} DROP INDEX {index}"
