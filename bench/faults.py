@@ -46,10 +46,13 @@ def table(results) -> str:
         gap = f"{r.writer_gap_ms:.0f}" if r.writer_gap_ms is not None else "-"
         rows.append(f"{r.id:<46} {lost_cell(r):<12} {r.two_writable:>2} {r.longest_no_writer_ms:>9.0f} {gap:>7} "
                     f"{r.bound_ms:>6.0f} {'yes' if r.healthy else 'NO':>7} {r.action:<8} {r.end or '-':<12} {r.verdict}")
-        if r.verdict != "PASS":
+        if r.verdict == "FAIL":
             rows.append(f"{'':<4}why: {'; '.join(r.why)[:400]}")
-    passed = sum(r.verdict == "PASS" for r in results)
-    rows.append(f"{passed} passed, {len(results) - passed} failed")
+        elif r.verdict == "SAFE":
+            rows.append(f"{'':<4}resume ended rolled back: {r.details.get('recovery_summary', '')[:300]}")
+    failed = sum(r.verdict == "FAIL" for r in results)
+    safe = sum(r.verdict == "SAFE" for r in results)
+    rows.append(f"{len(results) - failed} passed, {failed} failed" + (f" ({safe} of the passed: SAFE)" if safe else ""))
     return "\n".join(rows)
 
 
@@ -91,7 +94,7 @@ def main() -> int:
     else:
         print(table(results))
         print(f"{len(results)} scenario(s) in {time.monotonic() - t0:.0f} s")
-    return 0 if all(r.verdict == "PASS" for r in results) else 1
+    return 0 if all(r.verdict != "FAIL" for r in results) else 1
 
 
 if __name__ == "__main__":

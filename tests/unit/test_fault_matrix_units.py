@@ -201,3 +201,14 @@ def test_verdict_names_every_reason():
     text = "; ".join(bad.why)
     for part in ("2 acknowledged write(s) lost", "two writable", "1500 ms (bound 1000 ms)", "1600 ms", "unhealthy"):
         assert part in text
+
+
+def test_a_resume_that_ends_rolled_back_is_safe_not_passed():
+    safe = Result("z", False, lost={"a": 0}, acknowledged=10, bound_ms=1000, healthy=True, action="resume",
+                  action_status="rolled_back", run_status="running")
+    assert safe.end == "rolled_back" and safe.verdict == "SAFE"
+    done = Result("z", False, lost={"a": 0}, acknowledged=10, bound_ms=1000, healthy=True, action="rollback",
+                  action_status="rolled_back", run_status="running")
+    assert done.verdict == "PASS"
+    by_itself = Result("z", False, acknowledged=10, bound_ms=1000, healthy=True, run_status="rolled_back")
+    assert by_itself.end == "rolled_back" and by_itself.verdict == "PASS"

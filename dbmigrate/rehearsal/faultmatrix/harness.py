@@ -101,7 +101,11 @@ class Result:
 
     @property
     def verdict(self) -> str:
-        return "PASS" if not self.why else "FAIL"
+        """FAIL: an invariant broke or work is left. SAFE: every invariant held, but the operator's
+        resume ended the run rolled back (the change is undone; a new run is needed). PASS otherwise."""
+        if self.why:
+            return "FAIL"
+        return "SAFE" if self.action == "resume" and self.end == "rolled_back" else "PASS"
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "fast": self.fast, "verdict": self.verdict, "why": self.why,
@@ -201,6 +205,12 @@ def _run_status(journal: Path) -> tuple[str | None, str | None]:
     with Journal(journal) as j:
         runs = j.list_runs(limit=1)
     return (runs[0]["id"], runs[0]["status"]) if runs else (None, None)
+
+
+def _summary(journal: Path) -> str:
+    with Journal(journal) as j:
+        runs = j.list_runs(limit=1)
+    return str(runs[0].get("summary") or "") if runs else ""
 
 
 def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
@@ -349,6 +359,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
                 _, res.action_status = _run_status(journal)
                 res.details["recovery_exit"] = rrc
                 res.details["recovery_output_tail"] = _tail(work / "recovery.out")
+                res.details["recovery_summary"] = _summary(journal)
                 # Rolled back is a safe end too (the run could not go on and undid itself): the
                 # table shows it; anything else leaves work for a second command.
                 if res.action_status not in ("done", "rolled_back"):
