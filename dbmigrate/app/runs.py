@@ -9,10 +9,12 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterable
+from typing import Any, Callable, ContextManager, Iterable, Iterator
 
+from dbmigrate import faultpoint
+from dbmigrate.db import connection
 from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.app.paths import check_journal
 from dbmigrate.engine.events import EventBus, Log, Subscriber
@@ -169,7 +171,9 @@ def _drive(
     for subscriber in subscribers:
         bus.subscribe(subscriber)
     try:
-        return _drive_with_resources(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed, cancel)
+        with _fault_injection(bus):
+            return _drive_with_resources(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed,
+                                         cancel)
     except Exception as exc:
         # A fresh run that never reached the runner (no resources, lock refused,
         # bad gate) must not stay "running" in the journal. Resumed runs keep
@@ -210,6 +214,27 @@ def _drive_with_resources(
             return runner.run(procedure, ctx, resume=(mode == "resume"))
     finally:
         _close_resources(resources)
+
+
+@contextmanager
+def _fault_injection(bus: EventBus) -> Iterator[None]:
+    """Off unless DBMIGRATE_FAULT_PAUSE is set (the fault matrix): pause at a named point."""
+    try:
+        pauser = faultpoint.from_environment()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if pauser is None:
+        yield
+        return
+    unsubscribe = bus.subscribe(pauser.on_event)
+    connection.add_statement_listener(pauser.on_sent)
+    faultpoint.add_router_listener(pauser.on_sent)
+    try:
+        yield
+    finally:
+        faultpoint.remove_router_listener(pauser.on_sent)
+        connection.remove_statement_listener(pauser.on_sent)
+        unsubscribe()
 
 
 def _install_provisioners() -> None:

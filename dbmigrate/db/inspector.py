@@ -102,6 +102,12 @@ class Inspector:
     def read_only(self) -> bool:
         return str(self.variable("read_only")) in ("1", "ON")
 
+    def read_only_at(self) -> tuple[bool, float]:
+        """(read_only, the server's clock when it answered, Unix seconds): on one host the
+        servers share a clock, so answers from several servers can be put on one timeline."""
+        row = self.server.query("SELECT @@GLOBAL.read_only AS ro, UNIX_TIMESTAMP(SYSDATE(6)) AS at")[0]
+        return str(row["ro"]) in ("1", "ON"), float(row["at"])
+
     def server_id(self) -> int:
         return int(self.variable("server_id"))
 
