@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +113,88 @@ def test_haproxy_dead_before_the_flip_rolls_back_without_touching_the_router(box
     assert kit.writers(shape) == [f"{name}-1"]
     _replicating_from(shape, f"{name}-1", [f"{name}-2", f"{name}-3", f"{name}-new"])
     haproxy.restart(boxes, name)  # the application's path comes back, to the old primary
+    report = kit.finish_verifier(v, inv, name)
+    assert report.lost_total == 0, report.summary()
+    boxes.down(name)
+
+
+def _spawn_run(playbook) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "dbmigrate", "run", str(playbook), "--yes"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=str(Path(__file__).resolve().parents[2]))
+
+
+def _wait_for_step(name_prefix: str, status: str, timeout_s: float = 60) -> str:
+    """The run id once the newest run journals a step starting with `name_prefix` in `status`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            db = sqlite3.connect(str(resolve_journal_path()), timeout=5)
+            row = db.execute("SELECT r.id FROM runs r JOIN steps s ON s.run_id = r.id WHERE s.name LIKE ? "
+                             "AND s.status = ? AND s.action = 'run' AND r.id = (SELECT id FROM runs ORDER BY "
+                             "started_at DESC, id DESC LIMIT 1)", (name_prefix + "%", status)).fetchone()
+            db.close()
+            if row:
+                return row[0]
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.005)
+    raise AssertionError(f"no step {name_prefix!r} {status} within {timeout_s}s")
+
+
+def test_sigterm_during_the_cutover_finishes_the_step_then_rolls_back(boxes):
+    name = "sigterm"
+    state, inv = kit.topology(boxes, name)
+    v = kit.start_verifier(inv, name)
+    proc = _spawn_run(kit.playbook(state, name))
+    try:
+        run_id = _wait_for_step("fence", "done")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, (out, err)
+    assert "SIGTERM: stopping" in err
+    run = _last_run(run_id)
+    assert run["status"] == "rolled_back" and "cancelled by the operator" in run["summary"], run["summary"]
+    shape = kit.shape(inv, name)
+    assert kit.writers(shape) == [f"{name}-1"]
+    _replicating_from(shape, f"{name}-1", [f"{name}-2", f"{name}-3", f"{name}-new"])
+    report = kit.finish_verifier(v, inv, name)
+    assert report.lost_total == 0, report.summary()
+    boxes.down(name)
+
+
+def test_a_second_sigterm_interrupts_the_step_and_says_so_then_rollback_converges(boxes, cli):
+    name = "sigtwice"
+    state, inv = kit.topology(boxes, name)
+    replica_pid = state.instance(f"{name}-3").pid()
+    v = kit.start_verifier(inv, name)
+    proc = _spawn_run(kit.playbook(state, name))
+    try:
+        run_id = _wait_for_step("fence", "done")
+        os.kill(replica_pid, signal.SIGSTOP)  # repointing it will wait (up to replica_timeout_s, 30 s)
+        _wait_for_step("repoint replicas", "started")
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.kill(replica_pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "SIGTERM again: interrupting in step 'repoint replicas'" in err
+    run = _last_run(run_id)
+    assert run["status"] == "interrupted"
+    assert "in step 'repoint replicas', which may be half done" in run["summary"], run["summary"]
+    assert f"dbmigrate rollback {run_id}" in run["summary"]
+    back = cli("rollback", run_id, "--yes")
+    assert back.returncode == 0, back.stdout + back.stderr
+    shape = kit.shape(inv, name)
+    assert kit.writers(shape) == [f"{name}-1"]
+    _replicating_from(shape, f"{name}-1", [f"{name}-2", f"{name}-3", f"{name}-new"])
     report = kit.finish_verifier(v, inv, name)
     assert report.lost_total == 0, report.summary()
     boxes.down(name)

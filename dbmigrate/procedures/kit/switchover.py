@@ -34,7 +34,7 @@ from dbmigrate.engine.wait import Clock
 from dbmigrate.db.connection import QueryError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
 from dbmigrate.procedures.kit.fence_watch import FenceWatch, OnFenceBlocked
-from dbmigrate.exceptions import DbmigrateError, SafetyError, WaitTimeout
+from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError, WaitTimeout
 from dbmigrate.routing.base import RouterError
 
 QUERY_INTERRUPTED = 1317  # the fence statement ended by KILL QUERY
@@ -185,6 +185,18 @@ class Switchover:
         if self.dry_run:
             return (f"would wait up to {self.s.converge_timeout_s:g}s for {self.new} to be within "
                     f"{limit} transaction(s) of {self.old}"), 0
+        # The loop ends itself at converge_timeout_s; a server that stops answering ends it one probe later.
+        bound = self.s.converge_timeout_s + self.s.probe_timeout_s
+        try:
+            with self.topo.bounded(bound, self.old, self.new):
+                return self._converge()
+        except QueryError as e:
+            raise RefusedWait(f"{e.message}: no answer within the convergence bound of {bound:g}s; not fenced, "
+                              f"nothing changed",
+                              hint="check both servers (dbmigrate topology show), then run again") from None
+
+    def _converge(self) -> tuple[str, int]:
+        limit = self.s.converge_max_trx
         old, new = self.insp(self.old), self.insp(self.new)
         delay = self._require_applying(new).sql_delay_s
         if delay:
@@ -206,7 +218,7 @@ class Switchover:
                 return (f"{self.new} was {behind} transaction(s) behind {self.old} (limit {limit}; "
                         f"at most {worst} while waiting {waited_ms:.1f} ms)"), behind
             if self.clock.monotonic() >= deadline:
-                raise WaitTimeout(f"{self.new} did not apply {self.old}'s writes to within {limit} transaction(s) in "
+                raise RefusedWait(f"{self.new} did not apply {self.old}'s writes to within {limit} transaction(s) in "
                                   f"{self.s.converge_timeout_s:g}s (last {behind} behind, at most {worst}): not fenced, "
                                   f"nothing changed",
                                   hint="retry when the load is lighter or the candidate applies faster "
@@ -258,7 +270,7 @@ class Switchover:
             if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
                 raise
             if not self.insp(self.old).read_only():
-                raise WaitTimeout(
+                raise RefusedWait(
                     f"the fence on {self.old} waited {self.s.fence_block_s:g}s behind running statement(s) "
                     f"({watch.describe_blockers()}){self._killed(watch)}: gave up, {self.old} stays writable "
                     f"(read_only=OFF), nothing changed",
@@ -377,10 +389,13 @@ class Switchover:
         return self.writable(self.new) and (st is None or st.sql_running != "Yes")
 
     def open_candidate(self) -> str:
+        """Inside the fenced window, bounded like the catch-up: a candidate that stops answering
+        fails the step (and, since it may have taken the statements, the old stays fenced)."""
         t0 = self.clock.monotonic()
         a = self.apply(self.new)
-        a.stop_replica()
-        a.set_read_only(False)
+        with self.topo.bounded(self.s.catchup_timeout_s, self.new):
+            a.stop_replica()
+            a.set_read_only(False)
         return f"{self.new} stopped replicating and is writable (read_only=OFF) in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
 
     # -- 4. router -----------------------------------------------------------
@@ -437,7 +452,12 @@ class Switchover:
         return said + (f"; left under {self.old}: {'; '.join(left)}" if left else "")
 
     def _repoint(self, replica: str, source: str, position: str) -> None:
-        """Let the replica apply `position` from its current source, then move it to `source`."""
+        """Let the replica apply `position` from its current source, then move it to `source`;
+        the whole of it within replica_timeout_s (a frozen replica included)."""
+        with self.topo.bounded(self.s.replica_timeout_s, replica):
+            self._repoint_within(replica, source, position)
+
+    def _repoint_within(self, replica: str, source: str, position: str) -> None:
         insp = self.insp(replica)
         if not self.dry_run and position:
             self._restart_if_stopped(replica)
