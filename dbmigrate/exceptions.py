@@ -61,3 +61,12 @@ class SafetyError(DbmigrateError):
 
 class LockHeld(DbmigrateError):
     """Another run holds the cluster lock."""
+
+
+class Refused(DbmigrateError):
+    """A step declined to act and changed nothing (a candidate that never came close enough
+    to fence, a fence that gave up): the run ends `refused`, not `rolled_back`."""
+
+
+class RefusedWait(WaitTimeout, Refused):
+    """A bounded wait before any change ran out: nothing was changed."""

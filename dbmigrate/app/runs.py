@@ -7,8 +7,11 @@ TUI, rehearsals and benchmarks all drive runs the same way.
 from __future__ import annotations
 
 import inspect
+import os
+import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Iterator
@@ -17,7 +20,7 @@ from dbmigrate import faultpoint
 from dbmigrate.db import connection
 from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.app.paths import check_journal
-from dbmigrate.engine.events import EventBus, Log, Subscriber
+from dbmigrate.engine.events import Event, EventBus, Log, RunStarted, StepFinished, StepStarted, Subscriber
 from dbmigrate.engine.journal import Journal, default_journal_path, new_run_id
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
@@ -278,3 +281,90 @@ def _close_resources(resources: dict[str, Any]) -> None:
                 print(f"warning: closing {value!r} failed: {exc}", file=sys.stderr)
 
 
+
+
+class SignalStop:
+    """SIGINT and SIGTERM for a run in this process. The first one sets `cancel`: the running
+    step finishes, then the run stops (a cutover is rolled back, a run that changed nothing
+    just stops). The second one says what is running and what state it leaves, then raises
+    KeyboardInterrupt inside that step: the journal marks it interrupted, with the commands
+    to continue or undo. Use as a context manager around the run; it also subscribes to its
+    events (`subscriber`) to know which step is running."""
+
+    def __init__(self, say: Any, cancel: threading.Event | None = None, *, rollback: bool = False) -> None:
+        self.say = say  # one line for the operator (stderr)
+        self.rollback = rollback  # a rollback is not stopped between steps: half-way is no safe shape
+        self.cancel = cancel or threading.Event()
+        self.signals = 0
+        self.run_id = ""
+        self.step: tuple[str, str, float] | None = None  # (action, name, started monotonic)
+        self._saved: dict[int, Any] = {}
+
+    def subscriber(self, event: Event) -> None:
+        self.run_id = event.run_id or self.run_id
+        if isinstance(event, StepStarted):
+            self.step = (event.action, event.name, time.monotonic())
+        elif isinstance(event, (StepFinished, RunStarted)):
+            self.step = None
+
+    def _running(self) -> str:
+        if self.step is None:
+            return "between steps"
+        action, name, since = self.step
+        return f"{'undoing' if action == 'undo' else 'in'} step '{name}' (running {time.monotonic() - since:.1f}s)"
+
+    def handle(self, signum: int, _frame: Any = None) -> None:
+        self.signals += 1
+        name = signal.Signals(signum).name
+        run = self.run_id or "RUN"
+        if self.signals == 1 and self.rollback:
+            self.say(f"{name}: the rollback goes on ({self._running()}): stopping it half-way would leave the "
+                     f"cluster between two shapes; send it again to interrupt it at once")
+            return
+        if self.signals == 1:
+            self.cancel.set()
+            self.say(f"{name}: stopping {self._running()}: it finishes, then the run stops and a cutover in "
+                     f"progress is rolled back; send it again to stop at once")
+            return
+        self.say(f"{name} again: interrupting {self._running()} now; that step may be half done and the run is "
+                 f"journaled as interrupted: undo with dbmigrate rollback {run} or continue with dbmigrate resume {run}")
+        raise KeyboardInterrupt(f"{name} twice")
+
+    def __enter__(self) -> "SignalStop":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._saved[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+        self._saved.clear()
+
+
+def process_gone(run: dict[str, Any]) -> bool:
+    """Is a run journaled as running whose process is gone (SIGKILL, power loss)? Only a
+    process on this machine can be checked; another machine's run is taken as alive."""
+    import socket
+
+    if run.get("status") != "running" or not run.get("pid"):
+        return False
+    if str(run.get("holder") or "").rpartition("@")[2] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(run["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def mark_orphans(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs whose process is gone are shown `orphaned`, with the commands that finish them."""
+    for run in runs:
+        if process_gone(run):
+            run["status"] = "orphaned"
+            run["summary"] = (f"its process {run['pid']} is gone; continue: dbmigrate resume {run['id']}, "
+                              f"or undo: dbmigrate rollback {run['id']}")
+    return runs

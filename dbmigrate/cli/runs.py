@@ -17,7 +17,15 @@ from rich.console import Console
 
 from dbmigrate.app.errors import PAUSED
 from dbmigrate.app.reports import run_with_report, write_run_report
-from dbmigrate.app.runs import plan_playbook, resolve_journal_path, resume_run, rollback_run, start_run
+from dbmigrate.app.runs import (
+    SignalStop,
+    mark_orphans,
+    plan_playbook,
+    resolve_journal_path,
+    resume_run,
+    rollback_run,
+    start_run,
+)
 from dbmigrate.cli.common import console, err_console, guarded
 from dbmigrate.cli.render import (
     ConsoleRenderer,
@@ -34,12 +42,15 @@ from dbmigrate.engine.runner import RunOutcome
 
 
 
+def _subscribers(json_lines: bool, stop: SignalStop | None = None) -> list[Subscriber]:
+    shown: list[Subscriber] = [JsonLinesRenderer(sys.stdout)] if json_lines else \
+        [ConsoleRenderer(Console(highlight=False, soft_wrap=True))]
+    return shown + ([stop.subscriber] if stop is not None else [])
 
 
-def _subscribers(json_lines: bool) -> list[Subscriber]:
-    if json_lines:
-        return [JsonLinesRenderer(sys.stdout)]
-    return [ConsoleRenderer(Console(highlight=False, soft_wrap=True))]
+def _signals(rollback: bool = False) -> SignalStop:
+    """SIGINT/SIGTERM: the first finishes the step and stops (rolling a cutover back), the second interrupts."""
+    return SignalStop(lambda line: err_console.print(line, markup=False), rollback=rollback)
 
 
 def _finish(outcome: RunOutcome) -> None:
@@ -68,14 +79,15 @@ def run_command(
     report: ReportOpt = None,
 ) -> None:
     """Run a playbook."""
-    if report is None:
-        outcome = start_run(playbook, subscribers=_subscribers(json_lines), approver=console_approver(),
-                            assume_yes=yes, dry_run=dry_run, journal_path=journal)
-    else:
-        outcome, written = run_with_report(playbook, report, subscribers=_subscribers(json_lines),
-                                           approver=console_approver(), assume_yes=yes, dry_run=dry_run,
-                                           journal_path=journal)
-        _say_report(written, json_lines)
+    with _signals() as stop:
+        if report is None:
+            outcome = start_run(playbook, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
+                                assume_yes=yes, dry_run=dry_run, journal_path=journal, cancel=stop.cancel)
+        else:
+            outcome, written = run_with_report(playbook, report, subscribers=_subscribers(json_lines, stop),
+                                               approver=console_approver(), assume_yes=yes, dry_run=dry_run,
+                                               journal_path=journal, cancel=stop.cancel)
+            _say_report(written, json_lines)
     _finish(outcome)
 
 
@@ -100,8 +112,10 @@ def resume_command(
     journal: JournalOpt = None,
 ) -> None:
     """Continue an interrupted or failed run from the first step not already done."""
-    _finish(resume_run(run, subscribers=_subscribers(json_lines), approver=console_approver(),
-                       assume_yes=yes, journal_path=journal))
+    with _signals() as stop:
+        outcome = resume_run(run, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
+                             assume_yes=yes, journal_path=journal, cancel=stop.cancel)
+    _finish(outcome)
 
 
 @guarded
@@ -112,8 +126,10 @@ def rollback_command(
     journal: JournalOpt = None,
 ) -> None:
     """Undo the completed steps of a run, newest first."""
-    _finish(rollback_run(run, subscribers=_subscribers(json_lines), approver=console_approver(),
-                         assume_yes=yes, journal_path=journal))
+    with _signals(rollback=True) as stop:
+        outcome = rollback_run(run, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
+                               assume_yes=yes, journal_path=journal)
+    _finish(outcome)
 
 
 @guarded
@@ -124,7 +140,7 @@ def runs_ls_command(
 ) -> None:
     """List recent runs, newest first."""
     with Journal(resolve_journal_path(journal)) as j:
-        runs = j.list_runs(limit)
+        runs = mark_orphans(j.list_runs(limit))
     if json_out:
         print(json.dumps(runs, indent=2, default=str))
     else:

@@ -83,6 +83,10 @@ class Applier:
     def kill_connection(self, connection_id: int) -> None:
         self._send(f"KILL CONNECTION {int(connection_id)}")
 
+    def kill_query(self, connection_id: int) -> None:
+        """End the statement a session is running; the session (and its transaction) stays."""
+        self._send(f"KILL QUERY {int(connection_id)}")
+
     # -- topology wiring -------------------------------------------------------
     def binlog_session(self, on: bool) -> None:
         """Binlog (or not) what this session sends next: accounts created on every server

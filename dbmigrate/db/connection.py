@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -49,6 +50,19 @@ class QueryError(DbmigrateError):
         self.errno = errno
 
 
+class Unresponsive(QueryError):
+    """A server did not answer within the bound of the wait in progress (frozen, overloaded,
+    or its network gone). The session is closed: a late answer can never be mistaken for
+    the reply to a later statement."""
+
+
+# mysql-connector's errno for a socket read/write that timed out.
+_IO_TIMEOUT = 3024
+# What a bounded statement keeps for the round trip: a server-side wait (MASTER_GTID_WAIT)
+# is given the rest, so that it answers before the socket gives up on it.
+ROUND_TRIP_MARGIN_S = 0.25
+
+
 @dataclass
 class Server:
     # Not a field: the clock connect retries wait on (tests may give a server a FakeClock).
@@ -62,9 +76,11 @@ class Server:
     retries: int = 2
     unix_socket: str | None = None
     _conn: Any = field(default=None, init=False, repr=False)
+    _cursor: Any = field(default=None, init=False, repr=False)  # one per session: cursor() pings the server
     _flavor: Flavor | None = field(default=None, init=False, repr=False)
     _version: str | None = field(default=None, init=False, repr=False)
     _waiter: "Server | None" = field(default=None, init=False, repr=False)
+    _deadline: float | None = field(default=None, init=False, repr=False)  # time.monotonic()
 
     @property
     def address(self) -> str:
@@ -74,7 +90,7 @@ class Server:
     def _connect_args(self) -> dict[str, Any]:
         c = self.credentials
         args: dict[str, Any] = dict(
-            user=c.user, password=c.password or "", connection_timeout=max(1, int(round(self.connect_timeout))),
+            user=c.user, password=c.password or "", connection_timeout=max(1, int(round(self._connect_bound()))),
             read_timeout=self.read_timeout, write_timeout=self.read_timeout,
             autocommit=True, use_pure=True, charset="utf8mb4", collation="utf8mb4_general_ci",
         )
@@ -98,18 +114,21 @@ class Server:
         """Fail fast and clearly for a host that does not answer at all."""
         if self.unix_socket:
             return
+        timeout = self._connect_bound()
         try:
-            with socket.create_connection((self.host, self.port), timeout=self.connect_timeout):
+            with socket.create_connection((self.host, self.port), timeout=timeout):
                 pass
         except socket.timeout:
-            raise ConnectionFailed(f"{self.name} ({self.address}) did not answer within {self.connect_timeout:g}s",
+            raise ConnectionFailed(f"{self.name} ({self.address}) did not answer within {timeout:g}s",
                                    hint="check host, port and firewall; the connect timeout is connect_timeout in the inventory")
         except OSError as e:
             raise ConnectionFailed(f"cannot reach {self.name} ({self.address}): {e.strerror or e}",
                                    hint="is the server running and listening on that address?")
 
     def connect(self):
-        if self._conn is not None and self._conn.is_connected():
+        if self._conn is not None and (self._deadline is not None or self._conn.is_connected()):
+            # Under a bound the open session is trusted without a ping: a ping to a frozen server
+            # would wait for the read timeout, and a lost session fails the statement anyway.
             return self._conn
         attempt = 0
         while True:
@@ -117,6 +136,7 @@ class Server:
             self._probe_tcp()
             try:
                 self._conn = mysql.connector.connect(**self._connect_args())
+                self._cursor = None
                 return self._conn
             except mysql.connector.Error as e:
                 err = self._translate_connect_error(e)
@@ -143,10 +163,33 @@ class Server:
                                     hint="is that the right port? something else is listening there")
         return ConnectionFailed(f"cannot connect to {self.name} ({self.address}): {redact(first_line)} [{errno}]")
 
+    # -- bounds --------------------------------------------------------------
+    @contextmanager
+    def bounded(self, seconds: float) -> Iterator["Server"]:
+        """Inside the block every statement on this server (and on its wait session) must be
+        answered within what is left of `seconds`, counted from now: a frozen or dead server
+        costs the bound, not the read timeout. Nested bounds keep the tighter one."""
+        outer = self._deadline
+        mine = time.monotonic() + max(seconds, 0.0)
+        self._deadline = mine if outer is None else min(outer, mine)
+        try:
+            yield self
+        finally:
+            self._deadline = outer
+
+    def remaining(self) -> float | None:
+        """Seconds left of the bound in force, None when there is none."""
+        return None if self._deadline is None else self._deadline - time.monotonic()
+
+    def _connect_bound(self) -> float:
+        left = self.remaining()
+        return self.connect_timeout if left is None else max(0.05, min(self.connect_timeout, left))
+
     def close(self) -> None:
         if self._waiter is not None:
             self._waiter.close()
             self._waiter = None
+        self._cursor = None
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -166,20 +209,30 @@ class Server:
         shown = redact(sql if params is None else f"{sql} -- {params!r}")
         retried = False
         while True:
+            self._check_time_left(shown)
             conn = self.connect()
+            bound = self.remaining()
             started = time.perf_counter()
             try:
-                cur = conn.cursor(dictionary=True)
-                try:
-                    cur.execute(text, params)
-                    if fetch == "count":
-                        return sum(1 for _ in cur) if cur.with_rows else 0
-                    rows = cur.fetchall() if cur.with_rows else []
-                    return rows if fetch else cur.rowcount
-                finally:
-                    cur.close()
+                if self._cursor is None:
+                    self._cursor = conn.cursor(dictionary=True)
+                cur = self._cursor
+                self._socket_timeouts(cur, bound if bound is not None else self.read_timeout)
+                cur.execute(text, params)
+                if fetch == "count":
+                    return sum(1 for _ in cur) if cur.with_rows else 0
+                rows = cur.fetchall() if cur.with_rows else []
+                return rows if fetch else cur.rowcount
             except mysql.connector.Error as e:
+                self._cursor = None  # a fresh one for the next statement, whatever state this one is in
                 errno = getattr(e, "errno", None)
+                if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
+                                                          mysql.connector.errors.WriteTimeoutError)):
+                    self.close()  # the answer may still come: never read it as another statement's
+                    waited = bound if bound is not None else self.read_timeout
+                    raise Unresponsive(f"{self.name} ({self.address}) did not answer within {waited:.1f}s in: {shown}",
+                                       errno=errno,
+                                       hint=f"is {self.name} frozen or overloaded? check it by hand") from None
                 lost = errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR) or \
                     isinstance(e, mysql.connector.errors.OperationalError) and not conn.is_connected()
                 if lost and fetch and not retried and self._is_read(sql):
@@ -196,6 +249,17 @@ class Server:
                 log.debug("%s %.1fms %s", self.name, ms, shown)
                 for fn in list(_listeners):
                     fn(self.name, shown, ms)
+
+    def _check_time_left(self, shown: str) -> None:
+        left = self.remaining()
+        if left is not None and left <= 0:
+            raise Unresponsive(f"{self.name} ({self.address}): the bound of the wait in progress ran out before: {shown}")
+
+    @staticmethod
+    def _socket_timeouts(cursor: Any, seconds: float) -> None:
+        """The read/write timeout of this cursor's exchanges. The connector's public setters take
+        whole seconds; a bound needs fractions (the socket itself takes floats)."""
+        cursor._read_timeout = cursor._write_timeout = max(0.001, float(seconds))
 
     @staticmethod
     def _is_read(sql: str) -> bool:
@@ -261,6 +325,7 @@ class Server:
         if self._waiter is None:
             self._waiter = self.dedicated()
             self._waiter.read_timeout = max(self._waiter.read_timeout, read_timeout)
+        self._waiter._deadline = self._deadline  # the bound in force holds for the wait session too
         return self._waiter
 
     def dedicated(self) -> "Server":

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dbmigrate.db.connection import Server
+from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, Server
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.exceptions import DbmigrateError
 
@@ -20,6 +20,7 @@ class Session:
     command: str
     time: int
     state: str | None
+    info: str | None = None  # the statement running, when asked for
 
 
 def _account_name(grantee: str) -> str:
@@ -98,6 +99,24 @@ class Inspector:
             "SELECT t.trx_mysql_thread_id AS id, p.USER AS user FROM information_schema.INNODB_TRX t "
             "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id")
         return [(int(r["id"]), r["user"]) for r in rows]
+
+    def connection_id(self) -> int:
+        """The id of this tool's main session on the server (what KILL QUERY would name)."""
+        return int(self.server.scalar("SELECT CONNECTION_ID() AS id"))
+
+    def fence_blockers(self, fence_id: int) -> list[Session]:
+        """Statements the fence (session `fence_id`, setting read_only=ON) is waiting for:
+        every other client statement still running that is not itself waiting behind the
+        fence (those only wait for it, on the backup / global read / commit lock)."""
+        rows = self.server.query(
+            "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, LEFT(INFO, 120) AS INFO "
+            "FROM information_schema.PROCESSLIST WHERE ID NOT IN (%s, CONNECTION_ID()) "
+            "AND COMMAND IN ('Query', 'Execute') AND USER NOT IN ('system user', 'event_scheduler') "
+            "AND COALESCE(STATE, '') NOT LIKE 'Waiting for backup lock%%' "
+            "AND COALESCE(STATE, '') NOT LIKE 'Waiting for global read lock%%' "
+            "AND COALESCE(STATE, '') NOT LIKE 'Waiting for commit lock%%'", (int(fence_id),))
+        return [Session(int(r["ID"]), r["USER"], r["HOST"] or "", r["DB"], r["COMMAND"], int(r["TIME"] or 0),
+                        r["STATE"], r["INFO"]) for r in rows]
 
     def read_only(self) -> bool:
         return str(self.variable("read_only")) in ("1", "ON")
@@ -192,6 +211,11 @@ class Inspector:
 
         Runs on a session of its own whose read timeout outlasts the wait (an open
         connection keeps the timeout it was opened with)."""
+        left = self.server.remaining()
+        if left is not None:
+            # Under a bound: the server-side wait ends before the bound does, so that the
+            # reply (reached or not) still arrives in time; a frozen server hits the bound.
+            timeout_s = max(0.0, min(timeout_s, left - ROUND_TRIP_MARGIN_S))
         waiter = self.server.waiter(int(timeout_s) + 5)
         return self.flavor.wait_for_gtid_reached(waiter.scalar(self.flavor.wait_for_gtid_sql(), (position, timeout_s)))
 

@@ -26,7 +26,7 @@ from dbmigrate.engine.events import (
 from dbmigrate.engine.hooks import HookFailed, HookRunner
 from dbmigrate.engine.journal import FINISHED_OK
 from dbmigrate.engine.step import AutoGate, Gate, ManualGate, Phase, Procedure, RunContext, Step
-from dbmigrate.exceptions import DbmigrateError, GateFailed, SafetyError
+from dbmigrate.exceptions import DbmigrateError, GateFailed, Refused, SafetyError
 
 # Asked for each manual gate; returns approved or (approved, reason).
 Approver = Callable[[GateWaiting], "bool | tuple[bool, str]"]
@@ -84,6 +84,7 @@ class Runner:
         self.hooks = hooks or HookRunner()
         # Set from another thread (e.g. an interactive UI) to stop before the next gate or step.
         self.cancel = cancel
+        self.current: str | None = None  # the step running or being undone, for an interruption's summary
 
     # ------------------------------------------------------------------ forward
 
@@ -117,11 +118,14 @@ class Runner:
                     index += 1
                 self._phase_hooks("after_phase", ctx, phase.name, hooks_done)
         except KeyboardInterrupt:
-            summary = f"interrupted by operator; continue with: dbmigrate resume {ctx.run_id}"
-            ctx.emit(RunFinished(status="interrupted", summary=summary))
+            ctx.emit(RunFinished(status="interrupted", summary=self._interrupted(ctx)))
             raise
         except Exception as exc:
-            return self._fail(procedure, ctx, exc)
+            try:
+                return self._fail(procedure, ctx, exc)
+            except KeyboardInterrupt:
+                ctx.emit(RunFinished(status="interrupted", summary=self._interrupted(ctx, "while rolling back")))
+                raise
         self._final_hooks("on_success", ctx)
         parts = [f"{counts[s]} {s}" for s in ("done", "skipped", "dry-run") if counts[s]]
         summary = f"{procedure.name} finished" + (": " + ", ".join(parts) if parts else "")
@@ -130,20 +134,25 @@ class Runner:
 
     def _fail(self, procedure: Procedure, ctx: RunContext, exc: Exception) -> RunOutcome:
         error = exc if isinstance(exc, DbmigrateError) else DbmigrateError(f"internal error: {explain(exc)}")
-        status = ("refused" if isinstance(exc, GateFailed)
-                  else "cancelled" if isinstance(exc, RunCancelled) else "failed")
+        refused = isinstance(exc, GateFailed) or isinstance(exc.__cause__, Refused)
+        status = "refused" if refused else "cancelled" if isinstance(exc, RunCancelled) else "failed"
         summary = error.message
         if isinstance(exc, RunPaused):
             # Everything done so far is consistent and stays: resume or roll back by decision.
             self._final_hooks("on_failure", ctx)
             ctx.emit(RunFinished(status="paused", summary=summary))
             return RunOutcome(ctx.run_id, "paused", summary, error)
-        if ctx.dry_run or (status == "refused" and not self._changed_anything(procedure, ctx)):
+        if ctx.dry_run or (status in ("refused", "cancelled") and not self._changed_anything(procedure, ctx)):
             # Nothing to undo (a dry run changes nothing): saying "rolled back" would
             # suggest something had changed.
-            summary = f"{'dry run stopped' if ctx.dry_run else 'refused before any change'}: {error.message}"
-            error.hint = ("nothing was changed (dry run)" if ctx.dry_run
-                          else error.hint or "fix the cause and start a new run")
+            if ctx.dry_run:
+                summary, error.hint = f"dry run stopped: {error.message}", "nothing was changed (dry run)"
+            elif refused:
+                summary = f"refused before any change: {error.message}"
+                error.hint = error.hint or "fix the cause and start a new run"
+            else:
+                summary = f"stopped before any change: {error.message}"
+                error.hint = f"nothing was changed; continue later with: dbmigrate resume {ctx.run_id}"
             self._final_hooks("on_failure", ctx)
             ctx.emit(RunFinished(status=status, summary=summary))
             return RunOutcome(ctx.run_id, status, summary, error)
@@ -157,6 +166,14 @@ class Runner:
         self._final_hooks("on_failure", ctx)
         ctx.emit(RunFinished(status=status, summary=summary))
         return RunOutcome(ctx.run_id, status, summary, error)
+
+    def _interrupted(self, ctx: RunContext, during: str = "") -> str:
+        """What an interruption leaves, in the journal's summary: which step may be half done."""
+        where = f" {during}" if during else ""
+        if self.current:
+            where += f" in step '{self.current}', which may be half done"
+        return (f"interrupted by the operator{where}; undo with: dbmigrate rollback {ctx.run_id}, "
+                f"or continue with: dbmigrate resume {ctx.run_id}")
 
     def _stop_if_cancelled(self, ctx: RunContext, before: str) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -191,9 +208,15 @@ class Runner:
             return finish("dry-run", self._describe(step, ctx))
 
         ctx.emit(StepStarted(**where, mutating=step.mutating))
+        self.current = step.name
         try:
             sentence = step.run(ctx)
+        except Refused as exc:
+            self.current = None
+            finish("refused", error=explain(exc))  # changed nothing: not a step to undo
+            raise self._step_failed(step, phase, ctx, explain(exc)) from exc
         except Exception as exc:
+            self.current = None
             finish("failed", error=explain(exc))
             raise self._step_failed(step, phase, ctx, explain(exc)) from exc
         except BaseException:
@@ -208,6 +231,7 @@ class Runner:
         except BaseException:
             finish("interrupted", sentence or "", error="interrupted while verifying")
             raise
+        self.current = None
         return finish("done", sentence or f"{step.name}: done")
 
     @staticmethod
@@ -357,8 +381,9 @@ class Runner:
         try:
             ok, summary = self._undo_completed(procedure, ctx)
         except KeyboardInterrupt:
+            undoing = f" while undoing step '{self.current}', which may be half undone" if self.current else ""
             ctx.emit(RunFinished(status="interrupted",
-                                 summary=f"rollback interrupted; run again: dbmigrate rollback {ctx.run_id}"))
+                                 summary=f"rollback interrupted{undoing}; run again: dbmigrate rollback {ctx.run_id}"))
             raise
         status = "rolled_back" if ok else "rollback_failed"
         ctx.emit(RunFinished(status=status, summary=summary))
@@ -379,6 +404,7 @@ class Runner:
                 ctx.emit(StepFinished(**where, status="skipped", sentence="nothing to undo"))
                 continue
             ctx.emit(StepStarted(**where, mutating=step.mutating))
+            self.current = step.name
             try:
                 sentence = step.undo(ctx)
             except Exception as exc:
@@ -388,6 +414,7 @@ class Runner:
                 ctx.emit(StepFinished(**where, status="interrupted", error="interrupted during undo",
                                       duration_ms=_elapsed_ms(started)))
                 raise
+            self.current = None
             ctx.emit(StepFinished(**where, status="undone", sentence=sentence or f"undid {step.name}",
                                   duration_ms=_elapsed_ms(started)))
             undone += 1

@@ -18,12 +18,13 @@ once (two writable primaries must never happen, not even briefly).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, Iterator
 
 from dbmigrate.db.applier import Applier
-from dbmigrate.db.connection import QueryError
+from dbmigrate.db.connection import QueryError, Unresponsive
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, MariaDB, ReplicaStatus
 from dbmigrate.db.gtid import MariaGtid
@@ -74,6 +75,7 @@ class FakeServer:
     sql_delay_s: int = 0  # a configured MASTER_DELAY (reported only)
     fails_with: str = ""  # an error the SQL thread stops on each time it starts (a conflicting row)
     up: bool = True
+    frozen: bool = False  # SIGSTOPped: accepts connections, answers nothing
     sessions: list[Session] = field(default_factory=list)
     open_trx: set[int] = field(default_factory=set)  # session ids inside a transaction
     bypass_users: set[str] = field(default_factory=set)  # accounts that bypass read_only
@@ -94,6 +96,26 @@ class FakeServer:
 class FakeTopology(Topology):
     clock: ScheduledClock = field(default_factory=ScheduledClock)
     sent: list[tuple[str, str]] = field(default_factory=list)  # (server or "router", statement)
+    deadlines: dict[str, float] = field(default_factory=dict)  # bounds in force, in clock time
+    read_timeout_s: float = 60.0  # what a statement to a frozen server costs without a bound
+
+    @contextmanager
+    def bounded(self, seconds: float, *names: str) -> Iterator[None]:
+        outer = {n: self.deadlines.get(n) for n in names}
+        for n in names:
+            mine = self.clock.monotonic() + seconds
+            self.deadlines[n] = mine if outer[n] is None else min(outer[n], mine)  # type: ignore[type-var]
+        try:
+            yield
+        finally:
+            for n, d in outer.items():
+                if d is None:
+                    self.deadlines.pop(n, None)
+                else:
+                    self.deadlines[n] = d
+
+    def side_session(self, name: str, timeout_s: float) -> None:
+        return None  # no watchdog: a fake fence never blocks
 
     # -- the Topology seam --------------------------------------------------
     def inspector(self, name: str) -> "FakeInspector":
@@ -109,6 +131,11 @@ class FakeTopology(Topology):
     # -- the model ----------------------------------------------------------
     def reach(self, name: str) -> FakeServer:
         s = self.servers[name]
+        if s.up and s.frozen:
+            # The statement waits for an answer that never comes: until the bound, or the read timeout.
+            deadline = self.deadlines.get(name, self.clock.monotonic() + self.read_timeout_s)
+            self.clock.advance(max(0.0, deadline - self.clock.monotonic()))
+            raise Unresponsive(f"{name} ({s.host}:{s.port}) did not answer", errno=3024)
         if not s.up:
             raise ConnectionFailed(f"cannot reach {name} ({s.host}:{s.port}): Connection refused",
                                    hint="is the server running and listening on that address?")
@@ -189,6 +216,10 @@ class FakeInspector:
     def reachable(self) -> bool:
         return self.topo.servers[self.name].up
 
+    def connection_id(self) -> int:
+        self._server()
+        return 1
+
     def read_only(self) -> bool:
         return self._server().read_only
 
@@ -216,6 +247,9 @@ class FakeInspector:
     def wait_for_gtid(self, position: str, timeout_s: float) -> bool:
         """MASTER_GTID_WAIT: True once applied, False after timeout_s of (fake) time."""
         clock = self.topo.clock
+        bound = self.topo.deadlines.get(self.name)
+        if bound is not None:
+            timeout_s = max(0.0, min(timeout_s, bound - clock.monotonic() - 0.25))
         deadline = clock.monotonic() + timeout_s
         if self._server().lag_until < deadline:  # the lag ends within the bound
             clock.advance(self._server().lag_until - clock.monotonic())

@@ -21,8 +21,9 @@ Safety rules enforced here, not left to callers:
 
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
@@ -32,7 +33,11 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
 from dbmigrate.db.connection import QueryError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
-from dbmigrate.exceptions import DbmigrateError, SafetyError, WaitTimeout
+from dbmigrate.procedures.kit.fence_watch import FenceWatch, OnFenceBlocked
+from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError, WaitTimeout
+from dbmigrate.routing.base import RouterError
+
+QUERY_INTERRUPTED = 1317  # the fence statement ended by KILL QUERY
 
 
 class WriterRouter(Protocol):
@@ -52,6 +57,12 @@ class SwitchoverSettings:
     converge_max_trx: int = 10  # transactions behind, per domain
     converge_poll_s: float = 0.001
     fence_timeout_s: float = 5.0  # SET GLOBAL read_only=ON waits for the global read lock: bounded
+    # Writes queue behind a fence that waits for running statements: after this long the
+    # watchdog acts, by `on_fence_blocked` (unfence: give up, nothing changed; kill_blockers).
+    fence_block_s: float = 0.5
+    on_fence_blocked: OnFenceBlocked = "unfence"
+    # How long an undo waits for one server to answer before taking it as down (frozen, dead).
+    probe_timeout_s: float = 2.0
     drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
     kill_app_sessions: bool = True  # end remaining app sessions on the fenced server
     replica_timeout_s: float = 30.0  # bound for repointing each other replica
@@ -82,9 +93,32 @@ class Topology:
         s = self.servers[name]
         return s.host, s.port
 
+    @contextmanager
+    def bounded(self, seconds: float, *names: str) -> Iterator[None]:
+        """Every statement to these servers inside the block answers within `seconds` from now
+        (a frozen server costs the bound, not the read timeout)."""
+        with ExitStack() as stack:
+            for name in names:
+                stack.enter_context(self.servers[name].bounded(seconds))
+            yield
+
+    def side_session(self, name: str, timeout_s: float) -> tuple[Inspector, Applier] | None:
+        """Reads and writes on a second session to `name` (its wait session, opened before
+        the fence), for a watchdog that acts while the main session is blocked."""
+        waiter = self.servers[name].waiter(int(timeout_s) + 5)
+        return Inspector(waiter), Applier(waiter)
+
 
 Notify = Callable[..., None]  # (message, level="info")
 Record = Callable[[str, str], None]  # (server, statement) planned in dry-run
+
+
+class _NoWatch:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 class Switchover:
@@ -131,6 +165,14 @@ class Switchover:
     def writable(self, name: str) -> bool:
         return not self.insp(name).read_only()
 
+    def writable_or_none(self, name: str) -> bool | None:
+        """Is `name` writable? None when it does not answer within probe_timeout_s (frozen, dead)."""
+        try:
+            with self.topo.bounded(self.s.probe_timeout_s, name):
+                return self.writable(name)
+        except DbmigrateError:
+            return None
+
     # -- 0. converge (before the fence) ---------------------------------------
     def converge(self) -> tuple[str, int]:
         """Wait (bounded) until the candidate is within `converge_max_trx` of the old primary.
@@ -143,6 +185,18 @@ class Switchover:
         if self.dry_run:
             return (f"would wait up to {self.s.converge_timeout_s:g}s for {self.new} to be within "
                     f"{limit} transaction(s) of {self.old}"), 0
+        # The loop ends itself at converge_timeout_s; a server that stops answering ends it one probe later.
+        bound = self.s.converge_timeout_s + self.s.probe_timeout_s
+        try:
+            with self.topo.bounded(bound, self.old, self.new):
+                return self._converge()
+        except QueryError as e:
+            raise RefusedWait(f"{e.message}: no answer within the convergence bound of {bound:g}s; not fenced, "
+                              f"nothing changed",
+                              hint="check both servers (dbmigrate topology show), then run again") from None
+
+    def _converge(self) -> tuple[str, int]:
+        limit = self.s.converge_max_trx
         old, new = self.insp(self.old), self.insp(self.new)
         delay = self._require_applying(new).sql_delay_s
         if delay:
@@ -164,7 +218,7 @@ class Switchover:
                 return (f"{self.new} was {behind} transaction(s) behind {self.old} (limit {limit}; "
                         f"at most {worst} while waiting {waited_ms:.1f} ms)"), behind
             if self.clock.monotonic() >= deadline:
-                raise WaitTimeout(f"{self.new} did not apply {self.old}'s writes to within {limit} transaction(s) in "
+                raise RefusedWait(f"{self.new} did not apply {self.old}'s writes to within {limit} transaction(s) in "
                                   f"{self.s.converge_timeout_s:g}s (last {behind} behind, at most {worst}): not fenced, "
                                   f"nothing changed",
                                   hint="retry when the load is lighter or the candidate applies faster "
@@ -210,11 +264,38 @@ class Switchover:
             # Without GTIDs the final position would be empty and the catch-up wait a no-op.
             raise SafetyError(f"{self.old} runs with {problem}",
                               hint="switchovers need gtid_mode=ON and enforce_gtid_consistency=ON")
+        watch = None if self.dry_run else self._fence_watch()
         t0 = self.clock.monotonic()
-        self.apply(self.old).set_read_only(True, lock_wait_timeout=self.s.fence_timeout_s)
+        try:
+            with self.topo.bounded(self.s.fence_timeout_s + 1, self.old), (watch or _NoWatch()):
+                self.apply(self.old).set_read_only(True, lock_wait_timeout=self.s.fence_timeout_s)
+        except QueryError as e:
+            if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
+                raise
+            if not self.insp(self.old).read_only():
+                raise RefusedWait(
+                    f"the fence on {self.old} waited {self.s.fence_block_s:g}s behind running statement(s) "
+                    f"({watch.describe_blockers()}){self._killed(watch)}: gave up, {self.old} stays writable "
+                    f"(read_only=OFF), nothing changed",
+                    hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers") from None
         fenced_ms = (self.clock.monotonic() - t0) * 1000
         pos = self.insp(self.old).gtid_binlog_pos()
-        return f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms; final position {pos or '(empty)'}", pos
+        said = f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms"
+        if watch is not None and watch.killed:
+            said += f" after ending {len(watch.killed)} blocking statement(s) ({watch.describe_blockers()})"
+        return f"{said}; final position {pos or '(empty)'}", pos
+
+    def _fence_watch(self) -> FenceWatch | None:
+        side = self.topo.side_session(self.old, self.s.fence_timeout_s)
+        if side is None:
+            return None
+        insp, apply = side
+        return FenceWatch(insp, apply, self.insp(self.old).connection_id(), self.s.fence_block_s,
+                          self.s.on_fence_blocked, self.log)
+
+    @staticmethod
+    def _killed(watch: FenceWatch) -> str:
+        return f"; ended {len(watch.killed)} of them, still blocked" if watch.killed else ""
 
     def end_sessions(self, name: str | None = None) -> str:
         """Wait (bounded) for open app transactions on a fenced server, then end its app sessions."""
@@ -260,18 +341,21 @@ class Switchover:
         insp = self.insp(self.old)
         return insp.read_only_bypass_users() - {insp.login_user, self.topo.repl.user, "system user", "event_scheduler"}
 
-    def unfence_old(self, candidate_known_closed: bool) -> str:
-        """Make the old primary writable again, only if the candidate cannot take writes."""
+    def unfence_old(self, candidate_known_closed: bool, candidate_writable: "bool | None | object" = ...) -> str:
+        """Make the old primary writable again, only if the candidate cannot take writes.
+        `candidate_writable` is what a caller already found (None: it did not answer); by
+        default the candidate is asked, within probe_timeout_s."""
         if not self.is_fenced():
             return f"{self.old} is already writable"
-        try:
-            cand_writable = self.writable(self.new)
-        except DbmigrateError:
+        cand_writable = self.writable_or_none(self.new) if candidate_writable is ... else candidate_writable
+        if cand_writable is None:
             if not candidate_known_closed:
                 raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable",
                                   hint=f"check {self.new} by hand: set read_only=ON there and bring its writes to "
                                        f"{self.old} (replicate until caught up) before {self.old} takes writes again")
             cand_writable = False
+            self.log(f"{self.new} did not answer within {self.s.probe_timeout_s:g}s; it was never opened by this "
+                     f"run, so {self.old} is unfenced", "warning")
         if cand_writable:
             raise SafetyError(f"refusing to unfence {self.old}: {self.new} is writable (two primaries)",
                               hint="roll the switchover back instead: dbmigrate rollback RUN")
@@ -287,15 +371,24 @@ class Switchover:
         if self.dry_run:
             return (f"would wait up to {self.s.catchup_timeout_s:g}s for {self.new} to apply "
                     f"{position or f'the final position of {self.old}'}")
-        insp = self.insp(self.new)
-        self._require_applying(insp)
-        t0 = self.clock.monotonic()
-        if not insp.wait_for_gtid(position, self.s.catchup_timeout_s):
-            behind = insp.missing_from(position)
-            raise WaitTimeout(f"{self.new} did not apply {self.old}'s final position {position} within "
-                              f"{self.s.catchup_timeout_s:g}s (still behind: {behind})",
-                              hint="the old primary will be unfenced; retry when lag is low (dbmigrate lag watch)")
-        return f"{self.new} applied {position} in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
+        bound = self.s.catchup_timeout_s
+        t0 = self.clock.monotonic()  # the bound counts from here, time blocked on the candidate included
+        try:
+            with self.topo.bounded(bound, self.new):
+                insp = self.insp(self.new)
+                self._require_applying(insp)
+                left = bound - (self.clock.monotonic() - t0)
+                if insp.wait_for_gtid(position, left):
+                    return f"{self.new} applied {position} in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
+                behind = insp.missing_from(position)
+        except QueryError as e:
+            waited = self.clock.monotonic() - t0
+            raise WaitTimeout(f"{self.new} did not apply {self.old}'s final position {position} within {bound:g}s: "
+                              f"it did not answer ({e.message}; waited {waited:.1f}s)",
+                              hint="the old primary will be unfenced; check the candidate by hand") from None
+        raise WaitTimeout(f"{self.new} did not apply {self.old}'s final position {position} within "
+                          f"{bound:g}s (still behind: {behind})",
+                          hint="the old primary will be unfenced; retry when lag is low (dbmigrate lag watch)")
 
     # -- 3. open the candidate ----------------------------------------------
     def is_open(self) -> bool:
@@ -303,10 +396,13 @@ class Switchover:
         return self.writable(self.new) and (st is None or st.sql_running != "Yes")
 
     def open_candidate(self) -> str:
+        """Inside the fenced window, bounded like the catch-up: a candidate that stops answering
+        fails the step (and, since it may have taken the statements, the old stays fenced)."""
         t0 = self.clock.monotonic()
         a = self.apply(self.new)
-        a.stop_replica()
-        a.set_read_only(False)
+        with self.topo.bounded(self.s.catchup_timeout_s, self.new):
+            a.stop_replica()
+            a.set_read_only(False)
         return f"{self.new} stopped replicating and is writable (read_only=OFF) in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
 
     # -- 4. router -----------------------------------------------------------
@@ -363,7 +459,12 @@ class Switchover:
         return said + (f"; left under {self.old}: {'; '.join(left)}" if left else "")
 
     def _repoint(self, replica: str, source: str, position: str) -> None:
-        """Let the replica apply `position` from its current source, then move it to `source`."""
+        """Let the replica apply `position` from its current source, then move it to `source`;
+        the whole of it within replica_timeout_s (a frozen replica included)."""
+        with self.topo.bounded(self.s.replica_timeout_s, replica):
+            self._repoint_within(replica, source, position)
+
+    def _repoint_within(self, replica: str, source: str, position: str) -> None:
         insp = self.insp(replica)
         if not self.dry_run and position:
             self._restart_if_stopped(replica)
@@ -446,17 +547,26 @@ class Switchover:
         return said
 
 
-def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
+def switch_back(sw: Switchover, candidate_opened: bool = True, router_switched: bool = True) -> str:
     """Converge to: `sw.old` writable primary, `sw.new` and the replicas replicating from it.
 
     Idempotent: each part checks first. Used by every undo of the promote
     procedure, so a rollback at any point ends in the same safe shape.
+    `router_switched=False` says this run never completed a router switch: a router that
+    does not answer was then not changed, and the undo goes on without it.
+    A candidate that does not answer (frozen, dead) is asked once, within probe_timeout_s,
+    then left alone: when it was never opened, the old primary is unfenced without it.
     """
     back = Switchover(sw.topo, old=sw.new, new=sw.old, settings=sw.s, router=sw.router,
                       dry_run=sw.dry_run, log=sw.log, record=sw.record, clock=sw.clock)
     said: list[str] = []
-    new_writable = _writable_or_none(sw, sw.new)
-    old_writable = sw.writable(sw.old)
+    new_writable = sw.writable_or_none(sw.new)
+    try:
+        old_writable = sw.writable(sw.old)
+    except DbmigrateError as e:
+        raise SafetyError(f"cannot switch back to {sw.old}: {e.message}",
+                          hint=f"{sw.old} must answer to take writes again; if it is gone for good and {sw.new} has "
+                               f"its final position: dbmigrate resume RUN --without-old-primary") from None
     if new_writable and old_writable:
         raise SafetyError(f"both {sw.old} and {sw.new} are writable",
                           hint="set read_only=ON by hand on the one that should not take writes")
@@ -479,9 +589,8 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
         said.append(back.open_candidate())
     elif not old_writable:
         # Nobody writable and nothing the old primary lacks: the candidate never took writes.
-        said.append(sw.unfence_old(candidate_known_closed=not candidate_opened))
-    if not back.router_points_to(sw.old):
-        said.append(back.switch_router())
+        said.append(sw.unfence_old(candidate_known_closed=not candidate_opened, candidate_writable=new_writable))
+    said += _route_back(back, sw, router_switched)
     if new_writable:
         said.append(back.end_sessions(sw.new))
     if back.has_replication_config(sw.old):
@@ -489,7 +598,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
     # Replicas still under sw.new must first apply everything sw.new wrote (it is
     # read-only now, so its position is final); sw.old's own position would be
     # unreachable for them, since it moves on with new writes.
-    final_new = _binlog_pos_or_empty(back, sw.new)
+    final_new = _binlog_pos_or_empty(back, sw.new) if new_writable is not None else ""
     # sw.new follows sw.old before the replicas move: one that cannot be moved (stuck,
     # lagging) stays under sw.new and still gets every write through it.
     if new_writable is not None and not back.replicates_from(sw.new, sw.old):
@@ -505,6 +614,21 @@ def switch_back(sw: Switchover, candidate_opened: bool = True) -> str:
             back._repoint(r, sw.old, final_new if back.replicates_from(r, sw.new) else "")
             said.append(f"repointed {r} to {sw.old}")
     return "; ".join(said) or f"{sw.old} is already the primary"
+
+
+def _route_back(back: Switchover, sw: Switchover, router_switched: bool) -> list[str]:
+    """Writes back to `sw.old` at the router; a router that does not answer is skipped only
+    when this run never switched it (it still sends writes to `sw.old`)."""
+    try:
+        if back.router_points_to(sw.old):
+            return []
+        return [back.switch_router()]
+    except RouterError as e:
+        if router_switched:
+            raise
+        sw.log(f"the router did not answer ({e.message}); this run never switched it, so it still sends "
+               f"writes to {sw.old}", "warning")
+        return [f"router not changed (it did not answer: {e.message}); it still sends writes to {sw.old}"]
 
 
 def _follow(back: Switchover, sw: Switchover) -> list[str]:
@@ -529,10 +653,3 @@ def _binlog_pos_or_empty(sw: Switchover, name: str) -> str:
         return sw.insp(name).gtid_binlog_pos()
     except DbmigrateError:
         return ""
-
-
-def _writable_or_none(sw: Switchover, name: str) -> bool | None:
-    try:
-        return sw.writable(name)
-    except DbmigrateError:
-        return None

@@ -45,6 +45,13 @@ class PromoteParams(BaseModel):
     converge_max_trx: int = Field(10, ge=0, description="fence only when the candidate is at most this many "
                                                         "transactions behind (per domain)")
     fence_timeout_s: float = Field(5, gt=0, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout)")
+    fence_block_s: float = Field(0.5, gt=0, le=10, description="how long the fence may hold writes back while it "
+                                                              "waits for running statements")
+    on_fence_blocked: Literal["unfence", "kill_blockers"] = Field(
+        "unfence", description="past fence_block_s: give up the fence (nothing changed) or end the blocking "
+                               "statements (KILL QUERY) and give up only if still blocked")
+    probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer "
+                                                               "before taking it as down")
     drain_timeout_s: float = Field(2, ge=0, le=60)
     kill_app_sessions: bool = True
     allow_read_only_bypass: list[str] = Field(
@@ -64,7 +71,8 @@ def settings_of(p: PromoteParams) -> SwitchoverSettings:
     return SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.drain_timeout_s,
                               fence_timeout_s=p.fence_timeout_s, kill_app_sessions=p.kill_app_sessions,
                               replica_timeout_s=p.replica_timeout_s, converge_timeout_s=p.converge_timeout_s,
-                              converge_max_trx=p.converge_max_trx)
+                              converge_max_trx=p.converge_max_trx, fence_block_s=p.fence_block_s,
+                              on_fence_blocked=p.on_fence_blocked, probe_timeout_s=p.probe_timeout_s)
 
 
 def cutover_of(ctx: RunContext, params: PromoteParams) -> Cutover:

@@ -68,6 +68,10 @@ class SchemaSwapParams(BaseModel):
     max_trx_age_s: float = Field(30, gt=0, le=86400)
     catchup_timeout_s: float = Field(5, gt=0, le=300)
     fence_drain_timeout_s: float = Field(2, ge=0, le=60, description="open app transactions after the fence")
+    fence_block_s: float = Field(0.5, gt=0, le=10, description="how long the fence may hold writes back while it "
+                                                              "waits for running statements")
+    on_fence_blocked: Literal["unfence", "kill_blockers"] = "unfence"
+    probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer")
     replica_timeout_s: float = Field(30, gt=0, le=3600)
     verify_timeout_s: float = Field(10, gt=0, le=600)
 

@@ -14,7 +14,9 @@ from dbmigrate.procedures.schema_swap.run import params_of, plan_names, resource
 
 def settings_of(p: SchemaSwapParams) -> SwitchoverSettings:
     return SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.fence_drain_timeout_s,
-                              kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s)
+                              kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s,
+                              fence_block_s=p.fence_block_s, on_fence_blocked=p.on_fence_blocked,
+                              probe_timeout_s=p.probe_timeout_s)
 
 
 def switchover(ctx: RunContext, old: str, new: str, record: Record | None = None) -> Switchover:

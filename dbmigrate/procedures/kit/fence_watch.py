@@ -1,0 +1,88 @@
+"""A watchdog beside the fence: `SET GLOBAL read_only=ON` takes the global read lock, and
+while it waits for running statements every new write queues behind it. Two application
+transactions waiting on each other's row locks, or one long statement, would stall every
+write for the whole lock_wait_timeout (whole seconds, a day by default).
+
+After `block_s` the watchdog looks at what the fence waits for and acts by the playbook's
+choice: `unfence` ends the fence statement itself (read_only stays OFF: nothing changed,
+the run gives up), `kill_blockers` ends the blocking statements (KILL QUERY: their
+transactions stay, their statement fails) and, if the fence is still blocked after another
+`block_s`, gives up the same way. It works on a session of its own (the server's wait
+session, opened before the fence), from a thread, while the fence statement runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import QueryError
+from dbmigrate.db.inspector import Inspector, Session
+from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD
+
+OnFenceBlocked = Literal["unfence", "kill_blockers"]
+
+
+@dataclass
+class FenceWatch:
+    insp: Inspector  # on a session other than the fence's
+    apply: Applier  # the same other session
+    fence_id: int  # the session that sends SET GLOBAL read_only=ON
+    block_s: float
+    policy: OnFenceBlocked = "unfence"
+    log: Callable[..., None] = lambda message, level="info": None
+    blockers: list[Session] = field(default_factory=list)
+    killed: list[int] = field(default_factory=list)
+    gave_up: bool = False
+    error: str = ""
+    _done: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> "FenceWatch":
+        self._thread = threading.Thread(target=self._watch, name="fence-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:  # once set, the watchdog sends nothing more
+            self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        try:
+            if self._done.wait(self.block_s):
+                return
+            self.blockers = self.insp.fence_blockers(self.fence_id)
+            if self.policy == "kill_blockers" and self.blockers:
+                for s in self.blockers:
+                    if self._kill(s.id):
+                        self.killed.append(s.id)
+                if self._done.wait(self.block_s):
+                    return
+            if self._kill(self.fence_id):
+                self.gave_up = True
+        except Exception as exc:  # the server-side lock_wait_timeout still bounds the fence
+            self.error = str(exc)
+
+    def _kill(self, session_id: int) -> bool:
+        with self._lock:
+            if self._done.is_set():
+                return False
+            try:
+                self.apply.kill_query(session_id)
+            except QueryError as e:
+                if e.errno != UNKNOWN_THREAD:
+                    raise
+            return True
+
+    def describe_blockers(self) -> str:
+        if not self.blockers:
+            return "no running statement seen (commits in progress?)"
+        shown = [f"id {s.id} {s.user} {s.time}s {s.state or s.command}: {(s.info or '').strip()[:60]!r}"
+                 for s in self.blockers[:3]]
+        more = f" (+{len(self.blockers) - 3} more)" if len(self.blockers) > 3 else ""
+        return "; ".join(shown) + more
