@@ -698,3 +698,25 @@ def test_seal_old_refuses_to_go_on_when_the_old_primary_is_writable_again():
 
     assert refused.value.message == "db1 is writable again: refusing to open db2 (two primaries)"
     assert topo.statements("db1") == []
+
+
+def test_prepare_window_builds_the_routers_request_before_the_fence_and_returns_the_bypassing_accounts():
+    topo = cluster()
+    router = FakeRouter(topo, "db1")
+    prepared = []
+    router.prepare_switch = lambda new, old=None: prepared.append((new.name, old.name if old is not None else None))
+    topo.servers["db1"].bypass_users = {"ops", "dbmigrate", "repl"}
+
+    bypass = switchover(topo, router).prepare_window()
+
+    assert prepared == [("db2", "db1")]  # inside the window the switch is then one request
+    assert bypass == {"ops"}  # the tool's own login and replication are not ended
+
+
+def test_seal_old_reads_no_session_list_when_no_account_bypasses_read_only():
+    topo, router = fenced()
+    db1 = topo.servers["db1"]
+    db1.sessions = [app_session(8, "app")]
+
+    assert switchover(topo, router).seal_old(set()) == ""
+    assert topo.statements("db1") == []
