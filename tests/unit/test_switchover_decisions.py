@@ -16,7 +16,7 @@ from dbmigrate.exceptions import ConnectionFailed, DbmigrateError, SafetyError, 
 from dbmigrate.routing.base import RouterError
 from dbmigrate.procedures.kit.roles import find_primary
 from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
-from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
+from tests.unit.fake_topology import FakeInspector, FakeRouter, FakeTopology, cluster
 
 FENCE = "SET STATEMENT lock_wait_timeout=5 FOR SET GLOBAL read_only=ON"
 OPEN = "SET GLOBAL read_only=OFF"
@@ -713,10 +713,13 @@ def test_prepare_window_builds_the_routers_request_before_the_fence_and_returns_
     assert bypass == {"ops"}  # the tool's own login and replication are not ended
 
 
-def test_seal_old_reads_no_session_list_when_no_account_bypasses_read_only():
+def test_seal_old_reads_no_session_list_when_no_account_bypasses_read_only(monkeypatch):
     topo, router = fenced()
     db1 = topo.servers["db1"]
     db1.sessions = [app_session(8, "app")]
+    sw = switchover(topo, router)
+    listed = []
+    monkeypatch.setattr(FakeInspector, "sessions", lambda self, *a, **k: listed.append(1) or [])
 
-    assert switchover(topo, router).seal_old(set()) == ""
-    assert topo.statements("db1") == []
+    assert sw.seal_old(set()) == ""
+    assert listed == [] and topo.statements("db1") == []
