@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -16,17 +17,21 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, ContextManager, Iterable
 
+from dbmigrate.db.lease import SqlLease
 from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.engine.events import Event, EventBus, Log, RunStarted, StepFinished, StepStarted, Subscriber
-from dbmigrate.engine.journal import Journal, default_journal_path, new_run_id
+from dbmigrate.engine.journal import Journal, current_holder, default_journal_path, new_run_id
+from dbmigrate.engine.lease import Lease
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
 from dbmigrate.engine.step import Procedure, RunContext, RunState
 from dbmigrate.exceptions import SafetyError, UsageError
 from dbmigrate.playbook import Playbook, load_playbook
 
-# Resource key under which prepare_resources hands over the dedicated lock session.
+# Resource keys under which prepare_resources hands over the dedicated lock session and
+# the servers (with the primary's name) that carry the cluster lease.
 LOCK_SESSION = "lock_session"
+LEASE_SERVERS = "lease_servers"
 
 
 def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None = None) -> Path:
@@ -156,7 +161,8 @@ def _drive_with_resources(
             journal.record_log(warning)
         procedure = playbook.build(ctx)
         runner = Runner(approver=approver, assume_yes=assume_yes, hooks=playbook.hook_runner(), cancel=cancel)
-        with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id):
+        with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id, run["dry_run"]) as lock:
+            runner.stop_check = getattr(lock, "stop_reason", None)
             if mode == "rollback":
                 return runner.rollback(procedure, ctx)
             return runner.run(procedure, ctx, resume=(mode == "resume"))
@@ -182,7 +188,7 @@ def _prepare(playbook: Playbook, state: RunState) -> dict[str, Any]:
 
 
 def _cluster_lock(procedure: Procedure, resources: dict[str, Any], cluster: str, journal: Journal,
-                  run_id: str) -> ContextManager[Any]:
+                  run_id: str, dry_run: bool = False) -> ContextManager[Any]:
     if not procedure.needs_lock:
         return nullcontext()
     session = resources.get(LOCK_SESSION)
@@ -191,7 +197,12 @@ def _cluster_lock(procedure: Procedure, resources: dict[str, Any], cluster: str,
             f"procedure '{procedure.name}' needs the cluster lock but its resources have no '{LOCK_SESSION}'",
             hint="the procedure's prepare_resources must open a dedicated session to the primary",
         )
-    return ClusterLock(SqlNamedLocks(session), cluster, journal, run_id)
+    lease = None
+    if resources.get(LEASE_SERVERS) is not None and not dry_run:  # a dry-run writes nothing, not even a lease
+        servers, primary = resources[LEASE_SERVERS]
+        lease = Lease(SqlLease(servers, primary), cluster, run_id, holder=current_holder(),
+                      host=socket.gethostname(), pid=os.getpid())
+    return ClusterLock(SqlNamedLocks(session), cluster, journal, run_id, lease)
 
 
 def _close_resources(resources: dict[str, Any]) -> None:
@@ -269,8 +280,6 @@ class SignalStop:
 def process_gone(run: dict[str, Any]) -> bool:
     """Is a run journaled as running whose process is gone (SIGKILL, power loss)? Only a
     process on this machine can be checked; another machine's run is taken as alive."""
-    import socket
-
     if run.get("status") != "running" or not run.get("pid"):
         return False
     if str(run.get("holder") or "").rpartition("@")[2] != socket.gethostname():

@@ -512,8 +512,20 @@ class Switchover:
             self.clock.sleep(0.05)
 
     # -- 8. verify -----------------------------------------------------------
+    def _require_primary(self, name: str) -> None:
+        """The probe goes only to the server this run made primary, and only while it is one:
+        the tool's login bypasses read_only, and a row written on a replica breaks its replication."""
+        insp = self.insp(name)
+        if insp.read_only():
+            raise _never_primary(name, "it is read-only")
+        st = insp.replica_status()
+        if st is not None and (st.io_running == "Yes" or st.sql_running == "Yes"):
+            raise _never_primary(name, "it replicates")
+
     def verify_writes_flow(self, run_id: str, timeout: float = 10) -> str:
         """Write a probe row on the new primary and see it arrive on every other server."""
+        if not self.dry_run:
+            self._require_primary(self.new)
         # Through the applier: in dry-run the probe is only described.
         self.apply(self.new).write_switchover_probe(run_id, self.new)
         followers = [self.old, *self.topo.replicas]
@@ -538,6 +550,11 @@ class Switchover:
                      f"(dbmigrate topology show); the write path is healthy", "warning")
             said += f"; NOT yet on {', '.join(late)} (see the log)"
         return said
+
+
+def _never_primary(name: str, why: str) -> SafetyError:
+    return SafetyError(f"{name} is not the primary any more ({why}): no probe is written there",
+                       hint="another run may have moved the primary; see dbmigrate topology show")
 
 
 def switch_back(sw: Switchover, candidate_opened: bool = True, router_switched: bool = True) -> str:

@@ -54,4 +54,4 @@ def prepare(playbook: Any, store: Any) -> dict[str, Any]:
             state.save(store)
     replicas = [n for n in cluster.servers if n not in (old, new)]
     resources = PromoteResources(cluster=cluster, old=old, new=new, topology=cluster.topology(replicas))
-    return handed_over(resources, cluster.lock_session)
+    return handed_over(resources, cluster.lock_session, cluster)
