@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +34,9 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.warm import methods as warm
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+from dbmigrate.report import model as m
+from dbmigrate.report.model import from_evidence
+from dbmigrate.report.write import check_report_path, write_report
 from dbmigrate.warm.measure import hit_ratio_between, snapshot
 
 NAME = "warmbench"
@@ -118,13 +122,33 @@ class Bench:
         return float(m.group(1)), [float(q) for _, q in _QPS_AT.findall(proc.stdout)]
 
     def traffic(self, seconds: int) -> dict:
-        """Read traffic on the target: QPS, and the pool's hit ratio during it."""
+        """Read traffic on the target: QPS, and the pool's hit ratio during it, overall and per second."""
+        stop = threading.Event()
+        per_second: list[float | None] = []
+
+        def sample() -> None:  # its own session: the counters' delta over each second
+            with self.inv.open(self.target_name) as s:
+                prev = snapshot(Inspector(s))
+                while not stop.wait(1.0):
+                    cur = snapshot(Inspector(s))
+                    per_second.append(hit_ratio_between(prev, cur).ratio)
+                    prev = cur
+
         with self.inv.open(self.target_name) as t:
             insp = Inspector(t)
             before = snapshot(insp)
-            qps, by_second = self.sysbench(self.target_name, seconds)
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            try:
+                qps, by_second = self.sysbench(self.target_name, seconds)
+            finally:
+                stop.set()
+                sampler.join(10)
             hr = hit_ratio_between(before, snapshot(insp))
-        return {"qps": qps, "hit_ratio": round(hr.ratio or 0.0, 4), "by_second": [round(q) for q in by_second]}
+        curve = [[i + 1, round(q), None if i >= len(per_second) or per_second[i] is None else round(per_second[i], 5)]
+                 for i, q in enumerate(by_second)]
+        return {"qps": qps, "hit_ratio": round(hr.ratio or 0.0, 4), "by_second": [round(q) for q in by_second],
+                "curve": curve}
 
     def steady_state(self, seconds: int) -> dict:
         """Make sure every page is resident, then measure: this target's warm steady state.
@@ -158,7 +182,7 @@ class Bench:
         first = self.traffic(s)
         steady = self.steady_state(s)
         rec.update(qps=first["qps"], steady_qps=steady["qps"], ratio=round(first["qps"] / steady["qps"], 3),
-                   hit_ratio=first["hit_ratio"], qps_by_second=first["by_second"])
+                   hit_ratio=first["hit_ratio"], qps_by_second=first["by_second"], curve=first["curve"])
         log(f"{case}: {'warmed in %.1fs, then ' % rec['warm_seconds'] if result else ''}{first['qps']:.0f} qps in "
             f"the first {s}s (hit ratio {first['hit_ratio']:.4f}) vs {steady['qps']:.0f} warm: ratio "
             f"{rec['ratio']:.2f}; per second {first['by_second']}")
@@ -182,6 +206,9 @@ class Bench:
                 out[f"{case}_warm_seconds"] = statistics.median(x["warm_seconds"] for x in recs)
             out[f"{case}_runs"] = recs
         out["target_met"] = out["dump_load_ratio"] >= 0.9 and out["replay_ratio"] >= 0.9
+        # The curve of each case's median round (by ratio): QPS and hit ratio per second after the move.
+        out["curves"] = {case: sorted(recs, key=lambda x: x["ratio"])[len(recs) // 2]["curve"]
+                         for case, recs in runs.items()}
         return out
 
     def close(self) -> None:
@@ -213,7 +240,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=10, help="measurement window after the move")
     ap.add_argument("--threads", type=int, default=4, help="sysbench threads")
     ap.add_argument("--rounds", type=int, default=3, help="repetitions (medians are reported)")
+    ap.add_argument("--report", type=Path, help="write an HTML report (warm-up curves) and its JSON to this file")
     args = ap.parse_args()
+    if args.report:
+        check_report_path(args.report)
     bench = Bench(args)
     try:
         bench.setup()
@@ -225,6 +255,15 @@ def main() -> int:
         print(json.dumps(result, indent=2))
     else:
         show(result)
+    if args.report:
+        labels = {"cold": "cold", "dump_load": "warmed by dump-load", "replay": "warmed by replay"}
+        model = from_evidence("Warm-up: the first seconds after traffic moves", {m.WARMUP: {
+            "source": (f"sysbench oltp_read_only (uniform keys, {args.threads} threads) on the target after it was "
+                       f"restarted cold and warmed by each method; {result['data_mb']} MB of data, "
+                       f"{args.pool_mb} MB buffer pool; the median round of {args.rounds} by first-window ratio"),
+            "cases": {labels[c]: curve for c, curve in result["curves"].items()}}})
+        html_path, json_path = write_report(model, args.report)
+        print(f"report: {html_path} (numbers: {json_path})", file=sys.stderr)
     return 0 if result["target_met"] else 1
 
 

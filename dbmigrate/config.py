@@ -16,7 +16,11 @@ from dbmigrate.db import credentials as creds_mod
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.exceptions import ConfigError, UsageError
+from dbmigrate.hostname import check_host
 from dbmigrate.yamlload import format_validation_error, load_yaml_with_lines
+
+
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 
 
 class Strict(BaseModel):
@@ -64,6 +68,9 @@ class NoAccess(Strict):
     """The tool may not enter this host (a managed service): file-based features refuse clearly."""
 
     kind: Literal["none"]
+    slow_log: Optional[Literal["table"]] = Field(
+        None, description="`table`: slow-log windows (digest capture, the latency guard) are written to "
+                          "mysql.slow_log (log_output=TABLE) and read over SQL")
 
 
 class SshAccess(Strict):
@@ -107,6 +114,18 @@ class ServerSpec(Strict):
     host_name: Optional[str] = Field(None, description="physical/virtual host that runs this instance")
     instance: Optional[str] = Field(None, description="instance name on a multi-instance host")
     shards: list[str] = Field(default_factory=list, description="logical shards (schemas) held here")
+
+    @field_validator("shards")
+    @classmethod
+    def _user_schemas(cls, v: list[str]) -> list[str]:
+        # Moving a server's own schemas would move its accounts, privileges and statistics.
+        system = [s for s in v if s.strip().lower() in SYSTEM_SCHEMAS]
+        if system:
+            raise ValueError(f"{', '.join(system)} is a system schema, not a shard; list application schemas only")
+        empty = [s for s in v if not s.strip()]
+        if empty:
+            raise ValueError("a shard name is empty")
+        return v
     replication_host: Optional[str] = Field(None, description="how other servers reach this one for replication "
                                                               "(containers, NAT); default: host")
     replication_port: Optional[int] = Field(None, ge=1, le=65535, description="default: port")
@@ -116,9 +135,12 @@ class ServerSpec(Strict):
     @field_validator("host")
     @classmethod
     def _host(cls, v: str) -> str:
-        if not v or " " in v:
-            raise ValueError("must be a host name or IP address")
-        return v
+        return check_host(v)
+
+    @field_validator("replication_host")
+    @classmethod
+    def _replication_host(cls, v: Optional[str]) -> Optional[str]:
+        return v if v is None else check_host(v)
 
 
 class HAProxyRouterSpec(Strict):
@@ -172,6 +194,7 @@ class HostSpec(Strict):
     address: str = Field("127.0.0.1", description="host name or IP the instances listen on")
     base_port: int = Field(3306, ge=1, le=65535, description="first instance's port; the next ones count up")
     datadir_root: str = Field("/var/lib/mysql-instances", description="one datadir per instance under here")
+    run_dir: str = Field("/run/mysqld", description="each instance's socket and pid file go here")
     sandbox: Optional[str] = Field(None, description="rehearsal: create the instances in this local sandbox")
     access: Optional[Access] = Field(None, description="how the tool reaches this host")
 
@@ -186,6 +209,9 @@ class PlanningSpec(Strict):
     qps_per_core: float = Field(2000, gt=0, description="queries per second one core serves")
     working_set_fraction: float = Field(0.25, gt=0, le=1, description="working set estimate when not measured")
     min_buffer_pool_mb: int = Field(64, ge=8)
+    server_id_base: int = Field(100000, ge=1, le=4_000_000_000,
+                                description="planned instances get server_id base+1, base+2, ... (must not "
+                                            "collide with the old servers' ids)")
 
 
 class HostsFile(Strict):
@@ -198,7 +224,9 @@ class HostsFile(Strict):
 class Defaults(Strict):
     credentials: Optional[CredentialsRef] = None
     connect_timeout: float = Field(3.0, gt=0, le=60)
-    read_timeout: int = Field(60, gt=0)
+    # seconds a statement may take to answer; bounded so that a typo (1e20) is refused,
+    # long enough for an ALTER TABLE of a schema swap
+    read_timeout: int = Field(60, gt=0, le=7 * 86400)
     access: Optional[Access] = Field(None, description="host access for servers that declare none")
 
 

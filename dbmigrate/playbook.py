@@ -65,12 +65,12 @@ class GuardSection(BaseModel):
 class PlaybookSpec(_Strict):
     procedure: str = Field(min_length=1)
     cluster: str = Field(min_length=1)
-    inventory: str | None = None
+    inventory: str | None = Field(None, min_length=1, description="inventory file, relative to the playbook")
     params: dict[str, Any] = {}
     gates: list[GateSpec] = []
     guard: GuardSection | None = None
     hooks: HooksSpec = HooksSpec()
-    journal: str | None = None
+    journal: str | None = Field(None, min_length=1)
     dry_run: bool = False
 
 

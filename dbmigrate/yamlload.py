@@ -26,6 +26,14 @@ from dbmigrate.exceptions import ConfigError
 
 Loc = tuple[Union[str, int], ...]
 
+# Bounds on what a configuration file may be. Inventories and playbooks are a few
+# kilobytes; these only stop hostile or broken input (a device, a YAML alias bomb
+# whose expansion would be billions of nodes, nesting deep enough to exhaust the
+# stack) with one clear line instead of a hang or a traceback.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_NODES = 100_000  # after alias expansion
+MAX_DEPTH = 64
+
 
 class Locator:
     """Maps a data path like ("gates", 1, "kind") to the 1-based line it was written on."""
@@ -64,21 +72,42 @@ class _Loader(yaml.SafeLoader):
     """Safe loader; duplicate keys are caught while walking the node tree below."""
 
 
-def load_yaml_with_lines(path: str | Path, text: str | None = None) -> tuple[Any, Locator]:
-    """Load YAML from `path` (or from `text`, named `path` in messages) with a line index."""
+def read_config_text(path: str | Path, what: str = "file") -> str:
+    """A configuration file's text: UTF-8, a regular file, at most MAX_FILE_BYTES.
+    Every way it can be unreadable is one ConfigError naming the file."""
     path = Path(path)
     try:
-        if text is None:
-            text = path.read_text(encoding="utf-8")
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a directory, not a {what}", hint="name the YAML file itself")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file", hint="check the path (relative paths are from the current directory)")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}")
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES // (1024 * 1024)} MB; not a {what}",
+                          hint="name the YAML file itself")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        column = exc.start - raw.rfind(b"\n", 0, exc.start)
+        raise ConfigError(f"{path}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {column})",
+                          hint="save the file as UTF-8 (a Latin-1 accent in a comment is enough)") from None
+
+
+def load_yaml_with_lines(path: str | Path, text: str | None = None) -> tuple[Any, Locator]:
+    """Load YAML from `path` (or from `text`, named `path` in messages) with a line index."""
+    path = Path(path)
+    if text is None:
+        text = read_config_text(path)
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None, Locator({(): 1})
+        _check_size(path, node)
         lines: dict[Loc, int] = {(): node.start_mark.line + 1}
         _index_lines(path, node, (), lines)
         data = loader.construct_document(node)
@@ -90,10 +119,45 @@ def load_yaml_with_lines(path: str | Path, text: str | None = None) -> tuple[Any
         raise ConfigError(f"{path}{line}: YAML syntax error: {problem}{column}",
                           hint="check indentation and quoting around that line") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: YAML syntax error: {exc}") from None
+        raise ConfigError(f"{path}: YAML syntax error: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep",
+                          hint="inventories and playbooks are a few levels deep; check the file") from None
     finally:
         loader.dispose()
     return data, Locator(lines)
+
+
+def _check_size(path: Path, root: yaml.Node) -> None:
+    """Refuse an alias that contains itself, nesting past MAX_DEPTH, or an expansion
+    past MAX_NODES. Sizes are memoized per node, so a bomb costs one pass over the
+    nodes as written, not over their expansion."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node, depth: int, open_nodes: set[int]) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise ConfigError(f"{path}:{node.start_mark.line + 1}: an alias refers to a node that contains it",
+                              hint="YAML anchors (&x) and aliases (*x) may not be recursive here")
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{path}:{node.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep",
+                              hint="inventories and playbooks are a few levels deep; check the file")
+        total = 1
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            open_nodes.add(key)
+            children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+            for child in children:
+                total += size(child, depth + 1, open_nodes)
+                if total > MAX_NODES:
+                    raise ConfigError(f"{path}:{node.start_mark.line + 1}: expands to more than {MAX_NODES:,} values "
+                                      "(YAML aliases)", hint="an alias bomb? write the values out, or fewer aliases")
+            open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root, 0, set())
 
 
 def _index_lines(path: Path, node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:

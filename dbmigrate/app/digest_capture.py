@@ -11,7 +11,7 @@ from dbmigrate.db.applier import Applier
 from dbmigrate.digest import window
 from dbmigrate.digest.window import HostFileReader
 from dbmigrate.exceptions import UsageError
-from dbmigrate.hosts import host_for
+from dbmigrate.hosts import host_for, slow_log_source
 
 
 def _open_server(inventory: Optional[Path], server: Optional[str]):
@@ -32,13 +32,15 @@ def capture(inventory: Optional[Path], server: Optional[str], seconds: float, ou
     """Open a window (long_query_time=0 to a file of our own), digest it, restore the settings."""
     srv = _open_server(inventory, server)
     try:
-        reader = HostFileReader(host_for(load_inventory(inventory), server))
+        inv = load_inventory(inventory)
+        source = slow_log_source(inv, server)
+        reader = HostFileReader(host_for(inv, server)) if source == "file" else None
         # A plain `kill` should still close the window: turn SIGTERM into an exit that runs
         # the restore. SIGKILL cannot be caught; that is what `digest restore` is for.
         previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
             return window.capture_window(srv, seconds, out, saved_settings_file=saved_settings, log_file=log_file,
-                                         reader=reader, progress=progress)
+                                         reader=reader, progress=progress, source=source)
         finally:
             signal.signal(signal.SIGTERM, previous)
     finally:

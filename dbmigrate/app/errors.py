@@ -3,7 +3,8 @@
 Every user interface (the command line, the terminal UI) turns an exception
 into the same three things through `failure_of`: an exit code, one line, and
 what to do next, with secrets masked. Exit codes: 0 success, 1 the operation
-failed, was refused or rolled back, 2 bad input, 130 interrupted.
+failed, was refused or rolled back, 2 bad input, 130 interrupted (Ctrl-C),
+128+N stopped by signal N (143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations
@@ -14,6 +15,16 @@ from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.redact import redact
 
 INTERRUPTED = 130
+PAUSED = 4  # a run stopped at a gate that pauses: nothing undone, resume or roll back by decision
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP asked the process to stop. A KeyboardInterrupt, so that
+    the same `finally` blocks and run-stopping paths as Ctrl-C apply."""
+
+    def __init__(self, signum: int, name: str):
+        super().__init__(name)
+        self.signum, self.name = signum, name
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,9 @@ def failure_of(exc: BaseException) -> Failure | None:
     """The operator's view of an exception; None for a bug (let it show its traceback)."""
     if isinstance(exc, DbmigrateError):
         return Failure(exc.exit_code, redact(exc.message) or "", redact(exc.hint) if exc.hint else None)
+    if isinstance(exc, Terminated):
+        return Failure(128 + exc.signum, f"stopped by {exc.name}: the journal records where the run stopped",
+                       "see: dbmigrate runs show last")
     if isinstance(exc, KeyboardInterrupt):
         return Failure(INTERRUPTED, "interrupted: the journal records where the run stopped",
                        "see: dbmigrate runs show last")

@@ -13,12 +13,15 @@ import socket
 import sys
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, ContextManager, Iterable
+from typing import Any, Callable, ContextManager, Iterable, Iterator
 
+from dbmigrate import faultpoint
+from dbmigrate.db import connection
 from dbmigrate.db.lease import SqlLease
 from dbmigrate.db.named_lock import SqlNamedLocks
+from dbmigrate.app.paths import check_journal
 from dbmigrate.engine.events import Event, EventBus, Log, RunStarted, StepFinished, StepStarted, Subscriber
 from dbmigrate.engine.journal import Journal, current_holder, default_journal_path, new_run_id
 from dbmigrate.engine.lease import Lease
@@ -35,12 +38,13 @@ LEASE_SERVERS = "lease_servers"
 
 
 def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None = None) -> Path:
-    """--journal, then the playbook's `journal:`, then $DBMIGRATE_JOURNAL / $DBMIGRATE_HOME."""
+    """--journal, then the playbook's `journal:`, then $DBMIGRATE_JOURNAL / $DBMIGRATE_HOME;
+    checked, so that a directory or another program's file is refused in one line."""
     if explicit is not None:
-        return explicit
+        return check_journal(explicit)
     if playbook is not None and playbook.journal_path is not None:
-        return playbook.journal_path
-    return default_journal_path()
+        return check_journal(playbook.journal_path)
+    return check_journal(default_journal_path())
 
 
 def plan_playbook(playbook_path: Path) -> Procedure:
@@ -55,6 +59,7 @@ def plan_playbook(playbook_path: Path) -> Procedure:
 def start_run(
     playbook_path: Path,
     *,
+    params_update: dict[str, Any] | None = None,
     subscribers: Iterable[Subscriber] = (),
     approver: Approver | None = None,
     assume_yes: bool = False,
@@ -62,8 +67,19 @@ def start_run(
     journal_path: Path | None = None,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    """Start a new run of a playbook; `cancel`, once set, stops it before its next gate or step."""
+    """Start a new run of a playbook; `cancel`, once set, stops it before its next gate or step.
+    `params_update` overrides the playbook's params for this run (nested dicts merge)."""
     playbook = load_playbook(playbook_path)
+    if params_update:
+        from pydantic import ValidationError
+
+        try:
+            playbook.params = type(playbook.params).model_validate(
+                _merged(playbook.params.model_dump(), params_update))
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise UsageError(f"{playbook.path}: the {playbook.procedure} procedure does not take "
+                             f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     with Journal(resolve_journal_path(journal_path, playbook)) as journal:
         run_id = new_run_id()
         journal.create_run(
@@ -72,6 +88,43 @@ def start_run(
             playbook_sha=playbook.sha256, dry_run=dry_run or playbook.spec.dry_run,
         )
         return _drive(playbook, journal, run_id, "run", subscribers, approver, assume_yes, cancel=cancel)
+
+
+def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in update.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers: Iterable[Subscriber] = (),
+               journal_path: Path | None = None) -> str:
+    """Run one procedure-specific action (e.g. roll back one old server) in an existing run's
+    context: its playbook, resources, journal and cluster lock. Returns the action's sentence."""
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        run = journal.get_run(run_id)
+        assert run is not None
+        if not run["playbook"]:
+            raise UsageError(f"run {run_id} has no playbook recorded")
+        playbook = load_playbook(run["playbook"])
+        bus = EventBus()
+        for subscriber in subscribers:
+            bus.subscribe(subscriber)
+        unsubscribe = bus.subscribe(journal.record, critical=True)
+        _install_provisioners()
+        resources = _prepare(playbook, RunState(journal, run_id))
+        try:
+            ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
+                             bus=bus, dry_run=False, resources=resources, params=playbook.params)
+            procedure = playbook.build(ctx)
+            with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id):
+                sentence = action(ctx)
+            ctx.log(sentence)
+            return sentence
+        finally:
+            unsubscribe()
+            _close_resources(resources)
 
 
 def resume_run(run_ref: str, **kwargs: Any) -> RunOutcome:
@@ -126,7 +179,9 @@ def _drive(
     for subscriber in subscribers:
         bus.subscribe(subscriber)
     try:
-        return _drive_with_resources(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed, cancel)
+        with _fault_injection(bus):
+            return _drive_with_resources(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed,
+                                         cancel)
     except Exception as exc:
         # A fresh run that never reached the runner (no resources, lock refused,
         # bad gate) must not stay "running" in the journal. Resumed runs keep
@@ -168,6 +223,27 @@ def _drive_with_resources(
             return runner.run(procedure, ctx, resume=(mode == "resume"))
     finally:
         _close_resources(resources)
+
+
+@contextmanager
+def _fault_injection(bus: EventBus) -> Iterator[None]:
+    """Off unless DBMIGRATE_FAULT_PAUSE is set (the fault matrix): pause at a named point."""
+    try:
+        pauser = faultpoint.from_environment()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if pauser is None:
+        yield
+        return
+    unsubscribe = bus.subscribe(pauser.on_event)
+    connection.add_statement_listener(pauser.on_sent)
+    faultpoint.add_router_listener(pauser.on_sent)
+    try:
+        yield
+    finally:
+        faultpoint.remove_router_listener(pauser.on_sent)
+        connection.remove_statement_listener(pauser.on_sent)
+        unsubscribe()
 
 
 def _install_provisioners() -> None:

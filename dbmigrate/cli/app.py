@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 import typer
 
-from dbmigrate.app.errors import failure_of
+from dbmigrate.app.paths import check_home
+from dbmigrate.app.errors import Terminated, failure_of
+from dbmigrate.db.credentials import remove_private_files
+from dbmigrate.home import home
 from dbmigrate.cli import common, inventory, sandbox
+from dbmigrate.cli.examples import add_examples
+from dbmigrate.console_table import fit_to_output
 
 app = typer.Typer(
     name="dbmigrate",
@@ -17,13 +23,29 @@ app = typer.Typer(
          "warm-up, digest comparison and guarded rollback.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"dbmigrate {version('dbmigrate')}")
+        except PackageNotFoundError:
+            typer.echo("dbmigrate (not installed as a package)")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and every SQL statement (redacted).")):
+def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and every SQL statement (redacted)."),
+          _show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                             help="Print the version and exit.")):
     common.state["debug"] = debug or bool(os.environ.get("DBMIGRATE_DEBUG"))
+    fit_to_output(common.console)
+    if os.environ.get("DBMIGRATE_HOME"):
+        check_home(home())
     if common.state["debug"]:
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
 
@@ -48,9 +70,19 @@ def _guard_all(group: typer.Typer) -> None:
 
 
 _guard_all(app)
+add_examples(app)
+
+
+def _stop_on(signum: int, _frame) -> None:
+    """SIGTERM/SIGHUP: remove the private defaults files (they hold passwords) at once,
+    then unwind like Ctrl-C so that children are killed and `finally` blocks run."""
+    remove_private_files()
+    raise Terminated(signum, signal.Signals(signum).name)
 
 
 def main() -> None:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_on)
     try:
         app()
     except (Exception, KeyboardInterrupt) as exc:

@@ -8,10 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
-from rich.table import Table
-
 from dbmigrate.cli.common import console, print_json
+from dbmigrate.console_table import Col, show, styled
 from dbmigrate.app.checks import preflight
 from dbmigrate.gates import GateResult, Limits
 
@@ -20,14 +18,10 @@ def register(app: typer.Typer) -> None:
     app.command("check")(check)
 
 
-def gate_table(results: list[GateResult], title: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    t.add_column("gate")
-    t.add_column("ok")
-    t.add_column("reason", overflow="fold")
-    for r in results:
-        t.add_row(r.name, "[green]pass[/]" if r.ok else "[bold red]FAIL[/]", escape(r.reason))
-    return t
+def show_gates(results: list[GateResult], title: str) -> None:
+    show(console, [Col("gate", keep=True), Col("ok", keep=True), Col("reason")],
+         [[r.name, styled("pass", "green") if r.ok else styled("FAIL", "bold red"), r.reason] for r in results],
+         title=title)
 
 
 def check(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inventory YAML."),
@@ -47,7 +41,7 @@ def check(inventory: Path = typer.Option(..., "--inventory", "-i", help="Invento
     if json_out:
         print_json({"cluster": cluster, "candidate": candidate, "ok": ok, "gates": [r.to_dict() for r in results]})
     else:
-        console.print(gate_table(results, f"preflight: promote {candidate} in {cluster}"))
+        show_gates(results, f"preflight: promote {candidate} in {cluster}")
         failed = [r.name for r in results if not r.ok]
         console.print("[green]all gates pass[/]" if ok else f"[bold red]{len(failed)} gate(s) failed:[/] {', '.join(failed)}")
     if not ok:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
+from rich.markup import escape
+from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.cli.common import console, print_json
 from dbmigrate.config import load_inventory
@@ -29,20 +30,19 @@ def checksum(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inve
         primary = find_primary_of(servers)
         report = table_checksum(servers[primary], [s for n, s in servers.items() if n != primary],
                                 [d.strip() for d in databases.split(",") if d.strip()])
+        replicas = [n for n in servers if n != primary]
     finally:
         for s in servers.values():
             s.close()
     if json_out:
         print_json({"primary": primary, **report.to_dict()})
     else:
-        t = Table(title=f"pt-table-checksum of {databases} against {primary}")
-        for col in ("replica", "verdict", "differing tables"):
-            t.add_column(col)
-        for name, diffs in report.diffs.items():
-            t.add_row(name, "[red]differs[/]" if diffs else "[green]same[/]",
-                      ", ".join(f"{d['table']} ({d['chunks']} chunk(s))" for d in diffs) or "-")
-        console.print(t)
+        colours = {"same": "green", "differs": "red", "not compared": "red"}
+        show(console, [Col("replica", keep=True), Col("verdict", keep=True), Col("differing tables")],
+             [[name, styled(report.verdict(name), colours[report.verdict(name)]),
+               ", ".join(f"{d['table']} ({d['chunks']} chunk(s))" for d in report.diffs.get(name, [])) or "-"]
+              for name in replicas], title=f"pt-table-checksum of {databases} against {primary}")
         for e in report.errors:
-            console.print(f"[red]{e}[/]")
+            console.print(f"[red]{escape(e)}[/]")
     if not report.ok:
         raise typer.Exit(1)

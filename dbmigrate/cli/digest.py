@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
+import math
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from dbmigrate.app import digest_capture as capture_use
 from dbmigrate.cli.common import console, err_console, print_json
+from dbmigrate.console_table import emit
 from dbmigrate.exceptions import UsageError
 
 cmd = typer.Typer(help="Query digests (pt-query-digest): capture, compare before/after, guard policy.",
@@ -41,6 +41,10 @@ def capture(
     from dbmigrate.digest.report import digest_table
     from dbmigrate.digest import window as proc
 
+    # before anything is read or connected: a bad number never opens a window
+    if not math.isfinite(seconds) or not 0 < seconds <= proc.MAX_WINDOW_S:
+        raise UsageError(f"--seconds {seconds:g}: a capture window lasts between 0 and {proc.MAX_WINDOW_S:g} seconds",
+                         hint="e.g. --seconds 30")
     if slow_log is not None:
         target = out or proc.default_digest_file(slow_log.stem)
         d = proc.digest_slow_log(slow_log, target)
@@ -55,7 +59,7 @@ def capture(
     if json_out:
         print_json(d.to_dict())
         return
-    console.print(digest_table(d))
+    emit(console, digest_table(d, width=console.width))
     console.print(sentence)
 
 
@@ -66,7 +70,7 @@ def show(digest_file: Path = typer.Argument(..., help="A digest file (dbmigrate 
     from dbmigrate.digest.model import Digest
     from dbmigrate.digest.report import digest_table
 
-    console.print(digest_table(Digest.load(digest_file), limit))
+    emit(console, digest_table(Digest.load(digest_file), limit, console.width))
 
 
 @cmd.command("compare")
@@ -86,16 +90,19 @@ def compare(
 
     if json_out and markdown:
         raise UsageError("choose one of --json and --markdown")
-    cmp = do_compare(Digest.load(before), Digest.load(after), Noise(noise_pct, noise_us))
+    base, current = Digest.load(before), Digest.load(after)
+    for path, d in ((before, base), (after, current)):
+        if d.query_count == 0:
+            raise UsageError(f"{path} holds no query: there is nothing to compare",
+                             hint="capture again while the application sends queries")
+    cmp = do_compare(base, current, Noise(noise_pct, noise_us))
     if json_out:
         print_json(report.comparison_json(cmp))
     elif markdown:
         typer.echo(report.comparison_markdown(cmp, limit), nl=False)
     else:
-        out = console
-        if not console.is_terminal and "COLUMNS" not in os.environ:
-            out = Console(width=200)  # a file or a pipe: no reason to crop at 80 columns
-        out.print(report.comparison_renderable(cmp, limit, width=out.width))
+        for part in report.comparison_renderable(cmp, limit, width=console.width).renderables:
+            emit(console, part)
 
 
 @cmd.command("evaluate")

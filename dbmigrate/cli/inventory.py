@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
+from rich.markup import escape
+from rich.text import Text
+
+from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.cli.common import console, err_console, print_json
 from dbmigrate.config import load_inventory
@@ -35,25 +38,27 @@ def check(file: Path = typer.Argument(..., help="Inventory YAML."),
             servers.append(d)
         print_json({"inventory": str(file), "ok": not failed, "servers": servers})
     else:
-        t = Table(title=f"inventory {file}")
-        for col in ("cluster", "server", "address", "flavor", "version", "role", "read_only", "gtid", "replication", "lag"):
-            t.add_column(col, overflow="fold")
+        cols = [Col("server", keep=True), Col("cluster", keep=True), Col("address", keep=True), Col("flavor"),
+                Col("version", keep=True), Col("role"), Col("read_only", keep=True), Col("gtid", keep=True),
+                Col("replication"), Col("lag", keep=True)]
+        table = []
         for cname, f in rows:
             if f.error:
-                t.add_row(cname, f.name, f.address, "-", "-", "[red]unreachable[/]", "-", "-", "-", "-")
+                table.append([f.name, cname, f.address, "-", "-", styled("unreachable", "red"), "-", "-", "-", "-"])
                 continue
-            repl = "-"
+            repl: object = "-"
             lag = "-"
             if f.is_replica:
                 ok = f.io_running == "Yes" and f.sql_running == "Yes"
-                repl = f"{'[green]' if ok else '[red]'}io={f.io_running} sql={f.sql_running}[/] from {f.source}"
+                repl = Text.assemble(styled(f"io={f.io_running} sql={f.sql_running}", "green" if ok else "red"),
+                                     f" from {f.source}")
                 behind = f.__dict__.get("behind", {})
                 lag = f"{sum(behind.values())} trx, SBM {f.seconds_behind if f.seconds_behind is not None else 'NULL'}"
-            t.add_row(cname, f.name, f.address, f.flavor, f.version.split("-")[0], f.role,
-                      "ON" if f.read_only else "OFF", f.gtid_executed or "-", repl, lag)
-        console.print(t)
+            table.append([f.name, cname, f.address, f.flavor, f.version.split("-")[0], f.role,
+                          "ON" if f.read_only else "OFF", f.gtid_executed or "-", repl, lag])
+        show(console, cols, table, title=f"inventory {file}")
     for f in failed:
-        err_console.print(f"[bold red]error:[/] {f.name}: {f.error}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(f.name)}: {escape(f.error)}", highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import typer
 from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
+from rich.console import RenderableType
 
 from dbmigrate.app import lag as lag_use
 from dbmigrate.sparkline import sparkline
 from dbmigrate.cli.common import console, print_json
+from dbmigrate.console_table import Col, build, emit, styled
 from dbmigrate.exceptions import UsageError
 from dbmigrate.lag import LagSample
 
@@ -33,20 +33,21 @@ def samples_json(samples: list[LagSample]) -> dict:
                          for s in samples]}
 
 
-def lag_table(samples: list[LagSample], history: dict[str, deque], limit_ms: float, title: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in ("replica", "lag ms", "behind", "SBM", "io/sql", "heartbeat", "history", "status"):
-        t.add_column(col, overflow="fold")
+def lag_table(samples: list[LagSample], history: dict[str, deque], limit_ms: float, title: str,
+              width: int) -> RenderableType:
+    cols = [Col("replica", keep=True), Col("lag ms", keep=True, right=True), Col("behind", keep=True),
+            Col("SBM", keep=True, right=True), Col("io/sql", keep=True), Col("heartbeat"), Col("history"),
+            Col("status")]
+    rows = []
     for s in samples:
         lag = "-" if s.lag_ms is None else f"{s.lag_ms:.0f}"
         style = "green" if s.ok else "bold red"
-        t.add_row(f"{s.name} ({s.address})" if s.name != s.address else s.address,
-                  f"[{style}]{lag}[/]", ",".join(f"{d}:{n}" for d, n in s.behind.items()) or "-",
-                  "NULL" if s.seconds_behind_master is None else str(s.seconds_behind_master),
-                  f"{s.io_running or '-'}/{s.sql_running or '-'}", s.heartbeat,
-                  sparkline(list(history.get(s.address, [])), limit_ms),
-                  f"[{style}]{escape(s.reason)}[/]")
-    return t
+        rows.append([f"{s.name} ({s.address})" if s.name != s.address else s.address, styled(lag, style),
+                     ",".join(f"{d}:{n}" for d, n in s.behind.items()) or "-",
+                     "NULL" if s.seconds_behind_master is None else str(s.seconds_behind_master),
+                     f"{s.io_running or '-'}/{s.sql_running or '-'}", s.heartbeat,
+                     sparkline(list(history.get(s.address, [])), limit_ms), styled(s.reason, style)])
+    return build(width, cols, rows, title=title)
 
 
 @cmd.command("watch")
@@ -73,7 +74,7 @@ def watch(inventory: Path = typer.Option(..., "--inventory", "-i", help="Invento
             if json_out:
                 print_json(samples_json(samples))
             else:
-                console.print(lag_table(samples, {}, limit_ms, target.title))
+                emit(console, lag_table(samples, {}, limit_ms, target.title, console.width))
             if not all(s.ok for s in samples):
                 raise typer.Exit(1)
             return
@@ -87,4 +88,4 @@ def _live(target, interval: float, limit_ms: float, count: int) -> None:
             for s in samples:
                 history.setdefault(s.address, deque(maxlen=40)).append(s.lag_ms)
             suffix = f" - heartbeat writer {'running' if own_writer else 'external'}"
-            live.update(lag_table(samples, history, limit_ms, target.title + suffix), refresh=True)
+            live.update(lag_table(samples, history, limit_ms, target.title + suffix, console.width), refresh=True)

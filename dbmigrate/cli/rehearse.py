@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
 from rich.table import Table
 
@@ -23,19 +26,39 @@ def promote(
     regress: bool = typer.Option(False, "--regress", help="Drop an index the reads use on the candidate only: "
                                  "the latency guard must roll the cutover back."),
     guard: bool = typer.Option(True, "--guard/--no-guard", help="Baseline digest and latency guard around the cutover."),
+    remote: bool = typer.Option(False, "--remote", help="Every instance on a host of its own behind sshd; the "
+                                "playbook runs in a process that cannot see the instances' directories "
+                                "(a mount namespace, as root) and reaches their files only over ssh."),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report (charts, tables) "
+                                               "to this file and the same numbers as JSON beside it."),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
+    from dbmigrate.app.reports import model_of_run
     from dbmigrate.cli.render import ConsoleRenderer
     from dbmigrate.rehearsal.rehearse import rehearse_promote
+    from dbmigrate.report.tables import all_tables
+    from dbmigrate.report.write import check_report_path, write_report
+
+    if report_file is not None:
+        report_file = check_report_path(report_file)  # before a sandbox is built
 
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
     subscribers = [] if json_out else [ConsoleRenderer(console)]
     report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep, subscribers=subscribers,
-                              regress=regress, guard=guard or regress)
+                              regress=regress, guard=guard or regress, remote=remote)
+    model = model_of_run(report["run_id"])
+    tables = all_tables(model)
+    report["tables"] = [t.to_dict() for t in tables]
+    if report_file is not None:
+        report["report_files"] = [str(p) for p in write_report(model, report_file)]
     if json_out:
         print_json(report)
     else:
         render_report(report)
+        print_tables(tables)
+        if report_file is not None:
+            console.print(f"report: {report['report_files'][0]} (numbers: {report['report_files'][1]})",
+                          markup=False)
     expected = report["rolled_back"] if regress else (report["run_status"] == "done" and not report["rolled_back"])
     if report["lost_writes"] or not expected:
         raise typer.Exit(1)
@@ -67,8 +90,78 @@ def render_report(r: dict) -> None:
         g = r["guard"]
         console.print(f"latency guard: {'[red]rolled back[/]' if g.get('rollback') else '[green]within policy[/]'}"
                       f" ({'; '.join(g.get('reasons') or []) or 'no rule fired'})")
+    if r.get("remote"):
+        rem = r["remote"]
+        console.print("hosts reached over ssh; instances' directories "
+                      + (f"hidden from the tool ({len(rem['hidden'])})" if rem.get("hidden")
+                         else f"[yellow]visible[/] ({rem.get('not_hidden_because')})"))
     if r.get("rollback_s") is not None:
         console.print(f"rollback complete {r['rollback_s']} s after the new primary took traffic")
     console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: "
                   f"{'[green]0[/]' if not lost else f'[red]{lost}[/]'}; run {r['run_id']} {r['run_status']}"
                   f"{' (rolled back)' if r['rolled_back'] else ''}")
+
+
+def print_tables(tables) -> None:
+    from dbmigrate.report.tables import rich_table
+
+    for t in tables:
+        console.print(rich_table(t))
+
+
+@cmd.command("consolidate")
+def consolidate(
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (the report)."),
+    remote: bool = typer.Option(False, "--remote", help="Every old server and target host behind its own sshd: "
+                                "files and programs only over ssh."),
+    rows: int = typer.Option(2000, "--rows", help="Rows per shard (small data keeps it quick)."),
+    throttle: float = typer.Option(0, "--throttle", help="Cap each copy at this many MB/s (0: no cap)."),
+    keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running for inspection."),
+):
+    """4 old servers (10 shards, a writer on each) onto 2 hosts x 2 instances: plan, provision, physical
+    seeding, fleet cutover, DSN routes, one server rolled back; reports loss, checksums and reverse replication."""
+    from dbmigrate.cli.common import guarded
+    from dbmigrate.cli.render import ConsoleRenderer
+    from dbmigrate.exceptions import UsageError
+    from dbmigrate.rehearsal.consolidate import rehearse_consolidate
+
+    def go() -> None:
+        if rows < 1 or rows > 1_000_000:
+            raise UsageError(f"--rows must be between 1 and 1,000,000, not {rows}")
+        if throttle < 0:
+            raise UsageError(f"--throttle must be 0 or more MB/s, not {throttle:g}")
+        say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
+            (lambda m: console.print(f"[dim]… {m}[/]"))
+        report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle, keep=keep,
+                                      subscribers=[] if json_out else [ConsoleRenderer(console)])
+        if json_out:
+            print_json(report)
+        else:
+            render_consolidation(report)
+        if not report["ok"]:
+            raise typer.Exit(1)
+
+    guarded(go)()
+
+
+def render_consolidation(r: dict) -> None:
+    t = Table(title=f"consolidation rehearsal ({'remote hosts over ssh' if r['remote'] else 'local hosts'})")
+    for c in ("shard", "old server", "instance", "served by", "acked", "on new", "lost", "checksum"):
+        t.add_column(c)
+    for sh, s in r["shards"].items():
+        t.add_row(sh, s["old_server"], s["instance"], s["served_by"] + ("" if s["served_by"] == s["expected"] else " (!)"),
+                  str(s["acknowledged"]), str(s["acked_on_new"]), str(s["lost"]),
+                  "equal" if not s["checksum_differences"] else ", ".join(s["checksum_differences"]))
+    console.print(t)
+    for key, seed in r["seeds"].items():
+        console.print(f"seed {key}: {seed['method']}, {seed['bytes'] / 1e6:.1f} MB in {seed.get('copy_s', seed.get('total_s'))} s"
+                      + (f" ({seed['rate_mb_s']} MB/s, paused {seed['pauses']}x)" if "rate_mb_s" in seed else ""))
+    for old, back in r["old_servers_replicating_back"].items():
+        ok = back["read_only"] and all(v["running"] and v["caught_up"] for v in back["from"].values())
+        console.print(f"{old}: {'[green]replicates back[/]' if ok else '[red]not replicating back[/]'} from "
+                      f"{', '.join(back['from'])}{' (read-only)' if back['read_only'] else ' (WRITABLE)'}")
+    if r["rollback"]:
+        console.print(f"rollback of one server: {r['rollback']}", markup=False)
+    console.print(f"run {r['run_id']} {r['run_status']}; acknowledged writes {r['acknowledged_writes']}, lost "
+                  f"{r['lost_writes']}; checksum differences {r['checksum_differences']}; misrouted shards "
+                  f"{r['misrouted_shards']}; {r['elapsed_s']} s")

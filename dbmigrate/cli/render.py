@@ -9,7 +9,9 @@ from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
+
+from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.engine.events import (
     Event,
@@ -157,22 +159,13 @@ def plan_to_dict(procedure: Procedure) -> dict[str, Any]:
 
 
 def render_runs_table(runs: list[dict[str, Any]], console: Console) -> None:
-    # The run id already says when it started (UTC). Fixed columns keep their full
-    # width (ids must stay copyable); the summary gets what is left, truncated.
-    rows = [(run["id"], run["procedure"], run["cluster"],
-             run["status"] + (" (dry run)" if run["dry_run"] else ""), run["summary"] or "") for run in runs]
-    headers = ("run", "procedure", "cluster", "status")
-    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
-    room = max(console.width - sum(widths) - 2 * (len(headers) + 1) - 1, 20)
-    table = Table(box=None, header_style="bold")
-    for header in headers + ("summary",):
-        table.add_column(header, no_wrap=True)
-    for run_id, procedure, cluster, status, summary in rows:
-        if len(summary) > room:
-            summary = summary[: room - 1] + "…"
-        style = _RUN_STYLE.get(status.split(" ")[0], "red")
-        table.add_row(run_id, procedure, cluster, f"[{style}]{status}[/]", escape(summary))
-    console.print(table)
+    # The run id already says when it started (UTC); ids, procedures, clusters and
+    # statuses are shown whole (ids are copied into resume/rollback), the summary wraps.
+    show(console, [Col("run", keep=True), Col("procedure", keep=True), Col("cluster", keep=True),
+                   Col("status", keep=True), Col("summary")],
+         [[run["id"], run["procedure"], run["cluster"],
+           styled(run["status"] + (" (dry run)" if run["dry_run"] else ""), _RUN_STYLE.get(run["status"], "red")),
+           run["summary"] or ""] for run in runs])
 
 
 def render_run_detail(detail: dict[str, Any], console: Console) -> None:
@@ -185,17 +178,17 @@ def render_run_detail(detail: dict[str, Any], console: Console) -> None:
         console.print(f"playbook {escape(detail['playbook'])}")
     if detail["summary"]:
         console.print(escape(detail["summary"]))
-    steps = Table(title="steps", box=None, header_style="bold", title_justify="left")
-    for column in ("#", "phase", "step", "status", "what happened", "time"):
-        steps.add_column(column)
+    rows = []
     for row in detail["steps"]:
-        what = row["sentence"] or ""
+        what = Text(row["sentence"] or "")
         if row["error"]:
-            what = f"{what} [red]{escape(row['error'])}[/]".strip()
+            what.append((" " if what.plain else "") + row["error"], style="red")
         name = ("undo " if row["action"] == "undo" else "") + row["name"]
-        steps.add_row(str(row["index"] + 1), row["phase"], escape(name),
-                      f"{_STATUS_MARK.get(row['status'], '')} {row['status']}", what, _ms(row["duration_ms"]))
-    console.print(steps)
+        rows.append([row["index"] + 1, row["phase"], name,
+                     Text.assemble(Text.from_markup(_STATUS_MARK.get(row["status"], "")), f" {row['status']}"),
+                     what, _ms(row["duration_ms"])])
+    show(console, [Col("#", keep=True, right=True), Col("phase", keep=True), Col("step"), Col("status", keep=True),
+                   Col("what happened"), Col("time", keep=True, right=True)], rows, title="steps")
     for gate in detail["gates"]:
         mark = "[green]✓[/]" if gate["ok"] else "[red]✗[/]"
         console.print(f"gate {mark} {gate['name']} before {gate['phase']} ({gate['decided_by']}): "

@@ -15,6 +15,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from dbmigrate.app.errors import PAUSED
+from dbmigrate.app.reports import run_with_report, write_run_report
 from dbmigrate.app.runs import (
     SignalStop,
     mark_orphans,
@@ -24,7 +26,7 @@ from dbmigrate.app.runs import (
     rollback_run,
     start_run,
 )
-from dbmigrate.cli.common import err_console, guarded
+from dbmigrate.cli.common import console, err_console, guarded
 from dbmigrate.cli.render import (
     ConsoleRenderer,
     JsonLinesRenderer,
@@ -56,11 +58,13 @@ def _finish(outcome: RunOutcome) -> None:
         return
     if outcome.error is not None and outcome.error.hint:
         err_console.print(f"hint: {outcome.error.hint}", markup=False)
-    raise typer.Exit(1)
+    raise typer.Exit(PAUSED if outcome.status == "paused" else 1)
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve manual gates (scripted runs).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Emit one JSON object per event/record.")]
+ReportOpt = Annotated[Optional[Path], typer.Option("--report", help="Write an HTML report of the run (timeline, "
+                                                  "digest, guard) to this file and its numbers as JSON beside it.")]
 JournalOpt = Annotated[Optional[Path], typer.Option("--journal", help="Journal file (default: $DBMIGRATE_JOURNAL "
                                                                         "or $DBMIGRATE_HOME/journal.sqlite).")]
 
@@ -72,11 +76,18 @@ def run_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Read, check and describe; change nothing.")] = False,
     json_lines: JsonOpt = False,
     journal: JournalOpt = None,
+    report: ReportOpt = None,
 ) -> None:
     """Run a playbook."""
     with _signals() as stop:
-        outcome = start_run(playbook, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
-                            assume_yes=yes, dry_run=dry_run, journal_path=journal, cancel=stop.cancel)
+        if report is None:
+            outcome = start_run(playbook, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
+                                assume_yes=yes, dry_run=dry_run, journal_path=journal, cancel=stop.cancel)
+        else:
+            outcome, written = run_with_report(playbook, report, subscribers=_subscribers(json_lines, stop),
+                                               approver=console_approver(), assume_yes=yes, dry_run=dry_run,
+                                               journal_path=journal, cancel=stop.cancel)
+            _say_report(written, json_lines)
     _finish(outcome)
 
 
@@ -133,7 +144,7 @@ def runs_ls_command(
     if json_out:
         print(json.dumps(runs, indent=2, default=str))
     else:
-        render_runs_table(runs, Console(highlight=False, soft_wrap=True))
+        render_runs_table(runs, console)
 
 
 @guarded
@@ -148,7 +159,34 @@ def runs_show_command(
     if json_out:
         print(json.dumps(detail, indent=2, default=str))
     else:
-        render_run_detail(detail, Console(highlight=False, soft_wrap=True))
+        render_run_detail(detail, console)
+
+
+@guarded
+def runs_report_command(
+    run: Annotated[str, typer.Argument(help="Run id (a unique prefix or 'last' works).")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="HTML file (default: report-RUN.html); "
+                                                "the JSON goes beside it.")] = None,
+    json_out: JsonOpt = False,
+    journal: JournalOpt = None,
+) -> None:
+    """Write the evidence report of a run: charts and before/after tables from what it journaled."""
+    with Journal(resolve_journal_path(journal)) as j:
+        run_id = j.resolve_run_id(run)
+    written = write_run_report(run_id, out or Path(f"report-{run_id}.html"), journal)
+    _say_report(written, json_out)
+
+
+def _say_report(written, json_out: bool) -> None:
+    """Where the report went, and its tables; on stderr with --json so stdout stays machine-readable."""
+    from dbmigrate.report.tables import rich_table
+
+    html_path, json_path, tables = written
+    out = Console(stderr=True, highlight=False, soft_wrap=True) if json_out else Console(highlight=False,
+                                                                                           soft_wrap=True)
+    for t in tables:
+        out.print(rich_table(t))
+    out.print(f"report: {html_path} (numbers: {json_path})", markup=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -160,4 +198,5 @@ def register(app: typer.Typer) -> None:
     runs_app = typer.Typer(help="Inspect the run journal.", no_args_is_help=True)
     runs_app.command("ls")(runs_ls_command)
     runs_app.command("show")(runs_show_command)
+    runs_app.command("report")(runs_report_command)
     app.add_typer(runs_app, name="runs")

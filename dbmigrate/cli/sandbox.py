@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
+from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.cli.common import console, print_json
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
@@ -88,13 +88,12 @@ def status(name: str = typer.Argument("demo"), json_out: bool = typer.Option(Fal
 
 
 def _show(boxes: Sandboxes, name: str) -> None:
-    t = Table(title=f"sandbox {name}")
-    for col in ("instance", "address", "server_id", "cluster", "created as", "pid", "state"):
-        t.add_column(col)
-    for s in boxes.status(name):
-        t.add_row(s["name"], f"127.0.0.1:{s['port']}", str(s["server_id"]), s["cluster"], s["role"],
-                  str(s["pid"] or "-"), "[green]running[/]" if s["running"] else "[red]stopped[/]")
-    console.print(t)
+    cols = [Col("instance", keep=True), Col("address", keep=True), Col("id", keep=True, right=True),
+            Col("cluster", keep=True), Col("created as", keep=True), Col("pid", keep=True, right=True),
+            Col("state", keep=True)]
+    rows = [[s["name"], f"127.0.0.1:{s['port']}", s["server_id"], s["cluster"], s["role"], s["pid"] or "-",
+             styled("running", "green") if s["running"] else styled("stopped", "red")] for s in boxes.status(name)]
+    show(console, cols, rows, title=f"sandbox {name}")
 
 
 @cmd.command("ls")
@@ -106,12 +105,9 @@ def ls(json_out: bool = typer.Option(False, "--json")):
     if json_out:
         print_json(items)
         return
-    t = Table(title="sandboxes")
-    for col in ("name", "instances", "running", "dir"):
-        t.add_column(col)
-    for i in items:
-        t.add_row(i["name"], str(i["instances"]), str(i["running"]), i["dir"])
-    console.print(t)
+    show(console, [Col("name", keep=True), Col("instances", keep=True, right=True),
+                   Col("running", keep=True, right=True), Col("dir", keep=True)],
+         [[i["name"], i["instances"], i["running"], i["dir"]] for i in items], title="sandboxes")
 
 
 @cmd.command("down")

@@ -11,6 +11,7 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db import credentials as creds_mod
 from dbmigrate.db.connection import Server
 from dbmigrate.exceptions import UsageError
+from dbmigrate.hostname import host_problem
 from dbmigrate.topology.discovery import Cluster, discover, normalize_address, split_address
 from dbmigrate.topology.find import discover_inventory
 from dbmigrate.topology.render import cluster_tree
@@ -27,6 +28,8 @@ def discover_from_args(inventory: Path | None, cluster: str | None, seed: str | 
     """Shared by topology/lag/check: an inventory cluster, or a crawl from a seed address."""
     if seed:
         host, port = split_address(seed)
+        if host_problem(host):
+            raise UsageError(f"--seed {seed}: the host {host_problem(host)}", hint="give an address such as 10.0.0.5:3306")
         if inventory:
             inv = load_inventory(inventory)
             try:

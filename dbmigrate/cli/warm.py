@@ -103,9 +103,10 @@ def warm(
         raise UsageError("dump-load needs --from SERVER (the server whose pages are loaded)")
     plan = None
     if method == "replay" or slow_log or (method == "scan" and not wanted):
-        plan = _plan(inv, slow_log, None if method == "dump-load" else source, required=method != "dump-load")
+        plan = _plan(inv, slow_log, None if method == "dump-load" else source, required=method == "replay")
     if method == "scan" and not wanted and plan is None:
-        raise UsageError("scan needs --tables schema.table,... (or a digest: --slow-log/--from)")
+        raise UsageError("scan needs --tables schema.table,... (or --slow-log FILE / --from SERVER to scan the "
+                         "tables its queries read)")
 
     out: Console = err_console if json_out else console
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),

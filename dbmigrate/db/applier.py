@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from dbmigrate.db.connection import Server
-from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.credentials import Credentials, native_password_hash
 from dbmigrate.redact import redact, register_secret
 
 
@@ -58,6 +58,14 @@ class Applier:
         self._send(self.flavor.named_source_sql(conn, host, port, repl.user, repl.password, log_file, log_pos))
         self._send(self.flavor.named_filter_sql(conn, wild_do_tables))
 
+    def add_source_at_gtid(self, conn: str, host: str, port: int, repl: Credentials, gtid_pos: str,
+                           wild_do_tables: list[str]) -> None:
+        """A named connection that starts after `gtid_pos` (a physical copy's position), filtered.
+        Only for a server with no other connection: the slave position is server-wide."""
+        self._send("SET GLOBAL gtid_slave_pos=%s", (gtid_pos,))
+        self._send(self.flavor.named_source_gtid_sql(conn, host, port, repl.user, repl.password))
+        self._send(self.flavor.named_filter_sql(conn, wild_do_tables))
+
     def start_source(self, conn: str) -> None:
         self._send(self.flavor.start_named_sql(conn))
 
@@ -89,9 +97,16 @@ class Applier:
         self._send(f"CREATE DATABASE IF NOT EXISTS {_ident(schema)}")
 
     def create_user(self, user: str, password: str) -> None:
-        """An account that may connect from any host."""
+        """An account that may connect from any host.
+
+        On MariaDB the password goes as its mysql_native_password hash
+        (`IDENTIFIED BY PASSWORD`), so a binlogged CREATE USER (replicated to the
+        replicas) and the general log never hold it in clear text."""
         register_secret(password)  # it travels as a parameter: no SQL pattern would mask it in the log
-        self._send("CREATE USER %s@'%' IDENTIFIED BY %s", (user, password))
+        if self.flavor.name == "mariadb":
+            self._send("CREATE USER %s@'%' IDENTIFIED BY PASSWORD %s", (user, native_password_hash(password)))
+        else:
+            self._send("CREATE USER %s@'%' IDENTIFIED BY %s", (user, password))
 
     def grant(self, privileges_on: str, user: str, *, with_grant_option: bool = False) -> None:
         """GRANT `privileges_on` ("PRIVILEGES ON what", from configuration, never from input) TO user@'%'."""

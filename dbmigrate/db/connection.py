@@ -275,6 +275,28 @@ class Server:
     def execute(self, sql: str, params: tuple | list | None = None) -> int:
         return self._run(sql, params, fetch=False)
 
+    def stream(self, sql: str, params: tuple | list | None = None, batch: int = 5000) -> Iterator[dict[str, Any]]:
+        """A read whose rows arrive in batches instead of all at once (log tables can hold
+        hundreds of thousands of rows). Not retried: a lost connection raises QueryError."""
+        conn = self.connect()
+        cur = conn.cursor(dictionary=True, buffered=False)
+        try:
+            cur.execute(TAG + sql, params)
+            while True:
+                rows = cur.fetchmany(batch)
+                if not rows:
+                    return
+                yield from rows
+        except mysql.connector.Error as e:
+            self.close()
+            raise QueryError(f"{self.name} ({self.address}): {redact(getattr(e, 'msg', str(e)))} "
+                             f"[{getattr(e, 'errno', None)}] in: {redact(sql)}", errno=getattr(e, "errno", None)) from None
+        finally:
+            try:
+                cur.close()
+            except mysql.connector.Error:
+                self.close()  # an abandoned unbuffered read leaves the session unusable
+
     def scalar(self, sql: str, params: tuple | list | None = None) -> Any:
         rows = self.query(sql, params)
         if not rows:

@@ -116,6 +116,8 @@ class Flavor:
     def named_source_sql(self, conn: str, host: str, port: int, user: str, password: str | None,
                          log_file: str, log_pos: int) -> str: raise NotImplementedError
     def named_filter_sql(self, conn: str, wild_do_tables: list[str]) -> str: raise NotImplementedError
+    def named_source_gtid_sql(self, conn: str, host: str, port: int, user: str, password: str | None) -> str:
+        raise NotImplementedError(f"{self.name}: a named connection from a GTID position is MariaDB's")
     def start_named_sql(self, conn: str) -> str: raise NotImplementedError
     def stop_named_sql(self, conn: str) -> str: raise NotImplementedError
     def reset_named_all_sql(self, conn: str) -> str: raise NotImplementedError
@@ -127,6 +129,18 @@ class Flavor:
     # -- slow log capture window --
     def slow_log_variables(self) -> tuple[str, ...]: raise NotImplementedError
     def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]: raise NotImplementedError
+
+    def slow_log_table_window_settings(self, current: dict[str, Any]) -> dict[str, Any]:
+        """The same window written to mysql.slow_log (hosts the tool cannot enter). Only TABLE:
+        FILE would flood the server's own slow-log file, which nobody here can read or rotate.
+        log_output is shared with the general log, which also goes to its table meanwhile."""
+        settings = {n: v for n, v in self.slow_log_window_settings("", current).items() if n != "slow_query_log_file"}
+        settings["log_output"] = "TABLE"
+        return settings
+
+    def clear_slow_log_table_sql(self) -> list[str]:
+        """Empty mysql.slow_log on one session without writing it to the binary log."""
+        raise NotImplementedError
 
     # -- server facts that exist in one flavor only --
     def gtid_binlog_pos_sql(self) -> str: raise NotImplementedError
@@ -263,6 +277,9 @@ class MariaDB(Flavor):
         return ("long_query_time", "slow_query_log", "log_slow_rate_limit", "log_slow_filter",
                 "log_slow_verbosity", "min_examined_row_limit", "log_output", "slow_query_log_file")
 
+    def clear_slow_log_table_sql(self) -> list[str]:
+        return ["SET STATEMENT sql_log_bin=0 FOR TRUNCATE TABLE mysql.slow_log"]
+
     def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]:
         # Applied in this order: point at our file and log every statement type,
         # then switch logging on, and long_query_time=0 last.
@@ -293,6 +310,14 @@ class MariaDB(Flavor):
             parts.append(f"MASTER_PASSWORD={sql_quote(password)}")
         parts += ["MASTER_USE_GTID=no", f"MASTER_LOG_FILE={sql_quote(log_file)}", f"MASTER_LOG_POS={int(log_pos)}",
                   "MASTER_CONNECT_RETRY=1"]
+        return f"CHANGE MASTER {sql_quote(_conn(conn))} TO " + ", ".join(parts)
+
+    def named_source_gtid_sql(self, conn, host, port, user, password) -> str:
+        # Starts from @@gtid_slave_pos, which the caller sets first (a physical copy's position).
+        parts = [f"MASTER_HOST={sql_quote(host)}", f"MASTER_PORT={int(port)}", f"MASTER_USER={sql_quote(user)}"]
+        if password is not None:
+            parts.append(f"MASTER_PASSWORD={sql_quote(password)}")
+        parts += ["MASTER_USE_GTID=slave_pos", "MASTER_CONNECT_RETRY=1"]
         return f"CHANGE MASTER {sql_quote(_conn(conn))} TO " + ", ".join(parts)
 
     def named_filter_sql(self, conn, wild_do_tables) -> str:
@@ -506,6 +531,10 @@ class MySQL(Flavor):
     def slow_log_variables(self) -> tuple[str, ...]:
         return ("long_query_time", "slow_query_log", "log_slow_admin_statements", "min_examined_row_limit",
                 "log_output", "slow_query_log_file")
+
+    def clear_slow_log_table_sql(self) -> list[str]:
+        # MySQL has no SET STATEMENT: the session's sql_log_bin is switched off and back on.
+        return ["SET SESSION sql_log_bin=0", "TRUNCATE TABLE mysql.slow_log", "SET SESSION sql_log_bin=1"]
 
     def slow_log_window_settings(self, log_file: str, current: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -121,6 +121,12 @@ class Inspector:
     def read_only(self) -> bool:
         return str(self.variable("read_only")) in ("1", "ON")
 
+    def read_only_at(self) -> tuple[bool, float]:
+        """(read_only, the server's clock when it answered, Unix seconds): on one host the
+        servers share a clock, so answers from several servers can be put on one timeline."""
+        row = self.server.query("SELECT @@GLOBAL.read_only AS ro, UNIX_TIMESTAMP(SYSDATE(6)) AS at")[0]
+        return str(row["ro"]) in ("1", "ON"), float(row["at"])
+
     def server_id(self) -> int:
         return int(self.variable("server_id"))
 
@@ -356,6 +362,16 @@ class Inspector:
         row = self.server.query(f"SELECT MIN(`{column}`) AS lo, MAX(`{column}`) AS hi FROM `{schema}`.`{table}`")[0]
         return row["lo"], row["hi"]
 
+    def table_sizes(self, tables: list[str]) -> dict[str, int]:
+        """Data + index bytes of each 'schema.table' that exists."""
+        pairs = [t.split(".", 1) for t in tables if "." in t]
+        if not pairs:
+            return {}
+        marks = " OR ".join(["(TABLE_SCHEMA = %s AND TABLE_NAME = %s)"] * len(pairs))
+        rows = self.server.query("SELECT TABLE_SCHEMA AS s, TABLE_NAME AS t, DATA_LENGTH + INDEX_LENGTH AS n "
+                                 f"FROM information_schema.TABLES WHERE {marks}", tuple(x for p in pairs for x in p))
+        return {f"{r['s']}.{r['t']}": int(r["n"] or 0) for r in rows}
+
     # -- shards and named replication connections (consolidation) ------------------
     def schema_sizes(self, schemas: list[str]) -> dict[str, int]:
         """Data + index bytes per schema, for the schemas that exist (an empty one counts 0)."""
@@ -429,6 +445,45 @@ class Inspector:
         finally:
             waiter.read_timeout = old
         return r is not None and int(r) >= 0
+
+    def version(self) -> str:
+        return str(self.server.scalar("SELECT VERSION() AS v"))
+
+    def datadir(self) -> str:
+        return str(self.server.scalar("SELECT @@GLOBAL.datadir AS d"))
+
+    def tables_in(self, schemas: list[str]) -> int:
+        """How many base tables the given schemas hold (0 when none exists)."""
+        if not schemas:
+            return 0
+        marks = ", ".join(["%s"] * len(schemas))
+        return int(self.server.scalar(
+            f"SELECT COUNT(*) AS n FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ({marks}) "
+            "AND TABLE_TYPE='BASE TABLE'", tuple(schemas)))
+
+    def integer_key_tables(self, schemas: list[str]) -> list[tuple[str, str, str, int]]:
+        """(schema, table, column, rows) of tables keyed by one integer column, biggest first."""
+        if not schemas:
+            return []
+        marks = ", ".join(["%s"] * len(schemas))
+        rows = self.server.query(
+            "SELECT k.TABLE_SCHEMA AS s, k.TABLE_NAME AS t, MIN(k.COLUMN_NAME) AS c, MAX(t.TABLE_ROWS) AS n "
+            "FROM information_schema.KEY_COLUMN_USAGE k "
+            "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA=k.TABLE_SCHEMA AND c.TABLE_NAME=k.TABLE_NAME "
+            "AND c.COLUMN_NAME=k.COLUMN_NAME "
+            "JOIN information_schema.TABLES t ON t.TABLE_SCHEMA=k.TABLE_SCHEMA AND t.TABLE_NAME=k.TABLE_NAME "
+            f"WHERE k.CONSTRAINT_NAME='PRIMARY' AND k.TABLE_SCHEMA IN ({marks}) "
+            "AND c.DATA_TYPE IN ('tinyint','smallint','mediumint','int','bigint') "
+            "GROUP BY k.TABLE_SCHEMA, k.TABLE_NAME HAVING COUNT(*)=1 ORDER BY n DESC, s, t", tuple(schemas))
+        return [(str(r["s"]), str(r["t"]), str(r["c"]), int(r["n"] or 0)) for r in rows]
+
+    def point_read(self, schema: str, table: str, column: str, key: int) -> None:
+        """One indexed read, the latency probe's query: what an application's lookup costs right now."""
+        self.server.query(f"SELECT * FROM `{schema}`.`{table}` WHERE `{column}` >= %s ORDER BY `{column}` LIMIT 1",
+                          (int(key),))
+
+    def trivial_round_trip(self) -> None:
+        self.server.scalar("SELECT 1 AS one")
 
     # -- used by the procedures
     def named_replica_status(self, conn: str) -> ReplicaStatus | None:

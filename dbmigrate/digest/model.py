@@ -25,6 +25,9 @@ from dbmigrate.exceptions import UsageError
 from dbmigrate.redact import redact
 
 FORMAT = "dbmigrate.digest/1"
+# pt-query-digest JSON of 100,000 queries in 1,000 classes is a few MB; a bigger file
+# is not a digest (or is a device such as /dev/zero) and would be read until memory runs out.
+MAX_DIGEST_BYTES = 64 * 1024 * 1024
 
 
 class DigestFormatError(UsageError):
@@ -40,14 +43,45 @@ def nearest_rank(sorted_values: list[float], q: float) -> float | None:
 
 
 def _num(value: Any, where: str) -> float:
-    """pt-query-digest writes every number as a string ("0.000250")."""
+    """pt-query-digest writes every number as a string ("0.000250"). Counts and
+    times are finite and not negative; anything else is not a digest."""
     if value is None or value == "":
         return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise DigestFormatError(f"{where}: expected a number, got {_shown(value)}",
+                                hint="is this the output of pt-query-digest --output json?")
     try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise DigestFormatError(f"{where}: expected a number, got {value!r}",
+        number = float(value)
+    except ValueError:
+        raise DigestFormatError(f"{where}: expected a number, got {_shown(value)}",
                                 hint="is this the output of pt-query-digest --output json?") from None
+    if not math.isfinite(number) or number < 0:
+        raise DigestFormatError(f"{where}: {_shown(value)} is not a count or a time (finite, not negative)",
+                                hint="is this the output of pt-query-digest --output json?")
+    return number
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    """An optional JSON object: absent is empty, anything else but an object is an error."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DigestFormatError(f"{where}: expected an object, got {_shown(value)}",
+                                hint="is this the output of pt-query-digest --output json?")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise DigestFormatError(f"{where}: expected text, got {_shown(value)}")
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -64,7 +98,7 @@ class Metric:
 
     @classmethod
     def from_pt(cls, data: dict[str, Any] | None, where: str) -> "Metric":
-        d = data or {}
+        d = _mapping(data, where)
         return cls(min=_num(d.get("min"), f"{where}.min"), max=_num(d.get("max"), f"{where}.max"),
                    avg=_num(d.get("avg"), f"{where}.avg"), median=_num(d.get("median"), f"{where}.median"),
                    p95=_num(d.get("pct_95"), f"{where}.pct_95"), stddev=_num(d.get("stddev"), f"{where}.stddev"),
@@ -131,33 +165,38 @@ class Digest:
         if not isinstance(data, dict) or (data and "classes" not in data and "global" not in data):
             raise DigestFormatError(f"{where}: no 'global' or 'classes' key",
                                     hint="expected pt-query-digest --output json, or a file written by dbmigrate digest")
+        if not isinstance(data.get("classes") or [], list):
+            raise DigestFormatError(f"{where}: classes: expected a list, got {_shown(data.get('classes'))}")
         exact = samples is not None  # collected, even if the log was empty
         classes = []
         for i, raw in enumerate(data.get("classes") or []):
             w = f"{where}: classes[{i}]"
             if not isinstance(raw, dict) or "checksum" not in raw:
                 raise DigestFormatError(f"{w}: a class needs a checksum")
-            metrics = raw.get("metrics") or {}
+            metrics = _mapping(raw.get("metrics"), f"{w}.metrics")
             qt = Metric.from_pt(metrics.get("Query_time"), f"{w}.metrics.Query_time")
             count = int(_num(raw.get("query_count"), f"{w}.query_count"))
-            checksum = str(raw["checksum"]).upper()
+            checksum = _text(raw["checksum"], f"{w}.checksum").upper()
             own = sorted(samples.get(checksum, [])) if samples else []
             p95, p99 = qt.p95, None
             if own:
                 p95, p99 = nearest_rank(own, 0.95), nearest_rank(own, 0.99)
             rex = metrics.get("Rows_examined")
-            example = raw.get("example") or {}
+            example = _mapping(raw.get("example"), f"{w}.example")
+            if not isinstance(raw.get("tables") or [], list):
+                raise DigestFormatError(f"{w}.tables: expected a list, got {_shown(raw.get('tables'))}")
             classes.append(QueryClass(
-                checksum=checksum, fingerprint=str(raw.get("fingerprint") or ""),
-                distillate=str(raw.get("distillate") or ""), count=count, total_time=qt.sum, avg=qt.avg,
+                checksum=checksum, fingerprint=_text(raw.get("fingerprint"), f"{w}.fingerprint"),
+                distillate=_text(raw.get("distillate"), f"{w}.distillate"), count=count, total_time=qt.sum, avg=qt.avg,
                 p95=p95, p99=p99, max=qt.max,
                 rows_examined_avg=Metric.from_pt(rex, f"{w}.metrics.Rows_examined").avg if rex else None,
                 # Example queries carry literal values: masked like everything we store.
-                example=redact(str(example.get("query") or "")),
+                example=redact(_text(example.get("query"), f"{w}.example.query")),
                 tables=tuple(_table_names(raw.get("tables") or [])),
                 first_seen=str(raw.get("ts_min") or ""), last_seen=str(raw.get("ts_max") or "")))
-        glob = data.get("global") or {}
-        gqt = Metric.from_pt((glob.get("metrics") or {}).get("Query_time"), f"{where}: global.metrics.Query_time")
+        glob = _mapping(data.get("global"), f"{where}: global")
+        gqt = Metric.from_pt(_mapping(glob.get("metrics"), f"{where}: global.metrics").get("Query_time"),
+                             f"{where}: global.metrics.Query_time")
         count = int(_num(glob.get("query_count"), f"{where}: global.query_count")) if glob else \
             sum(c.count for c in classes)
         all_samples = sorted(t for ts in (samples or {}).values() for t in ts)
@@ -180,14 +219,47 @@ class Digest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "digest") -> "Digest":
+        """A dbmigrate digest file, every field checked: a hand-edited or truncated
+        file is one line naming the field, never a crash in the comparison."""
+        def num(value: Any, at: str, optional: bool = False) -> float | None:
+            if value is None and optional:
+                return None
+            if value is None or isinstance(value, str):
+                raise DigestFormatError(f"{where}: {at}: expected a number, got {_shown(value)}",
+                                        hint="write it again with dbmigrate digest capture")
+            return _num(value, f"{where}: {at}")
+
         try:
-            classes = [QueryClass(**{**c, "tables": tuple(c.get("tables") or ())}) for c in d["classes"]]
-            fields = {k: d[k] for k in ("query_count", "total_time", "avg", "p95", "p99")}
-        except (KeyError, TypeError) as e:
-            raise DigestFormatError(f"{where}: not a valid dbmigrate digest ({e})",
+            if not isinstance(d.get("classes"), list):
+                raise DigestFormatError(f"{where}: classes: expected a list, got {_shown(d.get('classes'))}")
+            classes = []
+            for i, c in enumerate(d["classes"]):
+                at = f"classes[{i}]"
+                c = _mapping(c, f"{where}: {at}")
+                tables = c.get("tables") or []
+                if not isinstance(tables, list):
+                    raise DigestFormatError(f"{where}: {at}.tables: expected a list, got {_shown(tables)}")
+                classes.append(QueryClass(
+                    checksum=_text(c["checksum"], f"{where}: {at}.checksum"),
+                    fingerprint=_text(c.get("fingerprint"), f"{where}: {at}.fingerprint"),
+                    distillate=_text(c.get("distillate"), f"{where}: {at}.distillate"),
+                    count=int(num(c["count"], f"{at}.count")), total_time=num(c["total_time"], f"{at}.total_time"),
+                    avg=num(c["avg"], f"{at}.avg"), p95=num(c["p95"], f"{at}.p95"),
+                    p99=num(c.get("p99"), f"{at}.p99", optional=True), max=num(c["max"], f"{at}.max"),
+                    rows_examined_avg=num(c.get("rows_examined_avg"), f"{at}.rows_examined_avg", optional=True),
+                    example=_text(c.get("example"), f"{where}: {at}.example"),
+                    tables=tuple(_text(t, f"{where}: {at}.tables") for t in tables),
+                    first_seen=_text(c.get("first_seen"), f"{where}: {at}.first_seen"),
+                    last_seen=_text(c.get("last_seen"), f"{where}: {at}.last_seen")))
+            return cls(classes=classes, query_count=int(num(d["query_count"], "query_count")),
+                       total_time=num(d["total_time"], "total_time"), avg=num(d["avg"], "avg"),
+                       p95=num(d.get("p95"), "p95", optional=True), p99=num(d.get("p99"), "p99", optional=True),
+                       duration_s=num(d.get("duration_s"), "duration_s", optional=True),
+                       percentiles=_text(d.get("percentiles"), f"{where}: percentiles"),
+                       source=_mapping(d.get("source"), f"{where}: source"))
+        except KeyError as e:
+            raise DigestFormatError(f"{where}: not a valid dbmigrate digest (missing {e})",
                                     hint="write it again with dbmigrate digest capture") from None
-        return cls(classes=classes, duration_s=d.get("duration_s"), percentiles=d.get("percentiles", ""),
-                   source=d.get("source") or {}, **fields)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -202,17 +274,34 @@ class Digest:
         """A dbmigrate digest file, or raw pt-query-digest --output json."""
         path = Path(path)
         try:
-            text = path.read_text()
+            if path.is_dir():
+                raise DigestFormatError(f"digest file {path} is a directory", hint="name a digest file")
+            if path.exists() and not path.is_file():
+                raise DigestFormatError(f"digest file {path} is not a regular file", hint="name a digest file")
+            with open(path, "rb") as f:
+                raw = f.read(MAX_DIGEST_BYTES + 1)
         except FileNotFoundError:
             raise DigestFormatError(f"digest file {path} does not exist",
                                     hint="make one with: dbmigrate digest capture ... --out FILE") from None
-        if not text.strip():
-            return cls.from_pt_json({}, source={"file": str(path)})  # pt-query-digest prints nothing for an empty log
+        except OSError as e:
+            raise DigestFormatError(f"digest file {path} cannot be read: {e.strerror or e}") from None
+        if len(raw) > MAX_DIGEST_BYTES:
+            raise DigestFormatError(f"digest file {path} is larger than {MAX_DIGEST_BYTES // (1024 * 1024)} MB: "
+                                    "not a digest", hint="pass a file written by dbmigrate digest capture")
+        if not raw.strip():
+            # pt-query-digest prints nothing for an empty slow log: no queries is not "−100%".
+            raise DigestFormatError(f"digest file {path} is empty: it holds no query to compare",
+                                    hint="capture again while the application sends queries")
         try:
-            data = json.loads(text)
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise DigestFormatError(f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                                    "not a digest", hint="pass a file written by dbmigrate digest capture") from None
         except json.JSONDecodeError as e:
             raise DigestFormatError(f"{path}:{e.lineno}: not JSON ({e.msg})",
                                     hint="pass a file written by dbmigrate digest capture or pt-query-digest --output json") from None
+        except RecursionError:
+            raise DigestFormatError(f"{path}: JSON nested too deeply: not a digest") from None
         if isinstance(data, dict) and data.get("format") == FORMAT:
             return cls.from_dict(data, where=str(path))
         return cls.from_pt_json(data, source={"file": str(path)}, where=str(path))

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group
-from rich.markup import escape
-from rich.table import Table
+from rich.console import Group, RenderableType
 from rich.text import Text
 
+from dbmigrate.console_table import PIPE_WIDTH, Col, build, fits
 from dbmigrate.digest.compare import Comparison, Delta
 from dbmigrate.digest.model import Digest, format_latency
 from dbmigrate.digest.policy import Decision
@@ -50,21 +49,19 @@ def _styled(delta: Delta, text: str) -> Text:
 
 
 # -- one digest ---------------------------------------------------------------------
-def digest_table(digest: Digest, limit: int = 20) -> Table:
+def digest_table(digest: Digest, limit: int = 20, width: int | None = None) -> RenderableType:
+    """Classes by share of query time for a terminal of `width` columns (None: no limit).
+    Ids and numbers are never cut: when they do not fit, each class becomes a record."""
     src = digest.source
     title = f"digest of {src.get('server') or src.get('slow_log') or src.get('file') or 'capture'}"
-    t = Table(title=title, caption=_digest_caption(digest), title_justify="left")
-    t.add_column("query class", no_wrap=True, overflow="ellipsis", max_width=56)
-    t.add_column("id", no_wrap=True, style="dim")
-    for col, just in (("share", "right"), ("count", "right"), ("avg", "right"),
-                      ("p95", "right"), ("p99", "right"), ("max", "right"), ("rows exam.", "right")):
-        t.add_column(col, justify=just)
+    cols = [Col("query class"), Col("id", keep=True)] + [Col(h, keep=True, right=True) for h in
+                                                          ("share", "count", "avg", "p95", "p99", "max", "rows exam.")]
     total = digest.total_time or 1
-    for c in sorted(digest.classes, key=lambda c: (-c.total_time, c.checksum))[:limit]:
-        t.add_row(escape(c.label), c.checksum[:8], f"{c.total_time / total:.0%}", f"{c.count:,}",
-                  format_latency(c.avg), format_latency(c.p95), format_latency(c.p99), format_latency(c.max),
-                  "–" if c.rows_examined_avg is None else f"{c.rows_examined_avg:,.0f}")
-    return t
+    rows = [[c.label, c.checksum[:8], f"{c.total_time / total:.0%}", f"{c.count:,}", format_latency(c.avg),
+             format_latency(c.p95), format_latency(c.p99), format_latency(c.max),
+             "–" if c.rows_examined_avg is None else f"{c.rows_examined_avg:,.0f}"]
+            for c in sorted(digest.classes, key=lambda c: (-c.total_time, c.checksum))[:limit]]
+    return build(width or PIPE_WIDTH, cols, rows, title=title, caption=_digest_caption(digest))
 
 
 def _digest_caption(d: Digest) -> str:
@@ -76,32 +73,28 @@ def _digest_caption(d: Digest) -> str:
 
 # -- comparison ---------------------------------------------------------------------
 def comparison_renderable(cmp: Comparison, limit: int = 30, width: int | None = None) -> Group:
-    """Tables for a terminal of `width` columns (None: no limit); when the full table does
-    not fit, the Δ columns drop their absolute part, then the class text is shortened."""
-    table = _class_table(cmp, limit, compact=False)
-    if width is not None:
-        if _numbers_width(table) + 16 + 4 > width:
-            table = _class_table(cmp, limit, compact=True)
-        # rich never narrows a no_wrap column: size the class column ourselves
-        table.columns[0].width = max(16, min(56, width - _numbers_width(table) - 4))
-    return Group(table, *_overall_parts(cmp))
+    """Tables for a terminal of `width` columns (None: no limit). When the full table does
+    not fit, the Δ columns drop their absolute part; when that does not fit either, each
+    class is a record. Ids and numbers are never cut."""
+    width = width or PIPE_WIDTH
+    cols, rows = _class_rows(cmp, limit, compact=False)
+    if not fits(width, cols, rows):
+        cols, rows = _class_rows(cmp, limit, compact=True)
+    caption = (f"{WORSE} worse  {BETTER} better  {SAME} within noise "
+               f"(< {cmp.noise.pct:g}% or < {cmp.noise.abs_us:g} µs)")
+    if len(cmp.rows) > limit:
+        caption = f"… {len(cmp.rows) - limit} more classes (see --json); " + caption
+    table = build(width, cols, rows, title="query classes, before → after", caption=caption)
+    return Group(table, *_overall_parts(cmp, width))
 
 
-def _numbers_width(t: Table) -> int:
-    """Width of every column but the class text (cells plus borders and padding)."""
-    return sum((c.min_width or 0) + 3 for c in t.columns[1:]) + 1
-
-
-def _class_table(cmp: Comparison, limit: int, compact: bool) -> Table:
+def _class_rows(cmp: Comparison, limit: int, compact: bool) -> tuple[list[Col], list[list[Any]]]:
     per_s = cmp.per_second
     metrics = ["avg", "p95"] + (["p99"] if _has_p99(cmp) else [])
-    t = Table(title="query classes, before → after", title_justify="left",
-              caption=f"{WORSE} worse  {BETTER} better  {SAME} within noise "
-                      f"(< {cmp.noise.pct:g}% or < {cmp.noise.abs_us:g} µs)")
     rows: list[list[Any]] = []
     for r in cmp.rows[:limit]:
         cells: list[Any] = [
-            escape(r.label), r.key[:8], r.status,
+            r.label, r.key[:8], r.status,
             f"{r.share_before:.0%}" if r.share_before is not None else "–",
             f"{_rate(r.volume.before, per_s)} → {_rate(r.volume.after, per_s)}"]
         for m in metrics:
@@ -109,35 +102,24 @@ def _class_table(cmp: Comparison, limit: int, compact: bool) -> Table:
             cells.append(f"{format_latency(d.before) if r.before else '–'} → {format_latency(d.after) if r.after else '–'}")
             cells.append(_styled(d, change_text(d, latency=not compact)))
         rows.append(cells)
-    headers = ["id", "status", "share", "rate" if per_s else "count"] + \
-        [h for m in metrics for h in (m, f"Δ {m}")]
-    # One line per class at any terminal width: numbers keep their full width and
-    # the class text gives way (ellipsis); the id column tells classes apart.
-    t.add_column("query class", no_wrap=True, overflow="ellipsis", max_width=56, min_width=16)
-    for i, h in enumerate(headers, start=1):
-        width = max([len(h)] + [len(str(row[i])) for row in rows])
-        t.add_column(h, justify="left" if i <= 2 else "right", no_wrap=True, min_width=width,
-                     style="dim" if h == "id" else None)
-    for cells in rows:
-        t.add_row(*cells)
-    if len(cmp.rows) > limit:
-        t.add_row(f"[dim]… {len(cmp.rows) - limit} more classes (see --json)[/]", *[""] * len(headers))
-    return t
+    cols = [Col("query class"), Col("id", keep=True), Col("status", keep=True), Col("share", keep=True, right=True),
+            Col("rate" if per_s else "count", keep=True, right=True)]
+    cols += [Col(h, keep=True, right=True) for m in metrics for h in (m, f"Δ {m}")]
+    return cols, rows
 
 
-def _overall_parts(cmp: Comparison) -> list[Any]:
+def _overall_parts(cmp: Comparison, width: int) -> list[Any]:
     per_s = cmp.per_second
-    o = Table(title="overall", title_justify="left", show_header=True)
-    for col in ("metric", "before", "after", "change"):
-        o.add_column(col, justify="left" if col == "metric" else "right")
+    rows = []
     for m, name in (("avg", "average latency"), ("p95", "p95 latency"), ("p99", "p99 latency")):
         d = cmp.overall[m]
-        o.add_row(name, format_latency(d.before), format_latency(d.after), _styled(d, change_text(d)))
+        rows.append([name, format_latency(d.before), format_latency(d.after), _styled(d, change_text(d))])
     v = cmp.overall["volume"]
-    o.add_row("queries" + (" per second" if per_s else ""), _rate(v.before, per_s), _rate(v.after, per_s),
-              change_text(v, latency=False))
+    rows.append(["queries" + (" per second" if per_s else ""), _rate(v.before, per_s), _rate(v.after, per_s),
+                 change_text(v, latency=False)])
+    cols = [Col("metric", keep=True)] + [Col(h, keep=True, right=True) for h in ("before", "after", "change")]
     notes = Text("\n".join(f"note: {n}" for n in cmp.notes), style="dim")
-    return [o, notes]
+    return [build(width, cols, rows, title="overall"), notes]
 
 
 def _has_p99(cmp: Comparison) -> bool:

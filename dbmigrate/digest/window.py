@@ -15,6 +15,7 @@ connected, so that a thin capture can be explained.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,6 +26,8 @@ from dbmigrate.home import home
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.db import slow_log_table
+from dbmigrate.digest import slowlog_text
 from dbmigrate.digest.model import Digest
 from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
@@ -32,6 +35,7 @@ from dbmigrate.hosts import Host, LocalHost
 from dbmigrate.tools import percona
 
 SAVED_KIND = "dbmigrate.slow_log_window"
+MAX_WINDOW_S = 86400.0  # long_query_time=0 for more than a day is not a capture, it is a misconfiguration
 WINDOW_FILE_PREFIX = "dbmigrate-digest-"
 
 Persist = Callable[[dict[str, Any]], None]
@@ -60,6 +64,8 @@ class SlowLogReader(Protocol):
 
     def fetch(self, server_path: str, dest_dir: Path) -> Path: ...
 
+    def exists(self, server_path: str) -> bool | None: ...  # None: cannot tell
+
 
 class LocalFileReader:
     """The server runs on this machine (sandbox, or the tool runs on the DB host)."""
@@ -70,6 +76,9 @@ class LocalFileReader:
             raise UsageError(f"the server's slow log {server_path} is not readable on this machine",
                              hint="for a remote server copy the file here and run: dbmigrate digest capture --slow-log FILE")
         return path
+
+    def exists(self, server_path: str) -> bool | None:
+        return os.path.lexists(server_path)
 
 
 class HostFileReader:
@@ -99,6 +108,12 @@ class HostFileReader:
         if os.path.basename(server_path).startswith(WINDOW_FILE_PREFIX):
             self.host.remove(server_path, timeout=60)
         return local
+
+    def exists(self, server_path: str) -> bool | None:
+        try:
+            return self.host.exists(server_path, timeout=60)
+        except DbmigrateError:
+            return None  # a host the tool may not enter: the capture's own fetch says so later
 
 
 # -- saved settings ----------------------------------------------------------------
@@ -168,6 +183,40 @@ def _same(a: Any, b: Any) -> bool:
     return str(a).upper() == str(b).upper()
 
 
+# -- the window written to mysql.slow_log ------------------------------------------
+def table_window_marker(server: Server, current: dict[str, Any]) -> dict[str, Any]:
+    """What a table window must remember: where it starts on the server's clock, and whether
+    every row the table will hold is the window's own (then it is emptied afterwards)."""
+    kinds = {k.strip().upper() for k in str(current.get("log_output") or "").split(",")}
+    owned = "TABLE" not in kinds and slow_log_table.row_count(server) == 0
+    return {"source": "table", "since": slow_log_table.server_now(server), "table_owned": owned}
+
+
+def is_table_window(saved: dict[str, Any] | None) -> bool:
+    return bool(saved) and saved.get("source") == "table"
+
+
+def read_table_window(server: Server, since: str, until: str | None, dest: Path) -> tuple[Path, int]:
+    """The statements logged in [since, until) as a local slow-log file for pt-query-digest."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "w", encoding="utf-8") as out:
+        n = slowlog_text.write(slow_log_table.rows_between(server, since, until), out)
+    return dest, n
+
+
+def table_window_is_open(server: Server) -> bool:
+    settings = Inspector(server).slow_log_settings()
+    return str(settings.get("log_output", "")).upper() == "TABLE" and _same(settings.get("long_query_time"), 0)
+
+
+def release_table_window(server: Server, saved: dict[str, Any]) -> bool:
+    """Empty mysql.slow_log after the window was read, only when it held nothing else."""
+    if is_table_window(saved) and saved.get("table_owned"):
+        slow_log_table.clear(server)
+        return True
+    return False
+
+
 # -- the window ----------------------------------------------------------------------
 class SlowLogWindow:
     """long_query_time=0 to a file of our own, undone by close() or, after a crash, restore().
@@ -179,7 +228,10 @@ class SlowLogWindow:
     """
 
     def __init__(self, server: Server, *, log_file: str | None = None, persist: Persist | None = None,
-                 applier: Applier | None = None, clock: Clock | None = None):
+                 applier: Applier | None = None, clock: Clock | None = None, source: str = "file"):
+        if source not in ("file", "table"):
+            raise UsageError(f"a slow-log window goes to a file or the table, not {source!r}")
+        self.source = source
         self.server = server
         self.inspector = Inspector(server)
         self.applier = applier or Applier(server)
@@ -212,14 +264,20 @@ class SlowLogWindow:
                 f"{self.server.name} is already logging to a dbmigrate capture file "
                 f"({current['slow_query_log_file']}, long_query_time={current.get('long_query_time')})",
                 hint="an earlier capture did not finish: run dbmigrate digest restore --from-file <its .saved-settings.json>")
-        log_file = self.log_file or self.default_log_file(current)
-        window = self.server.flavor.slow_log_window_settings(log_file, current)
+        if self.source == "table":
+            log_file = None
+            window = self.server.flavor.slow_log_table_window_settings(current)
+        else:
+            log_file = self.log_file or self.default_log_file(current)
+            window = self.server.flavor.slow_log_window_settings(log_file, current)
         order = list(reversed(list(window)))  # undo in reverse: long_query_time first, the file last
         self.saved_settings = {
             "kind": SAVED_KIND, "version": 1, "server": self.server.name, "address": self.server.address,
             "flavor": self.server.flavor.name, "window_file": log_file, "opened_at": _now_iso(),
             "variables": {n: current[n] for n in order if n in current},
         }
+        if self.source == "table":
+            self.saved_settings.update(table_window_marker(self.server, current))
         self.sessions_before = len(self.inspector.sessions())
         if self.persist:
             self.persist(dict(self.saved_settings))
@@ -237,6 +295,8 @@ class SlowLogWindow:
         if self.saved_settings is None:
             return []
         self.closed_at = self.clock.monotonic()
+        if self.source == "table" and not self.applier.dry_run:
+            self.saved_settings["until"] = slow_log_table.server_now(self.server)
         return restore(self.server, self.saved_settings, applier=self.applier)
 
     def __enter__(self) -> "SlowLogWindow":
@@ -279,11 +339,23 @@ def mark_restored(path: Path, saved: dict[str, Any]) -> None:
 def capture_window(server: Server, seconds: float, out: str | Path | None = None, *,
                    saved_settings_file: str | Path | None = None, persist: Persist | None = None,
                    log_file: str | None = None, reader: SlowLogReader | None = None,
-                   progress: Progress | None = None, clock: Clock | None = None) -> CaptureResult:
+                   progress: Progress | None = None, clock: Clock | None = None,
+                   source: str = "file") -> CaptureResult:
     """Open a slow-log window on `server` for `seconds`, restore, digest. The saved
     settings go to `saved_settings_file` (default: next to the digest) and to `persist`."""
-    if seconds <= 0:
-        raise UsageError(f"a capture window needs a positive number of seconds, not {seconds:g}")
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_WINDOW_S:
+        raise UsageError(f"a capture window needs a number of seconds between 0 and {MAX_WINDOW_S:g}, not {seconds:g}",
+                         hint="e.g. --seconds 30")
+    reader = reader or LocalFileReader()
+    if log_file is not None:
+        if not os.path.isabs(log_file):
+            raise UsageError(f"--server-log-file {log_file} is not an absolute path",
+                             hint="name a new file on the server's host, e.g. /var/lib/mysql/capture.slow.log")
+        if reader.exists(log_file):
+            # mariadbd appends to an existing slow log: the digest would mix in older queries,
+            # and the file (not ours) would be removed after the fetch.
+            raise UsageError(f"--server-log-file {log_file} already exists: the server would append to it and the "
+                             "digest would include whatever it held before", hint="name a file that does not exist yet")
     say = progress or (lambda msg: None)
     out = Path(out) if out else default_digest_file(server.name)
     saved_path = Path(saved_settings_file) if saved_settings_file else saved_settings_path_for(out)
@@ -295,13 +367,17 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
             persist(saved)
 
     clock = clock or Clock()
-    window = SlowLogWindow(server, log_file=log_file, persist=persist_all, clock=clock)
+    if source == "table" and log_file:
+        raise UsageError("a window read from the slow-log table has no file of its own",
+                         hint="drop --server-log-file, or declare file access for the server")
+    window = SlowLogWindow(server, log_file=log_file, persist=persist_all, clock=clock, source=source)
     restored: list[str] = []
     # open() is inside the try: an interrupt that lands just after the last SET
     # must still restore (open() itself undoes a half-applied window).
     try:
         window.open()
-        say(f"window open on {server.name}: long_query_time=0 to {window.log_file} for {seconds:g}s "
+        where = window.log_file if source == "file" else "mysql.slow_log"
+        say(f"window open on {server.name}: long_query_time=0 to {where} for {seconds:g}s "
             f"(previous settings saved in {saved_path})")
         clock.sleep(seconds)
     finally:
@@ -309,12 +385,24 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
             restored = window.close()
             mark_restored(saved_path, window.saved_settings)
             say(f"window closed after {window.duration_s or 0:.1f}s; settings restored ({len(restored)} changed)")
-    local_log = (reader or LocalFileReader()).fetch(window.log_file or "", out.parent)
-    source = {"kind": "window", "server": server.name, "address": server.address, "slow_log": str(window.log_file),
+    saved = window.saved_settings or {}
+    if source == "table":
+        out.parent.mkdir(parents=True, exist_ok=True)
+        local_log, n = read_table_window(server, saved["since"], saved.get("until"),
+                                         out.with_name(out.name.removesuffix(".json") + ".slow.log"))
+        emptied = release_table_window(server, saved)
+        say(f"read {n} statements from mysql.slow_log" + ("; the table is empty again" if emptied else
+                                                          "; the table held other rows: left as it was"))
+    else:
+        local_log = reader.fetch(window.log_file or "", out.parent)
+    where = str(window.log_file) if source == "file" else "mysql.slow_log"
+    source_meta = {"kind": "window", "server": server.name, "address": server.address, "slow_log": where,
               "captured_at": window.saved_settings["opened_at"] if window.saved_settings else _now_iso(),
               "seconds": round(window.duration_s or 0, 3), "sessions_before": window.sessions_before}
-    digest = digest_slow_log(local_log, out, duration_s=window.duration_s, source=source)
-    return CaptureResult(out, digest, str(window.log_file), saved_path, window.sessions_before, restored)
+    digest = digest_slow_log(local_log, out, duration_s=window.duration_s, source=source_meta)
+    if source == "table":
+        local_log.unlink(missing_ok=True)  # rebuilt from the table: the digest is what is kept
+    return CaptureResult(out, digest, where, saved_path, window.sessions_before, restored)
 
 
 def digest_slow_log(slow_log: str | Path, out: str | Path | None = None, *, duration_s: float | None = None,

@@ -11,6 +11,7 @@ depth; the db layer redacts too).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
@@ -101,6 +102,9 @@ CREATE TABLE IF NOT EXISTS locks (
     id INTEGER PRIMARY KEY, cluster TEXT NOT NULL, run_id TEXT NOT NULL, holder TEXT,
     pid INTEGER, since TEXT NOT NULL, status TEXT NOT NULL, released_at TEXT, note TEXT);
 CREATE INDEX IF NOT EXISTS locks_cluster ON locks(cluster, status);
+CREATE TABLE IF NOT EXISTS evidence (
+    run_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, at TEXT NOT NULL,
+    PRIMARY KEY (run_id, name));
 """
 
 # Step statuses that count as "this step's effect is in place".
@@ -387,6 +391,22 @@ class Journal:
         rows = self._rows("SELECT key, value FROM state WHERE run_id=? ORDER BY key", (run_id,))
         return {r["key"]: json.loads(r["value"]) for r in rows}
 
+    # ------------------------------------------------------------------ evidence for reports
+
+    def record_evidence(self, run_id: str, name: str, value: Any) -> None:
+        """A measured series or figure kept for the run's report (acknowledged writes per 10 ms,
+        lag and latency samples, load before/after); one JSON document per name, replaced when
+        recorded again. Kept apart from `state` so that resume and rollback never read it."""
+        self._write(
+            "INSERT INTO evidence (run_id, name, value, at) VALUES (?,?,?,?)"
+            " ON CONFLICT(run_id, name) DO UPDATE SET value=excluded.value, at=excluded.at",
+            (run_id, name, json.dumps(redact_json(value), default=str), utc_now_iso()),
+        )
+
+    def evidence(self, run_id: str) -> dict[str, Any]:
+        rows = self._rows("SELECT name, value FROM evidence WHERE run_id=? ORDER BY name", (run_id,))
+        return {r["name"]: json.loads(r["value"]) for r in rows}
+
     # ------------------------------------------------------------------ cluster lock entries
 
     def active_lock(self, cluster: str) -> dict[str, Any] | None:
@@ -433,3 +453,11 @@ class Journal:
             self.record_log(event)
         elif isinstance(event, RunFinished):
             self.finish_run(event.run_id, event.status, event.summary)
+
+
+def foreign_sqlite_tables(path: str | os.PathLike[str]) -> set[str] | None:
+    """The tables of an existing SQLite file when it is not a journal (has tables, none
+    of them `runs`), else None. Read-only: nothing is created in someone else's file."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    return tables if tables and "runs" not in tables else None

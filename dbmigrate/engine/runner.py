@@ -32,6 +32,10 @@ from dbmigrate.exceptions import DbmigrateError, GateFailed, Refused, SafetyErro
 Approver = Callable[[GateWaiting], "bool | tuple[bool, str]"]
 
 
+class RunPaused(GateFailed):
+    """A gate that pauses on refusal said no: the run stops there, nothing is undone."""
+
+
 class StepFailed(DbmigrateError):
     """A step's check, run or verify raised; the run stopped at that step."""
 
@@ -140,11 +144,22 @@ class Runner:
         refused = isinstance(exc, GateFailed) or isinstance(exc.__cause__, Refused)
         status = "refused" if refused else "cancelled" if isinstance(exc, RunCancelled) else "failed"
         summary = error.message
-        if status in ("refused", "cancelled") and not self._changed_anything(procedure, ctx):
-            # Nothing to undo: saying "rolled back" would suggest something had changed.
-            summary = f"{'refused' if refused else 'stopped'} before any change: {error.message}"
-            error.hint = (error.hint or "fix the cause and start a new run") if refused else \
-                f"nothing was changed; continue later with: dbmigrate resume {ctx.run_id}"
+        if isinstance(exc, RunPaused):
+            # Everything done so far is consistent and stays: resume or roll back by decision.
+            self._final_hooks("on_failure", ctx)
+            ctx.emit(RunFinished(status="paused", summary=summary))
+            return RunOutcome(ctx.run_id, "paused", summary, error)
+        if ctx.dry_run or (status in ("refused", "cancelled") and not self._changed_anything(procedure, ctx)):
+            # Nothing to undo (a dry run changes nothing): saying "rolled back" would
+            # suggest something had changed.
+            if ctx.dry_run:
+                summary, error.hint = f"dry run stopped: {error.message}", "nothing was changed (dry run)"
+            elif refused:
+                summary = f"refused before any change: {error.message}"
+                error.hint = error.hint or "fix the cause and start a new run"
+            else:
+                summary = f"stopped before any change: {error.message}"
+                error.hint = f"nothing was changed; continue later with: dbmigrate resume {ctx.run_id}"
             self._final_hooks("on_failure", ctx)
             ctx.emit(RunFinished(status=status, summary=summary))
             return RunOutcome(ctx.run_id, status, summary, error)
@@ -263,11 +278,36 @@ class Runner:
             ok, reason, details, by = self._decide(gate, phase.name, ctx)
             ctx.emit(GateDecided(phase=phase.name, gate=gate.name, kind=gate.kind, ok=ok, reason=reason,
                                  by=by, details=details))
+            if not ok and gate.pause_on_refusal:
+                ok = self._override(gate, phase.name, ctx, reason)
+                if not ok:
+                    raise RunPaused(
+                        f"paused at gate '{gate.name}' before phase '{phase.name}': {reason}",
+                        hint=f"nothing was undone; when the condition is met (or to decide anyway at a terminal): "
+                             f"dbmigrate resume {ctx.run_id}; to undo instead: dbmigrate rollback {ctx.run_id}")
             if not ok:
                 raise GateFailed(
                     f"gate '{gate.name}' before phase '{phase.name}' refused: {reason}",
                     hint=f"nothing of phase '{phase.name}' ran; when the condition is met: dbmigrate resume {ctx.run_id}",
                 )
+
+    def _override(self, gate: Gate, phase: str, ctx: RunContext, reason: str) -> bool:
+        """A pausing gate refused: an operator at a terminal may continue anyway; a
+        scripted run (--yes, no terminal) pauses, it never overrides an automatic check."""
+        if self.approver is None or self.assume_yes:
+            return False
+        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual",
+                              prompt=f"{reason}. Continue anyway? (no: the run pauses, nothing is undone)")
+        ctx.emit(waiting)
+        try:
+            answer = self.approver(waiting)
+        except (EOFError, KeyboardInterrupt):
+            return False
+        ok = bool(answer[0] if isinstance(answer, tuple) else answer)
+        if ok:
+            ctx.emit(GateDecided(phase=phase, gate=gate.name, kind="manual", ok=True, by="operator",
+                                 reason=f"continued by the operator despite: {reason}", details={}))
+        return ok
 
     def _decide(self, gate: Gate, phase: str, ctx: RunContext) -> tuple[bool, str, dict, str]:
         if isinstance(gate, AutoGate):

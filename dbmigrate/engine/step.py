@@ -115,9 +115,14 @@ def with_context(step: Step, adapt: Callable[["RunContext"], "RunContext"]) -> F
 
 
 class Gate:
-    """Something that must say yes before a phase starts."""
+    """Something that must say yes before a phase starts.
+
+    A gate with pause_on_refusal stands where undoing the run would cost more than
+    waiting (e.g. a warm-up check after every server was already changed): its
+    refusal pauses the run, undoing nothing, instead of failing it."""
 
     kind: str = ""
+    pause_on_refusal: bool = False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -131,9 +136,11 @@ class AutoGate(Gate):
 
     kind = "auto"
 
-    def __init__(self, name: str, check: Callable[["RunContext"], GateVerdict | tuple[bool, str]]) -> None:
+    def __init__(self, name: str, check: Callable[["RunContext"], GateVerdict | tuple[bool, str]], *,
+                 pause_on_refusal: bool = False) -> None:
         super().__init__(name)
         self.check = check
+        self.pause_on_refusal = pause_on_refusal
 
     def evaluate(self, ctx: "RunContext") -> GateVerdict:
         result = self.check(ctx)

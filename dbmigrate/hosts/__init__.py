@@ -9,12 +9,12 @@ from dbmigrate.hosts.errors import (ConnectionLost, HostAuthFailed, HostCommandF
 from dbmigrate.hosts.local import LocalHost
 from dbmigrate.hosts.none import NoAccessHost
 from dbmigrate.hosts.pipe import stream
-from dbmigrate.hosts.resolve import host_for
+from dbmigrate.hosts.resolve import host_for, slow_log_source
 from dbmigrate.hosts.ssh import SshHost, SshSettings
 
 __all__ = [
     "Completed", "ConnectionLost", "Host", "HostAuthFailed", "HostCommandFailed", "HostDiskFull", "HostError",
     "HostFileMissing", "HostKeyMismatch", "HostPermissionDenied", "HostTimeout", "HostUnreachable", "LocalHost",
     "NoAccessHost", "NoHostAccess", "ProgramMissing", "SshHost", "SshSettings", "host_for", "parse_df_available",
-    "stream",
+    "slow_log_source", "stream",
 ]

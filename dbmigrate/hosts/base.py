@@ -233,8 +233,11 @@ class Drain:
             self._buf += chunk
 
     def text(self) -> str:
+        return self.data().decode(errors="replace")
+
+    def data(self) -> bytes:
         self._thread.join(5)
-        return self._buf.decode(errors="replace")
+        return bytes(self._buf)
 
 
 class _Counting:

@@ -21,8 +21,8 @@ class NoAccessHost(Host):
             raise NoHostAccess(
                 f"{self.name}: this needs to reach the host's files or programs (`{prog}`), "
                 f"and the inventory declares `access: none` for it",
-                hint="give dbmigrate ssh access to the host (access: {kind: ssh, ...}), or use a feature that works "
-                     "over SQL alone")
+                hint="give dbmigrate ssh access to the host (access: {kind: ssh, ...}); for slow-log windows "
+                     "(digest capture, the latency guard) `access: {kind: none, slow_log: table}` reads them over SQL")
         raise NoHostAccess(
             f"{self.name}: this needs to reach the host's files or programs (`{prog}`), "
             f"and the inventory does not say how to reach that host",

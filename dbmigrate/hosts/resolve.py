@@ -50,6 +50,13 @@ def declared_access(inventory, server_name: str):
     return inventory.defaults.access
 
 
+def slow_log_source(inventory, server_name: str) -> str:
+    """Where a slow-log window of this server is read: its file (through the host) or, where the
+    inventory declares `access: {kind: none, slow_log: table}`, the server's log table over SQL."""
+    access = declared_access(inventory, server_name)
+    return "table" if access is not None and getattr(access, "slow_log", None) == "table" else "file"
+
+
 def _path(base: Path, p: str | None) -> str | None:
     if not p:
         return None
@@ -62,10 +69,23 @@ def host_for(inventory, server_name: str) -> Host:
     _, spec = inventory.find_server(server_name)
     name = inventory.server_name(spec)
     access = declared_access(inventory, server_name)
-    address = spec.host_name or spec.host
+    if access is None and spec.socket:
+        return LocalHost(f"{name} on {spec.host_name or spec.host}")
+    return host_for_access(inventory, name, spec.host_name or spec.host, spec.host, access)
+
+
+def host_for_planned(inventory, instance) -> Host:
+    """The host of a planned consolidation instance: its `hosts:` entry's access, else `defaults.access`."""
+    spec = inventory.hosts.get(instance.host)
+    access = (spec.access if spec is not None and spec.access else None) or inventory.defaults.access
+    return host_for_access(inventory, instance.name, instance.host, instance.address, access)
+
+
+def host_for_access(inventory, name: str, address: str, ip: str, access) -> Host:
+    """A Host for `name` (a server on `address`, reached at `ip`) from an access block (None: undeclared)."""
     label = f"{name} on {address}"
     if access is None:
-        if is_this_machine(spec.host) or spec.socket:
+        if is_this_machine(ip):
             return LocalHost(label)
         return NoAccessHost(label, declared=False)
     if access.kind == "local":

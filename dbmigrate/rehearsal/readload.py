@@ -107,6 +107,12 @@ class ReadLoad:
                 except Exception:
                     pass
 
+    def samples_wall(self) -> list[tuple[float, float]]:
+        """(epoch, ms) per query: the monotonic times moved onto the wall clock, to line up with other series."""
+        offset = time.time() - time.monotonic()
+        with self._lock:
+            return [(t + offset, ms) for t, ms in self.latencies_ms]
+
     def summary(self, since: float | None = None) -> dict[str, float]:
         with self._lock:
             values = sorted(ms for t, ms in self.latencies_ms if since is None or t >= since)

@@ -11,6 +11,7 @@ TPS/latency before and after. Everything is torn down afterwards.
 from __future__ import annotations
 
 import secrets
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +24,12 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
 from dbmigrate.procedures.kit.cutover import CutoverState
 from dbmigrate.procedures.kit.guard import GuardState
+from dbmigrate.home import home
+from dbmigrate.rehearsal import hidden
+from dbmigrate.rehearsal.cpu import measure_cpu
+from dbmigrate.rehearsal.evidence import record_promote_evidence
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+from dbmigrate.exceptions import SandboxError
 
 Progress = Callable[[str], None]
 
@@ -82,6 +88,15 @@ def _digest_before_after(baseline_file: str | None, windows: int) -> dict[str, A
             "markdown": comparison_markdown(cmp)}
 
 
+def _ops_copy(state) -> Path:
+    """The inventory and credentials as an ops host holds them: outside the sandbox directory."""
+    ops = home() / "ops" / state.name
+    ops.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(state.inventory_file, ops / "inventory.yaml")
+    shutil.copy2(state.inventory_file.parent / "credentials.cnf", ops / "credentials.cnf")
+    return ops
+
+
 def _write_playbook(path: Path, inventory: Path, cluster: str, candidate: str, extra: dict[str, Any]) -> Path:
     doc = {
         "procedure": "promote",
@@ -117,8 +132,9 @@ def _drop_index_locally(inv, candidate: str) -> None:
 
 def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5, keep: bool = False,
                      subscribers=(), playbook_extra: dict[str, Any] | None = None, regress: bool = False,
-                     guard: bool = True,
+                     guard: bool = True, remote: bool = False,
                      before_cutover: Callable[[Any, str, str], None] | None = None) -> dict[str, Any]:
+    from dbmigrate.app.evidence import ClusterSampler
     from dbmigrate.app.runs import start_run
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
@@ -127,6 +143,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
     say = progress or (lambda m: None)
     boxes = Sandboxes(progress=say)
     name = f"rehearsal-{secrets.token_hex(2)}"
+    remote_info: dict[str, Any] = {}
     t0 = time.monotonic()
     state = boxes.up(name, replicas=2)
     verifier = background = reads = None
@@ -134,16 +151,21 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         candidate = f"{name}-new"
         boxes.add_instance(name, candidate, replica_of=f"{name}-1", buffer_pool_mb=256)
         haproxy.start(boxes, name)
+        if remote:
+            from dbmigrate.rehearsal.sandbox import sshd
+
+            sshd.start_for_sandbox(boxes, name)
         state = boxes.find(name)
         inv = load_inventory(state.inventory_file)
-        say(f"sandbox {name}: primary {name}-1, replicas {name}-2 {name}-3, candidate {candidate}, HAProxy in front "
-            f"({time.monotonic() - t0:.1f}s)")
+        say(f"sandbox {name}: primary {name}-1, replicas {name}-2 {name}-3, candidate {candidate}, HAProxy in front"
+            f"{', every instance on a host of its own behind sshd' if remote else ''} ({time.monotonic() - t0:.1f}s)")
         shape_before = _shape(inv, name)
 
         bench = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000, threads=2)
         bench.prepare()
         say(f"sysbench oltp_write_only for {load_seconds}s on the old primary")
-        load_before = bench.run(time_s=load_seconds)
+        load_before, cpu_before = measure_cpu(state.instance(f"{name}-1").pid(), f"{name}-1",
+                                              lambda: bench.run(time_s=load_seconds))
 
         from dbmigrate.rehearsal.readload import ReadLoad, create_orders
 
@@ -172,10 +194,39 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         if guard:
             extra.setdefault("guard", GUARD_POLICY)
             extra.setdefault("params", {}).setdefault("baseline_seconds", 6)
-        playbook = _write_playbook(state.path / "promote.yaml", state.inventory_file, name, candidate, extra)
-        say(f"running playbook {playbook.name}: promote {candidate}"
-            f"{' with the latency guard' if guard else ''}{' (regression built in)' if regress else ''}")
-        outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+        if remote:
+            ops = _ops_copy(state)
+            remote_info = {"hosts": "ssh", "ops_dir": str(ops)}
+            playbook = _write_playbook(ops / "promote.yaml", ops / "inventory.yaml", name, candidate, extra)
+            hide = [state.path / iname for iname in state.instances]
+            why_not = hidden.hiding_unavailable(hide[0])
+            if why_not:
+                say(f"the instances' directories stay visible to the tool: {why_not}")
+                remote_info["hidden"], remote_info["not_hidden_because"] = [], why_not
+                hide = []
+            else:
+                remote_info["hidden"] = [str(p) for p in hide]
+            say(f"running playbook {playbook.name} in a child process that reaches the instances' files only "
+                f"over ssh: promote {candidate}{' with the latency guard' if guard else ''}"
+                f"{' (regression built in)' if regress else ''}")
+            sampler = ClusterSampler(state.inventory_file, name).start()
+            try:
+                child = hidden.run_playbook(playbook, hide=hide, progress=say)
+            finally:
+                sampler.stop()
+            if not child.run_id:
+                raise SandboxError(f"the remote run did not start (exit {child.exit_code}): "
+                                   f"{child.stderr_tail.strip()[-600:]}")
+            outcome = child
+        else:
+            playbook = _write_playbook(state.path / "promote.yaml", state.inventory_file, name, candidate, extra)
+            say(f"running playbook {playbook.name}: promote {candidate}"
+                f"{' with the latency guard' if guard else ''}{' (regression built in)' if regress else ''}")
+            sampler = ClusterSampler(state.inventory_file, name).start()
+            try:
+                outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+            finally:
+                sampler.stop()
         finished = time.time()
         Clock().sleep(0.3)  # a few writes on the final primary before the check
         try:
@@ -184,8 +235,10 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             pass  # it may have died at the flip (see above); the verifier is the judge
         background = None
         verifier.stop()
+        acks = verifier.acks
         reads.stop()
         reads_summary = reads.summary()
+        read_samples = reads.samples_wall()
         reads = None
         guard_info = _guard_facts(outcome.run_id)
 
@@ -199,8 +252,14 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                 s.close()
         verifier = None
         say(f"sysbench oltp_write_only for {load_seconds}s on the new primary")
-        load_after = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000,
-                                          threads=2).run(time_s=load_seconds)
+        load_after, cpu_after = measure_cpu(
+            state.instance(primary).pid(), primary,
+            lambda: Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000,
+                                         threads=2).run(time_s=load_seconds))
+        record_promote_evidence(outcome.run_id, acks=acks, verify=report, read_samples=read_samples,
+                                sampler=sampler, switched_at=guard_info.get("switched_at"),
+                                load={"before": load_before.to_dict(), "after": load_after.to_dict()},
+                                cpu={"before": cpu_before, "after": cpu_after})
         old = next(s for s in shape_after if s["name"] == f"{name}-1")
         rolled_back = primary == f"{name}-1"
         return {
@@ -226,6 +285,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             "rollback_s": (round(finished - guard_info["switched_at"], 2)
                            if rolled_back and guard_info.get("switched_at") else None),
             "elapsed_s": round(time.monotonic() - t0, 1),
+            **({"remote": remote_info} if remote else {}),
         }
     finally:
         if background is not None:
@@ -239,3 +299,4 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             reads.stop()
         if not keep:
             boxes.down(name)
+            shutil.rmtree(home() / "ops" / name, ignore_errors=True)

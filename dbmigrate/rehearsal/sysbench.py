@@ -185,6 +185,10 @@ class Sysbench:
         return cmd + self.extra_args + [action]
 
     def env(self) -> dict[str, str]:
+        # sysbench 1.0.20 has no defaults-file option and libmariadb reads option
+        # files only when the program asks for them, so MYSQL_PWD is the one way
+        # to hand it a password off argv. Only this child gets it; password_env
+        # variables were already taken out of os.environ when they were read.
         env = {k: v for k, v in os.environ.items() if k != "MYSQL_PWD"}
         if self.credentials.password is not None:
             env["MYSQL_PWD"] = self.credentials.password  # read by libmariadb; never on argv

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from dbmigrate import faultpoint
 from dbmigrate.engine.wait import Clock, wait_until
 from dbmigrate.exceptions import WaitTimeout
 from dbmigrate.routing.base import Gate, RouterError, RouteState, Router, ServerLike, ServerRef, as_ref, same_address, \
@@ -173,6 +174,7 @@ class AdminSocket:
                               hint="HAProxy may be overloaded or stuck; check it before retrying") from None
         except OSError as e:
             raise RouterError(f"HAProxy admin socket {self.path}: {e.strerror or e}") from None
+        faultpoint.router_command_sent(line)  # no-op unless a fault-injection pause listens
         return b"".join(chunks).decode(errors="replace")
 
     def run(self, commands: Sequence[str]) -> None:

@@ -122,6 +122,12 @@ class ChecksumReport:
     def ok(self) -> bool:
         return not any(self.diffs.values()) and not self.errors
 
+    def verdict(self, replica: str) -> str:
+        """same, differs, or not compared (the run failed before this replica's checksums were read)."""
+        if replica not in self.diffs:
+            return "not compared"
+        return "differs" if self.diffs[replica] else "same"
+
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "exit_code": self.exit_code, "tables": self.tables, "diffs": self.diffs,
                 "errors": self.errors}
@@ -151,6 +157,14 @@ def table_checksum(primary: Server, replicas: list[Server], databases: list[str]
     errors = [redact(line) for line in proc.stderr.splitlines() if line.strip()] if proc.returncode & ~16 else []
     tables = sum(1 for line in proc.stdout.splitlines()[1:] if line.strip() and line.split()[-1].count(".") == 1)
     report = ChecksumReport(proc.returncode, tables, errors=errors)
+    if errors:
+        # The replicate table still holds an earlier run's rows: reading it now would
+        # report "same" for a comparison that never happened.
+        report.errors.insert(0, f"pt-table-checksum failed (exit {proc.returncode}); no replica was compared")
+        return report
+    if tables == 0:
+        report.errors.append(f"pt-table-checksum compared no table in {', '.join(databases)}")
+        return report
     final = Inspector(primary).gtid_binlog_pos()
     for r in replicas:
         if not Inspector(r).wait_for_gtid(final, 60):  # its own checksums must have been computed

@@ -101,6 +101,10 @@ class Cluster:
     nodes: dict[str, Node] = field(default_factory=dict)  # by address, in discovery order
     problems: list[str] = field(default_factory=list)  # every problem, each prefixed with its server
     source: str = "probe"  # probe / orchestrator
+    # Servers that hold their own logical shards (inventory `shards:`): each is the primary
+    # of its own replication tree, so several of them writable is the normal shape.
+    shard_servers: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)  # facts worth showing that are not problems
 
     @property
     def primaries(self) -> list[Node]:
@@ -138,7 +142,8 @@ class Cluster:
     def to_dict(self) -> dict[str, Any]:
         p = self.primary
         return {"cluster": self.name, "discovered_by": self.source, "primary": p.address if p else None,
-                "nodes": [n.to_dict() for n in self.nodes.values()], "problems": list(self.problems)}
+                "nodes": [n.to_dict() for n in self.nodes.values()], "problems": list(self.problems),
+                "notes": list(self.notes)}
 
     def close(self) -> None:
         for n in self.nodes.values():
@@ -174,11 +179,18 @@ def assess(cluster: Cluster, lag_warn_s: int = 60) -> Cluster:
             n.role = "primary" if n.writable or n.replicas else "standalone"
 
     primaries = [n for n in nodes.values() if n.role == "primary"]
-    writable_roots = [n for n in primaries if n.writable]
+    shard_roots = [n for n in primaries if n.writable and n.address in cluster.shard_servers]
+    writable_roots = [n for n in primaries if n.writable and n.address not in cluster.shard_servers]
     cluster_problems: list[str] = []
+    cluster.notes = []
+    if shard_roots:
+        cluster.notes.append(f"{len(shard_roots)} shard server(s), each the writable primary of its own "
+                             f"replication tree: {', '.join(n.address for n in shard_roots)}")
     if len(writable_roots) > 1:
-        cluster_problems.append(f"{len(writable_roots)} writable primaries: "
-                                f"{', '.join(n.address for n in writable_roots)}")
+        # Each root heads its own tree: two of them in one cluster is two places taking writes.
+        cluster_problems.append(f"{len(writable_roots)} separate replication trees each have a writable primary: "
+                                f"{', '.join(n.address for n in writable_roots)} (if these are independent shard "
+                                f"servers, list their schemas under `shards:` in the inventory)")
     elif not primaries and nodes:
         cluster_problems.append("no primary found")
     primary = primaries[0] if len(primaries) == 1 else None
@@ -246,7 +258,7 @@ def _probe_node(server: Server, name: str) -> Node:
 
 def discover(seed: Server, credentials: Credentials | None = None, *, names: dict[str, str] | None = None,
              also: Iterable[str] = (), cluster_name: str | None = None, max_nodes: int = 64,
-             keep_connections: bool = True) -> Cluster:
+             keep_connections: bool = True, shard_servers: Iterable[str] = ()) -> Cluster:
     """Crawl from `seed` to its primary and every replica; probe each server once.
 
     `credentials` (default: the seed's) are used for every discovered server.
@@ -256,7 +268,8 @@ def discover(seed: Server, credentials: Credentials | None = None, *, names: dic
     creds = credentials or seed.credentials
     names = dict(names or {})
     seed_addr = normalize_address(seed.host, seed.port)
-    cluster = Cluster(cluster_name or seed_addr)
+    cluster = Cluster(cluster_name or seed_addr,
+                      shard_servers={normalize_address(*split_address(a)) for a in shard_servers})
     queue: deque[str] = deque([seed_addr, *(normalize_address(*split_address(a)) for a in also)])
     handles = {seed_addr: seed}
     while queue and len(cluster.nodes) < max_nodes:

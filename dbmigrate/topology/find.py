@@ -28,6 +28,7 @@ def discover_inventory(inventory, cluster: str, *, use_orchestrator: bool = True
             server.close()
             continue
         others = [a for a, n in names.items() if n != sname]
-        return discover(server, names=names, also=others, cluster_name=cluster)
+        shard_servers = [f"{s.host}:{s.port}" for s in spec.servers.values() if s.shards]
+        return discover(server, names=names, also=others, cluster_name=cluster, shard_servers=shard_servers)
     raise ConnectionFailed(f"no server of cluster '{cluster}' answered: {last_error.message if last_error else '?'}",
                            hint="check that the servers run and that the inventory's credentials are right")

@@ -54,7 +54,7 @@ def cluster_tree(cluster: Cluster) -> Tree:
     tree = Tree(f"[bold]cluster {escape(cluster.name)}[/]{escape(where)}", guide_style="dim")
     seen: set[str] = set()
 
-    def add(parent: Tree, node: Node) -> None:
+    def add(parent: Tree, node: Node) -> None:  # one branch per replication tree, under its root
         if node.address in seen:  # a replication loop (co-primaries): draw each server once
             parent.add(f"{escape(node.address)} [dim](loop)[/]")
             return
@@ -73,4 +73,6 @@ def cluster_tree(cluster: Cluster) -> Tree:
     cluster_wide = [p for p in cluster.problems if not p.startswith(tuple(f"{a}: " for a in cluster.nodes))]
     for p in cluster_wide:
         tree.add(f"[bold red]{escape(p)}[/]")
+    for note in cluster.notes:
+        tree.add(f"[dim]{escape(note)}[/]")
     return tree

@@ -9,6 +9,7 @@ involved). Its JSON has top-level `classes[]`, each with `fingerprint`,
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,9 @@ from dbmigrate.warm.readonly import refusal
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 
 _SHOW_CREATE = re.compile(r"SHOW CREATE TABLE `((?:[^`]|``)+)`\.`((?:[^`]|``)+)`")
+_QUOTED_TABLE = re.compile(r"`((?:[^`]|``)+)`\.`((?:[^`]|``)+)`")
+DBMIGRATE_DIGEST = "dbmigrate.digest/1"  # the file `dbmigrate digest capture` writes
+MAX_JSON_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,29 +59,43 @@ class ReplayPlan:
 
 def _num(v: Any, default: float = 0.0) -> float:
     try:
-        return float(v)
+        number = float(v)
     except (TypeError, ValueError):
         return default
+    return number if math.isfinite(number) and number >= 0 else default
+
+
+def _table(m: re.Match[str]) -> str:
+    return f"{m.group(1).replace('``', '`')}.{m.group(2).replace('``', '`')}"
 
 
 def parse_classes(data: Any, origin: str) -> list[DigestClass]:
+    """Classes from pt-query-digest JSON or from a dbmigrate digest file."""
     if not isinstance(data, dict) or not isinstance(data.get("classes"), list):
         raise UsageError(f"{origin} is not pt-query-digest JSON (no top-level 'classes' list)",
                          hint="produce it with: pt-query-digest --output json --limit 100%:1000 SLOW_LOG")
+    ours = data.get("format") == DBMIGRATE_DIGEST
     out = []
-    for c in data["classes"]:
-        example = (c.get("example") or {}).get("query") or ""
-        metrics = c.get("metrics") or {}
-        db = (metrics.get("db") or {}).get("value")
-        tables = []
-        for t in c.get("tables") or []:
-            m = _SHOW_CREATE.search(str(t.get("create", "")))
-            if m:
-                tables.append(f"{m.group(1).replace('``', '`')}.{m.group(2).replace('``', '`')}")
+    for i, c in enumerate(data["classes"]):
+        if not isinstance(c, dict):
+            raise UsageError(f"{origin}: classes[{i}] is not an object")
+        if ours:  # example is the query text, tables are `schema`.`table`, count and total_time are numbers
+            example, db = str(c.get("example") or ""), None
+            tables = [_table(m) for t in c.get("tables") or [] for m in [_QUOTED_TABLE.search(str(t))] if m]
+            count, total = c.get("count"), c.get("total_time")
+        else:
+            ex = c.get("example")
+            example = str((ex.get("query") if isinstance(ex, dict) else None) or "")
+            metrics = c.get("metrics") if isinstance(c.get("metrics"), dict) else {}
+            dbm = metrics.get("db")
+            db = dbm.get("value") if isinstance(dbm, dict) else None
+            tables = [_table(m) for t in c.get("tables") or [] if isinstance(t, dict)
+                      for m in [_SHOW_CREATE.search(str(t.get("create", "")))] if m]
+            qt = metrics.get("Query_time")
+            count, total = c.get("query_count"), qt.get("sum") if isinstance(qt, dict) else None
         out.append(DigestClass(
-            fingerprint=str(c.get("fingerprint") or ""), example=example, db=db or None,
-            query_count=int(_num(c.get("query_count"))),
-            total_time=_num((metrics.get("Query_time") or {}).get("sum")), tables=tuple(dict.fromkeys(tables))))
+            fingerprint=str(c.get("fingerprint") or ""), example=example, db=str(db) if db else None,
+            query_count=int(_num(count)), total_time=_num(total), tables=tuple(dict.fromkeys(tables))))
     return out
 
 
@@ -124,9 +142,11 @@ def load_digest(path: Path) -> list[DigestClass]:
     with path.open("rb") as f:
         head = f.read(64).lstrip()
     if head.startswith(b"{"):
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise UsageError(f"{path} is larger than {MAX_JSON_BYTES // (1024 * 1024)} MB: not a digest")
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{path}: not valid JSON ({e})")
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            raise UsageError(f"{path}: not valid JSON ({' '.join(str(e).split())[:120]})") from None
         return parse_classes(data, str(path))
     return parse_classes(run_pt_query_digest(path), str(path))

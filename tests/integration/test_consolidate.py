@@ -117,7 +117,9 @@ def legacy(boxes):
     for server, shards in OLD.items():
         cluster["servers"][server]["shards"] = shards
     cluster["router"] = {"kind": "dsn-file", "path": "shards.json"}
-    doc["hosts"] = {"h1": {"cores": 2, "memory_gb": 1, "disk_gb": 5, "max_instances": 2, "sandbox": NAME}}
+    # The sandbox creates each instance at the plan's port: give the host a free range.
+    doc["hosts"] = {"h1": {"cores": 2, "memory_gb": 1, "disk_gb": 5, "max_instances": 2, "sandbox": NAME,
+                           "base_port": free_base_port(2)}}
     doc["planning"] = {"reserved_memory_gb": 0.25, "instance_overhead_mb": 64, "min_buffer_pool_mb": 32}
     inv_path = state.path / "legacy.yaml"
     inv_path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -129,6 +131,18 @@ def legacy(boxes):
             DsnFileRouter(sh, routes).switch_writer(f"{spec.host}:{spec.port}")
     yield state, inv, routes
     boxes.down(NAME)
+
+
+def status(inv, plan_file: Path) -> dict:
+    r = run_cli("consolidate", "status", "--plan", str(plan_file), "--inventory", str(inv.path), "--json")
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+def free_base_port(n: int) -> int:
+    from dbmigrate.rehearsal.sandbox.ports import free_port_range
+
+    return free_port_range(n)
 
 
 def address(inv, server: str) -> str:
@@ -172,11 +186,19 @@ def test_plan_command_measures_and_places_each_old_server_in_its_own_instance(le
                 "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "h1-1" in r.stdout and "shard_1, shard_2" in r.stdout and "of 2" in r.stdout
+    # Both old servers measured at once, with a progress line each on stderr.
+    assert "2 server(s), 2 at a time" in r.stderr and "[2/2]" in r.stderr, r.stderr
     doc = json.loads(out.read_text())
     assert [(i["name"], i["shards"], i["sources"]) for i in doc["instances"]] == [
         ("h1-1", ["shard_1", "shard_2"], ["consol-1"]), ("h1-2", ["shard_3", "shard_4"], ["consol-old2"])]
     for sh in doc["shards"]:
         assert sh["size_bytes"] > 0 and "Com_*" in sh["estimates"]["qps"]
+    # The old shard servers are independent primaries, each its own replication tree: not a problem.
+    r = run_cli("topology", "show", "--inventory", str(inv.path), "--cluster", NAME, "--no-orchestrator")
+    assert r.returncode == 0 and "2 shard server(s), each the writable primary" in r.stdout, r.stdout + r.stderr
+    # Nothing created yet: every shard is served by its old server, its instance not provisioned.
+    st = status(inv, out)
+    assert [(s["served_by"], s["stage"]) for s in st["shards"]] == [("old server", "not provisioned")] * 4
     assert all(i["buffer_pool_mb"] >= 32 for i in doc["instances"])
     # Too little disk: refused, naming the resource.
     tight = state.path / "tight-hosts.yaml"
@@ -198,6 +220,18 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
             steps = j.run_detail(outcome.run_id)["steps"]
         new = st["instances"]
         assert set(new) == {"h1-1", "h1-2"}
+        planned = json.loads(plan_file.read_text())["instances"]
+        assert new == {i["name"]: f"127.0.0.1:{i['port']}" for i in planned}  # created at the plan's ports
+        # One old server per instance, same version, local hosts: seeded physically, from the backup's GTID,
+        # and the copy keeps only the instance's shards.
+        for key in ("h1-1<-consol-1", "h1-2<-consol-old2"):
+            seed = st["seeds"][key]
+            assert seed["method"] == "physical" and seed["bytes"] > 1_000_000 and seed["gtid"], seed
+            assert "app" in seed["dropped"], seed
+        seed_step = next(s for s in steps if s["name"].startswith("seed "))
+        assert "copied consol-1 physically to h1-1" in seed_step["sentence"], seed_step["sentence"]
+        assert set(st["servers"]) == {"consol-1", "consol-old2"}
+        assert all(r["status"] == "done" and r["stage"] == "cutover" for r in st["servers"].values()), st["servers"]
         target = {"shard_1": new["h1-1"], "shard_2": new["h1-1"], "shard_3": new["h1-2"], "shard_4": new["h1-2"]}
         # Routes: each shard to its instance; writes land there.
         for sh in SHARDS:
@@ -221,6 +255,10 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
                 for sh in shards:
                     acked = {i for i, _ in list(writers[sh].acks)}
                     assert acked <= ids_on(srv, sh), f"{sh}: lost {sorted(acked - ids_on(srv, sh))[:5]}"
+        st = status(inv, plan_file)
+        assert {(s["shard"], s["served_by"]) for s in st["shards"]} == {(sh, "new instance") for sh in SHARDS}
+        assert all(s["stage"].startswith("moved (old server replicating") for s in st["shards"]), st
+        assert st["problems"] == []
         # Roll back: routes return to the old servers, after they applied what the instances took.
         back = rollback_run(outcome.run_id, assume_yes=True)
         assert back.status == "rolled_back", back.summary
@@ -245,7 +283,8 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
 def test_merge_puts_both_old_servers_into_one_instance_by_multi_source(legacy):
     state, inv, routes = legacy
     shards = measure_shards(inv, sample_s=0.2)
-    merged = plan(shards, {"m1": HostSpec(cores=2, memory_gb=1, disk_gb=5, max_instances=1, sandbox=NAME)},
+    merged = plan(shards, {"m1": HostSpec(cores=2, memory_gb=1, disk_gb=5, max_instances=1, sandbox=NAME,
+                                          base_port=free_base_port(1))},
                   inv.planning, "merge")
     assert [(i.name, i.sources) for i in merged.instances] == [("m1-1", ["consol-1", "consol-old2"])]
     plan_file = state.path / "plan-merge.json"
@@ -257,6 +296,9 @@ def test_merge_puts_both_old_servers_into_one_instance_by_multi_source(legacy):
         with Journal(resolve_journal_path()) as j:
             st = ConsolidateState.load(j.all_state(outcome.run_id)).model_dump()  # typed run state
         m1 = st["instances"]["m1-1"]
+        # Two old servers into one instance: a physical copy cannot do that, the logical one does.
+        assert {k: v["method"] for k, v in st["seeds"].items()} == {"m1-1<-consol-1": "logical",
+                                                                   "m1-1<-consol-old2": "logical"}
         for sh in SHARDS:
             assert DsnFileRouter(sh, routes).current().writer == m1
             writers[sh].wait_acks_on(m1, 30)

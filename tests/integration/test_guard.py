@@ -20,8 +20,19 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _hidden_from_the_tool(report: dict) -> None:
+    """--remote: every instance reached over ssh, its directory out of the tool's sight (as root)."""
+    remote = report["remote"]
+    assert remote["hosts"] == "ssh"
+    if os.geteuid() == 0:
+        assert len(remote["hidden"]) == 4, remote  # primary, two replicas, candidate
+    else:
+        assert remote["not_hidden_because"], remote
+
+
 def test_regression_rolls_back_within_30s_without_loss(cli):
-    r = cli("rehearse", "promote", "--regress", "--json", "--load-seconds", "2", timeout=400)
+    """Run from an ops host: the guard's baseline and windows come over ssh."""
+    r = cli("rehearse", "promote", "--remote", "--regress", "--json", "--load-seconds", "2", timeout=400)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[:3000]
     report = json.loads(r.stdout)
     assert report["rolled_back"] is True
@@ -29,10 +40,11 @@ def test_regression_rolls_back_within_30s_without_loss(cli):
     assert report["guard"]["rollback"] is True and report["guard"]["reasons"]
     assert report["rollback_s"] is not None and report["rollback_s"] < 30
     assert report["new_primary"].endswith("-1")  # back on the old primary
+    _hidden_from_the_tool(report)
 
 
 def test_no_regression_no_rollback(cli):
-    r = cli("rehearse", "promote", "--json", "--load-seconds", "2", timeout=400)
+    r = cli("rehearse", "promote", "--remote", "--json", "--load-seconds", "2", timeout=400)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[:3000]
     report = json.loads(r.stdout)
     assert report["rolled_back"] is False and report["run_status"] == "done"
@@ -43,6 +55,8 @@ def test_no_regression_no_rollback(cli):
     # The before/after comparison every cutover produces: baseline on the old primary vs the new one.
     assert report["digest"]["avg"].startswith("average query latency")
     assert report["digest"]["comparison"]["overall"]["p95"]["before"] > 0
+    assert report["old_primary_replicating"] is True
+    _hidden_from_the_tool(report)
 
 
 def test_crash_with_window_open_is_restored_by_rollback(boxes):

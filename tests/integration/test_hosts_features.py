@@ -194,14 +194,13 @@ def test_sandbox_up_with_ssh_gives_each_instance_a_host_of_its_own(cli, boxes):
     assert not [p for p in pids if pid_alive(p)]  # (an unreaped zombie counts as stopped)
 
 
-def test_promote_with_the_latency_guard_over_ssh_with_the_sandbox_hidden(remote_inventory, box, dbm_home, can_hide):
-    """The guard's baseline on the old primary and its windows on the new one are slow logs on
-    other hosts: they are fetched over ssh, digested here and removed there. Rolled back at the end."""
+def guarded_promote(box, inventory: Path, ops: Path) -> tuple[str, dict[str, str]]:
+    """A promote with the latency guard, run hidden from the sandbox under read traffic on both
+    servers; returns (run id, each step's sentence). The caller rolls it back."""
     inv = load_inventory(box.inventory_file)
-    ops = dbm_home / "ops"
     playbook = ops / "promote-guarded.yaml"
     playbook.write_text(yaml.safe_dump({
-        "procedure": "promote", "inventory": str(remote_inventory), "cluster": BOX,
+        "procedure": "promote", "inventory": str(inventory), "cluster": BOX,
         "params": {"candidate": TARGET, "baseline_seconds": 2, "guard_sample_s": 2, "lag_wait_s": 10},
         "guard": {"window_s": 4, "min_samples": 1, "min_class_samples": 1,
                   "rules": [{"metric": "avg", "scope": "overall", "max_regression_pct": 100000}]},
@@ -230,17 +229,130 @@ def test_promote_with_the_latency_guard_over_ssh_with_the_sandbox_hidden(remote_
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     run_id = next(e["run_id"] for e in events if e.get("run_id"))
     said = {e.get("name"): e.get("sentence", "") for e in events if e.get("event") == "StepFinished"}
-    assert "baseline:" in said.get("collect baseline digest", ""), said
     assert "guard watched" in said.get("latency guard", ""), said
+    return run_id, said
+
+
+def roll_back_hidden(box, run_id: str) -> None:
+    inv = load_inventory(box.inventory_file)
+    back = hidden_run(box, "rollback", run_id, "--yes", timeout=300)
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+    with inv.open(f"{BOX}-1") as primary, inv.open(TARGET) as target:
+        assert not Inspector(primary).read_only() and Inspector(target).read_only()
+
+
+def test_promote_with_the_latency_guard_over_ssh_with_the_sandbox_hidden(remote_inventory, box, dbm_home, can_hide):
+    """The guard's baseline on the old primary and its windows on the new one are slow logs on
+    other hosts: they are fetched over ssh, digested here and removed there. Rolled back at the end."""
+    inv = load_inventory(box.inventory_file)
+    run_id, said = guarded_promote(box, remote_inventory, dbm_home / "ops")
+    assert "baseline:" in said.get("collect baseline digest", ""), said
     digests = sorted(p.name for p in (dbm_home / "digests" / run_id).glob("*.digest.json"))
     assert "baseline.digest.json" in digests and any(d.startswith("guard-") for d in digests), digests
     for name in (f"{BOX}-1", TARGET):
         with inv.open(name) as server:
             assert float(Inspector(server).slow_log_settings()["long_query_time"]) > 0  # restored
-    back = hidden_run(box, "rollback", run_id, "--yes", timeout=300)
-    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
-    with inv.open(f"{BOX}-1") as primary, inv.open(TARGET) as target:
-        assert not Inspector(primary).read_only() and Inspector(target).read_only()
+    roll_back_hidden(box, run_id)
     datadirs = [Path(inv.find_server(n)[1].datadir).parent for n in (f"{BOX}-1", TARGET)]
     leftovers = [str(p) for d in datadirs for p in d.rglob("dbmigrate-digest-*")]
     assert leftovers == [], leftovers  # every window file was removed from its host
+
+
+# -- hosts the tool may not enter: slow-log windows over SQL ---------------------------
+
+@pytest.fixture(scope="module")
+def table_inventory(box, dbm_home) -> Path:
+    """Every host declared `access: none` (a managed service), slow-log windows read from the table."""
+    ops = dbm_home / "ops-sql"
+    ops.mkdir(exist_ok=True)
+    doc = yaml.safe_load(box.inventory_file.read_text())
+    for cluster in doc["clusters"].values():
+        for server in cluster["servers"].values():
+            server["access"] = {"kind": "none", "slow_log": "table"}
+    shutil.copy2(box.inventory_file.parent / "credentials.cnf", ops / "credentials.cnf")
+    path = ops / "inventory.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _slow_log_rows(inv, name: str) -> int:
+    with inv.open(name) as server:
+        return int(server.scalar("SELECT COUNT(*) FROM mysql.slow_log"))
+
+
+def test_digest_capture_over_sql_alone_with_the_sandbox_hidden(table_inventory, box, dbm_home, can_hide):
+    inv = load_inventory(box.inventory_file)
+    stop = threading.Event()
+
+    spec = inv.find_server(f"{BOX}-1")[1]
+    creds = inv.credentials_for(spec)
+
+    def traffic():
+        while not stop.is_set():  # the application's own statements, a session per query (each
+            try:                  # copies long_query_time when it connects)
+                conn = mysql.connector.connect(host=spec.host, port=spec.port, user=creds.user,
+                                               password=creds.password, use_pure=True, ssl_disabled=True)
+                cur = conn.cursor()
+                cur.execute("SELECT c FROM app.t1 WHERE id = 11")
+                cur.fetchall()
+                conn.close()
+            except mysql.connector.Error:
+                pass
+            time.sleep(0.01)
+
+    t = threading.Thread(target=traffic, daemon=True)
+    out = dbm_home / "ops-sql" / "capture.digest.json"
+    t.start()
+    try:
+        r = hidden_run(box, "digest", "capture", "-i", str(table_inventory), "-s", f"{BOX}-1", "--seconds", "3",
+                       "--out", str(out), "--json")
+    finally:
+        stop.set()
+        t.join(10)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    cls = next((c for c in doc["classes"] if c["fingerprint"].startswith("select c from app.t")), doc)
+    assert isinstance(cls, dict) and cls.get("count", 0) >= 20, cls
+    assert doc["source"]["slow_log"] == "mysql.slow_log"
+    with inv.open(f"{BOX}-1") as primary:
+        v = Inspector(primary).slow_log_settings()
+        assert float(v["long_query_time"]) > 0 and str(v["log_output"]).upper() == "FILE", v  # restored
+    assert _slow_log_rows(inv, f"{BOX}-1") == 0  # the table held only the window's rows: emptied
+    assert not list(out.parent.glob("*.slow.log"))  # the rebuilt log is not kept beside the digest
+
+
+def test_access_none_without_the_table_says_what_to_declare(box, dbm_home):
+    ops = dbm_home / "ops-none"
+    ops.mkdir(exist_ok=True)
+    doc = yaml.safe_load(box.inventory_file.read_text())
+    for cluster in doc["clusters"].values():
+        for server in cluster["servers"].values():
+            server["access"] = "none"
+    shutil.copy2(box.inventory_file.parent / "credentials.cnf", ops / "credentials.cnf")
+    (ops / "inventory.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = subprocess.run([sys.executable, "-m", "dbmigrate", "digest", "capture", "-i", str(ops / "inventory.yaml"),
+                        "-s", f"{BOX}-1", "--seconds", "1", "--out", str(ops / "x.digest.json")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert "access: none" in r.stderr and "slow_log: table" in r.stderr, r.stderr
+    inv = load_inventory(box.inventory_file)
+    with inv.open(f"{BOX}-1") as primary:
+        assert float(Inspector(primary).slow_log_settings()["long_query_time"]) > 0  # restored all the same
+
+
+def test_promote_with_the_latency_guard_over_sql_alone_with_the_sandbox_hidden(table_inventory, box, dbm_home,
+                                                                              can_hide):
+    """No access to any host: the baseline and the guard's windows are read from mysql.slow_log."""
+    inv = load_inventory(box.inventory_file)
+    run_id, said = guarded_promote(box, table_inventory, dbm_home / "ops-sql")
+    assert "mysql.slow_log" in said.get("open baseline window on the old primary", ""), said
+    base = said.get("collect baseline digest", "")
+    assert "baseline:" in base and not base.startswith("baseline: 0 queries"), said
+    guard_digests = sorted((dbm_home / "digests" / run_id).glob("guard-*.digest.json"))
+    assert guard_digests and any(json.loads(p.read_text())["query_count"] > 0 for p in guard_digests)
+    for name in (f"{BOX}-1", TARGET):
+        with inv.open(name) as server:
+            v = Inspector(server).slow_log_settings()
+            assert float(v["long_query_time"]) > 0 and str(v["log_output"]).upper() == "FILE", v
+        assert _slow_log_rows(inv, name) == 0
+    roll_back_hidden(box, run_id)

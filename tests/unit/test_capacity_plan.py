@@ -109,13 +109,15 @@ def test_a_shard_bigger_than_any_host_is_refused_by_name():
     assert "shard big alone needs 60.00 GB of disk" in e.value.message and "short by 10.00 GB" in e.value.message
 
 
-def test_first_fit_decreasing_fills_the_first_host_before_the_next():
+def test_instances_are_spread_evenly_over_the_hosts():
     shards = [shard(f"s{i}", f"old-{i}", 10 * i, 1) for i in range(1, 5)]  # groups of 10, 20, 30, 40 GB
     p = plan(shards, {"a": host(disk_gb=70), "b": host(disk_gb=70)}, FLAT)
     placed = {h.name: sorted(s for i in p.instances if i.host == h.name for s in i.shards) for h in p.hosts}
-    assert placed == {"a": ["s3", "s4"], "b": ["s1", "s2"]}  # 40 + 30 on a, then 20 + 10 on b
+    # biggest first, each to the host with fewer instances, then the lighter one: 40 | 30, 20 | 10
+    assert placed == {"a": ["s1", "s4"], "b": ["s2", "s3"]}
     usage = {h.name: h.used.disk for h in p.hosts}
-    assert usage == {"a": pytest.approx(70), "b": pytest.approx(30)}
+    assert usage == {"a": pytest.approx(50), "b": pytest.approx(50)}
+    assert p.warnings == []
 
 
 def test_output_is_deterministic_and_round_trips():

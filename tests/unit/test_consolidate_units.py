@@ -75,7 +75,7 @@ def test_named_connection_sql_for_both_flavors():
         MARIADB.start_named_sql("old-a'; DROP")
 
 
-def test_shipped_consolidate_playbook_plans_one_seed_and_one_cutover_per_old_server():
+def test_shipped_consolidate_playbook_plans_a_seed_fleet_and_a_cutover_fleet_over_its_old_servers():
     from pathlib import Path
 
     from dbmigrate.app.runs import plan_playbook
@@ -83,8 +83,8 @@ def test_shipped_consolidate_playbook_plans_one_seed_and_one_cutover_per_old_ser
     root = Path(__file__).resolve().parents[2]
     proc = plan_playbook(root / "playbooks" / "consolidate-shards.yaml")
     assert [p.name for p in proc.phases] == ["preflight", "provision", "seed", "cutover", "verify"]
-    assert [s.name for s in proc.phase("cutover").steps] == [
-        "cut over db-legacy-1 -> db-multi-1-1", "cut over db-legacy-2 -> db-multi-1-2"]
+    assert [s.name for s in proc.phase("seed").steps] == ["seed 2 instance(s) from 2 old server(s)"]
+    assert [s.name for s in proc.phase("cutover").steps] == ["cut over 2 old server(s)"]
     assert [(g.name, g.kind) for g in proc.phase("cutover").gates] == [("caught-up", "auto"), ("go-ahead", "manual")]
     assert all(s.undo is not None for s in proc.phase("seed").steps + proc.phase("cutover").steps)
     assert not proc.rollback_on_failure  # a failed cutover puts back its own old server only

@@ -44,7 +44,7 @@ class FakeSwitchover:
     def is_fenced(self) -> bool:
         return self.fenced
 
-    def seal_old(self) -> str:
+    def seal_old(self, bypass: set[str] | None = None) -> str:
         self.sealed_before_position = self.positions["p1"]
         return ""
 

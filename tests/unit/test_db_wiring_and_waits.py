@@ -83,7 +83,8 @@ def test_account_statements_and_dry_run():
     assert srv.sent == [
         ("SET SESSION sql_log_bin=0", None),
         ("CREATE DATABASE IF NOT EXISTS `app`", None),
-        ("CREATE USER %s@'%' IDENTIFIED BY %s", ("dbm_app", "pw")),
+        # MariaDB: the hash only, never the cleartext (binlogs, general log)
+        ("CREATE USER %s@'%' IDENTIFIED BY PASSWORD %s", ("dbm_app", "*D821809F681A40A6E379B50D0463EFAE20BDD122")),
         ("GRANT ALL PRIVILEGES ON *.* TO %s@'%' WITH GRANT OPTION", ("dbm_admin",)),
         ("SET SESSION sql_log_bin=1", None),
     ]

@@ -56,12 +56,13 @@ def test_samples_give_exact_percentiles_per_class_and_overall():
     assert d.qps == pytest.approx(360.0)
 
 
-def test_empty_capture_is_an_empty_digest(tmp_path):
+def test_empty_capture_is_an_empty_digest_but_an_empty_file_is_refused(tmp_path):
+    d = Digest.from_pt_json({}, samples={}, duration_s=5)  # pt-query-digest's output for a log without queries
+    assert d.classes == [] and d.query_count == 0 and d.p95 is None and d.percentiles == "exact"
     empty = tmp_path / "empty.json"
-    empty.write_text("")  # what pt-query-digest prints for a log without queries
-    d = Digest.load(empty)
-    assert d.classes == [] and d.query_count == 0 and d.p95 is None
-    assert Digest.from_pt_json({}, samples={}, duration_s=5).percentiles == "exact"
+    empty.write_text("")
+    with pytest.raises(DigestFormatError, match="is empty"):  # a 0-byte file compared as "−100% queries"
+        Digest.load(empty)
 
 
 def test_round_trip_through_our_file_format(tmp_path):

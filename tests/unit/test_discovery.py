@@ -59,7 +59,20 @@ def test_each_problem_rule_names_the_server():
 def test_two_writable_primaries_is_a_cluster_problem():
     c = cluster(node(P, ro=False), node(R2, ro=False))
     assert c.primary is None and len(c.primaries) == 2
-    assert c.problems[0] == f"2 writable primaries: {P}, {R2}"
+    assert c.problems[0].startswith(f"2 separate replication trees each have a writable primary: {P}, {R2}")
+    assert "list their schemas under `shards:`" in c.problems[0]
+
+
+def test_independent_shard_servers_are_each_their_own_tree_not_a_problem():
+    c = assess(Cluster("legacy", {n.address: n for n in (node(P, ro=False), node(R2, ro=False), node(R3, R2))},
+                       shard_servers={P, R2}))
+    assert c.problems == []
+    assert c.notes == [f"2 shard server(s), each the writable primary of its own replication tree: {P}, {R2}"]
+    assert c.node(R3).source == R2 and c.node(R2).replicas == [R3]
+    # A third writable root that holds no shards is still a problem, named alone.
+    c = assess(Cluster("legacy", {n.address: n for n in (node(P, ro=False), node(R2, ro=False), node(R3, ro=False))},
+                       shard_servers={P}))
+    assert c.problems[0].startswith(f"2 separate replication trees each have a writable primary: {R2}, {R3}")
 
 
 def test_unreachable_server_and_orphan():

@@ -438,3 +438,43 @@ def test_rollback_after_a_kill_mid_step_undoes_the_unfinished_step(journal):
     assert outcome.status == "rolled_back"
     assert statuses(journal, ctx.run_id, "undo") == [("fence", "undone"), ("a", "undone")]
     # "plain" has no undo_if_started: an unfinished step without the flag is left alone
+
+
+def _late_gate_procedure(world, verdicts: list[bool]):
+    gate = AutoGate("warm-up", lambda ctx: (verdicts.pop(0), "still cold"), pause_on_refusal=True)
+    return Procedure("demo", [
+        Phase("alter", [world.step("a"), world.step("b")]),
+        Phase("finish", [world.step("c")], gates=[gate]),
+    ], rollback_on_failure=True)
+
+
+def test_a_pausing_gate_stops_the_run_without_undoing_it_and_resume_asks_again(journal):
+    world = World()
+    verdicts = [False, True]
+    procedure = _late_gate_procedure(world, verdicts)
+    ctx = new_context(journal)
+    outcome = Runner(assume_yes=True).run(procedure, ctx)  # scripted: never overrides a check
+    assert outcome.status == "paused" and not outcome.ok
+    assert "paused at gate 'warm-up'" in outcome.summary and "still cold" in outcome.summary
+    assert "nothing was undone" in outcome.error.hint and f"dbmigrate resume {ctx.run_id}" in outcome.error.hint
+    assert world.state == {"a": True, "b": True}  # nothing undone, phase 'finish' not started
+    assert statuses(journal, ctx.run_id, "undo") == []
+    assert journal.get_run(ctx.run_id)["status"] == "paused"
+    resumed = Runner(assume_yes=True).run(procedure, ctx, resume=True)
+    assert resumed.status == "done" and world.state["c"] and verdicts == []
+
+
+def test_an_operator_may_continue_past_a_pausing_gate(journal):
+    world = World()
+    asked = []
+
+    def approver(waiting):
+        asked.append(waiting.prompt)
+        return True, "yes"
+
+    ctx = new_context(journal)
+    outcome = Runner(approver=approver).run(_late_gate_procedure(world, [False]), ctx)
+    assert outcome.status == "done" and world.state["c"]
+    assert asked == ["still cold. Continue anyway? (no: the run pauses, nothing is undone)"]
+    decided = [(g["ok"], g["decided_by"]) for g in journal.run_detail(ctx.run_id)["gates"]]
+    assert decided == [(0, "auto"), (1, "operator")]

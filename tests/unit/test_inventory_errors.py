@@ -58,7 +58,7 @@ CASES = [
      "inv.yaml:9: clusters.b.servers.s1: server name also used in cluster 'a'"),
     ("host with spaces",
      CREDS + "clusters:\n  a:\n    servers:\n      s1: {host: 'my host', port: 1}\n",
-     "inv.yaml:6: clusters.a.servers.s1.host: 'my host' is not valid: must be a host name or IP address"),
+     "inv.yaml:6: clusters.a.servers.s1.host: 'my host' is not valid: host is not a host name or IP address"),
 ]
 
 

@@ -8,11 +8,12 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.consolidate.plan import connection_name
-from dbmigrate.procedures.consolidate.resources import ConsolidateState, CutRecord
+from dbmigrate.procedures.consolidate.resources import CutRecord
 from dbmigrate.procedures.consolidate.run import (
     ConsolidateError,
     address_of,
     applier_of,
+    edit_state,
     is_cut,
     params_of,
     plan_of,
@@ -70,7 +71,7 @@ def cutover(ctx: RunContext, source: str) -> str:
                          wild_patterns(shards_of(plan, t.name, source)))
             a.start_source(connection_name(t.name))
             reverse[t.name] = [t_file, t_pos]
-        with ConsolidateState.edit(ctx.state) as st:
+        with edit_state(ctx) as st:
             st.reverse[source] = reverse
         moved = []
         for t in targets:
@@ -79,7 +80,7 @@ def cutover(ctx: RunContext, source: str) -> str:
                 route_of(ctx, shard).switch_writer(address_of(ctx, t.name), old=old_addr)
                 moved.append(f"{shard}->{t.name}")
         fenced_ms = (ctx.clock.monotonic() - started) * 1000
-        with ConsolidateState.edit(ctx.state) as st:
+        with edit_state(ctx) as st:
             st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
         ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)
     except BaseException:
@@ -114,7 +115,7 @@ def compare_checksums(ctx: RunContext, source: str, instance: str, shards: list[
 
 
 def save_checksums(ctx: RunContext, results: dict[str, Any]) -> None:
-    with ConsolidateState.edit(ctx.state) as st:
+    with edit_state(ctx) as st:
         st.checksums = results
 
 
@@ -152,44 +153,63 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
         if still_here:
             applier_of(ctx, t.name).set_read_only(False)
     applier_of(ctx, source).set_read_only(False)
-    with ConsolidateState.edit(ctx.state) as st:
+    with edit_state(ctx) as st:
         st.reverse.pop(source, None)
         st.cut.pop(source, None)
     routed = f"routes {', '.join(back)} back to {source}" if back else "no route had moved"
     return f"{routed}; {source} is writable again"
 
 
+def verify_cutover(ctx: RunContext, source: str) -> None:
+    """Postcondition of one old server's cutover: its shards route to writable instances; it is fenced."""
+    if ctx.dry_run:
+        return
+    plan = plan_of(ctx)
+    wrong = []
+    for t in targets_of(plan, source):
+        for shard in shards_of(plan, t.name, source):
+            writer = route_of(ctx, shard).current().writer
+            if writer != address_of(ctx, t.name):
+                wrong.append(f"{shard} routes to {writer}")
+        if Inspector(server_of(ctx, t.name)).read_only():
+            wrong.append(f"{t.name} is read-only")
+    if not Inspector(server_of(ctx, source)).read_only():
+        wrong.append(f"{source} is writable")
+    if wrong:
+        raise SafetyError(f"after the cutover of {source}: " + "; ".join(wrong))
+
+
+def describe_cutover(ctx: RunContext, source: str) -> list[tuple[str, str]]:
+    targets = [t.name for t in targets_of(plan_of(ctx), source)]
+    return [(source, "SET GLOBAL read_only=ON; KILL CONNECTION <app sessions>; SHOW MASTER STATUS"),
+            *[(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {params_of(ctx).catchup_timeout_s:g}, "
+                  f"'{connection_name(source)}'); CHECKSUM TABLE <every table of its shards>") for t in targets],
+            *[(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t} binlog position> (reverse, for rollback); "
+                       f"START SLAVE '{connection_name(t)}'") for t in targets],
+            *[(t, "read_only=OFF: takes the shards' writes") for t in targets],
+            ("routes", f"DSN file: each shard of {source} -> its instance"),
+            *[(t, f"stop and remove replication connection '{connection_name(source)}'") for t in targets]]
+
+
 def cutover_step(source: str, targets: list[str]) -> FunctionStep:
-    def check(ctx: RunContext) -> bool:
-        return not ctx.dry_run and is_cut(ctx, source)
+    """One old server's cutover as a step of its own (the fleet runs the same parts)."""
+    return FunctionStep(f"cut over {source} -> {', '.join(targets)}", lambda c: cutover(c, source),
+                        check=lambda c: not c.dry_run and is_cut(c, source),
+                        verify=lambda c: verify_cutover(c, source), undo=lambda c: undo_cutover(c, source),
+                        describe=lambda c: describe_cutover(c, source))
 
-    def verify(ctx: RunContext) -> None:
-        if ctx.dry_run:
-            return
-        plan = plan_of(ctx)
-        wrong = []
-        for t in targets_of(plan, source):
-            for shard in shards_of(plan, t.name, source):
-                writer = route_of(ctx, shard).current().writer
-                if writer != address_of(ctx, t.name):
-                    wrong.append(f"{shard} routes to {writer}")
-            if Inspector(server_of(ctx, t.name)).read_only():
-                wrong.append(f"{t.name} is read-only")
-        if not Inspector(server_of(ctx, source)).read_only():
-            wrong.append(f"{source} is writable")
-        if wrong:
-            raise SafetyError(f"after the cutover of {source}: " + "; ".join(wrong))
 
-    def describe(ctx: RunContext):
-        return [(source, "SET GLOBAL read_only=ON; KILL CONNECTION <app sessions>; SHOW MASTER STATUS"),
-                *[(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {params_of(ctx).catchup_timeout_s:g}, "
-                      f"'{connection_name(source)}'); CHECKSUM TABLE <every table of its shards>") for t in targets],
-                *[(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t} binlog position> (reverse, for rollback); "
-                           f"START SLAVE '{connection_name(t)}'") for t in targets],
-                *[(t, "read_only=OFF: takes the shards' writes") for t in targets],
-                ("routes", f"DSN file: each shard of {source} -> its instance"),
-                *[(t, f"stop and remove replication connection '{connection_name(source)}'")
-                  for t in targets]]
+def rollback_one(ctx: RunContext, source: str) -> str:
+    """Put one old server back (its shards' routes, writable) while the others stay moved.
+    The run's cutover step then counts it as not done: `dbmigrate resume RUN` would move it again."""
+    if source not in {s.source for s in plan_of(ctx).shards}:
+        from dbmigrate.exceptions import UsageError
 
-    return FunctionStep(f"cut over {source} -> {', '.join(targets)}", lambda c: cutover(c, source), check=check,
-                        verify=verify, undo=lambda c: undo_cutover(c, source), describe=describe)
+        raise UsageError(f"{source} is not an old server of this run's plan",
+                         hint="old servers: " + ", ".join(sorted({s.source for s in plan_of(ctx).shards})))
+    if not is_cut(ctx, source):
+        raise ConsolidateError(f"{source} is not cut over in run {ctx.run_id}: nothing to roll back")
+    sentence = undo_cutover(ctx, source)
+    with edit_state(ctx) as st:
+        st.servers[source] = {"stage": "rollback", "status": "done", "text": sentence, "s": 0, "at": ctx.clock.now()}
+    return f"{source} rolled back: {sentence}"

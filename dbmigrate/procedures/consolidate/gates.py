@@ -8,6 +8,7 @@ from typing import Any
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.procedures.consolidate.fleet import failed_at
 from dbmigrate.procedures.consolidate.plan import connection_name
 from dbmigrate.procedures.consolidate.run import ConsolidateParams, address_of, is_cut, plan_of, route_of, server_of
 
@@ -62,7 +63,18 @@ def evaluate_caught_up(ctx: RunContext, params: ConsolidateParams) -> tuple[bool
         ctx.clock.sleep(0.2)
 
 
-def caught_up_once(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict]:
+def source_caught_up(ctx: RunContext, params: ConsolidateParams, source: str) -> tuple[bool, str, dict]:
+    """The catch-up gate for one old server, right before its own cutover in a fleet."""
+    deadline = ctx.clock.monotonic() + params.gate_timeout_s
+    while True:
+        ok, reason, details = caught_up_once(ctx, params, only={source})
+        if ok or ctx.clock.monotonic() >= deadline:
+            return ok, reason if ok else f"{reason} (after {params.gate_timeout_s:g}s)", details
+        ctx.clock.sleep(0.2)
+
+
+def caught_up_once(ctx: RunContext, params: ConsolidateParams,
+                   only: set[str] | None = None) -> tuple[bool, str, dict]:
     plan = plan_of(ctx)
     details: dict[str, Any] = {}
     problems = []
@@ -70,8 +82,12 @@ def caught_up_once(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, st
         return True, "dry-run: not evaluated (the instances are not seeded)", details
     for inst in plan.instances:
         for src in inst.sources:
+            if only is not None and src not in only:
+                continue
             if is_cut(ctx, src):
                 continue  # already cut over: the forward connection is gone on purpose
+            if only is None and failed_at(ctx, src, "seed"):
+                continue  # its seed failed: the fleet leaves it out (and reports it)
             conn = connection_name(src)
             try:
                 st = Inspector(server_of(ctx, inst.name)).named_replica_status(conn)

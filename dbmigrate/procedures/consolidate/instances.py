@@ -8,10 +8,10 @@ from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import PlannedInstance
 from dbmigrate.procedures.consolidate.provision import provisioner_for
-from dbmigrate.procedures.consolidate.resources import ConsolidateState
 from dbmigrate.procedures.consolidate.run import (
     ConsolidateError,
     address_of,
+    edit_state,
     applier_of,
     resources_of,
     server_of,
@@ -40,7 +40,11 @@ def provision_step(inst: PlannedInstance):
                                    hint="run the playbook with the dbmigrate command (it installs the provisioner)")
         if provisioner is not None:
             address = provisioner.create(inst)
-            with ConsolidateState.edit(ctx.state) as st:
+            if not address.endswith(f":{inst.port}"):
+                # Routes, seeds and rollback would name a port the plan file does not: refuse.
+                raise ConsolidateError(f"{inst.name} was created at {address}, not at the plan's port {inst.port}",
+                                       hint="plan again with ports the host can give (hosts: NAME: base_port:)")
+            with edit_state(ctx) as st:
                 st.instances[inst.name] = address
         elif not answers(ctx, inst.name):
             raise ConsolidateError(

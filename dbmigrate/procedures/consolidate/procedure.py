@@ -4,15 +4,19 @@ instances of a capacity plan (`dbmigrate consolidate plan --out PLAN.json`).
 Phases:
   preflight  sources reachable with ROW binlogs, shards present, routes point at the sources
   provision  one step per planned instance: it must answer (a sandbox rehearsal creates it)
-  seed       one step per (instance, old server): logical copy of that server's shards
-             (mariadb-dump --single-transaction --master-data, credentials in a private file),
-             then a named replication connection from the dump's binlog coordinates, filtered
-             to those shards (multi-source when an instance takes shards from several servers)
-  cutover    gate: every connection running and caught up; then one step per old server:
-             fence it (read_only, app sessions ended) -> each instance applies its final
-             position (bounded) -> CHECKSUM TABLE equal on both sides -> the old server starts
-             replicating those shards back -> open the instance -> the DSN file routes each
-             shard to its instance -> drop the forward connection
+  seed       a fleet step: per old server, each of its instances is seeded, physically
+             (mariadb-backup streamed host to host, paced by the throttle) when the instance
+             takes one old server of the same version, else logically (mariadb-dump), then
+             a named replication connection from the copy's position, filtered to its shards
+             (multi-source when an instance takes shards from several servers)
+  cutover    gate: every connection running and caught up; then a fleet step: per old
+             server, its connections caught up again -> fence it (read_only, app sessions
+             ended) -> each instance applies its final position (bounded) -> CHECKSUM TABLE
+             equal on both sides -> the old server starts replicating those shards back ->
+             open the instance -> the DSN file routes each shard to its instance -> drop the
+             forward connection
+  Fleet steps run `fleet.concurrency` old servers at a time; one server's failure leaves
+  the others alone unless `fleet.on_failure` says otherwise (see fleet.py).
   verify     every shard routes to its instance, which is writable
 
 Replication uses binlog file/position per connection, not GTID: old servers usually
@@ -32,8 +36,9 @@ from __future__ import annotations
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext
 from dbmigrate.exceptions import SafetyError, UsageError
-from dbmigrate.procedures.consolidate.cutover import cutover_step
-from dbmigrate.procedures.consolidate.gates import evaluate_caught_up, evaluate_preflight
+from dbmigrate.procedures.consolidate.cutover import cutover, describe_cutover, undo_cutover, verify_cutover
+from dbmigrate.procedures.consolidate.fleet import failed_at, fleet_step
+from dbmigrate.procedures.consolidate.gates import evaluate_caught_up, evaluate_preflight, source_caught_up
 from dbmigrate.procedures.consolidate.instances import provision_step
 from dbmigrate.procedures.consolidate.provision import sandbox_extra
 from dbmigrate.procedures.consolidate.resources import ConsolidateResources, load_plan, plan_path, prepare
@@ -42,10 +47,13 @@ from dbmigrate.procedures.consolidate.run import (
     ConsolidateParams,
     PLAN_ONLY,
     address_of,
+    is_cut,
+    params_of,
     plan_of,
     resources_of,
     route_of,
     server_of,
+    state_of,
     targets_of,
 )
 from dbmigrate.procedures.consolidate.seed import (
@@ -92,6 +100,47 @@ def verify_routes(ctx: RunContext) -> str:
             + "; ".join(f"{i.name}: {', '.join(i.shards)}" for i in plan.instances))
 
 
+def seed_fleet(plan):
+    sources = sorted({s.source for s in plan.shards})
+    seeds = {src: [seed_step(inst, src) for inst in targets_of(plan, src)] for src in sources}
+
+    def work(ctx: RunContext, src: str) -> str:
+        return "; ".join(step.run(ctx) for step in seeds[src] if not step.check(ctx)) or "already seeded"
+
+    def undo(ctx: RunContext) -> str:
+        return "; ".join(step.undo(ctx) for src in reversed(sources) for step in reversed(seeds[src]))
+
+    return fleet_step(f"seed {len(plan.instances)} instance(s) from {len(sources)} old server(s)", "seed", plan,
+                      work, done=lambda c, src: all(step.check(c) for step in seeds[src]),
+                      blocked=lambda c, src: None, undo=undo, defer_failures=True,
+                      describe=lambda c: [line for src in sources for step in seeds[src] for line in step.describe(c)])
+
+
+def cutover_fleet(plan, params: ConsolidateParams):
+    sources = sorted({s.source for s in plan.shards})
+
+    def work(ctx: RunContext, src: str) -> str:
+        ok, reason, _ = source_caught_up(ctx, params_of(ctx), src)
+        if not ok:
+            raise ConsolidateError(f"not fenced: {reason}", hint="nothing changed on it; resume once it keeps up")
+        sentence = cutover(ctx, src)
+        verify_cutover(ctx, src)
+        return sentence
+
+    def blocked(ctx: RunContext, src: str) -> str | None:
+        failed = failed_at(ctx, src, "seed")
+        return f"not cut over: its seed failed ({failed})" if failed else None
+
+    def undo(ctx: RunContext) -> str:
+        cut = state_of(ctx).cut
+        order = sorted(cut, key=lambda s: cut[s].at, reverse=True)  # newest first
+        return "; ".join(f"{s}: {undo_cutover(ctx, s)}" for s in order) or "no old server was cut over"
+
+    return fleet_step(f"cut over {len(sources)} old server(s)", "cutover", plan, work,
+                      done=lambda c, src: is_cut(c, src), blocked=blocked, undo=undo,
+                      describe=lambda c: [line for src in sources for line in describe_cutover(c, src)])
+
+
 def build_phases(ctx: RunContext, params: ConsolidateParams) -> list[Phase]:
     resources = typed(ctx, ConsolidateResources)
     plan = resources.plan if resources is not None else ctx.resources.get(PLAN_ONLY)
@@ -101,15 +150,13 @@ def build_phases(ctx: RunContext, params: ConsolidateParams) -> list[Phase]:
         if plan is None:
             raise UsageError("consolidate needs its plan file")
         ctx.resources[PLAN_ONLY] = plan
-    sources = sorted({s.source for s in plan.shards})
-    seeds = [seed_step(inst, src) for inst in plan.instances for src in inst.sources]
-    cutovers = [cutover_step(src, [t.name for t in targets_of(plan, src)]) for src in sources]
     return [
         Phase("preflight", [FunctionStep("publish shard routes", publish_routes)],
               gates=[AutoGate("preflight", lambda c: evaluate_preflight(c, params))]),
         Phase("provision", [provision_step(inst) for inst in plan.instances]),
-        Phase("seed", seeds),
-        Phase("cutover", cutovers, gates=[AutoGate("caught-up", lambda c: evaluate_caught_up(c, params))]),
+        Phase("seed", [seed_fleet(plan)]),
+        Phase("cutover", [cutover_fleet(plan, params)],
+              gates=[AutoGate("caught-up", lambda c: evaluate_caught_up(c, params))]),
         Phase("verify", [FunctionStep("verify shard routes", verify_routes, mutating=False)]),
     ]
 
@@ -121,7 +168,8 @@ def build(ctx: RunContext, params: ConsolidateParams) -> Procedure:
     """Consolidate shards: provision, seed + filtered replication, per-server fence and route switch."""
     # A failed cutover puts its own old server back; earlier ones stay done (each old
     # server is either fully moved or untouched), so a failure does not undo the seeds.
-    return Procedure("consolidate", build_phases(ctx, params), rollback_on_failure=False)
+    return Procedure("consolidate", build_phases(ctx, params),
+                     rollback_on_failure=params.fleet.on_failure == "rollback")
 
 
 __all__ = ["ConsolidateError", "ConsolidateParams", "build", "dump_command", "dump_coordinates",

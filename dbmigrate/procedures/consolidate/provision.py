@@ -21,6 +21,23 @@ class Provisioner(Protocol):
         ...
 
 
+class InstanceControl(Protocol):
+    """What physical seeding needs beyond creation: the real datadir, and stop/start.
+    A provisioner that offers these three methods lets instances be seeded physically."""
+
+    def datadir(self, instance: PlannedInstance) -> str:
+        """The datadir the instance runs on (on its host)."""
+        ...
+
+    def stop(self, instance: PlannedInstance) -> None:
+        """Shut the instance down cleanly and wait until it has exited."""
+        ...
+
+    def start(self, instance: PlannedInstance) -> str:
+        """Start it again on its datadir; return host:port once it answers."""
+        ...
+
+
 _PROVISIONERS: dict[str, Provisioner] = {}
 
 
@@ -35,6 +52,14 @@ def host_kind(instance: PlannedInstance) -> str | None:
 def provisioner_for(instance: PlannedInstance) -> Provisioner | None:
     kind = host_kind(instance)
     return _PROVISIONERS.get(kind) if kind else None
+
+
+def instance_control(instance: PlannedInstance) -> InstanceControl | None:
+    """The provisioner of this instance's host when it can stop and start instances."""
+    p = provisioner_for(instance)
+    if p is not None and all(callable(getattr(p, m, None)) for m in ("datadir", "stop", "start")):
+        return p  # type: ignore[return-value]
+    return None
 
 
 def sandbox_extra(config: dict[str, str]) -> dict[str, str]:

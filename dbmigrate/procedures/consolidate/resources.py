@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -32,6 +33,8 @@ class ConsolidateState(TypedState):
     cut: dict[str, CutRecord] = Field(default_factory=dict)  # old server -> where its shards went
     reverse: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)  # old server -> instance -> [file, pos]
     checksums: dict[str, Any] = Field(default_factory=dict)  # shard -> {"old": ..., "new": ...}
+    seeds: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "instance<-source" -> method, bytes, s, position
+    servers: dict[str, dict[str, Any]] = Field(default_factory=dict)  # old server -> fleet stage, status, error
 
     @classmethod
     def from_flat(cls, flat: dict[str, Any]) -> dict[str, Any]:
@@ -41,14 +44,23 @@ class ConsolidateState(TypedState):
         return out
 
 
+# Under a key of its own, not in ConsolidateState: `consolidate throttle` writes it from
+# another process while the run rewrites its state, and neither may undo the other's change.
+LIVE_THROTTLE_KEY = "consolidate.throttle"  # {"mb_s": float | None, "paused": bool}
+
+
 class Servers:
-    """Open sessions by server name (old servers from the inventory, instances from the plan)."""
+    """Open sessions by server name (old servers from the inventory, instances from the plan).
+
+    Sessions are per thread: fleet workers talk to their servers in parallel, and a
+    client session must never be shared between threads."""
 
     def __init__(self, inventory: Any, plan: ConsolidationPlan, created: Callable[[], dict[str, str]]) -> None:
         self.inventory = inventory
         self.plan = plan
         self._created = created  # instances created by this run: name -> host:port
-        self._open: dict[str, Server] = {}
+        self._open: dict[tuple[int, str], Server] = {}
+        self._lock = threading.Lock()
 
     def address(self, name: str) -> str:
         if name in {s.source for s in self.plan.shards}:
@@ -61,7 +73,9 @@ class Servers:
         return f"{inst.address}:{inst.port}"
 
     def __getitem__(self, name: str) -> Server:
-        srv = self._open.get(name)
+        key = (threading.get_ident(), name)
+        with self._lock:
+            srv = self._open.get(key)
         if srv is None:
             if name in {s.source for s in self.plan.shards}:
                 srv = self.inventory.open(name)
@@ -70,7 +84,8 @@ class Servers:
                 srv = Server(name, host, int(port), self.admin_credentials(),
                              connect_timeout=self.inventory.defaults.connect_timeout,
                              read_timeout=self.inventory.defaults.read_timeout)
-            self._open[name] = srv
+            with self._lock:
+                self._open[key] = srv
         return srv
 
     def admin_credentials(self) -> Credentials:
@@ -80,12 +95,14 @@ class Servers:
         return ref.resolve(self.inventory.base)
 
     def forget(self, name: str) -> None:
-        srv = self._open.pop(name, None)
-        if srv is not None:
+        """Close every session to `name` (after it restarted, none of them is usable)."""
+        with self._lock:
+            gone = [self._open.pop(k) for k in list(self._open) if k[1] == name]
+        for srv in gone:
             srv.close()
 
     def close(self) -> None:
-        for name in list(self._open):
+        for name in {k[1] for k in list(self._open)}:
             self.forget(name)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import threading
+from contextlib import contextmanager
+from typing import Iterator, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +24,33 @@ class ConsolidateError(DbmigrateError):
     """A consolidation step could not do its work (the message says which and why)."""
 
 
+class SeedSettings(BaseModel):
+    """How instances are seeded, and how hard the copy may press on the old server."""
+
+    model_config = ConfigDict(extra="forbid")
+    method: Literal["auto", "physical", "logical"] = Field(
+        "auto", description="physical: mariadb-backup streamed host to host; logical: mariadb-dump; auto: physical "
+                            "for an instance fed by one old server of the same version whose hosts are reachable")
+    throttle_mb_s: float = Field(0, ge=0, le=100_000, description="cap on the copy's rate in MB/s (0: no cap)")
+    max_source_p999_ms: Optional[float] = Field(50, gt=0, le=60_000, description="pause the copy while the old "
+                                                "server's probe p99.9 latency is above this (ms); null: never")
+    max_source_lag_s: Optional[float] = Field(10, ge=0, le=86_400, description="pause the copy while a replica "
+                                              "of the old server is further behind than this (s); null: never")
+    probe_per_s: float = Field(100, gt=0, le=1000, description="latency probes per second on the old server")
+    window_s: float = Field(5, gt=0, le=600, description="the probe window p99.9 is computed over (s)")
+    progress_every_s: float = Field(10, gt=0, le=3600, description="how often the copy reports rate and ETA (s)")
+
+
+class FleetSettings(BaseModel):
+    """Many old servers in one run: how many at once, and what one failure does to the others."""
+
+    model_config = ConfigDict(extra="forbid")
+    concurrency: int = Field(1, ge=1, le=64, description="old servers seeded or cut over at the same time")
+    on_failure: Literal["continue", "stop", "rollback"] = Field(
+        "continue", description="continue: the others go on and the run ends failed, naming it (resume retries "
+                                "it); stop: no further server starts; rollback: the whole run is undone")
+
+
 class ConsolidateParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     plan: str = Field(description="plan file written by `dbmigrate consolidate plan --out` (relative to the playbook)")
@@ -35,6 +64,8 @@ class ConsolidateParams(BaseModel):
     checksum: bool = Field(True, description="CHECKSUM TABLE old vs new inside the fenced window")
     drain_timeout_s: float = Field(1, ge=0, le=60)
     seed_timeout_s: float = Field(3600, gt=0, le=7 * 86400)
+    seed: SeedSettings = Field(default_factory=SeedSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
 
 
 def resources_of(ctx: RunContext) -> ConsolidateResources:
@@ -48,6 +79,16 @@ def plan_of(ctx: RunContext) -> ConsolidationPlan:
 
 def state_of(ctx: RunContext) -> ConsolidateState:
     return ConsolidateState.load(ctx.state)
+
+
+_STATE_LOCK = threading.RLock()  # fleet workers edit the run state from several threads
+
+
+@contextmanager
+def edit_state(ctx: RunContext) -> Iterator[ConsolidateState]:
+    """Load, change and save the run state as one unit, even with fleet workers in parallel."""
+    with _STATE_LOCK, ConsolidateState.edit(ctx.state) as st:
+        yield st
 
 
 def is_cut(ctx: RunContext, source: str) -> bool:

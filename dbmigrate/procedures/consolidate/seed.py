@@ -1,5 +1,7 @@
-"""Seeding an instance from an old server: a logical copy, the application's grants, and a
-filtered replication connection from the copy's coordinates."""
+"""Seeding an instance from an old server, then a filtered replication connection from the
+copy's position. Physical (mariadb-backup, see physical_seed.py) for an instance fed by one
+old server of the same version; logical (mariadb-dump plus the application's grants) for
+merges, across versions, or where the playbook asks for it."""
 
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
+from dbmigrate.procedures.consolidate.physical_seed import describe_physical, physical_blockers, seed_physically
 from dbmigrate.procedures.consolidate.run import (
     ConsolidateError,
     address_of,
     applier_of,
+    edit_state,
     is_cut,
     params_of,
     plan_of,
@@ -97,6 +101,58 @@ def copy_app_grants(ctx: RunContext, source: str, instance: str, shards: list[st
     return copied
 
 
+def choose_method(ctx: RunContext, inst: PlannedInstance, source: str) -> tuple[str, str]:
+    """(physical|logical, why): the playbook's choice, or for `auto` what this pair allows."""
+    method = params_of(ctx).seed.method
+    if method == "logical":
+        return "logical", "the playbook asks for a logical copy"
+    blockers = physical_blockers(ctx, inst, source)
+    if method == "physical" and blockers:
+        raise ConsolidateError(f"{inst.name} cannot be seeded physically from {source}: {'; '.join(blockers)}",
+                               hint="fix that, or set seed.method: logical (or auto) in the playbook")
+    if blockers:
+        return "logical", "logical copy: " + "; ".join(blockers)
+    return "physical", "physical copy (one old server, same version, both hosts reachable)"
+
+
+def seed_logically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
+    conn = connection_name(source)
+    shards = shards_of(plan_of(ctx), inst.name, source)
+    src_srv, dst_srv = server_of(ctx, source), server_of(ctx, inst.name)
+    started = ctx.clock.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dbmigrate-seed-") as tmp, \
+            private_defaults_file(src_srv.credentials, src_srv.host, src_srv.port) as src_cnf, \
+            private_defaults_file(dst_srv.credentials, dst_srv.host, dst_srv.port) as dst_cnf:
+        dump = Path(tmp) / "seed.sql"
+        with open(dump, "wb") as out:
+            p = subprocess.run(dump_command(src_cnf, shards), stdout=out, stderr=subprocess.PIPE,
+                               timeout=params_of(ctx).seed_timeout_s)
+        if p.returncode != 0:
+            raise ConsolidateError(f"mariadb-dump of {', '.join(shards)} on {source} failed: "
+                                   f"{p.stderr.decode(errors='replace').strip()[-400:]}")
+        with open(dump, "rb") as f:
+            log_file, log_pos = dump_coordinates(f.read(64 * 1024).decode(errors="replace"))
+        with open(dump, "rb") as inp:
+            p = subprocess.run(import_command(dst_cnf), stdin=inp, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, timeout=params_of(ctx).seed_timeout_s)
+        if p.returncode != 0:
+            raise ConsolidateError(f"loading {', '.join(shards)} into {inst.name} failed: "
+                                   f"{p.stderr.decode(errors='replace').strip()[-400:]}")
+        size = dump.stat().st_size
+    grants = copy_app_grants(ctx, source, inst.name, shards)
+    host, _, port = address_of(ctx, source).rpartition(":")
+    a = applier_of(ctx, inst.name)
+    a.add_source(conn, host, int(port), resources_of(ctx).repl, log_file, log_pos, wild_patterns(shards))
+    a.start_source(conn)
+    took = ctx.clock.monotonic() - started
+    with edit_state(ctx) as st:
+        st.seeds[f"{inst.name}<-{source}"] = {"method": "logical", "bytes": size, "total_s": round(took, 2),
+                                              "log_file": log_file, "log_pos": log_pos, "grants": grants}
+    return (f"copied {', '.join(shards)} from {source} to {inst.name} ({size / 1024:.0f} KiB in "
+            f"{took:.1f}s, {grants} grant(s)); connection '{conn}' replicates them "
+            f"from {log_file}:{log_pos}")
+
+
 def seed_step(inst: PlannedInstance, source: str):
     conn = connection_name(source)
 
@@ -104,35 +160,11 @@ def seed_step(inst: PlannedInstance, source: str):
         shards = shards_of(plan_of(ctx), inst.name, source)
         if ctx.dry_run:
             return f"would copy {', '.join(shards)} from {source} to {inst.name}"
-        src_srv, dst_srv = server_of(ctx, source), server_of(ctx, inst.name)
-        started = ctx.clock.monotonic()
-        with tempfile.TemporaryDirectory(prefix="dbmigrate-seed-") as tmp, \
-                private_defaults_file(src_srv.credentials, src_srv.host, src_srv.port) as src_cnf, \
-                private_defaults_file(dst_srv.credentials, dst_srv.host, dst_srv.port) as dst_cnf:
-            dump = Path(tmp) / "seed.sql"
-            with open(dump, "wb") as out:
-                p = subprocess.run(dump_command(src_cnf, shards), stdout=out, stderr=subprocess.PIPE,
-                                   timeout=params_of(ctx).seed_timeout_s)
-            if p.returncode != 0:
-                raise ConsolidateError(f"mariadb-dump of {', '.join(shards)} on {source} failed: "
-                                       f"{p.stderr.decode(errors='replace').strip()[-400:]}")
-            with open(dump, "rb") as f:
-                log_file, log_pos = dump_coordinates(f.read(64 * 1024).decode(errors="replace"))
-            with open(dump, "rb") as inp:
-                p = subprocess.run(import_command(dst_cnf), stdin=inp, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, timeout=params_of(ctx).seed_timeout_s)
-            if p.returncode != 0:
-                raise ConsolidateError(f"loading {', '.join(shards)} into {inst.name} failed: "
-                                       f"{p.stderr.decode(errors='replace').strip()[-400:]}")
-            size = dump.stat().st_size
-        grants = copy_app_grants(ctx, source, inst.name, shards)
-        host, _, port = address_of(ctx, source).rpartition(":")
-        a = applier_of(ctx, inst.name)
-        a.add_source(conn, host, int(port), resources_of(ctx).repl, log_file, log_pos, wild_patterns(shards))
-        a.start_source(conn)
-        return (f"copied {', '.join(shards)} from {source} to {inst.name} ({size / 1024:.0f} KiB in "
-                f"{ctx.clock.monotonic() - started:.1f}s, {grants} grant(s)); connection '{conn}' replicates them "
-                f"from {log_file}:{log_pos}")
+        method, why = choose_method(ctx, inst, source)
+        ctx.log(f"seed {inst.name} from {source}: {why}")
+        if method == "physical":
+            return seed_physically(ctx, inst, source)
+        return seed_logically(ctx, inst, source)
 
     def check(ctx: RunContext) -> bool:
         if is_cut(ctx, source):
@@ -155,6 +187,11 @@ def seed_step(inst: PlannedInstance, source: str):
 
     def describe(ctx: RunContext):
         shards = shards_of(plan_of(ctx), inst.name, source)
+        method = params_of(ctx).seed.method
+        if method == "physical" or (method == "auto" and len(inst.sources) == 1):
+            note = [(inst.name, "auto: physical when both hosts are reachable and the versions match, else the "
+                                "logical copy")] if method == "auto" else []
+            return note + describe_physical(inst, source, shards)
         return [(source, " ".join(dump_command("<private defaults file>", shards))),
                 (inst.name, " ".join(import_command("<private defaults file>")) + " < dump"),
                 (inst.name, f"CHANGE MASTER '{conn}' TO ... (coordinates from the dump); "

@@ -28,6 +28,7 @@ class CutoverState(TypedState):
     fence_pos: Optional[str] = None  # the old primary's final position; None: not fenced by this run
     candidate_opened: bool = False  # journaled before read_only=OFF: after a crash it may be writable
     switched_at: Optional[float] = None  # wall clock when the router sent writes to the new primary
+    bypass_users: Optional[list[str]] = None  # accounts that bypass read_only, read before the fence
     converged: Optional[str] = None  # how far behind the candidate was when the fence was set
     lag_at_fence_trx: Optional[int] = None
 
@@ -90,7 +91,10 @@ def fence(cut: Cutover, ctx: RunContext) -> str:
 def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
     """The fence is set only once the candidate has converged, at once after it."""
     converged = converge(cut, ctx)
-    cut.sw(ctx).prepare_window()
+    bypass = cut.sw(ctx).prepare_window()
+    if not ctx.dry_run:
+        with CutoverState.edit(ctx.state) as s:
+            s.bypass_users = sorted(bypass)
     return f"{converged}; {fence(cut, ctx)}"
 
 
@@ -127,7 +131,9 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     # Accounts that bypass read_only (SUPER / READ ONLY ADMIN) may still have committed on
     # the old primary after the fence: the candidate must have those too before it opens.
     fence_pos = state(ctx).fence_pos or ""
-    said = sw.seal_old()  # still fenced, bypassing sessions ended: the position read next is final
+    known = state(ctx).bypass_users
+    # still fenced, bypassing sessions ended: the position read next is final
+    said = sw.seal_old(set(known) if known is not None else None)
     now = sw.insp(sw.old).gtid_binlog_pos() if not ctx.dry_run else fence_pos
     if now != fence_pos:
         said += sw.wait_catchup(now) + " (the old primary moved after the fence); "

@@ -25,7 +25,8 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.digest.model import Digest
 from dbmigrate.digest.policy import GuardPolicy, evaluate
 from dbmigrate.digest.window import HostFileReader
-from dbmigrate.hosts import host_for
+from dbmigrate.hosts import host_for, slow_log_source
+from dbmigrate.db import slow_log_table
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.procedures.kit.resources import RESOURCES
@@ -101,6 +102,22 @@ def _server(ctx: RunContext, role: str):
     return ctx.resources[RESOURCES].topology.servers[role_name(ctx, role)]
 
 
+def _source(ctx: RunContext, role: str) -> str:
+    """file (read through the host) or table (mysql.slow_log over SQL), as the inventory declares."""
+    return slow_log_source(ctx.resources[RESOURCES].inventory, role_name(ctx, role))
+
+
+def _take(ctx: RunContext, role: str, saved: dict[str, Any], name: str, *, file: str | None = None,
+          since: str | None = None, until: str | None = None) -> Path:
+    """A window's statements as a local slow-log file: the file fetched through the host, or
+    the table's rows in [since, until) on the server's clock."""
+    if capture.is_table_window(saved):
+        local, _ = capture.read_table_window(_server(ctx, role), since or saved["since"], until,
+                                             _digest_dir(ctx) / f"{name}.slow.log")
+        return local
+    return _reader(ctx, role).fetch(file or saved["window_file"], _digest_dir(ctx))
+
+
 # -- windows as steps --------------------------------------------------------------
 
 def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
@@ -110,6 +127,8 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
         saved = GuardState.load(ctx.state).window(key)
         if not saved or saved.get("restored"):
             return False
+        if capture.is_table_window(saved):
+            return capture.table_window_is_open(_server(ctx, role))
         current = Inspector(_server(ctx, role)).slow_query_log_file()
         return str(current).startswith(str(saved["window_file"]).removesuffix(".slow.log"))
 
@@ -118,9 +137,10 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
             ctx.record_statement(role_name(ctx, role), "slow-log window: long_query_time=0, slow_query_log=ON, to a file of our own")
             return f"would open a slow-log window on {role_name(ctx, role)}"
         server = _server(ctx, role)
-        window = capture.SlowLogWindow(server, persist=lambda saved: _save_window(ctx, key, saved))
+        window = capture.SlowLogWindow(server, persist=lambda saved: _save_window(ctx, key, saved),
+                                       source=_source(ctx, role))
         window.open()
-        return f"slow-log window open on {server.name} ({label}): {window.log_file}"
+        return f"slow-log window open on {server.name} ({label}): {window.log_file or 'mysql.slow_log'}"
 
     def undo(ctx: RunContext) -> str:
         return close_window(ctx, role, key)
@@ -133,6 +153,10 @@ def close_window(ctx: RunContext, role: str, key: WindowKey) -> str:
     saved = GuardState.load(ctx.state).window(key)
     if not saved or saved.get("restored"):
         return "window already closed"
+    if capture.is_table_window(saved) and not ctx.dry_run and not saved.get("until"):
+        # Where the window ends on the server's clock, saved before the settings go back.
+        saved = {**saved, "until": slow_log_table.server_now(_server(ctx, role))}
+        _save_window(ctx, key, saved)
     changed = capture.restore(_server(ctx, role), saved, applier=Applier(_server(ctx, role), dry_run=ctx.dry_run))
     if not ctx.dry_run:
         _save_window(ctx, key, {**saved, "restored": True})
@@ -148,10 +172,12 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
         opened = now if not saved else _iso_to_ts(saved.get("opened_at")) or now
         ctx.clock.sleep(max(0.0, seconds - (now - opened)))  # a resumed run waits only the rest
         close_window(ctx, "old", "baseline_window")
+        saved = GuardState.load(ctx.state).baseline_window or saved
         out = _digest_dir(ctx) / "baseline.digest.json"
-        local_log = _reader(ctx, "old").fetch(saved["window_file"], _digest_dir(ctx))
+        local_log = _take(ctx, "old", saved, "baseline", until=saved.get("until"))
         digest = capture.digest_slow_log(local_log, out, duration_s=seconds,
                                          source={"kind": "baseline", "server": role_name(ctx, "old")})
+        capture.release_table_window(_server(ctx, "old"), saved)
         with GuardState.edit(ctx.state) as s:
             s.baseline_digest = str(out)
         ctx.metric("baseline_queries", digest.query_count)
@@ -194,7 +220,9 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
         if not saved or saved.get("restored"):
             raise DbmigrateError("the guard's slow-log window on the new primary is not open",
                                  hint="resume the run: the 'open guard window' step reopens it")
-        base_file = str(saved["window_file"])
+        table = capture.is_table_window(saved)
+        base_file = str(saved.get("window_file") or "")
+        since = saved.get("since")
         clock = ctx.clock
         started = clock.monotonic()
         decisions: list[dict[str, Any]] = []
@@ -205,11 +233,17 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                 i += 1
                 period = min(sample_s, policy.window_s - (clock.monotonic() - started))
                 clock.sleep(max(0.0, period))
-                current = Inspector(server).slow_query_log_file()
-                # Rotate: sessions keep long_query_time=0, new entries go to the next file.
-                rotated = f"{base_file.removesuffix('.slow.log')}.{i}.slow.log"
-                Applier(server).set_global("slow_query_log_file", rotated)
-                local_log = _reader(ctx, "new").fetch(current, _digest_dir(ctx))
+                if table:
+                    # The table keeps growing: each window is cut by the server's clock.
+                    until = slow_log_table.server_now(server)
+                    local_log = _take(ctx, "new", saved, f"guard-{i}", since=since, until=until)
+                    since = until
+                else:
+                    current = Inspector(server).slow_query_log_file()
+                    # Rotate: sessions keep long_query_time=0, new entries go to the next file.
+                    rotated = f"{base_file.removesuffix('.slow.log')}.{i}.slow.log"
+                    Applier(server).set_global("slow_query_log_file", rotated)
+                    local_log = _take(ctx, "new", saved, f"guard-{i}", file=current)
                 digest = capture.digest_slow_log(local_log, _digest_dir(ctx) / f"guard-{i}.digest.json",
                                                  duration_s=period, source={"kind": "guard", "server": server.name})
                 decision = evaluate(policy, baseline, digest)
@@ -228,6 +262,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                                        hint="the cutover is being rolled back through the reverse replication")
         finally:
             close_window(ctx, "new", "guard_window")
+            capture.release_table_window(server, saved)
             if rotated:  # written after the last window was judged: the tool's own file, not needed
                 host_for(ctx.resources[RESOURCES].inventory, server.name).remove(rotated)
         judged = [d for d in decisions if not d["insufficient"]]

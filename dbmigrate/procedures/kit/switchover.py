@@ -225,13 +225,16 @@ class Switchover:
                                        "(dbmigrate lag watch), or raise converge_max_trx / converge_timeout_s")
             self.clock.sleep(self.s.converge_poll_s)
 
-    def prepare_window(self) -> None:
+    def prepare_window(self) -> set[str]:
         """Before the fence: every session the fenced window uses is open and answers
-        (the catch-up wait's too), and the router's request is built."""
+        (the catch-up wait's too), and the router's request is built. Returns the accounts
+        that bypass read_only on the old primary, for `seal_old` inside the window."""
         if self.dry_run:
-            return
+            return set()
         self.insp(self.old).open_sessions(self.s.fence_timeout_s)
         self.insp(self.new).open_sessions(self.s.catchup_timeout_s)
+        # Grants (and roles' grants) are read now: inside the window only the sessions are.
+        return self.bypass_users()
         prepare = getattr(self.router, "prepare_switch", None)
         if prepare is not None:
             prepare(self.server(self.new), self.server(self.old))
@@ -312,7 +315,7 @@ class Switchover:
                      until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
         return done.open_at_start, done.ended
 
-    def seal_old(self) -> str:
+    def seal_old(self, bypass: set[str] | None = None) -> str:
         """Before the candidate opens: the old primary must still be read-only, and every session
         of an account that bypasses read_only is ended, so that nothing can commit there after
         the final position is read."""
@@ -322,7 +325,7 @@ class Switchover:
         if not insp.read_only():
             raise SafetyError(f"{self.old} is writable again: refusing to open {self.new} (two primaries)",
                               hint=f"find who set read_only=OFF on {self.old}; then roll back: dbmigrate rollback RUN")
-        bypass = insp.read_only_bypass_users() - {insp.login_user, self.topo.repl.user, "system user", "event_scheduler"}
+        bypass = self.bypass_users() if bypass is None else bypass
         ended = 0
         for sess in insp.sessions():
             if sess.user in bypass:
@@ -333,6 +336,10 @@ class Switchover:
                     if e.errno != UNKNOWN_THREAD:
                         raise
         return f"ended {ended} session(s) of accounts that bypass read_only on {self.old}; " if ended else ""
+
+    def bypass_users(self) -> set[str]:
+        insp = self.insp(self.old)
+        return insp.read_only_bypass_users() - {insp.login_user, self.topo.repl.user, "system user", "event_scheduler"}
 
     def unfence_old(self, candidate_known_closed: bool, candidate_writable: "bool | None | object" = ...) -> str:
         """Make the old primary writable again, only if the candidate cannot take writes.

@@ -91,7 +91,9 @@ def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary
             alter.append(FunctionStep(f"warm {side} ({params.warm.method})", lambda c: warm_side(c, side),
                                       describe=lambda c: [(side, f"warm by {params.warm.method}: "
                                                                  f"{', '.join(params.warm_tables())}")]))
-        back_gates.append(AutoGate("warm-up", lambda c: warm_ready(c, side)))
+        # Every server of the side is already changed here: a cold side is re-warmed
+        # (bounded), then the run pauses for a decision instead of undoing the change.
+        back_gates.append(AutoGate("warm-up", lambda c: warm_ready(c, side, rewarm=True), pause_on_refusal=True))
     closing = closing_steps if closing_steps is not None else [
         FunctionStep(f"put {side} back in the reader pool", lambda c: put_back(c, side),
                      check=lambda c: not c.dry_run and is_back(c, side),

@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.credentials import Credentials, quote_option_value
 from dbmigrate.db.flavor import MARIADB
 from dbmigrate.topology.wire import Account as WiredAccount
 
@@ -38,7 +38,7 @@ def new_accounts() -> dict[str, Account]:
 def write_option_file(path: Path, accounts: dict[str, Account]) -> None:
     text = "# dbmigrate sandbox credentials (mode 0600)\n"
     for a in accounts.values():
-        text += f"\n[{a.group}]\nuser={a.user}\npassword=\"{a.password}\"\n"
+        text += f"\n[{a.group}]\nuser={quote_option_value(a.user)}\npassword={quote_option_value(a.password)}\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)

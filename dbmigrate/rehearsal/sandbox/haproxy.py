@@ -184,6 +184,35 @@ def start(boxes, sandbox_name: str) -> dict[str, Any]:
     return state.haproxy
 
 
+def add_server(state, name: str) -> None:
+    """Put a new instance of the fronted cluster into both backends of the running HAProxy:
+    in the writer backend in 'maint' (a switchover makes it the writer), in the reader
+    backend 'ready' when it replicates, else 'maint'. Added through the runtime API, so
+    connections already open stay; the configuration file is rewritten too, so a restart
+    keeps it."""
+    h = state.haproxy or {}
+    if not h.get("pid") or not _is_our_haproxy(h["pid"], h.get("config")):
+        return
+    names = [n for n, i in state.instances.items() if i.cluster == state.name]
+    Path(h["config"]).write_text(render_config(h["admin_socket"], h["state_file"], h["writer_port"],
+                                               h["reader_port"], {n: state.instances[n].port for n in names}))
+    router = HAProxyRouter(state.name, h["admin_socket"], "writer", "readers", h["state_file"])
+    address = f"127.0.0.1:{state.instances[name].port}"
+    try:
+        for backend in ("writer", "readers"):
+            # HAProxy answers "New server registered." (anything else is a refusal); the
+            # server starts in maintenance.
+            reply = router.admin.request([f"add server {backend}/{name} {address}"]).strip()
+            if "New server registered" not in reply:
+                raise RouterError(f"add server {backend}/{name}: {reply or 'no reply'}")
+        if state.instances[name].replica_of:  # only a replica takes reads
+            router.admin.run([f"set server readers/{name} state ready"])
+        router.save_state()
+    except RouterError as e:
+        raise SandboxError(f"{name} was added but HAProxy did not take it: {e.message}",
+                           hint="restart HAProxy with the rewritten configuration: dbmigrate sandbox down, then up") from None
+
+
 def restart(boxes, sandbox_name: str) -> dict[str, Any]:
     """Stop and start HAProxy with the same configuration; the server-state-file keeps
     the current writer (what a production reload does)."""

@@ -165,6 +165,14 @@ class Instance:
             raise SandboxError(f"{self.spec.name} did not accept connections within {timeout:g}s: {self._error_tail()}",
                                hint=f"see {self.spec.error_log}") from None
 
+    def _error_tail(self, lines: int = 5) -> str:
+        """The last lines of the error log, for a one-line reason."""
+        try:
+            tail = self.spec.error_log.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return "(no error log)"
+        return " | ".join(line.strip() for line in tail if line.strip()) or "(error log empty)"
+
     def root_connection(self, timeout: float = 5):
         """Local root over the unix socket: only used to bootstrap the sandbox."""
         return mysql.connector.connect(unix_socket=str(self.spec.socket), user="root", password="",

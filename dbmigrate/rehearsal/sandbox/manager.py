@@ -188,7 +188,9 @@ class Sandboxes:
 
     def add_instance(self, sandbox: str, instance: str | None = None, replica_of: str | None = None,
                      buffer_pool_mb: int = 64, cluster: str | None = None,
-                     extra: dict[str, str] | None = None) -> InstanceState:
+                     extra: dict[str, str] | None = None, port: int | None = None) -> InstanceState:
+        """`port`: the instance listens there or is not created (a consolidation plan's port);
+        without it a free port is picked."""
         state = self.find(sandbox)
         iname = instance or f"{sandbox}-{len(state.instances) + 1}"
         if not NAME_RE.match(iname):
@@ -200,7 +202,10 @@ class Sandboxes:
                              hint=f"instances: {', '.join(state.instances)}")
         taken = {i.port for i in state.instances.values()}
         server_id = max([i.server_id for i in state.instances.values()] + [0]) + 1
-        ist = InstanceState(iname, free_port(taken), server_id,
+        if port is not None and (port in taken or port_in_use(port)):
+            raise SandboxError(f"port {port} planned for {iname} is already in use",
+                               hint="plan again with another base_port for this host (hosts: NAME: base_port:)")
+        ist = InstanceState(iname, port or free_port(taken), server_id,
                             cluster=cluster or (state.instances[replica_of].cluster if replica_of else iname),
                             role="replica" if replica_of else "standalone", replica_of=replica_of,
                             buffer_pool_mb=buffer_pool_mb, extra=dict(extra or {}))
@@ -208,7 +213,7 @@ class Sandboxes:
         state.save()
         t0 = time.monotonic()
         try:
-            self._install_and_start(state, [iname])
+            self._install_and_start(state, [iname], fixed_port=port is not None)
             accounts = acc.read_option_file(state.credentials_file)
             if replica_of:
                 self._attach_replica(state, iname, replica_of, accounts)
@@ -222,10 +227,14 @@ class Sandboxes:
             raise
         state.timings[f"add_{iname}_s"] = round(time.monotonic() - t0, 2)
         state.save()
+        if state.haproxy and ist.cluster == state.name:
+            from dbmigrate.rehearsal.sandbox import haproxy
+
+            haproxy.add_server(state, iname)  # else a promote to it fails at the router switch
         self.write_inventory(state)
         return ist
 
-    def _install_and_start(self, state: SandboxState, names: list[str]) -> None:
+    def _install_and_start(self, state: SandboxState, names: list[str], fixed_port: bool = False) -> None:
         insts = {n: Instance(state.spec(n)) for n in names}
         for n in names:
             if port_in_use(state.instances[n].port):
@@ -240,7 +249,7 @@ class Sandboxes:
             i.start()
             self._live[(state.name, n)] = i
         for n, i in insts.items():
-            self._ready_or_move_port(state, n, i)
+            self._ready_or_move_port(state, n, i, attempts=1 if fixed_port else 3)
         self.progress(f"started {', '.join(names)} in {time.monotonic() - t:.2f}s")
 
     def _ready_or_move_port(self, state: SandboxState, name: str, inst: Instance, attempts: int = 3) -> None:

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Physical seeding's speed against a raw copy, and what the throttle does for the source.
+
+On a throwaway sandbox (an old server with ROWS rows of shard data, and an empty
+instance), over the same path (the host layer's relayed stream: local, or over
+each instance's own sshd with --remote):
+
+1. raw copy: `tar` of the old server's data files (no binlogs) into a directory
+   on the instance's host;
+2. seeding copy: `mariadb-backup --backup --stream=xbstream | mbstream -x`, the
+   command physical seeding runs (prepare timed apart, it is not a copy);
+   ratio = seeding MB/s / raw MB/s (target >= 0.8);
+3. under load (a writer and an application reader on the old server): the
+   reader's p99.9 point-read latency with no copy, during an unthrottled copy,
+   and during a copy paced by the seeding watcher with --limit-ms (default: 1.5x
+   the quiet p99.9 over 10 s, at least 2 ms: on a shared machine the quiet figure
+   alone can exceed a fixed limit, and no throttle can go below it), side by side.
+
+The reader that measures is not the watcher's probe: it is a separate
+connection doing what an application does.
+
+    python bench/seeding.py [--rows 600000] [--rounds 2] [--remote] [--limit-ms MS] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import threading
+import time
+
+from dbmigrate.config import load_inventory
+from dbmigrate.db.connection import Server
+from dbmigrate.db.credentials import option_file_text
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.hosts import stream
+from dbmigrate.hosts.resolve import host_for
+from dbmigrate.procedures.consolidate.physical_seed import backup_command, extract_command, prepare_command
+from dbmigrate.procedures.consolidate.throttle import MB, Limits, Meter, Valve, Watcher, percentile, relay
+from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, create_shard
+
+
+class Reader(threading.Thread):
+    """An application's point reads on the old server, timed one by one."""
+
+    def __init__(self, server: Server, lo: int, hi: int, per_s: float = 300):
+        super().__init__(daemon=True)
+        self.server, self.lo, self.hi, self.interval = server, lo, hi, 1 / per_s
+        self.samples: list[tuple[float, float]] = []
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        insp = Inspector(self.server)
+        while not self.stop_flag.is_set():
+            t = time.perf_counter()
+            insp.point_read("bench_data", "items", "id", random.randint(self.lo, self.hi))
+            self.samples.append((time.monotonic(), (time.perf_counter() - t) * 1000))
+            self.stop_flag.wait(self.interval)
+
+    def p999_between(self, t0: float, t1: float) -> float | None:
+        return percentile([ms for t, ms in self.samples if t0 <= t <= t1], 99.9)
+
+    def count_between(self, t0: float, t1: float) -> int:
+        return sum(1 for t, _ in self.samples if t0 <= t <= t1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=600_000, help="rows of shard data (about 230 bytes each)")
+    ap.add_argument("--rounds", type=int, default=2, help="raw and seeding copies, alternating; best of each")
+    ap.add_argument("--remote", action="store_true", help="both instances behind their own sshd")
+    ap.add_argument("--limit-ms", type=float, default=None, help="throttle's p99.9 limit (default: from the quiet p99.9)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    boxes = Sandboxes()
+    name = f"bench-seed-{secrets.token_hex(2)}"
+    reader = writer = None
+    try:
+        boxes.up(name, replicas=0)
+        boxes.add_instance(name, f"{name}-dst")
+        if args.remote:
+            from dbmigrate.rehearsal.sandbox import sshd
+
+            sshd.start_for_sandbox(boxes, name)
+        state = boxes.find(name)
+        inv = load_inventory(state.inventory_file)
+        src_name, dst_name = f"{name}-1", f"{name}-dst"
+        app = inv.app_credentials(name)
+        with inv.open(src_name) as s:
+            create_shard(s, "bench_data", args.rows, app.user)
+            create_shard(s, "bench_writes", 10, app.user)
+        src, dst = host_for(inv, src_name), host_for(inv, dst_name)
+        src_srv = inv.open(src_name)
+        datadir = Inspector(src_srv).datadir().rstrip("/")
+        size = None  # information_schema's sizes lag behind a fresh load; the watcher shows no ETA here
+        work = src.run(["mktemp", "-d", "/tmp/dbmigrate-bench.XXXXXXXX"]).text.strip()
+        spec = inv.find_server(src_name)[1]
+        cnf = f"{work}/backup.cnf"
+        src.write_bytes(cnf, option_file_text(src_srv.credentials, spec.host, spec.port).encode(), mode=0o600)
+        target = f"{state.path}/copy"
+
+        def fresh() -> None:
+            dst.run(["rm", "-rf", "--", target])
+            dst.run(["mkdir", "-p", "--", target])
+
+        def raw() -> tuple[int, float]:
+            fresh()
+            meter, t = Meter(), time.monotonic()
+            # tar exits 1 when a live file changed while read: the bytes still crossed.
+            stream(src, ["sh", "-c", 'tar -C "$1" --exclude="./mysql-bin.*" --exclude="./relay-bin.*" '
+                                     '--warning=no-file-changed -cf - .; [ $? -le 1 ]', "sh", datadir],
+                   dst, ["tar", "-C", target, "-xf", "-"], timeout=1800, relay=relay(Valve(None), meter))
+            return meter.bytes, time.monotonic() - t
+
+        def seed(valve: Valve | None = None, meter: Meter | None = None) -> tuple[int, float]:
+            fresh()
+            meter, t = meter or Meter(), time.monotonic()
+            stream(src, backup_command(cnf, f"{work}/target", datadir), dst, extract_command(target),
+                   timeout=1800, relay=relay(valve or Valve(None), meter))
+            return meter.bytes, time.monotonic() - t
+
+        raws, seeds = [], []
+        for _ in range(max(1, args.rounds)):
+            raws.append(raw())
+            seeds.append(seed())
+        t = time.monotonic()
+        dst.run(prepare_command(target), timeout=1800)
+        prepare_s = time.monotonic() - t
+        raw_rate = max(b / s for b, s in raws)
+        seed_rate = max(b / s for b, s in seeds)
+
+        # Under load: a writer and an application reader on the old server.
+        lo, hi = Inspector(src_srv).key_range("bench_data", "items", "id")
+        reader = Reader(inv.open(src_name), int(lo), int(hi))
+        routes = state.path / "routes.json"
+        from dbmigrate.routing.dsn_file import DsnFileRouter
+
+        DsnFileRouter("bench_writes", routes).switch_writer(f"{spec.host}:{spec.port}")
+        writer = ShardWriter(routes, "bench_writes", app, interval_s=0.005)
+        reader.start()
+        writer.start()
+        time.sleep(10)
+        quiet = reader.p999_between(time.monotonic() - 10, time.monotonic())
+        limit = args.limit_ms or max(2.0, 1.5 * (quiet or 1.0))
+
+        t0 = time.monotonic()
+        unthrottled_bytes, unthrottled_s = seed()
+        during_free = reader.p999_between(t0, time.monotonic())
+        samples_free = reader.count_between(t0, time.monotonic())
+        time.sleep(2)
+
+        valve, meter = Valve(), Meter()
+        probe_srv = inv.open(src_name)
+        watcher = Watcher(valve, meter, probe=lambda: Inspector(probe_srv).point_read(
+            "bench_data", "items", "id", random.randint(int(lo), int(hi))), lag=lambda: None, cap=lambda: None,
+            limits=Limits(None, limit, None), total_bytes=size, probe_per_s=100, window_s=2, progress_every_s=3600,
+            report=lambda text, fig: None)
+        watcher.start()
+        t0 = time.monotonic()
+        try:
+            throttled_bytes, throttled_s = seed(valve, meter)
+        finally:
+            watcher.stop()
+        during_throttled = reader.p999_between(t0, time.monotonic())
+        samples_throttled = reader.count_between(t0, time.monotonic())
+        src.run(["rm", "-rf", "--", work])
+        dst.run(["rm", "-rf", "--", target])
+
+        out = {
+            "path": "ssh (each instance behind its own sshd)" if args.remote else "local",
+            "rows": args.rows,
+            "raw_copy": {"mb": round(raws[0][0] / MB, 1), "best_mb_s": round(raw_rate / MB, 1),
+                         "rounds_s": [round(s, 2) for _, s in raws]},
+            "seeding_copy": {"mb": round(seeds[0][0] / MB, 1), "best_mb_s": round(seed_rate / MB, 1),
+                             "rounds_s": [round(s, 2) for _, s in seeds], "prepare_s": round(prepare_s, 2)},
+            "seeding_vs_raw": round(seed_rate / raw_rate, 2),
+            "target_ratio": 0.8,
+            "source_p999_ms": {"quiet": quiet, "unthrottled_copy": during_free, "throttled_copy": during_throttled,
+                               "limit": limit, "samples": {"unthrottled": samples_free, "throttled": samples_throttled}},
+            "unthrottled_copy_under_load": {"s": round(unthrottled_s, 2),
+                                            "mb_s": round(unthrottled_bytes / unthrottled_s / MB, 1)},
+            "throttled_copy_under_load": {"s": round(throttled_s, 2), "mb_s": round(throttled_bytes / throttled_s / MB, 1),
+                                          "pauses": watcher.pauses, "paused_s": round(valve.paused_s, 1),
+                                          "watcher_worst_p999_ms": watcher.worst_p999_ms},
+        }
+        if args.json:
+            print(json.dumps(out, indent=2))
+            return
+        f = out
+        print(f"path: {f['path']}; {args.rows:,} rows of shard data")
+        print(f"raw copy (tar, no binlogs): {f['raw_copy']['mb']} MB, best {f['raw_copy']['best_mb_s']} MB/s "
+              f"(rounds {f['raw_copy']['rounds_s']} s)")
+        print(f"seeding copy (mariadb-backup | mbstream): {f['seeding_copy']['mb']} MB, best "
+              f"{f['seeding_copy']['best_mb_s']} MB/s (rounds {f['seeding_copy']['rounds_s']} s); prepare "
+              f"{f['seeding_copy']['prepare_s']} s")
+        print(f"seeding / raw: {f['seeding_vs_raw']} (target >= 0.8)")
+        p = f["source_p999_ms"]
+
+        def ms(v):
+            return "n/a" if v is None else f"{v:.2f} ms"
+
+        print(f"source p99.9 point read: quiet {ms(p['quiet'])} | unthrottled copy {ms(p['unthrottled_copy'])} "
+              f"({f['unthrottled_copy_under_load']['mb_s']} MB/s, {f['unthrottled_copy_under_load']['s']} s) | "
+              f"throttled copy {ms(p['throttled_copy'])} ({f['throttled_copy_under_load']['mb_s']} MB/s, "
+              f"{f['throttled_copy_under_load']['s']} s, paused {f['throttled_copy_under_load']['pauses']}x for "
+              f"{f['throttled_copy_under_load']['paused_s']} s); limit {ms(p['limit'])}; "
+              f"throttled/limit {p['throttled_copy'] / p['limit']:.2f}" if p["throttled_copy"] else "")
+    finally:
+        if writer is not None:
+            writer.stop()
+        if reader is not None:
+            reader.stop_flag.set()
+            reader.join(5)
+        boxes.down(name)
+
+
+if __name__ == "__main__":
+    main()

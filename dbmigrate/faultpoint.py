@@ -1,0 +1,113 @@
+"""Fault injection: pause the tool at a named point so that a test harness can kill it there.
+
+Off by default: nothing happens unless DBMIGRATE_FAULT_PAUSE is set. It exists for the
+fault matrix (kill -9, SIGTERM, SIGINT at every step boundary and inside the cutover's
+steps) and has no use in production.
+
+    DBMIGRATE_FAULT_PAUSE=before:<step>        when the step has started (journaled), before it does anything
+    DBMIGRATE_FAULT_PAUSE=after:<step>         when the step has finished (journaled), before the next one
+    DBMIGRATE_FAULT_PAUSE=in:<step>:<text>     right after the first statement or router command containing
+                                               <text> (case-insensitive) that the tool sent during <step>
+    DBMIGRATE_FAULT_PAUSE_FILE=<path>          written when paused ("<pid> <point>"); the pause lasts until the
+                                               harness removes it, at most DBMIGRATE_FAULT_PAUSE_S seconds (30)
+
+<step> is the start of a step's name ("fence", "switch router", "repoint"). Only the first
+matching point pauses, and only steps run forward (not undos).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_POINT = "DBMIGRATE_FAULT_PAUSE"
+ENV_FILE = "DBMIGRATE_FAULT_PAUSE_FILE"
+ENV_MAX_S = "DBMIGRATE_FAULT_PAUSE_S"
+WHENS = ("before", "after", "in")
+
+
+@dataclass(frozen=True)
+class PausePoint:
+    when: str  # before, after, in
+    step: str  # start of the step's name, lower case
+    text: str = ""  # for "in": part of a statement or router command, lower case
+
+    def __str__(self) -> str:
+        return f"{self.when}:{self.step}" + (f":{self.text}" if self.when == "in" else "")
+
+
+def parse_point(spec: str) -> PausePoint:
+    """`before:fence`, `after:switch router`, `in:fence:read_only=on` -> PausePoint (ValueError if malformed)."""
+    when, _, rest = spec.strip().partition(":")
+    step, _, text = rest.partition(":") if when == "in" else (rest, "", "")
+    if when not in WHENS or not step.strip() or (when == "in" and not text.strip()):
+        raise ValueError(f"{ENV_POINT}={spec!r}: expected before:<step>, after:<step> or in:<step>:<text>")
+    return PausePoint(when, step.strip().lower(), text.strip().lower())
+
+
+class Pauser:
+    """Watches the run's events and the statements sent; pauses once at its point."""
+
+    def __init__(self, point: PausePoint, marker: Path, max_s: float = 30.0):
+        self.point, self.marker, self.max_s = point, marker, max_s
+        self.step: str | None = None  # the forward step running now
+        self.done = False
+
+    def _is_our_step(self, name: str) -> bool:
+        return name.lower().startswith(self.point.step)
+
+    def on_event(self, event: Any) -> None:
+        kind, name, action = type(event).__name__, getattr(event, "name", None), getattr(event, "action", "run")
+        if name is None or action != "run" or kind not in ("StepStarted", "StepFinished"):
+            return
+        self.step = name if kind == "StepStarted" else None
+        if self._is_our_step(name) and (kind, self.point.when) in (("StepStarted", "before"), ("StepFinished", "after")):
+            self.pause()
+
+    def on_sent(self, target: str, text: str, *_: Any) -> None:
+        if self.point.when == "in" and self.step is not None and self._is_our_step(self.step) \
+                and self.point.text in text.lower():
+            self.pause()
+
+    def pause(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.marker.write_text(f"{os.getpid()} {self.point}\n")
+        deadline = time.monotonic() + self.max_s
+        # Signals arrive here: SIGINT raises KeyboardInterrupt out of the sleep.
+        while self.marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.marker.unlink(missing_ok=True)
+
+
+def from_environment() -> Pauser | None:
+    """The pauser DBMIGRATE_FAULT_PAUSE asks for, or None (the normal case)."""
+    spec = os.environ.get(ENV_POINT)
+    if not spec:
+        return None
+    marker = os.environ.get(ENV_FILE)
+    if not marker:
+        raise ValueError(f"{ENV_POINT} is set but {ENV_FILE} is not: the harness could not see the pause")
+    return Pauser(parse_point(spec), Path(marker), float(os.environ.get(ENV_MAX_S, "30")))
+
+
+# Router commands are not SQL statements: the routing layer reports them here.
+_router_listeners: list = []
+
+
+def router_command_sent(text: str) -> None:
+    for fn in list(_router_listeners):
+        fn("router", text)
+
+
+def add_router_listener(fn) -> None:
+    _router_listeners.append(fn)
+
+
+def remove_router_listener(fn) -> None:
+    if fn in _router_listeners:
+        _router_listeners.remove(fn)

@@ -1,0 +1,111 @@
+"""Running `ansible-playbook` on generated files: the program found next to this Python
+(the virtualenv) or on PATH, no secret on its command line (vars come from a 0600 file
+named with -e @FILE), output streamed line by line, the PLAY RECAP read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from dbmigrate.exceptions import DbmigrateError, UsageError
+from dbmigrate.redact import redact
+
+_RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$")
+
+
+class AnsibleFailed(DbmigrateError):
+    """ansible-playbook ran and reported failed or unreachable hosts."""
+
+
+@dataclass
+class Recap:
+    hosts: dict[str, dict[str, int]] = field(default_factory=dict)  # host -> ok, changed, failed, unreachable, ...
+
+    def total(self, key: str) -> int:
+        return sum(c.get(key, 0) for c in self.hosts.values())
+
+
+def parse_recap(output: str) -> Recap:
+    recap, seen = Recap(), False
+    for line in output.splitlines():
+        if line.startswith("PLAY RECAP"):
+            seen = True
+            continue
+        m = _RECAP.match(line.strip()) if seen else None
+        if m:
+            recap.hosts[m.group("host")] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group("counts"))}
+    return recap
+
+
+def failure_reason(line: str) -> str:
+    """`failed: [h1] (item=x) => {...json...}` -> `[h1] (item=x): its msg` (the whole result is too long)."""
+    head, _, body = line.partition(" => ")
+    who = head.split(":", 1)[1].strip() if ":" in head else head
+    try:
+        result = json.loads(body)
+        msg = result.get("msg") or result.get("stderr") or ""
+    except (ValueError, AttributeError):
+        msg = body
+    msg = " ".join(str(msg).split())
+    return f"{who}: {msg[:300]}" if msg else who
+
+
+def ansible_playbook() -> str:
+    here = Path(sys.executable).parent / "ansible-playbook"
+    found = str(here) if here.exists() else shutil.which("ansible-playbook")
+    if not found:
+        raise UsageError("ansible-playbook is not installed",
+                         hint="pip install 'ansible-core>=2.19,<2.20' (scripts/setup installs it into .venv)")
+    return found
+
+
+def private_vars_file(directory: Path, text: str) -> Path:
+    """A vars file only this user can read, created with that mode (never widened afterwards)."""
+    path = directory / "secrets.yml"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+def run_playbook(workdir: Path, inventory: Path, playbook: Path, vars_file: Path | None,
+                 log: Callable[[str], None] = lambda m: None, timeout_s: float = 3600) -> Recap:
+    argv = [ansible_playbook(), "-i", str(inventory), str(playbook)]
+    if vars_file is not None:
+        argv += ["-e", f"@{vars_file}"]
+    config = workdir / "ansible.cfg"  # ours, so that no stray ansible.cfg (cwd, home, /etc) decides
+    config.write_text("[defaults]\nretry_files_enabled = False\nhost_key_checking = True\nnocolor = True\n")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_STDOUT_CALLBACK": "default", "PYTHONUNBUFFERED": "1"}
+    lines: list[str] = []
+    try:
+        proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True)
+    except OSError as e:
+        raise UsageError(f"cannot run ansible-playbook: {e.strerror or e}") from None
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            line = redact(line.rstrip("\n"))
+            lines.append(line)
+            if line.strip():
+                log(line)
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AnsibleFailed(f"ansible-playbook did not finish within {timeout_s:g}s") from None
+    output = "\n".join(lines)
+    recap = parse_recap(output)
+    if proc.returncode != 0 or recap.total("failed") or recap.total("unreachable"):
+        failed = [failure_reason(ln) for ln in lines if ln.startswith(("fatal:", "failed:"))][:3]
+        bad = [h for h, c in recap.hosts.items() if c.get("failed") or c.get("unreachable")]
+        raise AnsibleFailed(f"ansible-playbook failed (exit {proc.returncode})"
+                            + (f" on {', '.join(bad)}" if bad else "") + (": " + " | ".join(failed) if failed else ""),
+                            hint=f"the generated files are in {workdir}; run them by hand with -vvv to see more")
+    return recap

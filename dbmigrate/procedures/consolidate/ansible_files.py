@@ -1,0 +1,229 @@
+"""The Ansible inventory and playbook that create a plan's instances on their hosts.
+
+Per instance, Debian's multi-instance layout: an option group `[mariadbd.NAME]` in
+`60-dbmigrate-NAME.cnf` under the conf dir (never `myNAME.cnf`: that name stops
+Debian's `mariadb@NAME` unit from starting), its datadir, tmpdir and run dir, the
+system tables (`mariadb-install-db`), then the `mariadb@NAME` unit. Where no systemd
+runs (containers, the rehearsal sandbox), `dbmigrate_start: direct` makes the same
+step start `mariadbd` with that option group itself. Then the tool's accounts are
+created through the local socket, without binlogging them.
+
+The playbook is static; everything that differs per host is in the inventory. No
+secret is in either: the accounts' SQL comes in a vars file (mode 0600) given to
+`ansible-playbook -e @FILE` for the run only, and the tasks that use it log nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+
+from dbmigrate.exceptions import UsageError
+from dbmigrate.procedures.consolidate.model import ConsolidationPlan, PlannedInstance
+
+StartMode = Literal["systemd", "direct"]
+CONF_DIR = "/etc/mysql/mariadb.conf.d"
+_SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./@+-]*$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.@-]+$")
+
+
+@dataclass
+class HostConnection:
+    """How Ansible reaches one plan host, and how that host starts instances."""
+
+    name: str
+    vars: dict[str, Any]  # ansible_connection / ansible_host / ansible_user / ...
+    start: StartMode = "systemd"
+    become: bool = True
+
+
+@dataclass
+class ProvisionLayout:
+    conf_dir: str = CONF_DIR
+    mariadbd_user: str = "mysql"
+    mariadbd_group: str | None = None  # default: the user's name
+    install_packages: bool = True
+    python: str = "/usr/bin/python3"
+    account_users: list[str] = field(default_factory=list)
+
+
+def conf_file(layout: ProvisionLayout, inst: PlannedInstance) -> str:
+    return f"{layout.conf_dir.rstrip('/')}/60-dbmigrate-{inst.name}.cnf"
+
+
+def option_group(inst: PlannedInstance, plan_source: str = "") -> str:
+    """`[mariadbd.NAME]` with every setting of the plan (no secret is among them)."""
+    head = f"# {inst.name}: written by dbmigrate consolidate provision{f' from {plan_source}' if plan_source else ''}\n"
+    body = "".join(f"{k} = {v}\n" for k, v in inst.config.items())
+    return f"{head}[mariadbd.{inst.name}]\n{body}"
+
+
+def _check(inst: PlannedInstance) -> None:
+    """What goes into paths and argv must be plain (plans are files anyone could edit)."""
+    if not _SAFE_NAME.match(inst.name):
+        raise UsageError(f"instance name {inst.name!r} is not usable as a unit name",
+                         hint="host names in the plan: letters, digits, '.', '_', '-'")
+    for what, path in (("datadir", inst.datadir), ("socket", inst.socket)):
+        if not _SAFE_PATH.match(path or ""):
+            raise UsageError(f"{inst.name}: {what} {path!r} is not an absolute plain path",
+                             hint="write the plan again with this dbmigrate (it sets datadir and socket per instance)")
+
+
+def instance_vars(inst: PlannedInstance, plan_source: str) -> dict[str, Any]:
+    _check(inst)
+    run_dir = inst.socket.rsplit("/", 1)[0]
+    return {"name": inst.name, "port": inst.port, "address": inst.address, "server_id": inst.server_id,
+            "datadir": inst.datadir, "socket": inst.socket, "cnf": option_group(inst, plan_source),
+            "dirs": [{"path": inst.datadir, "mode": "0750"}, {"path": f"{inst.datadir}.tmp", "mode": "0750"},
+                     {"path": run_dir, "mode": "0755"}]}
+
+
+def inventory(plan: ConsolidationPlan, connections: dict[str, HostConnection], layout: ProvisionLayout,
+              plan_source: str = "") -> dict[str, Any]:
+    hosts: dict[str, Any] = {}
+    for h in sorted({i.host for i in plan.instances}):
+        conn = connections[h]
+        hosts[h] = {**conn.vars, "dbmigrate_start": conn.start, "dbmigrate_become": conn.become,
+                    "dbmigrate_instances": [instance_vars(i, plan_source) for i in plan.instances if i.host == h]}
+    return {"all": {
+        "vars": {"ansible_python_interpreter": layout.python, "dbmigrate_conf_dir": layout.conf_dir,
+                 "dbmigrate_mariadbd_user": layout.mariadbd_user,
+                 "dbmigrate_mariadbd_group": layout.mariadbd_group or layout.mariadbd_user,
+                 "dbmigrate_install_packages": layout.install_packages,
+                 "dbmigrate_account_count": len(layout.account_users)},
+        "hosts": hosts}}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (option groups) as literal blocks: the file reads like the .cnf it writes."""
+
+
+_Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v,
+                                                             style="|" if "\n" in v else None))
+
+
+def inventory_text(doc: dict[str, Any]) -> str:
+    return ("# Generated by dbmigrate consolidate provision: one host per plan host, its instances in\n"
+            "# dbmigrate_instances. No secrets here.\n"
+            + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120))
+
+
+_DEFAULTS_FILE = "(['--defaults-file=' ~ dbmigrate_conf_dir ~ '/60-dbmigrate-' ~ {i}.name ~ '.cnf'] " \
+                 "if dbmigrate_start == 'direct' else [])"
+_ROOT_SOCKET = "['--no-defaults', '--socket=' ~ {i}.socket, '--user=root']"
+_INSTANCES = '"{{ dbmigrate_instances }}"'
+_LABEL = '{label: "{{ item.name }}"}'
+
+
+def playbook_text(count_query: str) -> str:
+    """The playbook (static; `count_query` names the tool's accounts, no password)."""
+    d = _DEFAULTS_FILE.format(i="item")
+    d_prev = _DEFAULTS_FILE.format(i="item.item")
+    root = _ROOT_SOCKET.format(i="item")
+    root_prev = _ROOT_SOCKET.format(i="item.item")
+    return f"""# Generated by dbmigrate consolidate provision. Creates and starts the plan's instances.
+# dbmigrate_start: systemd (Debian's mariadb@NAME units) or direct (no systemd: mariadbd is started
+# here with the same option group). Accounts come from a vars file given with -e @FILE (mode 0600).
+- name: dbmigrate consolidation instances
+  hosts: all
+  gather_facts: false
+  become: "{{{{ dbmigrate_become | bool }}}}"
+  tasks:
+    - name: MariaDB server and client packages
+      ansible.builtin.apt:
+        name: [mariadb-server, mariadb-client]
+        state: present
+      when: dbmigrate_install_packages | bool
+
+    - name: datadir, tmpdir and run dir of each instance
+      ansible.builtin.file:
+        path: "{{{{ item.1.path }}}}"
+        state: directory
+        owner: "{{{{ dbmigrate_mariadbd_user }}}}"
+        group: "{{{{ dbmigrate_mariadbd_group }}}}"
+        mode: "{{{{ item.1.mode }}}}"
+      loop: "{{{{ dbmigrate_instances | subelements('dirs') }}}}"
+      loop_control: {{label: "{{{{ item.1.path }}}}"}}
+
+    - name: directory of the option group files
+      ansible.builtin.file:
+        path: "{{{{ dbmigrate_conf_dir }}}}"
+        state: directory
+        mode: "0755"
+
+    - name: option group [mariadbd.NAME] of each instance
+      ansible.builtin.copy:
+        dest: "{{{{ dbmigrate_conf_dir }}}}/60-dbmigrate-{{{{ item.name }}}}.cnf"
+        content: "{{{{ item.cnf }}}}"
+        mode: "0644"
+      loop: {_INSTANCES}
+      loop_control: {_LABEL}
+
+    - name: system tables of each new instance
+      ansible.builtin.command:
+        argv: "{{{{ ['mariadb-install-db'] + {d} + ['--defaults-group-suffix=.' ~ item.name, '--user=' ~ dbmigrate_mariadbd_user, '--skip-test-db'] }}}}"
+        creates: "{{{{ item.datadir }}}}/mysql"
+      loop: {_INSTANCES}
+      loop_control: {_LABEL}
+
+    - name: start each instance (systemd unit mariadb@NAME)
+      ansible.builtin.systemd_service:
+        name: "mariadb@{{{{ item.name }}}}"
+        state: started
+        enabled: true
+      loop: {_INSTANCES}
+      loop_control: {_LABEL}
+      when: dbmigrate_start == 'systemd'
+
+    - name: which instances already run (no systemd)
+      ansible.builtin.command:
+        argv: "{{{{ ['mariadb-admin'] + {root} + ['--connect-timeout=2', 'ping'] }}}}"
+      register: dbmigrate_ping
+      changed_when: false
+      failed_when: false
+      loop: {_INSTANCES}
+      loop_control: {_LABEL}
+      when: dbmigrate_start == 'direct'
+
+    - name: start each stopped instance with its option group (no systemd)
+      ansible.builtin.shell: >-
+        setsid mariadbd {{{{ {d_prev} | map('quote') | join(' ') }}}}
+        --defaults-group-suffix=.{{{{ item.item.name | quote }}}} --user={{{{ dbmigrate_mariadbd_user | quote }}}}
+        </dev/null >/dev/null 2>&1 &
+      loop: "{{{{ dbmigrate_ping.results }}}}"
+      loop_control: {{label: "{{{{ item.item.name }}}}"}}
+      when: dbmigrate_start == 'direct' and (item.rc | default(0)) != 0
+
+    - name: wait until each instance answers on its socket
+      ansible.builtin.command:
+        argv: "{{{{ ['mariadb-admin'] + {root} + ['--connect-timeout=2', 'ping'] }}}}"
+      register: dbmigrate_up
+      until: dbmigrate_up.rc == 0
+      retries: 60
+      delay: 1
+      changed_when: false
+      loop: {_INSTANCES}
+      loop_control: {_LABEL}
+
+    - name: count the tool's accounts on each instance
+      ansible.builtin.command:
+        argv: "{{{{ ['mariadb'] + {root} + ['--batch', '--skip-column-names', '--execute=' ~ dbmigrate_count_query] }}}}"
+      register: dbmigrate_accounts
+      changed_when: false
+      loop: {_INSTANCES}
+      loop_control: {_LABEL}
+      vars:
+        dbmigrate_count_query: {yaml.safe_dump(count_query, default_style='"').strip()}
+
+    - name: create the tool's accounts (not binlogged)
+      ansible.builtin.command:
+        argv: "{{{{ ['mariadb'] + {root_prev} }}}}"
+        stdin: "{{{{ dbmigrate_accounts_sql }}}}"
+      no_log: true
+      loop: "{{{{ dbmigrate_accounts.results }}}}"
+      loop_control: {{label: "{{{{ item.item.name }}}}"}}
+      when: (item.stdout | trim | int) < (dbmigrate_account_count | int)
+"""

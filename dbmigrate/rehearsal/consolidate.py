@@ -1,0 +1,247 @@
+"""`dbmigrate rehearse consolidate`: the whole consolidation on a throwaway sandbox, under load.
+
+Four old servers (2-3 shards each, a writer per shard following the DSN file) are
+planned onto two hosts of two instances each; the consolidate playbook provisions
+the instances (sandbox instances for now), seeds them physically (mariadb-backup
+streamed host to host through the throttle), cuts the old servers over as a fleet,
+routes every shard, and one old server is then rolled back alone. The report says,
+per shard, who serves it and whether every acknowledged write is there, compares
+checksums old vs new, and checks that each moved old server replicates back.
+
+With `remote`, each old server and each target host is a host of its own behind a
+real sshd: files and programs are reached only over ssh.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from dbmigrate.config import HostSpec, load_inventory
+from dbmigrate.db.connection import Server
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.procedures.consolidate.plan import connection_name, measure_shards, plan
+from dbmigrate.procedures.consolidate.resources import ConsolidateState
+from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, create_shard, ids_on
+from dbmigrate.routing.dsn_file import DsnFileRouter
+
+Progress = Callable[[str], None]
+SHARDS_PER_OLD = (2, 3, 2, 3)  # 10 shards on 4 old servers
+HOSTS = ("h1", "h2")
+
+
+def _old_names(name: str) -> list[str]:
+    return [f"{name}-1"] + [f"{name}-old{i}" for i in range(2, len(SHARDS_PER_OLD) + 1)]
+
+
+def _shards(name: str) -> dict[str, list[str]]:
+    return {old: [f"shard_{k}{chr(ord('a') + j)}" for j in range(n)]
+            for k, (old, n) in enumerate(zip(_old_names(name), SHARDS_PER_OLD), 1)}
+
+
+def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = False, rows: int = 2000,
+                         throttle_mb_s: float = 0, keep: bool = False, subscribers=()) -> dict[str, Any]:
+    from dbmigrate.app.consolidate import rollback_server
+    from dbmigrate.app.runs import resolve_journal_path, start_run
+    from dbmigrate.engine.journal import Journal
+
+    say = progress or (lambda m: None)
+    boxes = Sandboxes(progress=say)
+    name = f"consol-{secrets.token_hex(2)}"
+    t0 = time.monotonic()
+    host_sshd: list[Any] = []
+    writers: dict[str, ShardWriter] = {}
+    try:
+        boxes.up(name, replicas=0)
+        olds = _old_names(name)
+        for old in olds[1:]:
+            boxes.add_instance(name, old, cluster=name)
+        state = boxes.find(name)
+        base = load_inventory(state.inventory_file)
+        app = base.app_credentials(name)
+        shards = _shards(name)
+        for old, names in shards.items():
+            with base.open(old) as s:
+                for sh in names:
+                    create_shard(s, sh, rows, app.user)
+        say(f"sandbox {name}: {len(olds)} old servers, {sum(map(len, shards.values()))} shards of {rows} rows "
+            f"({time.monotonic() - t0:.1f}s)")
+        if remote:
+            from dbmigrate.rehearsal.sandbox import sshd
+
+            sshd.start_for_sandbox(boxes, name)
+            for h in HOSTS:
+                daemon = sshd.Sshd(sshd.sandbox_ssh_dir(name) / f"host-{h}")
+                daemon.start()
+                host_sshd.append(daemon)
+            say("every old server and target host reached over its own sshd")
+            state = boxes.find(name)
+        inv_path, routes = _legacy_inventory(state, name, shards, host_sshd)
+        inv = load_inventory(inv_path)
+
+        plan_file = state.path / "plan.json"
+        measured = measure_shards(inv, sample_s=0.3)
+        hosts = {h: HostSpec(cores=2, memory_gb=1, disk_gb=5, max_instances=2, sandbox=name) for h in HOSTS}
+        placed = plan(measured, hosts, inv.planning, "instance-per-group")
+        plan_file.write_text(json.dumps(placed.to_dict(), indent=2))
+        say("plan: " + "; ".join(f"{i.name} <- {', '.join(i.shards)}" for i in placed.instances))
+
+        for sh in [s for names in shards.values() for s in names]:
+            writers[sh] = ShardWriter(routes, sh, app)
+            writers[sh].start()
+        for sh, w in writers.items():
+            if not w.wait_acks_on(w.writer(), 10, timeout_s=30):
+                raise RuntimeError(f"the writer of {sh} could not write to {w.writer()}: {w.errors}")
+        say(f"{len(writers)} shard writers running through the DSN file")
+
+        playbook = _playbook(state.path, name, plan_file, throttle_mb_s)
+        outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+        say(f"run {outcome.run_id}: {outcome.status}: {outcome.summary}")
+        with Journal(resolve_journal_path()) as j:
+            st = ConsolidateState.load(j.all_state(outcome.run_id))
+            steps = j.run_detail(outcome.run_id)["steps"]
+        new_addr = dict(st.instances)
+        target = {sh: new_addr.get(i.name) for i in placed.instances for sh in i.shards}
+        for sh, w in writers.items():  # the instances really take writes before anything else happens
+            w.wait_acks_on(target[sh] or "", 20, timeout_s=30)
+
+        rolled = olds[-1]
+        rollback_sentence = None
+        if outcome.status == "done":
+            rollback_sentence = rollback_server(outcome.run_id, rolled, subscribers=subscribers)
+            say(rollback_sentence)
+            for sh in shards[rolled]:
+                w = writers[sh]
+                w.wait_acks_on(_address(inv, rolled), w.acked_on(_address(inv, rolled)) + 20, timeout_s=30)
+        time.sleep(0.3)
+        for w in writers.values():
+            w.stop()
+        with Journal(resolve_journal_path()) as j:  # again: the rollback journaled that server's new stage
+            st = ConsolidateState.load(j.all_state(outcome.run_id))
+        report = _check(inv, name, placed, new_addr, shards, writers, rolled if rollback_sentence else None, routes)
+        report.update({
+            "sandbox": name, "remote": remote, "run_id": outcome.run_id, "run_status": outcome.status,
+            "summary": outcome.summary, "rolled_back_server": rolled if rollback_sentence else None,
+            "rollback": rollback_sentence, "seeds": st.seeds, "fleet": st.servers,
+            "fenced_checksums_equal": all(v["old"] == v["new"] for v in st.checksums.values()),
+            "steps": [{"name": s["name"], "status": s["status"], "sentence": s["sentence"]} for s in steps],
+            "elapsed_s": round(time.monotonic() - t0, 1),
+        })
+        report["ok"] = bool(outcome.status == "done" and rollback_sentence and report["lost_writes"] == 0
+                            and report["checksum_differences"] == 0 and report["misrouted_shards"] == 0
+                            and report["old_servers_not_replicating_back"] == 0)
+        return report
+    finally:
+        for w in writers.values():
+            w.stop_flag.set()
+        for w in writers.values():
+            w.join(10)
+        if not keep:
+            for d in host_sshd:  # before the sandbox goes: it removes their directory
+                d.stop()
+            boxes.down(name)
+
+
+def _address(inv, server: str) -> str:
+    spec = inv.find_server(server)[1]
+    return f"{spec.host}:{spec.port}"
+
+
+def _legacy_inventory(state, name: str, shards: dict[str, list[str]], host_sshd: list) -> tuple[Path, Path]:
+    doc = yaml.safe_load(state.inventory_file.read_text())
+    cluster = doc["clusters"][name]
+    for old, names in shards.items():
+        cluster["servers"][old]["shards"] = names
+    cluster["router"] = {"kind": "dsn-file", "path": "shards.json"}
+    doc["hosts"] = {h: {"cores": 2, "memory_gb": 1, "disk_gb": 5, "max_instances": 2, "sandbox": name}
+                    for h in HOSTS}
+    for h, daemon in zip(HOSTS, host_sshd):
+        doc["hosts"][h]["access"] = daemon.endpoint.access()
+    doc["planning"] = {"reserved_memory_gb": 0.25, "instance_overhead_mb": 64, "min_buffer_pool_mb": 32}
+    path = state.path / "legacy.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    routes = state.path / "shards.json"
+    inv = load_inventory(path)
+    for old, names in shards.items():
+        for sh in names:
+            DsnFileRouter(sh, routes).switch_writer(_address(inv, old))
+    return path, routes
+
+
+def _playbook(base: Path, cluster: str, plan_file: Path, throttle_mb_s: float) -> Path:
+    path = base / "consolidate.yaml"
+    path.write_text(yaml.safe_dump({
+        "procedure": "consolidate", "inventory": "legacy.yaml", "cluster": cluster,
+        "params": {"plan": plan_file.name, "strategy": "instance-per-group", "catchup_timeout_s": 10,
+                   "drain_timeout_s": 0.3, "gate_timeout_s": 60,
+                   "seed": {"method": "physical", "throttle_mb_s": throttle_mb_s, "max_source_p999_ms": 250,
+                            "progress_every_s": 2},
+                   "fleet": {"concurrency": 2, "on_failure": "continue"}}}, sort_keys=False))
+    return path
+
+
+def _check(inv, name: str, placed, new_addr: dict[str, str], shards: dict[str, list[str]],
+           writers: dict[str, ShardWriter], rolled: str | None, routes: Path) -> dict[str, Any]:
+    creds = inv.defaults.credentials.resolve(inv.base)
+    per_shard, lost, diffs, misrouted = {}, 0, 0, 0
+    instance_of = {sh: i.name for i in placed.instances for sh in i.shards}
+    replicating_back: dict[str, dict[str, Any]] = {}
+    with_servers: dict[str, Server] = {}
+
+    def server(addr: str) -> Server:
+        if addr not in with_servers:
+            host, _, port = addr.rpartition(":")
+            with_servers[addr] = Server(addr, host, int(port), creds)
+        return with_servers[addr]
+
+    try:
+        for old, names in shards.items():
+            old_srv = server(_address(inv, old))
+            moved = old != rolled
+            insts = sorted({instance_of[sh] for sh in names})
+            if moved:
+                # The old server replicates its shards back from each instance (the rollback path): running,
+                # and once it has applied everything, its tables are the instances' tables.
+                back = {}
+                for inst in insts:
+                    st = Inspector(old_srv).named_replica_status(connection_name(inst))
+                    f, pos = Inspector(server(new_addr[inst])).binlog_coordinates()
+                    caught = Inspector(old_srv).wait_for_position(connection_name(inst), f, pos, 30)
+                    back[inst] = {"running": bool(st and st.running), "caught_up": caught}
+                replicating_back[old] = {"read_only": Inspector(old_srv).read_only(), "from": back}
+            for sh in names:
+                expected = _address(inv, old) if not moved else new_addr[instance_of[sh]]
+                route = DsnFileRouter(sh, routes).current().writer
+                on = server(expected)
+                acked = {i for i, _, _ in writers[sh].acks}
+                missing = acked - ids_on(on, sh)
+                differ: list[str] = []
+                if moved:  # a rolled-back shard's instance stops following it: only its old server counts
+                    a = Inspector(on).table_checksums(sh)
+                    b = Inspector(server(_address(inv, old))).table_checksums(sh)
+                    differ = sorted(t for t in set(a) | set(b) if a.get(t) != b.get(t))
+                lost += len(missing)
+                diffs += len(differ)
+                misrouted += route != expected
+                per_shard[sh] = {"old_server": old, "instance": instance_of[sh], "served_by": route,
+                                 "expected": expected, "acknowledged": len(acked),
+                                 "acked_on_new": writers[sh].acked_on(new_addr[instance_of[sh]]),
+                                 "lost": len(missing), "checksum_differences": differ,
+                                 "longest_gap_ms": round(writers[sh].longest_gap_ms(), 1),
+                                 "writer_errors": dict(writers[sh].errors)}
+    finally:
+        for s in with_servers.values():
+            s.close()
+    not_back = sum(1 for r in replicating_back.values()
+                   if not r["read_only"] or not all(v["running"] and v["caught_up"] for v in r["from"].values()))
+    return {"shards": per_shard, "lost_writes": lost, "acknowledged_writes": sum(len(w.acks) for w in writers.values()),
+            "checksum_differences": diffs, "misrouted_shards": misrouted, "old_servers_replicating_back": replicating_back,
+            "old_servers_not_replicating_back": not_back,
+            "instances": {i.name: {"host": i.host, "address": new_addr.get(i.name), "shards": i.shards}
+                          for i in placed.instances}}

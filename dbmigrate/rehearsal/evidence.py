@@ -1,0 +1,45 @@
+"""What a rehearsal measured beside its run, saved as the run's evidence in the journal.
+
+The run's journal then holds everything its report draws, so `dbmigrate runs report RUN`
+gives the same report long after the sandbox is gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from dbmigrate.engine.journal import Journal
+from dbmigrate.report import model as m
+from dbmigrate.report.series import bin_counts, per_second_latency, split_at, summarize_ms
+from dbmigrate.rehearsal.verify.report import Ack, VerifyReport
+
+READS = "point lookups by a secondary index through the router (the rehearsal's read workload)"
+
+
+def promote_evidence(*, acks: Sequence[Ack], verify: VerifyReport, read_samples: Sequence[tuple[float, float]],
+                     switched_at: float | None, load: dict[str, Any], cpu: dict[str, Any]) -> dict[str, Any]:
+    before, after = split_at(read_samples, switched_at)
+    return {
+        m.ACKS: {**bin_counts([a.wall for a in acks], 10.0), "source": "zero-loss verifier through the router"},
+        m.LATENCY: {"source": READS, "points": per_second_latency(read_samples)},
+        m.CLIENT_LATENCY: {"source": READS + ("; before and after the router flip" if switched_at else ""),
+                           "split_at": switched_at, "before": summarize_ms(before), "after": summarize_ms(after)},
+        m.LOAD: load,
+        m.CPU: {k: v for k, v in cpu.items() if v},
+        m.VERIFIER: {"acknowledged": verify.acknowledged, "lost_total": verify.lost_total,
+                     "max_gap_ms": verify.max_gap_ms, "errors": dict(verify.errors)},
+    }
+
+
+def record_promote_evidence(run_id: str, *, sampler: Any, journal_path=None, **kw: Any) -> None:
+    """Into the run's journal: the rehearsal's own series, then the sampler's replica lag
+    (its round-trip probe is coarser than the read workload, so that one stays out)."""
+    from dbmigrate.app.runs import resolve_journal_path
+
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        for name, value in promote_evidence(**kw).items():
+            journal.record_evidence(run_id, name, value)
+        sampled = sampler.evidence()
+        for name in (m.LAG, m.SAMPLER):
+            if sampled.get(name):
+                journal.record_evidence(run_id, name, sampled[name])

@@ -1,0 +1,45 @@
+"""`dbmigrate rehearse consolidate --remote`: the whole consolidation, each old server and each
+target host behind its own sshd, under a writer on every shard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_rehearse_consolidate_remote_moves_every_shard_physically_and_loses_nothing(cli):
+    r = cli("rehearse", "consolidate", "--remote", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["ok"] and rep["remote"] and rep["run_status"] == "done", rep["summary"]
+    # 4 old servers, 10 shards, 2 hosts x 2 instances.
+    assert len(rep["shards"]) == 10 and len(rep["instances"]) == 4
+    assert sorted(i["host"] for i in rep["instances"].values()) == ["h1", "h1", "h2", "h2"]
+    # Every instance seeded physically over ssh, from the backup's GTID, keeping only its shards.
+    assert len(rep["seeds"]) == 4
+    for seed in rep["seeds"].values():
+        assert seed["method"] == "physical" and seed["gtid"] and seed["bytes"] > 5_000_000, seed
+        assert set(seed["dropped"]) >= {"app", "sbtest"}, seed
+    # Each old server journaled as cut over by the fleet; one then rolled back alone.
+    rolled = rep["rolled_back_server"]
+    assert rolled and {s: f["status"] for s, f in rep["fleet"].items()} == {s: "done" for s in rep["fleet"]}
+    assert rep["fleet"][rolled]["stage"] == "rollback"
+    assert all(f["stage"] == "cutover" for s, f in rep["fleet"].items() if s != rolled)
+    # Every shard served where it should be, with every acknowledged write there, checksums equal.
+    assert rep["lost_writes"] == 0 and rep["checksum_differences"] == 0 and rep["misrouted_shards"] == 0
+    for sh, s in rep["shards"].items():
+        assert s["served_by"] == s["expected"] and s["lost"] == 0, (sh, s)
+        assert s["acked_on_new"] >= 20, (sh, s)  # the instance really took writes
+        if s["old_server"] == rolled:
+            assert s["served_by"] != rep["instances"][s["instance"]]["address"]
+        else:
+            assert s["served_by"] == rep["instances"][s["instance"]]["address"]
+    assert rep["fenced_checksums_equal"]
+    # The moved old servers are fenced and replicate their shards back until decommission.
+    back = rep["old_servers_replicating_back"]
+    assert rolled not in back and len(back) == 3
+    for old, b in back.items():
+        assert b["read_only"] and all(v["running"] and v["caught_up"] for v in b["from"].values()), (old, b)

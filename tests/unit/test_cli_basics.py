@@ -1,0 +1,46 @@
+"""--version, shell completion, an example in every command's --help, and a dry run
+that stops never claims to have undone anything."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from dbmigrate.cli.app import app
+from dbmigrate.cli.examples import EXAMPLES, add_examples
+from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure, Runner
+from tests.unit.test_engine_support import new_context
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def test_version():
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout.startswith("dbmigrate ") and r.stdout.split()[1][0].isdigit()
+
+
+def test_shell_completion_is_offered():
+    r = run("--help")
+    assert "--install-completion" in r.stdout and "--show-completion" in r.stdout
+
+
+def test_every_command_has_an_example_in_its_help():
+    assert add_examples(app) == []  # no command without an example
+    for name, example in EXAMPLES.items():
+        r = run(*name.split(), "--help")
+        assert r.exit_code == 0, name
+        assert "Example: " + example in " ".join(r.stdout.split()), (name, r.stdout[-400:])
+
+
+def test_a_dry_run_that_stops_says_nothing_was_changed(tmp_path):
+    def boom(ctx):
+        raise RuntimeError("cannot read the candidate")
+
+    procedure = Procedure("demo", [Phase("p", [FunctionStep("read", boom, mutating=False)])],
+                          rollback_on_failure=True)
+    with Journal(tmp_path / "j.sqlite") as journal:
+        outcome = Runner().run(procedure, new_context(journal, dry_run=True))
+    assert outcome.summary.startswith("dry run stopped: ")
+    assert "undone" not in outcome.summary + outcome.error.hint and "rolled back" not in outcome.summary
+    assert outcome.error.hint == "nothing was changed (dry run)"

@@ -1,0 +1,214 @@
+"""Fault matrix pure logic: the fault-injection pause point, the writable monitor's intervals,
+the scenario list and the verdict."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from dbmigrate import faultpoint
+from dbmigrate.engine.events import Log, StepFinished, StepStarted
+from dbmigrate.rehearsal.faultmatrix.harness import Result
+from dbmigrate.rehearsal.faultmatrix.scenarios import FAST, all_scenarios, select
+from dbmigrate.rehearsal.writable_monitor import certain_spans, no_writer, two_writable
+
+
+# -- pause points --------------------------------------------------------------------------
+
+def test_pause_points_parse_and_reject_malformed():
+    assert faultpoint.parse_point("before:Fence") == faultpoint.PausePoint("before", "fence")
+    assert faultpoint.parse_point("in:switch router:set server") == \
+        faultpoint.PausePoint("in", "switch router", "set server")
+    assert str(faultpoint.parse_point("in:fence:read_only=ON")) == "in:fence:read_only=on"
+    for bad in ("fence", "during:fence", "before:", "in:fence", "in::x"):
+        with pytest.raises(ValueError):
+            faultpoint.parse_point(bad)
+
+
+def test_off_unless_asked_and_needs_a_marker(monkeypatch):
+    monkeypatch.delenv(faultpoint.ENV_POINT, raising=False)
+    assert faultpoint.from_environment() is None
+    monkeypatch.setenv(faultpoint.ENV_POINT, "before:fence")
+    monkeypatch.delenv(faultpoint.ENV_FILE, raising=False)
+    with pytest.raises(ValueError):
+        faultpoint.from_environment()
+
+
+def _started(name, action="run"):
+    return StepStarted(index=0, phase="cutover", name=name, action=action)
+
+
+def _finished(name, status="done"):
+    return StepFinished(index=0, phase="cutover", name=name, status=status)
+
+
+@dataclass
+class Recorder:
+    """A pauser whose pause only records where it happened."""
+
+    pauser: faultpoint.Pauser
+
+    def __post_init__(self):
+        self.where: list[str] = []
+        original = self.pauser.pause
+        def pause():
+            if not self.pauser.done:
+                self.where.append(self.pauser.step or "between steps")
+            original()
+
+        self.pauser.pause = pause
+
+
+def _recorder(spec, tmp_path):
+    return Recorder(faultpoint.Pauser(faultpoint.parse_point(spec), tmp_path / "paused", max_s=0.01))
+
+
+def test_before_and_after_match_the_steps_run_forward_only(tmp_path):
+    r = _recorder("before:fence", tmp_path)
+    r.pauser.on_event(_started("fence db-1", action="undo"))
+    r.pauser.on_event(Log(level="info", message="fence db-1"))
+    assert r.where == []
+    r.pauser.on_event(_started("fence db-1"))
+    assert r.where == ["fence db-1"]
+    a = _recorder("after:wait for", tmp_path)
+    a.pauser.on_event(_started("wait for db-4 to catch up"))
+    assert a.where == []
+    a.pauser.on_event(_finished("wait for db-4 to catch up", status="skipped"))  # a skipped step is a boundary too
+    assert a.where == ["between steps"]
+
+
+def test_in_matches_a_statement_sent_during_its_step_once(tmp_path):
+    r = _recorder("in:fence:read_only=on", tmp_path)
+    r.pauser.on_sent("db-1", "SET GLOBAL read_only=ON")  # no step running
+    r.pauser.on_event(_started("open db-4 for writes"))
+    r.pauser.on_sent("db-4", "SET GLOBAL read_only=ON")  # another step
+    r.pauser.on_event(_finished("open db-4 for writes"))
+    r.pauser.on_event(_started("fence db-1"))
+    r.pauser.on_sent("db-1", "SELECT @@GLOBAL.read_only")
+    assert r.where == []
+    r.pauser.on_sent("db-1", "SET STATEMENT lock_wait_timeout=2 FOR SET GLOBAL read_only=ON")
+    r.pauser.on_sent("db-1", "SET STATEMENT lock_wait_timeout=2 FOR SET GLOBAL read_only=ON")
+    assert r.where == ["fence db-1"]
+
+
+def test_pause_writes_the_marker_and_lasts_until_it_is_removed(tmp_path):
+    marker = tmp_path / "paused"
+    p = faultpoint.Pauser(faultpoint.parse_point("before:fence"), marker, max_s=10)
+    seen = []
+
+    def harness():
+        while not marker.exists():
+            time.sleep(0.001)
+        seen.append(marker.read_text())
+        marker.unlink()
+
+    t = threading.Thread(target=harness)
+    t.start()
+    t0 = time.monotonic()
+    p.on_event(_started("fence db-1"))
+    t.join(5)
+    assert seen and seen[0].split()[1] == "before:fence" and int(seen[0].split()[0]) > 0
+    assert time.monotonic() - t0 < 5 and not marker.exists()
+
+
+def test_pause_is_bounded_when_nobody_releases_it(tmp_path):
+    p = faultpoint.Pauser(faultpoint.parse_point("before:fence"), tmp_path / "paused", max_s=0.05)
+    t0 = time.monotonic()
+    p.on_event(_started("fence db-1"))
+    assert 0.05 <= time.monotonic() - t0 < 2 and not (tmp_path / "paused").exists()
+
+
+def test_router_commands_reach_listeners_only_while_listening():
+    got = []
+    fn = lambda target, text: got.append((target, text))  # noqa: E731
+    faultpoint.add_router_listener(fn)
+    faultpoint.router_command_sent("set server writer/db-4 state ready")
+    faultpoint.remove_router_listener(fn)
+    faultpoint.router_command_sent("set server writer/db-1 state ready")
+    assert got == [("router", "set server writer/db-4 state ready")]
+
+
+# -- the writable monitor's intervals --------------------------------------------------------
+
+def test_spans_hold_only_between_agreeing_samples():
+    samples = [(0.0, True), (1.0, True), (2.0, False), (3.0, False), (4.0, False), (5.0, True)]
+    assert certain_spans(samples, True) == [(0.0, 1.0)]
+    assert certain_spans(samples, False) == [(2.0, 4.0)]
+
+
+def test_a_clean_switchover_has_neither_two_writers_nor_a_long_gap():
+    timelines = {
+        "old": [(0.000, True), (0.005, True), (0.010, False), (0.015, False), (0.020, False)],
+        "new": [(0.001, False), (0.006, False), (0.011, False), (0.016, True), (0.021, True)],
+        "r": [(0.002, False), (0.022, False)],
+    }
+    assert two_writable(timelines) == []
+    gaps = no_writer(timelines)
+    assert len(gaps) == 1 and gaps[0].start == 0.010 and gaps[0].end == 0.011  # surely nobody: 1 ms
+    assert round(gaps[0].ms, 3) == 1.0
+
+
+def test_two_writable_servers_are_found_and_named():
+    timelines = {
+        "a": [(0.0, True), (0.010, True), (0.020, True)],
+        "b": [(0.005, False), (0.012, True), (0.018, True), (0.030, False)],
+        "c": [(0.0, False), (0.030, False)],
+    }
+    found = two_writable(timelines)
+    assert len(found) == 1 and found[0].servers == ("a", "b")
+    assert (found[0].start, found[0].end) == (0.012, 0.018)
+    assert no_writer(timelines) == []
+
+
+def test_a_silent_server_counts_as_not_writable():
+    # "down" samples are (time, False): a fenced old primary and a dead candidate leave no writer.
+    timelines = {"old": [(0.0, False), (2.0, False)], "cand": [(0.1, False), (0.5, False), (1.9, False)]}
+    assert [round(i.ms) for i in no_writer(timelines)] == [1800]
+
+
+# -- scenarios and verdicts -------------------------------------------------------------------
+
+def test_scenario_ids_are_unique_and_cover_the_asked_faults():
+    ids = [s.id for s in all_scenarios()]
+    assert len(ids) == len(set(ids))
+    assert FAST <= set(ids)
+    for sig in ("kill9", "sigterm", "sigint"):
+        for where in ("before-fence", "in-fence", "in-open", "in-flip", "in-repoint", "in-reverse", "after-verify"):
+            for rec in ("resume", "rollback"):
+                assert f"promote/{sig}/{where}/{rec}" in ids
+    for fault in ("freeze-candidate", "kill-old-primary", "kill-haproxy", "lock-at-fence", "bad-setting"):
+        assert any(f"/{fault}/" in i for i in ids), fault
+
+
+def test_select_by_glob_and_fast():
+    picked = select(all_scenarios(), "promote/kill9/in-fence/*,*/huge-timeout/*")
+    assert [s.id for s in picked] == ["promote/kill9/in-fence/resume", "promote/kill9/in-fence/rollback",
+                                      "promote/bad-setting/huge-timeout/none"]
+    assert {s.id for s in select(all_scenarios(), fast=True)} == FAST
+    assert select(all_scenarios(), "nothing/like/this") == []
+
+
+def test_verdict_names_every_reason():
+    ok = Result("x", False, lost={"a": 0}, acknowledged=10, bound_ms=1000, longest_no_writer_ms=10, writer_gap_ms=20,
+                healthy=True)
+    assert ok.verdict == "PASS" and ok.why == []
+    bad = Result("y", False, lost={"a": 2, "b": 0}, acknowledged=10, two_writable=1, bound_ms=1000,
+                 longest_no_writer_ms=1500, writer_gap_ms=1600, healthy=False, problems=["unhealthy: 2 writable"])
+    assert bad.verdict == "FAIL"
+    text = "; ".join(bad.why)
+    for part in ("2 acknowledged write(s) lost", "two writable", "1500 ms (bound 1000 ms)", "1600 ms", "unhealthy"):
+        assert part in text
+
+
+def test_a_resume_that_ends_rolled_back_is_safe_not_passed():
+    safe = Result("z", False, lost={"a": 0}, acknowledged=10, bound_ms=1000, healthy=True, action="resume",
+                  action_status="rolled_back", run_status="running")
+    assert safe.end == "rolled_back" and safe.verdict == "SAFE"
+    done = Result("z", False, lost={"a": 0}, acknowledged=10, bound_ms=1000, healthy=True, action="rollback",
+                  action_status="rolled_back", run_status="running")
+    assert done.verdict == "PASS"
+    by_itself = Result("z", False, acknowledged=10, bound_ms=1000, healthy=True, run_status="rolled_back")
+    assert by_itself.end == "rolled_back" and by_itself.verdict == "PASS"
