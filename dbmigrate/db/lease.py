@@ -35,6 +35,7 @@ class SqlLease:
         self.primary = primary  # where the lease was last written
         self.bound_s = bound_s  # one server's answer, so that a frozen one does not hold a renewal
         self._sessions: dict[str, Server] = {}
+        self._identity: tuple[str, str, int] | None = None  # (holder, host, pid) of the run taking it
 
     def _session(self, name: str) -> Server:
         if name not in self._sessions:
@@ -44,19 +45,58 @@ class SqlLease:
     def read(self, name: str, cluster: str) -> LeaseRow | None:
         s = self._session(name)
         with s.bounded(self.bound_s):
-            if not s.scalar("SELECT COUNT(*) AS n FROM information_schema.TABLES "
-                            "WHERE TABLE_SCHEMA='dbmigrate' AND TABLE_NAME='cluster_lease'"):
+            if not self._has_table(s):
                 return None
             return _row(s.query(f"SELECT {_COLUMNS} FROM {_TABLE} WHERE cluster=%s", (cluster,)))
 
+    @staticmethod
+    def _has_table(s: Server) -> bool:
+        # Asked first: CREATE ... IF NOT EXISTS is binlogged even when the table exists.
+        return bool(s.scalar("SELECT COUNT(*) AS n FROM information_schema.TABLES "
+                             "WHERE TABLE_SCHEMA='dbmigrate' AND TABLE_NAME='cluster_lease'"))
+
+    def _order(self) -> list[str]:
+        return [self.primary, *[n for n in self.servers if n != self.primary]]
+
+    def _writable(self) -> str | None:
+        """The first server that answers and takes writes (the last primary first), or None."""
+        for name in self._order():
+            try:
+                s = self._session(name)
+                with s.bounded(self.bound_s):
+                    if str(s.scalar("SELECT @@GLOBAL.read_only AS ro")) not in ("1", "ON"):
+                        return name
+            except DbmigrateError:
+                continue
+        return None
+
     def take(self, cluster: str, run_id: str, holder: str, host: str, pid: int,
              ttl_s: float) -> tuple[bool, LeaseRow | None]:
-        s = self._session(self.primary)
+        """Take the lease on the server that takes writes. Inside a fenced window (or with the
+        old primary gone) none does: the row any server carries decides, and the first renewal
+        on a writable server writes it."""
+        self._identity = (holder, host, pid)
+        target = self._writable()
+        if target is None:
+            for name in self._order():
+                try:
+                    row = self.read(name, cluster)
+                except DbmigrateError:
+                    continue
+                return may_take(row, run_id), row
+            raise DbmigrateError(f"no server of cluster '{cluster}' answers: the cluster lease cannot be checked")
+        self.primary = target
+        return self._take_on(target, cluster, run_id, ttl_s)
+
+    def _take_on(self, name: str, cluster: str, run_id: str, ttl_s: float) -> tuple[bool, LeaseRow | None]:
+        holder, host, pid = self._identity
+        s = self._session(name)
         with s.bounded(self.bound_s + ttl_s / 3):
-            s.execute("CREATE DATABASE IF NOT EXISTS dbmigrate")
-            s.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (cluster VARCHAR(64) PRIMARY KEY, "
-                      "run_id VARCHAR(64) NOT NULL, holder VARCHAR(255) NOT NULL, host VARCHAR(255) NOT NULL, "
-                      "pid INT NOT NULL, acquired_at DATETIME(6) NULL, expires_at DATETIME(6) NULL)")
+            if not self._has_table(s):
+                s.execute("CREATE DATABASE IF NOT EXISTS dbmigrate")
+                s.execute(f"CREATE TABLE IF NOT EXISTS {_TABLE} (cluster VARCHAR(64) PRIMARY KEY, "
+                          "run_id VARCHAR(64) NOT NULL, holder VARCHAR(255) NOT NULL, host VARCHAR(255) NOT NULL, "
+                          "pid INT NOT NULL, acquired_at DATETIME(6) NULL, expires_at DATETIME(6) NULL)")
             # The row exists before anyone locks it: two runs starting together then queue on one
             # row lock (no gap locks, no deadlock) and the second sees the first's lease.
             s.execute(f"INSERT IGNORE INTO {_TABLE} (cluster, run_id, holder, host, pid) VALUES (%s, '', '', '', 0)",
@@ -78,19 +118,29 @@ class SqlLease:
 
     def renew(self, cluster: str, run_id: str, ttl_s: float) -> tuple[str, LeaseRow | None]:
         """Renew on the server that takes writes (the last one first). Only a writable server's row
-        decides that the lease is lost: a replica's row may lag behind the primary's."""
-        for name in [self.primary, *[n for n in self.servers if n != self.primary]]:
+        decides that the lease is lost: a replica's row may lag behind the primary's. A lease that
+        was only checked (no server took writes at the start) is written here, once one does."""
+        for name in self._order():
             try:
                 s = self._session(name)
                 with s.bounded(self.bound_s):
-                    if s.execute(f"UPDATE {_TABLE} SET expires_at=UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND "
-                                 "WHERE cluster=%s AND run_id=%s AND @@GLOBAL.read_only=0",
-                                 (int(ttl_s * 1e6), cluster, run_id)):
-                        self.primary = name
-                        return "renewed", None
                     if str(s.scalar("SELECT @@GLOBAL.read_only AS ro")) in ("1", "ON"):
                         continue
+                    # Still conditional: the server may have been fenced since the question.
+                    if self._has_table(s) and s.execute(
+                            f"UPDATE {_TABLE} SET expires_at=UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND "
+                            "WHERE cluster=%s AND run_id=%s AND @@GLOBAL.read_only=0",
+                            (int(ttl_s * 1e6), cluster, run_id)):
+                        self.primary = name
+                        return "renewed", None
                     row = self.read(name, cluster)
+                if row is not None and row.run_id == run_id:
+                    continue  # ours, but the UPDATE missed it: fenced since the question
+                if may_take(row, run_id) and self._identity is not None:
+                    taken, row = self._take_on(name, cluster, run_id, ttl_s)
+                    if taken:
+                        self.primary = name
+                        return "renewed", None
             except DbmigrateError:
                 continue  # down or frozen: ask the others
             return "lost", row
