@@ -127,8 +127,10 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
             _close_resources(resources)
 
 
-def resume_run(run_ref: str, **kwargs: Any) -> RunOutcome:
-    return _continue_run(run_ref, "resume", **kwargs)
+def resume_run(run_ref: str, *, without_old_primary: bool = False, **kwargs: Any) -> RunOutcome:
+    """Continue a run; `without_old_primary` completes a cutover whose old primary died after
+    the fence (promote runs), once the facts show the candidate holds everything known."""
+    return _continue_run(run_ref, "takeover" if without_old_primary else "resume", **kwargs)
 
 
 def rollback_run(run_ref: str, **kwargs: Any) -> RunOutcome:
@@ -149,9 +151,12 @@ def _continue_run(
         run_id = journal.resolve_run_id(run_ref)
         run = journal.get_run(run_id)
         assert run is not None  # resolve_run_id found it
-        if mode == "resume" and run["status"] == "rolled_back":
+        if mode in ("resume", "takeover") and run["status"] == "rolled_back":
             raise UsageError(f"run {run_id} was rolled back; there is nothing to resume",
                              hint=f"start a new run: dbmigrate run {run['playbook']}")
+        if mode == "takeover" and run["status"] == "done":
+            raise UsageError(f"run {run_id} is {run['status']}: it has no cutover to complete",
+                             hint=f"see: dbmigrate runs show {run_id}")
         if not run["playbook"]:
             raise UsageError(f"run {run_id} has no playbook recorded; it cannot be {mode}d from the command line")
         playbook = load_playbook(run["playbook"])
@@ -205,7 +210,7 @@ def _drive_with_resources(
 ) -> RunOutcome:
     run_id = run["id"]
     _install_provisioners()
-    resources = _prepare(playbook, RunState(journal, run_id))
+    resources = _prepare(playbook, RunState(journal, run_id), old_gone=(mode == "takeover"))
     try:
         ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
                          bus=bus, dry_run=run["dry_run"], resources=resources, params=playbook.params)
@@ -220,7 +225,7 @@ def _drive_with_resources(
             runner.stop_check = getattr(lock, "stop_reason", None)
             if mode == "rollback":
                 return runner.rollback(procedure, ctx)
-            return runner.run(procedure, ctx, resume=(mode == "resume"))
+            return runner.run(procedure, ctx, resume=(mode in ("resume", "takeover")))
     finally:
         _close_resources(resources)
 
@@ -254,10 +259,15 @@ def _install_provisioners() -> None:
     install()
 
 
-def _prepare(playbook: Playbook, state: RunState) -> dict[str, Any]:
+def _prepare(playbook: Playbook, state: RunState, old_gone: bool = False) -> dict[str, Any]:
     """Open the procedure's resources; preparers that take the run state get it, so that
     a resumed run can use facts journaled before a crash (e.g. which server was primary)."""
     prepare = playbook.entry.prepare_resources
+    if old_gone:
+        if "old_gone" not in inspect.signature(prepare).parameters:
+            raise UsageError(f"a {playbook.procedure} run cannot be completed without its old primary",
+                             hint="--without-old-primary completes promote runs")
+        return prepare(playbook, state, old_gone=True)
     if len(inspect.signature(prepare).parameters) >= 2:
         return prepare(playbook, state)
     return prepare(playbook)

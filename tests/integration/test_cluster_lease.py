@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dbmigrate.db.inspector import Inspector
 from tests.integration import promote_kit as kit
 
 pytestmark = pytest.mark.integration
@@ -137,4 +138,73 @@ def test_a_run_started_after_the_primary_moved_is_refused_by_the_lease_the_new_p
     shape = kit.shape(inv, name)
     assert kit.writers(shape) == [f"{name}-new"], shape  # B changed nothing
     assert shape[f"{name}-2"]["source"] == f"{name}-new" and shape[f"{name}-2"]["running"], shape
+    boxes.down(name)
+
+
+# -- the old primary dies right after the fence -----------------------------------------------
+
+def _live_shape(inv, cluster: str, dead: str) -> dict:
+    addr = {f"{s.host}:{s.port}": n for n, s in inv.cluster(cluster).servers.items()}
+    out = {}
+    for n in inv.cluster(cluster).servers:
+        if n == dead:
+            continue
+        with inv.open(n) as srv:
+            i = Inspector(srv)
+            st = i.replica_status()
+            out[n] = {"read_only": i.read_only(), "running": bool(st and st.running),
+                      "source": addr.get(f"{st.source_host}:{st.source_port}") if st and st.source_host else None}
+    return out
+
+
+def test_old_primary_killed_after_the_fence_then_resume_without_it_completes_with_nothing_lost(boxes, tmp_path, cli):
+    import signal
+
+    from dbmigrate.routing import router_for
+
+    name = "oldgone"
+    state, inv = kit.topology(boxes, name)
+    old_pid = state.instance(f"{name}-1").pid()
+    journal = tmp_path / "j.sqlite"
+    marker = tmp_path / "paused"
+    v = kit.start_verifier(inv, name)
+    proc = _spawn(kit.playbook(state, name), journal, "after:fence", marker)
+    try:
+        _wait_file(marker, [proc])
+        time.sleep(0.3)  # the candidate and replicas receive the last writes before the fence
+        os.kill(old_pid, signal.SIGKILL)
+        marker.unlink()
+        out, err = _finish(proc)
+    finally:
+        marker.unlink(missing_ok=True)
+        if proc.poll() is None:
+            proc.kill()
+    (run,) = _runs(journal)
+    assert run["status"] in ("failed", "rollback_failed"), (run, out, err)
+    shape = _live_shape(inv, name, f"{name}-1")
+    assert kit.writers(shape) == [], shape  # nobody writable: the old is dead, the candidate was never opened
+
+    done = cli("resume", run["id"], "--without-old-primary", "--yes", "--journal", str(journal))
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert f"{name}-1 does not answer" in said and "final position journaled at the fence" in said, said
+    assert f"{name}-new holds everything known" in said, said
+    (run,) = _runs(journal)
+    assert run["status"] == "done", run
+    shape = _live_shape(inv, name, f"{name}-1")
+    assert kit.writers(shape) == [f"{name}-new"], shape
+    assert shape[f"{name}-new"]["source"] is None, shape
+    for r in (f"{name}-2", f"{name}-3"):
+        assert shape[r]["source"] == f"{name}-new" and shape[r]["running"], shape
+    new = inv.cluster(name).servers[f"{name}-new"]
+    assert router_for(inv, name).current().writer == f"{new.host}:{new.port}"
+    v.wait_for_acks(len(v.acks) + 20, timeout_s=15)  # writes flow again, through the router, to NAME-new
+    v.stop()
+    servers = [inv.open(n) for n in inv.cluster(name).servers if n != f"{name}-1"]
+    try:
+        report = v.check(servers, catch_up_timeout_s=30)
+    finally:
+        for s in servers:
+            s.close()
+    assert report.acknowledged > 20 and report.lost_total == 0, report.summary()
     boxes.down(name)

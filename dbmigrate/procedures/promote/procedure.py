@@ -24,6 +24,7 @@ from dbmigrate.procedures.kit.cutover import Cutover
 from dbmigrate.procedures.kit.preflight import PreflightLimits, preflight_gate
 from dbmigrate.procedures.kit.resources import required, typed
 from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings
+from dbmigrate.procedures.kit.takeover import takeover_procedure
 from dbmigrate.procedures.kit.warmup import WarmSpec
 from dbmigrate.procedures.promote import extras
 from dbmigrate.procedures.promote.resources import PromoteResources, prepare
@@ -126,4 +127,7 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
           description="promote a replica to primary with reverse replication and a router switch")
 def build(ctx: RunContext, params: PromoteParams) -> Procedure:
     """Promote a replica to primary: fence, catch up, open, switch, repoint, reverse."""
+    r = typed(ctx, PromoteResources)
+    if r is not None and r.old_gone:
+        return takeover_procedure("promote", cutover_of(ctx, params))
     return Procedure("promote", build_phases(ctx, params), rollback_on_failure=True)
