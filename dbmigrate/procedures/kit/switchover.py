@@ -61,6 +61,9 @@ class SwitchoverSettings:
     # watchdog acts, by `on_fence_blocked` (unfence: give up, nothing changed; kill_blockers).
     fence_block_s: float = 0.5
     on_fence_blocked: OnFenceBlocked = "unfence"
+    # A fence that gave up blocked is tried again (writes flow in between) up to this many times in all.
+    fence_attempts: int = 1
+    fence_retry_pause_s: float = 1.0
     # How long an undo waits for one server to answer before taking it as down (frozen, dead).
     probe_timeout_s: float = 2.0
     drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
@@ -252,7 +255,26 @@ class Switchover:
         return self.insp(self.old).read_only()
 
     def fence(self) -> tuple[str, str]:
-        """read_only on the old primary; returns (sentence, final position).
+        """read_only on the old primary, tried up to fence_attempts times when one attempt gives
+        up blocked (writes flow for fence_retry_pause_s in between); returns (sentence, final position)."""
+        attempts = max(1, self.s.fence_attempts)
+        for attempt in range(1, attempts + 1):
+            try:
+                sentence, pos = self._fence_once()
+            except RefusedWait as e:
+                if attempt == attempts:
+                    if attempts > 1:
+                        e.message = f"{e.message} (attempt {attempt} of {attempts})"
+                    raise
+                self.log(f"{e.message}; trying again in {self.s.fence_retry_pause_s:g}s "
+                         f"(attempt {attempt + 1} of {attempts})", "warning")
+                self.clock.sleep(self.s.fence_retry_pause_s)
+                continue
+            return (f"{sentence} (attempt {attempt} of {attempts})" if attempt > 1 else sentence), pos
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _fence_once(self) -> tuple[str, str]:
+        """One attempt at read_only on the old primary; returns (sentence, final position).
 
         SET GLOBAL read_only=ON returns once commits in progress are done, and no
         application commit can follow, so the position read right after it is final.
