@@ -698,3 +698,16 @@ def test_seal_old_refuses_to_go_on_when_the_old_primary_is_writable_again():
 
     assert refused.value.message == "db1 is writable again: refusing to open db2 (two primaries)"
     assert topo.statements("db1") == []
+
+
+def test_the_probe_write_goes_only_to_a_writable_new_primary_that_replicates_from_nobody():
+    # db2 still a read-only replica (the run never made it primary, or another run moved the primary):
+    # the tool's login bypasses read_only, so a probe there would be an errant transaction.
+    topo, router = fenced()
+    with pytest.raises(SafetyError, match="db2 is not the primary any more \\(it is read-only\\)"):
+        switchover(topo, router).verify_writes_flow("r1")
+    db2 = topo.servers["db2"]
+    db2.read_only = False  # writable by hand, but still replicating
+    with pytest.raises(SafetyError, match="db2 is not the primary any more \\(it replicates\\)"):
+        switchover(topo, router).verify_writes_flow("r1")
+    assert [sql for server, sql in topo.sent if server == "db2"] == []
