@@ -55,6 +55,9 @@ class SqlLease:
         return bool(s.scalar("SELECT COUNT(*) AS n FROM information_schema.TABLES "
                              "WHERE TABLE_SCHEMA='dbmigrate' AND TABLE_NAME='cluster_lease'"))
 
+    def _host(self) -> str:
+        return self._identity[1] if self._identity is not None else ""
+
     def _order(self) -> list[str]:
         return [self.primary, *[n for n in self.servers if n != self.primary]]
 
@@ -83,7 +86,7 @@ class SqlLease:
                     row = self.read(name, cluster)
                 except DbmigrateError:
                     continue
-                return may_take(row, run_id), row
+                return may_take(row, run_id, self._host()), row
             raise DbmigrateError(f"no server of cluster '{cluster}' answers: the cluster lease cannot be checked")
         self.primary = target
         return self._take_on(target, cluster, run_id, ttl_s)
@@ -104,7 +107,7 @@ class SqlLease:
             s.execute("BEGIN")
             try:
                 row = _row(s.query(f"SELECT {_COLUMNS} FROM {_TABLE} WHERE cluster=%s FOR UPDATE", (cluster,)))
-                if not may_take(row, run_id):
+                if not may_take(row, run_id, self._host()):
                     s.execute("ROLLBACK")
                     return False, row
                 s.execute(f"UPDATE {_TABLE} SET run_id=%s, holder=%s, host=%s, pid=%s, acquired_at=UTC_TIMESTAMP(6), "
@@ -136,7 +139,7 @@ class SqlLease:
                     row = self.read(name, cluster)
                 if row is not None and row.run_id == run_id:
                     continue  # ours, but the UPDATE missed it: fenced since the question
-                if may_take(row, run_id) and self._identity is not None:
+                if may_take(row, run_id, self._host()) and self._identity is not None:
                     taken, row = self._take_on(name, cluster, run_id, ttl_s)
                     if taken:
                         self.primary = name

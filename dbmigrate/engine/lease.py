@@ -12,6 +12,7 @@ boundary. Times are the servers' own (UTC_TIMESTAMP), never this machine's.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,9 +43,24 @@ class LeaseRow:
                 f"{'expires in %.0fs' % left if left > 0 else 'expired'})")
 
 
-def may_take(row: LeaseRow | None, run_id: str) -> bool:
-    """A lease can be taken when nobody holds it, it expired, or this run holds it already."""
-    return row is None or not row.live or row.run_id == run_id
+def may_take(row: LeaseRow | None, run_id: str, host: str = "") -> bool:
+    """A lease can be taken when nobody holds it, it expired, this run holds it already, or its
+    holder was a process on this host (`host`) that is gone (killed: it renews nothing)."""
+    return row is None or not row.live or row.run_id == run_id or bool(host) and holder_gone(row, host)
+
+
+def holder_gone(row: LeaseRow, host: str) -> bool:
+    """Is the row's holder a process of this host that no longer exists? Another host's is
+    never taken as gone: only its expiry says so."""
+    if row.host != host or row.pid <= 0 or row.pid == os.getpid():
+        return False
+    try:
+        os.kill(row.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def expiry(now: datetime, ttl_s: float) -> datetime:

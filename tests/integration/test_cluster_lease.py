@@ -208,3 +208,26 @@ def test_old_primary_killed_after_the_fence_then_resume_without_it_completes_wit
             s.close()
     assert report.acknowledged > 20 and report.lost_total == 0, report.summary()
     boxes.down(name)
+
+
+def test_a_lease_left_by_a_killed_run_on_this_host_does_not_block_the_next_run(boxes, tmp_path):
+    name = "leasekill"
+    state, inv = kit.topology(boxes, name)
+    ja, jb, marker = tmp_path / "a.sqlite", tmp_path / "b.sqlite", tmp_path / "a.paused"
+    a = _spawn(kit.playbook(state, name), ja, "before:fence", marker)
+    try:
+        _wait_file(marker, [a])
+        run_a = _runs(ja)[0]["id"]
+        assert _lease_row(inv, f"{name}-1", name)["run_id"] == run_a
+        a.kill()  # SIGKILL: the lease row stays, live for up to 30 s
+        a.wait(timeout=10)
+    finally:
+        marker.unlink(missing_ok=True)
+        if a.poll() is None:
+            a.kill()
+    b = _spawn(kit.playbook(state, name), jb)
+    out, err = _finish(b)
+    assert b.returncode == 0, (out, err)
+    assert _runs(jb)[0]["status"] == "done"
+    assert kit.writers(kit.shape(inv, name)) == [f"{name}-new"]
+    boxes.down(name)

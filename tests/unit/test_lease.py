@@ -3,6 +3,7 @@ stopping the run at the next step boundary without undoing anything."""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 
 import pytest
@@ -94,3 +95,17 @@ def test_a_step_of_a_procedure_without_lease_is_not_stopped(tmp_path):
         ctx = new_context(journal)
         outcome = Runner().run(Procedure("demo", [Phase("p", [FunctionStep("s", lambda c: "ok")])]), ctx)
     assert outcome.status == "done"
+
+
+def test_a_lease_whose_holder_on_this_host_is_gone_may_be_taken_another_hosts_only_once_expired():
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    held = LeaseRow(run_id="r2", holder="ops@db1", host="here", pid=gone.pid, expires_at=NOW + timedelta(seconds=25),
+                    now=NOW)
+    assert may_take(held, "r1", host="here")  # killed: it renews nothing, waiting 25 s would help nobody
+    assert not may_take(held, "r1", host="elsewhere")  # another host's process cannot be asked
+    alive = LeaseRow(run_id="r2", holder="ops@db1", host="here", pid=os.getppid(), expires_at=held.expires_at, now=NOW)
+    assert not may_take(alive, "r1", host="here")
