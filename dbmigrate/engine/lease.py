@@ -98,6 +98,7 @@ class Lease:
         self.lost_reason: str | None = None
         self.renewals = 0
         self.was_ours = False  # this run held it already (a resume): a refusal must not clear it
+        self.refused_by: LeaseRow | None = None  # the row that refused acquire()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -106,6 +107,7 @@ class Lease:
         if not taken:
             self.store.close()
             assert row is not None
+            self.refused_by = row
             raise LockHeld(f"cluster '{self.cluster}' is leased to {row.describe()}",
                            hint="another run (maybe with another journal, on another machine) is changing this "
                                 "cluster; wait for it, or find it by its run id")

@@ -83,7 +83,14 @@ class ClusterLock:
     def acquire(self) -> None:
         # The lease first: it serializes runs on the primary's row and names the holder when refused.
         if self.lease is not None:
-            self.lease.acquire()
+            try:
+                self.lease.acquire()
+            except LockHeld:
+                # Held by a run this journal knows: its own words say more (since when, resume or not).
+                entry, row = self.journal.active_lock(self.cluster), self.lease.refused_by
+                if entry is not None and row is not None and entry["run_id"] == row.run_id:
+                    self._refuse(entry)
+                raise
         try:
             self._acquire_session_lock()
         except BaseException:
