@@ -110,11 +110,15 @@ def resume_command(
     yes: YesOpt = False,
     json_lines: JsonOpt = False,
     journal: JournalOpt = None,
+    without_old_primary: Annotated[bool, typer.Option(
+        "--without-old-primary", help="The old primary died after the fence: promote the candidate without it, "
+                                      "once the facts show it holds the old primary's final position.")] = False,
 ) -> None:
     """Continue an interrupted or failed run from the first step not already done."""
     with _signals() as stop:
         outcome = resume_run(run, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
-                             assume_yes=yes, journal_path=journal, cancel=stop.cancel)
+                             assume_yes=yes, journal_path=journal, cancel=stop.cancel,
+                             without_old_primary=without_old_primary)
     _finish(outcome)
 
 
