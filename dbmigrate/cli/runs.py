@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from dbmigrate.app.errors import PAUSED
+from dbmigrate.app.errors import exit_code_of_run
 from dbmigrate.app.reports import run_with_report, write_run_report
 from dbmigrate.app.runs import (
     SignalStop,
@@ -58,7 +58,7 @@ def _finish(outcome: RunOutcome) -> None:
         return
     if outcome.error is not None and outcome.error.hint:
         err_console.print(f"hint: {outcome.error.hint}", markup=False)
-    raise typer.Exit(PAUSED if outcome.status == "paused" else 1)
+    raise typer.Exit(exit_code_of_run(outcome.status))
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve manual gates (scripted runs).")]
