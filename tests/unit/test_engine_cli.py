@@ -134,7 +134,7 @@ def test_rollback_undoes_a_finished_run(app, tmp_path, world):
 
 def test_manual_gate_without_terminal_or_yes_is_refused(app, tmp_path, world):
     result = invoke(app, "run", playbook(tmp_path))
-    assert result.exit_code == 1
+    assert result.exit_code == 5  # refused before any change
     assert "no terminal to ask the operator; pass --yes" in result.stdout
     assert world.runs() == ["run:inspect"]
 
