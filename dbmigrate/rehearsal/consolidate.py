@@ -146,6 +146,9 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             st = ConsolidateState.load(j.all_state(outcome.run_id))
         report = _check(inv, name, placed, new_addr, shards, writers, rolled if rollback_sentence else None, routes)
         report["status"] = consolidation_status(plan_file, inv_path, routes).to_dict()
+        report["provision"] = {"by": "ansible-playbook", "files": sorted(provisioned.files),
+                               "recap": provisioned.recap.hosts if provisioned.recap else None,
+                               "instances": provisioned.instances}
         report["ports_not_as_planned"] = _ports_not_as_planned(inv, placed)
         report.update({
             "sandbox": name, "remote": remote, "run_id": outcome.run_id, "run_status": outcome.status,
@@ -298,5 +301,6 @@ def _check(inv, name: str, placed, new_addr: dict[str, str], shards: dict[str, l
     return {"shards": per_shard, "lost_writes": lost, "acknowledged_writes": sum(len(w.acks) for w in writers.values()),
             "checksum_differences": diffs, "misrouted_shards": misrouted, "old_servers_replicating_back": replicating_back,
             "old_servers_not_replicating_back": not_back,
-            "instances": {i.name: {"host": i.host, "address": new_addr.get(i.name), "shards": i.shards}
+            "instances": {i.name: {"host": i.host, "address": new_addr.get(i.name), "planned_port": i.port,
+                                   "shards": i.shards}
                           for i in placed.instances}}
