@@ -54,7 +54,7 @@ def test_rehearse_consolidate_remote_moves_every_shard_physically_and_loses_noth
     assert rep["status"]["problems"] == []
     for st in rep["status"]["shards"]:
         if st["old"] == rolled:
-            assert st["served_by"] == "old server", st
+            assert st["served_by"] == "old server" and "as after a rollback" in st["stage"], st
         else:
             assert st["served_by"] == "new instance" and st["stage"].startswith("moved (old server replicating"), st
     # The moved old servers are fenced and replicate their shards back until decommission.
