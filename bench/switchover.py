@@ -89,8 +89,16 @@ class Moments:
             self.converged = now
         elif isinstance(event, StepFinished) and event.phase == "cutover" and event.action == "run":
             self.cutover_finished = now
+            self.marks[event.name] = now
             if event.name == "switch router" and event.status == "done":
                 self.flipped = now
+
+    def inside(self) -> dict[str, float]:
+        """Each step that ended inside the window: ms from the fence to its end (where the time goes)."""
+        if self.converged is None or self.flipped is None:
+            return {}
+        return {name: round((t - self.converged) * 1000, 1) for name, t in self.marks.items()
+                if self.converged <= t <= self.flipped}
 
     def window(self) -> tuple[float, float] | None:
         """From the fence (just after convergence) to the flip; the whole cutover phase otherwise."""
@@ -146,6 +154,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
         "converge_wait_ms": round((moments.converged - moments.cutover_started) * 1000, 1)
         if moments.converged and moments.cutover_started else None,
         "lag_at_fence_trx": cut.get("lag_at_fence_trx"),
+        "steps_end_ms_after_fence": moments.inside(),
         "fence": fence_sentence(outcome.run_id) if via == "dbmigrate" else None,
         "writer_errors": errors,
         "run_ms": round((t1 - t0) * 1000),

@@ -124,18 +124,30 @@ def _spawn_run(playbook) -> subprocess.Popen:
                             cwd=str(Path(__file__).resolve().parents[2]))
 
 
-def _wait_for_step(name_prefix: str, status: str, timeout_s: float = 60) -> str:
-    """The run id once the newest run journals a step starting with `name_prefix` in `status`."""
+def _run_ids() -> set[str]:
+    try:
+        db = sqlite3.connect(str(resolve_journal_path()), timeout=5)
+        try:
+            return {r[0] for r in db.execute("SELECT id FROM runs")}
+        finally:
+            db.close()
+    except sqlite3.OperationalError:
+        return set()
+
+
+def _wait_for_step(name_prefix: str, status: str, before: set[str], timeout_s: float = 60) -> str:
+    """The run id once a run started after `before` (the run ids journaled before the spawn: the
+    shared journal holds earlier tests' runs) journals a step starting with `name_prefix` in `status`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             db = sqlite3.connect(str(resolve_journal_path()), timeout=5)
-            row = db.execute("SELECT r.id FROM runs r JOIN steps s ON s.run_id = r.id WHERE s.name LIKE ? "
-                             "AND s.status = ? AND s.action = 'run' AND r.id = (SELECT id FROM runs ORDER BY "
-                             "started_at DESC, id DESC LIMIT 1)", (name_prefix + "%", status)).fetchone()
+            rows = db.execute("SELECT r.id FROM runs r JOIN steps s ON s.run_id = r.id WHERE s.name LIKE ? "
+                              "AND s.status = ? AND s.action = 'run'", (name_prefix + "%", status)).fetchall()
             db.close()
-            if row:
-                return row[0]
+            fresh = [r[0] for r in rows if r[0] not in before]
+            if fresh:
+                return fresh[0]
         except sqlite3.OperationalError:
             pass
         time.sleep(0.005)
@@ -146,9 +158,10 @@ def test_sigterm_during_the_cutover_finishes_the_step_then_rolls_back(boxes):
     name = "sigterm"
     state, inv = kit.topology(boxes, name)
     v = kit.start_verifier(inv, name)
+    before = _run_ids()
     proc = _spawn_run(kit.playbook(state, name))
     try:
-        run_id = _wait_for_step("fence", "done")
+        run_id = _wait_for_step("fence", "done", before)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -171,11 +184,12 @@ def test_a_second_sigterm_interrupts_the_step_and_says_so_then_rollback_converge
     state, inv = kit.topology(boxes, name)
     replica_pid = state.instance(f"{name}-3").pid()
     v = kit.start_verifier(inv, name)
+    before = _run_ids()
     proc = _spawn_run(kit.playbook(state, name))
     try:
-        run_id = _wait_for_step("fence", "done")
+        run_id = _wait_for_step("fence", "done", before)
         os.kill(replica_pid, signal.SIGSTOP)  # repointing it will wait (up to replica_timeout_s, 30 s)
-        _wait_for_step("repoint replicas", "started")
+        _wait_for_step("repoint replicas", "started", before)
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)

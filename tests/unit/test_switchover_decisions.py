@@ -16,7 +16,7 @@ from dbmigrate.exceptions import ConnectionFailed, DbmigrateError, SafetyError, 
 from dbmigrate.routing.base import RouterError
 from dbmigrate.procedures.kit.roles import find_primary
 from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
-from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
+from tests.unit.fake_topology import FakeInspector, FakeRouter, FakeTopology, cluster
 
 FENCE = "SET STATEMENT lock_wait_timeout=5 FOR SET GLOBAL read_only=ON"
 OPEN = "SET GLOBAL read_only=OFF"
@@ -698,3 +698,28 @@ def test_seal_old_refuses_to_go_on_when_the_old_primary_is_writable_again():
 
     assert refused.value.message == "db1 is writable again: refusing to open db2 (two primaries)"
     assert topo.statements("db1") == []
+
+
+def test_prepare_window_builds_the_routers_request_before_the_fence_and_returns_the_bypassing_accounts():
+    topo = cluster()
+    router = FakeRouter(topo, "db1")
+    prepared = []
+    router.prepare_switch = lambda new, old=None: prepared.append((new.name, old.name if old is not None else None))
+    topo.servers["db1"].bypass_users = {"ops", "dbmigrate", "repl"}
+
+    bypass = switchover(topo, router).prepare_window()
+
+    assert prepared == [("db2", "db1")]  # inside the window the switch is then one request
+    assert bypass == {"ops"}  # the tool's own login and replication are not ended
+
+
+def test_seal_old_reads_no_session_list_when_no_account_bypasses_read_only(monkeypatch):
+    topo, router = fenced()
+    db1 = topo.servers["db1"]
+    db1.sessions = [app_session(8, "app")]
+    sw = switchover(topo, router)
+    listed = []
+    monkeypatch.setattr(FakeInspector, "sessions", lambda self, *a, **k: listed.append(1) or [])
+
+    assert sw.seal_old(set()) == ""
+    assert listed == [] and topo.statements("db1") == []

@@ -234,10 +234,11 @@ class Switchover:
         self.insp(self.old).open_sessions(self.s.fence_timeout_s)
         self.insp(self.new).open_sessions(self.s.catchup_timeout_s)
         # Grants (and roles' grants) are read now: inside the window only the sessions are.
-        return self.bypass_users()
+        bypass = self.bypass_users()
         prepare = getattr(self.router, "prepare_switch", None)
         if prepare is not None:
             prepare(self.server(self.new), self.server(self.old))
+        return bypass
 
     def _require_applying(self, insp: Inspector) -> ReplicaStatus:
         st = insp.replica_status()
@@ -326,6 +327,8 @@ class Switchover:
             raise SafetyError(f"{self.old} is writable again: refusing to open {self.new} (two primaries)",
                               hint=f"find who set read_only=OFF on {self.old}; then roll back: dbmigrate rollback RUN")
         bypass = self.bypass_users() if bypass is None else bypass
+        if not bypass:
+            return ""  # no account can write past read_only: no session list to read inside the window
         ended = 0
         for sess in insp.sessions():
             if sess.user in bypass:
