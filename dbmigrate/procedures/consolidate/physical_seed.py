@@ -167,7 +167,16 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
     pos = read_position(dst_host, staging, source)
     control.stop(inst)
     res.servers.forget(inst.name)
-    dst_host.run(["sh", "-c", _SWAP, "sh", datadir, staging], what=f"swap the copy into {datadir}")
+    try:
+        dst_host.run(["sh", "-c", _SWAP, "sh", datadir, staging], what=f"swap the copy into {datadir}")
+    except HostError:
+        # The swap puts the old datadir back when it cannot finish: start the instance again
+        # rather than leave it down, then report the swap's failure.
+        try:
+            control.start(inst)
+        except Exception as again:  # best effort: the swap's failure is what gets reported
+            ctx.log(f"seed {inst.name}: after the failed swap it did not start again either: {again}")
+        raise
     address = control.start(inst)
     dst_host.run(["rm", "-rf", "--", f"{datadir}.dbmigrate-old"], what="remove the replaced datadir", check=False)
     dropped = keep_only_shards(ctx, inst, shards)
