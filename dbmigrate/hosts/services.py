@@ -26,8 +26,9 @@ POLL_S = 0.1
 
 # Active unit, on a host whose init is systemd (a unit file alone proves nothing).
 _SYSTEMD_ACTIVE = r"""
-[ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet -- "$1"
+[ -d "$2" ] && command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet -- "$1"
 """
+SYSTEMD_MARK = "/run/systemd/system"  # exists only where systemd is the running init
 
 # The pid in the pid file, when that process lives (a zombie counts as gone).
 _LIVE_PID = r"""
@@ -84,6 +85,7 @@ class InstanceService:
         self.host, self.name, self.socket, self.pid_file = host, name, socket, pid_file
         self.mode: str | None = None
         self.argv: list[str] = []
+        self.systemd_mark = SYSTEMD_MARK
 
     def __repr__(self) -> str:
         return f"<InstanceService {self.name} on {self.host.name}: {self.mode or 'not detected'}>"
@@ -98,7 +100,8 @@ class InstanceService:
     def detect(self) -> str:
         """systemd or direct, from what runs on the host now; HostError when neither."""
         unit = unit_name(self.name)
-        if self._sh(_SYSTEMD_ACTIVE, unit, what=f"ask systemd about {unit}", check=False).returncode == 0:
+        if self._sh(_SYSTEMD_ACTIVE, unit, self.systemd_mark, what=f"ask systemd about {unit}",
+                    check=False).returncode == 0:
             self.mode = SYSTEMD
             return self.mode
         pid = self.live_pid()

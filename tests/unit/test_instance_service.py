@@ -70,3 +70,35 @@ def test_the_host_layer_controls_a_provisioned_instance_only_with_access_and_a_p
     assert instance_control(inst, None) is None
     assert instance_control(planned(tmp_path, socket=""), LocalHost("h1")) is None  # a version 1 plan
     assert os.path.exists(inst.datadir) is False  # choosing touched nothing
+
+
+class PathHost(LocalHost):
+    """This machine, with `bin` first on PATH: stands in for a host whose systemctl is `bin/systemctl`."""
+
+    def __init__(self, name: str, bin_dir):
+        super().__init__(name)
+        self.bin_dir = bin_dir
+
+    def command(self, argv):
+        return ["env", f"PATH={self.bin_dir}:{os.environ['PATH']}", *argv]
+
+
+def test_an_active_unit_is_stopped_and_started_with_systemctl(tmp_path):
+    bin_dir, mark, calls = tmp_path / "bin", tmp_path / "systemd", tmp_path / "calls"
+    bin_dir.mkdir()
+    mark.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit 0\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    svc = InstanceService(PathHost("h1", bin_dir), "h1-1", str(tmp_path / "none.sock"), str(tmp_path / "h1-1.pid"))
+    svc.systemd_mark = str(mark)
+    assert svc.detect() == "systemd"
+    svc.stop(timeout=5)
+    with pytest.raises(HostError, match=r"did not answer on .*none.sock after its start \(mariadb@h1-1\)"):
+        svc.start(timeout=0.3)  # nothing answers on that socket: said, with the unit named
+    assert calls.read_text().splitlines() == ["is-active --quiet -- mariadb@h1-1", "stop mariadb@h1-1",
+                                              "start mariadb@h1-1"]
+    # Without systemd as the running init, a unit is never taken for the way the instance runs.
+    svc = InstanceService(PathHost("h1", bin_dir), "h1-1", str(tmp_path / "none.sock"), str(tmp_path / "h1-1.pid"))
+    svc.systemd_mark = str(tmp_path / "absent")
+    with pytest.raises(HostError, match="cannot tell how h1-1 runs"):
+        svc.detect()
