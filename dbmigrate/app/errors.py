@@ -3,8 +3,8 @@
 Every user interface (the command line, the terminal UI) turns an exception
 into the same three things through `failure_of`: an exit code, one line, and
 what to do next, with secrets masked. Exit codes: 0 success, 1 the operation
-failed, was refused or rolled back, 2 bad input, 130 interrupted (Ctrl-C),
-128+N stopped by signal N (143 SIGTERM, 129 SIGHUP).
+failed or was rolled back, 2 bad input, 4 paused at a gate, 5 refused before any
+change, 130 interrupted (Ctrl-C), 128+N stopped by signal N (143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ from dbmigrate.redact import redact
 
 INTERRUPTED = 130
 PAUSED = 4  # a run stopped at a gate that pauses: nothing undone, resume or roll back by decision
+REFUSED = 5  # a run refused before any change: every server as it was (not the same as rolled back)
+
+
+def exit_code_of_run(status: str) -> int:
+    """A finished run's exit code: scripts tell a refusal (nothing happened) from a
+    rollback (something happened and was undone) without parsing words."""
+    return {"done": 0, "paused": PAUSED, "refused": REFUSED}.get(status, 1)
 
 
 class Terminated(KeyboardInterrupt):

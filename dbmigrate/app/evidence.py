@@ -64,6 +64,8 @@ class ClusterSampler:
                 started = time.monotonic()
                 self.take(monitor)
                 self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            # The run's end state always makes it in, however late the last tick was on a busy host.
+            self.take(monitor)
         finally:
             monitor.close()
 

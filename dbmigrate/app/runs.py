@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -18,18 +19,22 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 from dbmigrate import faultpoint
 from dbmigrate.db import connection
+from dbmigrate.db.lease import SqlLease
 from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.app.paths import check_journal
 from dbmigrate.engine.events import Event, EventBus, Log, RunStarted, StepFinished, StepStarted, Subscriber
-from dbmigrate.engine.journal import Journal, default_journal_path, new_run_id
+from dbmigrate.engine.journal import Journal, current_holder, default_journal_path, new_run_id
+from dbmigrate.engine.lease import Lease
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
 from dbmigrate.engine.step import Procedure, RunContext, RunState
 from dbmigrate.exceptions import SafetyError, UsageError
 from dbmigrate.playbook import Playbook, load_playbook
 
-# Resource key under which prepare_resources hands over the dedicated lock session.
+# Resource keys under which prepare_resources hands over the dedicated lock session and
+# the servers (with the primary's name) that carry the cluster lease.
 LOCK_SESSION = "lock_session"
+LEASE_SERVERS = "lease_servers"
 
 
 def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None = None) -> Path:
@@ -122,8 +127,10 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
             _close_resources(resources)
 
 
-def resume_run(run_ref: str, **kwargs: Any) -> RunOutcome:
-    return _continue_run(run_ref, "resume", **kwargs)
+def resume_run(run_ref: str, *, without_old_primary: bool = False, **kwargs: Any) -> RunOutcome:
+    """Continue a run; `without_old_primary` completes a cutover whose old primary died after
+    the fence (promote runs), once the facts show the candidate holds everything known."""
+    return _continue_run(run_ref, "takeover" if without_old_primary else "resume", **kwargs)
 
 
 def rollback_run(run_ref: str, **kwargs: Any) -> RunOutcome:
@@ -144,9 +151,12 @@ def _continue_run(
         run_id = journal.resolve_run_id(run_ref)
         run = journal.get_run(run_id)
         assert run is not None  # resolve_run_id found it
-        if mode == "resume" and run["status"] == "rolled_back":
+        if mode in ("resume", "takeover") and run["status"] == "rolled_back":
             raise UsageError(f"run {run_id} was rolled back; there is nothing to resume",
                              hint=f"start a new run: dbmigrate run {run['playbook']}")
+        if mode == "takeover" and run["status"] == "done":
+            raise UsageError(f"run {run_id} is {run['status']}: it has no cutover to complete",
+                             hint=f"see: dbmigrate runs show {run_id}")
         if not run["playbook"]:
             raise UsageError(f"run {run_id} has no playbook recorded; it cannot be {mode}d from the command line")
         playbook = load_playbook(run["playbook"])
@@ -200,7 +210,7 @@ def _drive_with_resources(
 ) -> RunOutcome:
     run_id = run["id"]
     _install_provisioners()
-    resources = _prepare(playbook, RunState(journal, run_id))
+    resources = _prepare(playbook, RunState(journal, run_id), old_gone=(mode == "takeover"))
     try:
         ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
                          bus=bus, dry_run=run["dry_run"], resources=resources, params=playbook.params)
@@ -211,10 +221,11 @@ def _drive_with_resources(
             journal.record_log(warning)
         procedure = playbook.build(ctx)
         runner = Runner(approver=approver, assume_yes=assume_yes, hooks=playbook.hook_runner(), cancel=cancel)
-        with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id):
+        with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id, run["dry_run"]) as lock:
+            runner.stop_check = getattr(lock, "stop_reason", None)
             if mode == "rollback":
                 return runner.rollback(procedure, ctx)
-            return runner.run(procedure, ctx, resume=(mode == "resume"))
+            return runner.run(procedure, ctx, resume=(mode in ("resume", "takeover")))
     finally:
         _close_resources(resources)
 
@@ -248,17 +259,22 @@ def _install_provisioners() -> None:
     install()
 
 
-def _prepare(playbook: Playbook, state: RunState) -> dict[str, Any]:
+def _prepare(playbook: Playbook, state: RunState, old_gone: bool = False) -> dict[str, Any]:
     """Open the procedure's resources; preparers that take the run state get it, so that
     a resumed run can use facts journaled before a crash (e.g. which server was primary)."""
     prepare = playbook.entry.prepare_resources
+    if old_gone:
+        if "old_gone" not in inspect.signature(prepare).parameters:
+            raise UsageError(f"a {playbook.procedure} run cannot be completed without its old primary",
+                             hint="--without-old-primary completes promote runs")
+        return prepare(playbook, state, old_gone=True)
     if len(inspect.signature(prepare).parameters) >= 2:
         return prepare(playbook, state)
     return prepare(playbook)
 
 
 def _cluster_lock(procedure: Procedure, resources: dict[str, Any], cluster: str, journal: Journal,
-                  run_id: str) -> ContextManager[Any]:
+                  run_id: str, dry_run: bool = False) -> ContextManager[Any]:
     if not procedure.needs_lock:
         return nullcontext()
     session = resources.get(LOCK_SESSION)
@@ -267,7 +283,12 @@ def _cluster_lock(procedure: Procedure, resources: dict[str, Any], cluster: str,
             f"procedure '{procedure.name}' needs the cluster lock but its resources have no '{LOCK_SESSION}'",
             hint="the procedure's prepare_resources must open a dedicated session to the primary",
         )
-    return ClusterLock(SqlNamedLocks(session), cluster, journal, run_id)
+    lease = None
+    if resources.get(LEASE_SERVERS) is not None and not dry_run:  # a dry-run writes nothing, not even a lease
+        servers, primary = resources[LEASE_SERVERS]
+        lease = Lease(SqlLease(servers, primary), cluster, run_id, holder=current_holder(),
+                      host=socket.gethostname(), pid=os.getpid())
+    return ClusterLock(SqlNamedLocks(session), cluster, journal, run_id, lease)
 
 
 def _close_resources(resources: dict[str, Any]) -> None:
@@ -345,8 +366,6 @@ class SignalStop:
 def process_gone(run: dict[str, Any]) -> bool:
     """Is a run journaled as running whose process is gone (SIGKILL, power loss)? Only a
     process on this machine can be checked; another machine's run is taken as alive."""
-    import socket
-
     if run.get("status") != "running" or not run.get("pid"):
         return False
     if str(run.get("holder") or "").rpartition("@")[2] != socket.gethostname():

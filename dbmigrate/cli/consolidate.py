@@ -12,6 +12,7 @@ from rich.table import Table
 
 from rich.markup import escape
 
+from dbmigrate.app.errors import exit_code_of_run
 from dbmigrate.cli.common import console, err_console, guarded, print_json
 from dbmigrate.exceptions import UsageError
 
@@ -179,7 +180,7 @@ def register(app: typer.Typer) -> None:
         if not outcome.ok:
             if outcome.error is not None and outcome.error.hint:
                 console.print(f"hint: {outcome.error.hint}", markup=False)
-            raise typer.Exit(1)
+            raise typer.Exit(exit_code_of_run(outcome.status))
 
     @group.command("throttle")
     @guarded

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from dbmigrate.app.errors import PAUSED
+from dbmigrate.app.errors import exit_code_of_run
 from dbmigrate.app.reports import run_with_report, write_run_report
 from dbmigrate.app.runs import (
     SignalStop,
@@ -58,7 +58,7 @@ def _finish(outcome: RunOutcome) -> None:
         return
     if outcome.error is not None and outcome.error.hint:
         err_console.print(f"hint: {outcome.error.hint}", markup=False)
-    raise typer.Exit(PAUSED if outcome.status == "paused" else 1)
+    raise typer.Exit(exit_code_of_run(outcome.status))
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve manual gates (scripted runs).")]
@@ -110,11 +110,15 @@ def resume_command(
     yes: YesOpt = False,
     json_lines: JsonOpt = False,
     journal: JournalOpt = None,
+    without_old_primary: Annotated[bool, typer.Option(
+        "--without-old-primary", help="The old primary died after the fence: promote the candidate without it, "
+                                      "once the facts show it holds the old primary's final position.")] = False,
 ) -> None:
     """Continue an interrupted or failed run from the first step not already done."""
     with _signals() as stop:
         outcome = resume_run(run, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
-                             assume_yes=yes, journal_path=journal, cancel=stop.cancel)
+                             assume_yes=yes, journal_path=journal, cancel=stop.cancel,
+                             without_old_primary=without_old_primary)
     _finish(outcome)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from dbmigrate.app.errors import exit_code_of_run
 from dbmigrate.cli.common import console
 
 
@@ -35,7 +36,7 @@ def tui_command(
         if outcome.error is not None and outcome.error.hint:
             console.print(f"hint: {outcome.error.hint}", markup=False, highlight=False)
         if not outcome.ok:
-            raise typer.Exit(1)
+            raise typer.Exit(exit_code_of_run(outcome.status))
     elif app.error:
         console.print(f"error: {app.error}", markup=False, highlight=False)
         raise typer.Exit(1)

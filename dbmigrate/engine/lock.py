@@ -14,6 +14,7 @@ import hashlib
 from typing import Any, Protocol
 
 from dbmigrate.engine.journal import Journal
+from dbmigrate.engine.lease import Lease
 from dbmigrate.exceptions import DbmigrateError, LockHeld
 
 # MySQL/MariaDB reject lock names longer than 64 characters.
@@ -57,15 +58,48 @@ def _alive_here(entry: dict[str, Any]) -> bool:
 class ClusterLock:
     """Usage: `with ClusterLock(session, cluster, journal, run_id): ...` or acquire()/release()."""
 
-    def __init__(self, session: NamedLocks, cluster: str, journal: Journal, run_id: str) -> None:
+    def __init__(self, session: NamedLocks, cluster: str, journal: Journal, run_id: str,
+                 lease: Lease | None = None) -> None:
         self.session = session
         self.cluster = cluster
         self.journal = journal
         self.run_id = run_id
         self.name = lock_name(cluster)
         self.held = False
+        # The lease follows the primary (a replicated row); GET_LOCK stays on the session's server.
+        self.lease = lease
+        if lease is not None and lease.keepalive is None:
+            lease.keepalive = self.keepalive
+
+    def keepalive(self) -> None:
+        """Keep the GET_LOCK session busy enough that no idle timeout ends it (and the lock with it)."""
+        if self.held:
+            self.session.lock_holder(self.name)
+
+    def stop_reason(self) -> str | None:
+        """Why the run must stop at its next step boundary (its lease was lost), or None."""
+        return self.lease.stop_reason() if self.lease is not None else None
 
     def acquire(self) -> None:
+        # The lease first: it serializes runs on the primary's row and names the holder when refused.
+        if self.lease is not None:
+            try:
+                self.lease.acquire()
+            except LockHeld:
+                # Held by a run this journal knows: its own words say more (since when, resume or not).
+                entry, row = self.journal.active_lock(self.cluster), self.lease.refused_by
+                if entry is not None and row is not None and entry["run_id"] == row.run_id:
+                    self._refuse(entry)
+                raise
+        try:
+            self._acquire_session_lock()
+        except BaseException:
+            if self.lease is not None:
+                lease, self.lease = self.lease, None
+                lease.release(keep_row=lease.was_ours)
+            raise
+
+    def _acquire_session_lock(self) -> None:
         entry = self.journal.active_lock(self.cluster)
         got = self.session.try_lock(self.name)
         if got is None:
@@ -123,6 +157,14 @@ class ClusterLock:
     def release(self) -> None:
         if not self.held:
             return
+        try:
+            if self.lease is not None:
+                lease, self.lease = self.lease, None
+                lease.release()
+        finally:
+            self._release_session_lock()
+
+    def _release_session_lock(self) -> None:
         try:
             self.session.release_lock(self.name)
         finally:

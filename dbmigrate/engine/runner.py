@@ -44,6 +44,11 @@ class RunCancelled(DbmigrateError):
     """The operator asked the run to stop; it stopped between two steps, never inside one."""
 
 
+class LeaseLost(DbmigrateError):
+    """The run's cluster lease was lost: it stops between two steps and undoes nothing, since
+    whoever holds the cluster now may be changing it."""
+
+
 @dataclass
 class RunOutcome:
     run_id: str
@@ -85,6 +90,8 @@ class Runner:
         # Set from another thread (e.g. an interactive UI) to stop before the next gate or step.
         self.cancel = cancel
         self.current: str | None = None  # the step running or being undone, for an interruption's summary
+        # Asked between steps: a reason to stop (e.g. the cluster lease was lost), or None.
+        self.stop_check: Callable[[], str | None] | None = None
 
     # ------------------------------------------------------------------ forward
 
@@ -156,7 +163,7 @@ class Runner:
             self._final_hooks("on_failure", ctx)
             ctx.emit(RunFinished(status=status, summary=summary))
             return RunOutcome(ctx.run_id, status, summary, error)
-        if procedure.rollback_on_failure:
+        if procedure.rollback_on_failure and not isinstance(exc, LeaseLost):
             ctx.log("the procedure rolls back on failure: undoing completed steps", "warning")
             rolled_back, rollback_summary = self._undo_completed(procedure, ctx)
             status = "rolled_back" if rolled_back else "rollback_failed"
@@ -176,6 +183,11 @@ class Runner:
                 f"or continue with: dbmigrate resume {ctx.run_id}")
 
     def _stop_if_cancelled(self, ctx: RunContext, before: str) -> None:
+        reason = self.stop_check() if self.stop_check is not None else None
+        if reason:
+            raise LeaseLost(f"{reason}: stopped before {before}, nothing undone",
+                            hint=f"find out who holds the cluster now; then: dbmigrate resume {ctx.run_id} "
+                                 f"or dbmigrate rollback {ctx.run_id}")
         if self.cancel is not None and self.cancel.is_set():
             raise RunCancelled(f"cancelled by the operator before {before}",
                                hint=f"continue later with: dbmigrate resume {ctx.run_id}")

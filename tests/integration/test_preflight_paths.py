@@ -37,7 +37,7 @@ def _assert_refused_unchanged(outcome, inv, name: str, before, *expected: str) -
     assert kit.shape(inv, name) == before
 
 
-def test_preflight_refuses_bad_paths_before_the_fence(boxes, monkeypatch):
+def test_preflight_refuses_bad_paths_before_the_fence(boxes, monkeypatch, cli):
     name = "pfp"
     state, inv = kit.topology(boxes, name)
     before = kit.shape(inv, name)
@@ -52,6 +52,10 @@ def test_preflight_refuses_bad_paths_before_the_fence(boxes, monkeypatch):
 
     outcome = start_run(_variant(state, name, "backend", router(writer_backend="writers")), assume_yes=True)
     _assert_refused_unchanged(outcome, inv, name, before, "router: ", "writers")
+    # A script tells a refusal (nothing happened) from a rollback by the exit code alone.
+    r = cli("run", str(_variant(state, name, "backend", router(writer_backend="writers"))), "--yes")
+    assert r.returncode == 5 and "refused before any change" in r.stdout + r.stderr, (r.returncode, r.stderr)
+    assert kit.shape(inv, name) == before
 
     repl_user = inv.replication_credentials(name).user
     monkeypatch.setenv("DBM_TEST_WRONG_REPL_PW", "not-the-password")

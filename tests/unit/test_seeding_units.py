@@ -257,3 +257,32 @@ def test_a_probe_stuck_on_a_stalled_source_pauses_the_copy_before_it_returns():
         assert valve.rate == 0 and time.monotonic() - t < 1.5  # paused while the first probe still hangs
     finally:
         w.stop()
+
+
+def test_fleet_step_whose_every_server_declined_refuses_and_one_that_also_moved_a_server_fails():
+    from dbmigrate.engine.journal import Journal
+    from dbmigrate.exceptions import Refused
+    from dbmigrate.procedures.consolidate.fleet import fleet_step
+    from dbmigrate.procedures.consolidate.run import ConsolidateRefused
+
+    plan = _plan({"i1": ["a"], "i2": ["b"]})
+
+    def declines(ctx, s):
+        raise ConsolidateRefused(f"not fenced: {s} is 12 s behind")
+
+    def b_declines(ctx, s):
+        if s == "b":
+            raise ConsolidateRefused("not fenced: b is 12 s behind")
+        return f"{s} moved"
+
+    with Journal(":memory:") as j:
+        ctx = _ctx(j, plan, fleet={"concurrency": 2})
+        step = fleet_step("cut over 2", "cutover", plan, declines, done=lambda c, s: False,
+                          blocked=lambda c, s: None, undo=lambda c: "", describe=lambda c: [])
+        with pytest.raises(Refused, match="a failed: not fenced: a is 12 s behind; b failed"):
+            step.run(ctx)
+        mixed = fleet_step("cut over 2", "cutover", plan, b_declines, done=lambda c, s: False,
+                           blocked=lambda c, s: None, undo=lambda c: "", describe=lambda c: [])
+        with pytest.raises(ConsolidateError) as e:
+            mixed.run(ctx)
+        assert not isinstance(e.value, Refused)  # a moved: something changed

@@ -700,6 +700,19 @@ def test_seal_old_refuses_to_go_on_when_the_old_primary_is_writable_again():
     assert topo.statements("db1") == []
 
 
+def test_the_probe_write_goes_only_to_a_writable_new_primary_that_replicates_from_nobody():
+    # db2 still a read-only replica (the run never made it primary, or another run moved the primary):
+    # the tool's login bypasses read_only, so a probe there would be an errant transaction.
+    topo, router = fenced()
+    with pytest.raises(SafetyError, match="db2 is not the primary any more \\(it is read-only\\)"):
+        switchover(topo, router).verify_writes_flow("r1")
+    db2 = topo.servers["db2"]
+    db2.read_only = False  # writable by hand, but still replicating
+    with pytest.raises(SafetyError, match="db2 is not the primary any more \\(it replicates\\)"):
+        switchover(topo, router).verify_writes_flow("r1")
+    assert [sql for server, sql in topo.sent if server == "db2"] == []
+
+
 def test_prepare_window_builds_the_routers_request_before_the_fence_and_returns_the_bypassing_accounts():
     topo = cluster()
     router = FakeRouter(topo, "db1")

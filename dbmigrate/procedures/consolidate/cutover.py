@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import QueryError
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import FunctionStep, RunContext
-from dbmigrate.exceptions import SafetyError
+from dbmigrate.exceptions import RefusedWait, SafetyError
 from dbmigrate.procedures.consolidate.plan import connection_name
 from dbmigrate.procedures.consolidate.resources import CutRecord
 from dbmigrate.procedures.consolidate.run import (
     ConsolidateError,
+    ConsolidateRefused,
     address_of,
     applier_of,
     edit_state,
@@ -26,6 +29,8 @@ from dbmigrate.procedures.consolidate.run import (
     wild_patterns,
 )
 from dbmigrate.procedures.kit.drain import drain, protected_users
+from dbmigrate.procedures.kit.fence_watch import FenceWatch
+from dbmigrate.procedures.kit.switchover import QUERY_INTERRUPTED
 
 
 def end_app_sessions(ctx: RunContext, name: str) -> int:
@@ -47,7 +52,7 @@ def cutover(ctx: RunContext, source: str) -> str:
         return f"would fence {source} and route its shards to {', '.join(t.name for t in targets)}"
     src = Inspector(server_of(ctx, source))
     started = ctx.clock.monotonic()
-    applier_of(ctx, source).set_read_only(True)
+    fence(ctx, source)
     try:
         killed = end_app_sessions(ctx, source)
         log_file, log_pos = src.binlog_coordinates()
@@ -55,7 +60,7 @@ def cutover(ctx: RunContext, source: str) -> str:
         for t in targets:
             t_insp = Inspector(server_of(ctx, t.name))
             if not t_insp.wait_for_position(connection_name(source), log_file, log_pos, p.catchup_timeout_s):
-                raise ConsolidateError(f"{t.name} did not apply {source}'s final position {log_file}:{log_pos} "
+                raise CatchUpTimeout(f"{t.name} did not apply {source}'s final position {log_file}:{log_pos} "
                                        f"within {p.catchup_timeout_s:g}s",
                                        hint=f"check the connection: SHOW SLAVE '{connection_name(source)}' STATUS "
                                             f"on {t.name}; {source} was unfenced")
@@ -83,17 +88,48 @@ def cutover(ctx: RunContext, source: str) -> str:
         with edit_state(ctx) as st:
             st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
         ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)
-    except BaseException:
+    except BaseException as exc:
+        undone = False
         try:
             ctx.log(f"cutover of {source} failed: {undo_cutover(ctx, source)}", "warning")
+            undone = True
         except Exception as undo_exc:  # keep the original error; say what is left to do
             ctx.log(f"putting {source} back failed too: {undo_exc}; run: dbmigrate rollback {ctx.run_id}", "error")
+        if undone and isinstance(exc, CatchUpTimeout):  # undone in place: the server is as it was
+            raise ConsolidateRefused(f"{exc.message}: {source} was unfenced, nothing changed", hint=exc.hint) from None
         raise
     for t in targets:  # not needed to open writes, so after the route switch
         applier_of(ctx, t.name).remove_source(connection_name(source))
     return (f"fenced {source} ({killed} app session(s) ended), caught up in {caught_ms:.0f} ms, "
             f"{checked} table(s) checksummed equal, routes {', '.join(moved)} after {fenced_ms:.0f} ms; "
             f"{source} replicates them back for rollback")
+
+
+class CatchUpTimeout(ConsolidateError):
+    """An instance did not apply the fenced server's final position in time."""
+
+
+def fence(ctx: RunContext, source: str) -> None:
+    """read_only=ON on the old server, bounded: the global read lock waits at most fence_timeout_s,
+    and a watchdog acts after fence_block_s when running statements hold the fence (and every
+    write queued behind it): it gives up (nothing changed) or ends them, per on_fence_blocked."""
+    p, server = params_of(ctx), server_of(ctx, source)
+    waiter = server.waiter(int(p.fence_timeout_s) + 5)  # opened before the fence: the watchdog's session
+    watch = FenceWatch(Inspector(waiter), Applier(waiter), Inspector(server).connection_id(), p.fence_block_s,
+                       p.on_fence_blocked, ctx.log)
+    try:
+        with server.bounded(p.fence_timeout_s + 1), watch:
+            applier_of(ctx, source).set_read_only(True, lock_wait_timeout=p.fence_timeout_s)
+    except QueryError as e:
+        if not watch.gave_up or e.errno != QUERY_INTERRUPTED or Inspector(server).read_only():
+            raise
+        raise RefusedWait(f"the fence on {source} waited {p.fence_block_s:g}s behind running statement(s) "
+                          f"({watch.describe_blockers()}): gave up, {source} stays writable (read_only=OFF), "
+                          f"nothing changed",
+                          hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers") from None
+    if watch.killed:
+        ctx.log(f"the fence on {source} ended {len(watch.killed)} blocking statement(s) "
+                f"({watch.describe_blockers()})", "warning")
 
 
 def compare_checksums(ctx: RunContext, source: str, instance: str, shards: list[str]) -> int:
@@ -153,11 +189,27 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
         if still_here:
             applier_of(ctx, t.name).set_read_only(False)
     applier_of(ctx, source).set_read_only(False)
+    verify_undone(ctx, source)
     with edit_state(ctx) as st:
         st.reverse.pop(source, None)
         st.cut.pop(source, None)
     routed = f"routes {', '.join(back)} back to {source}" if back else "no route had moved"
     return f"{routed}; {source} is writable again"
+
+
+def verify_undone(ctx: RunContext, source: str) -> None:
+    """Postcondition of an undone cutover, read on the servers and routes (not the journal's
+    word): the old server is writable and every one of its shards routes to it."""
+    if ctx.dry_run:
+        return
+    plan = plan_of(ctx)
+    wrong = [f"{shard} routes to {writer}" for t in targets_of(plan, source) for shard in shards_of(plan, t.name, source)
+             if (writer := route_of(ctx, shard).current().writer) != address_of(ctx, source)]
+    if Inspector(server_of(ctx, source)).read_only():
+        wrong.append(f"{source} is read-only")
+    if wrong:
+        raise SafetyError(f"after putting {source} back: " + "; ".join(wrong),
+                          hint="fix the routes by hand (the old server holds every write), then: dbmigrate rollback RUN")
 
 
 def verify_cutover(ctx: RunContext, source: str) -> None:

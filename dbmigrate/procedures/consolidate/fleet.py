@@ -24,9 +24,9 @@ from typing import Callable
 
 from dbmigrate.engine.runner import explain
 from dbmigrate.engine.step import FunctionStep, RunContext
-from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.exceptions import DbmigrateError, Refused
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan
-from dbmigrate.procedures.consolidate.run import ConsolidateError, edit_state, params_of, state_of
+from dbmigrate.procedures.consolidate.run import ConsolidateError, ConsolidateRefused, edit_state, params_of, state_of
 
 
 def lanes_of(plan: ConsolidationPlan) -> list[list[str]]:
@@ -53,6 +53,7 @@ def lanes_of(plan: ConsolidationPlan) -> list[list[str]]:
 class FleetResult:
     done: dict[str, str] = field(default_factory=dict)  # server -> sentence
     failed: dict[str, str] = field(default_factory=dict)  # server -> error
+    refused: set[str] = field(default_factory=set)  # failed servers whose work declined and changed nothing
     skipped: dict[str, str] = field(default_factory=dict)  # server -> why it did not run
     already: list[str] = field(default_factory=list)
 
@@ -86,6 +87,8 @@ def run_lanes(lanes: list[list[str]], work: Callable[[str], str], *, concurrency
                 text = exc.message if isinstance(exc, DbmigrateError) else explain(exc)
                 with lock:
                     result.failed[s] = text
+                    if isinstance(exc, Refused):
+                        result.refused.add(s)
                 if on_failure != "continue":
                     halt.set()
                 record(s, "failed", text, time.monotonic() - t)
@@ -132,9 +135,13 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[R
         if (r.failed or r.skipped) and not deferred:
             parts = [f"{s} failed: {e}" for s, e in sorted(r.failed.items())]
             parts += [f"{s} {why}" for s, why in sorted(r.skipped.items())]
-            raise ConsolidateError(f"{summary}; not done: " + "; ".join(parts),
-                                   hint="the others are done and stay so; fix the cause, then `dbmigrate resume RUN` "
-                                        "runs only these again (or `dbmigrate rollback RUN` undoes the run)")
+            # Every server that did not make it declined and changed nothing, and none was done:
+            # the step refused (the run says so) rather than failed.
+            error = ConsolidateRefused if not r.done and not r.skipped and set(r.failed) == r.refused \
+                else ConsolidateError
+            raise error(f"{summary}; not done: " + "; ".join(parts),
+                        hint="the others are done and stay so; fix the cause, then `dbmigrate resume RUN` "
+                             "runs only these again (or `dbmigrate rollback RUN` undoes the run)")
         failed = "".join(f"; {s} FAILED: {e}" for s, e in sorted(r.failed.items()))
         return summary + ": " + "; ".join(f"{s}: {t}" for s, t in sorted(r.done.items())) + failed
 

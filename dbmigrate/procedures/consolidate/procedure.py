@@ -44,6 +44,7 @@ from dbmigrate.procedures.consolidate.provision import sandbox_extra
 from dbmigrate.procedures.consolidate.resources import ConsolidateResources, load_plan, plan_path, prepare
 from dbmigrate.procedures.consolidate.run import (
     ConsolidateError,
+    ConsolidateRefused,
     ConsolidateParams,
     PLAN_ONLY,
     address_of,
@@ -122,7 +123,7 @@ def cutover_fleet(plan, params: ConsolidateParams):
     def work(ctx: RunContext, src: str) -> str:
         ok, reason, _ = source_caught_up(ctx, params_of(ctx), src)
         if not ok:
-            raise ConsolidateError(f"not fenced: {reason}", hint="nothing changed on it; resume once it keeps up")
+            raise ConsolidateRefused(f"not fenced: {reason}", hint="nothing changed on it; resume once it keeps up")
         sentence = cutover(ctx, src)
         verify_cutover(ctx, src)
         return sentence

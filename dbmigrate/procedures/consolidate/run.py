@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.engine.step import RunContext
-from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.exceptions import DbmigrateError, Refused
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, PlannedInstance
 from dbmigrate.procedures.consolidate.resources import ConsolidateResources, ConsolidateState
 from dbmigrate.procedures.kit.resources import required, typed
@@ -22,6 +22,10 @@ PLAN_ONLY = "plan"  # resources key of the plan when `dbmigrate plan` builds wit
 
 class ConsolidateError(DbmigrateError):
     """A consolidation step could not do its work (the message says which and why)."""
+
+
+class ConsolidateRefused(ConsolidateError, Refused):
+    """A consolidation step declined and changed nothing (not caught up, a fence that gave up)."""
 
 
 class SeedSettings(BaseModel):
@@ -61,6 +65,13 @@ class ConsolidateParams(BaseModel):
     gate_timeout_s: float = Field(30, ge=0, le=3600, description="how long the catch-up gate waits for that")
     catchup_timeout_s: float = Field(10, gt=0, le=600, description="fenced wait for an instance to apply an "
                                                                    "old server's final position")
+    fence_timeout_s: float = Field(5, gt=0, le=60, description="read_only=ON waits at most this long for the "
+                                                               "global read lock")
+    fence_block_s: float = Field(0.5, gt=0, le=10, description="how long the fence may hold writes back while it "
+                                                               "waits for running statements")
+    on_fence_blocked: Literal["unfence", "kill_blockers"] = Field(
+        "unfence", description="past fence_block_s: give up the fence (nothing changed) or end the blocking "
+                               "statements (KILL QUERY) and give up only if still blocked")
     checksum: bool = Field(True, description="CHECKSUM TABLE old vs new inside the fenced window")
     drain_timeout_s: float = Field(1, ge=0, le=60)
     seed_timeout_s: float = Field(3600, gt=0, le=7 * 86400)

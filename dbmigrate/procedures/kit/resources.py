@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 RESOURCES = "resources"  # a procedure's typed resources in ctx.resources
 LOCK_SESSION = "lock_session"  # the dedicated session the cluster lock lives on
+LEASE_SERVERS = "lease_servers"  # (servers, primary): where the cluster lease row is kept
 
 T = TypeVar("T")
 
@@ -111,9 +112,14 @@ def open_cluster(playbook: Any, primary: str | None = None) -> ClusterResources:
         raise
 
 
-def handed_over(resources: Any, lock_session: Server | None) -> dict[str, Any]:
-    """The dict a preparer returns to the run: the typed resources and the lock session."""
-    return {RESOURCES: resources, LOCK_SESSION: lock_session}
+def handed_over(resources: Any, lock_session: Server | None,
+                cluster: ClusterResources | None = None) -> dict[str, Any]:
+    """The dict a preparer returns to the run: the typed resources, the lock session and,
+    for a procedure on one cluster, the servers that carry the cluster lease."""
+    out = {RESOURCES: resources, LOCK_SESSION: lock_session}
+    if cluster is not None:
+        out[LEASE_SERVERS] = (cluster.servers, cluster.primary)
+    return out
 
 
 def typed(ctx: RunContext, cls: type[T]) -> T | None:

@@ -61,6 +61,9 @@ class SwitchoverSettings:
     # watchdog acts, by `on_fence_blocked` (unfence: give up, nothing changed; kill_blockers).
     fence_block_s: float = 0.5
     on_fence_blocked: OnFenceBlocked = "unfence"
+    # A fence that gave up blocked is tried again (writes flow in between) up to this many times in all.
+    fence_attempts: int = 1
+    fence_retry_pause_s: float = 1.0
     # How long an undo waits for one server to answer before taking it as down (frozen, dead).
     probe_timeout_s: float = 2.0
     drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
@@ -253,7 +256,26 @@ class Switchover:
         return self.insp(self.old).read_only()
 
     def fence(self) -> tuple[str, str]:
-        """read_only on the old primary; returns (sentence, final position).
+        """read_only on the old primary, tried up to fence_attempts times when one attempt gives
+        up blocked (writes flow for fence_retry_pause_s in between); returns (sentence, final position)."""
+        attempts = max(1, self.s.fence_attempts)
+        for attempt in range(1, attempts + 1):
+            try:
+                sentence, pos = self._fence_once()
+            except RefusedWait as e:
+                if attempt == attempts:
+                    if attempts > 1:
+                        e.message = f"{e.message} (attempt {attempt} of {attempts})"
+                    raise
+                self.log(f"{e.message}; trying again in {self.s.fence_retry_pause_s:g}s "
+                         f"(attempt {attempt + 1} of {attempts})", "warning")
+                self.clock.sleep(self.s.fence_retry_pause_s)
+                continue
+            return (f"{sentence} (attempt {attempt} of {attempts})" if attempt > 1 else sentence), pos
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _fence_once(self) -> tuple[str, str]:
+        """One attempt at read_only on the old primary; returns (sentence, final position).
 
         SET GLOBAL read_only=ON returns once commits in progress are done, and no
         application commit can follow, so the position read right after it is final.
@@ -522,11 +544,24 @@ class Switchover:
             self.clock.sleep(0.05)
 
     # -- 8. verify -----------------------------------------------------------
-    def verify_writes_flow(self, run_id: str, timeout: float = 10) -> str:
-        """Write a probe row on the new primary and see it arrive on every other server."""
+    def _require_primary(self, name: str) -> None:
+        """The probe goes only to the server this run made primary, and only while it is one:
+        the tool's login bypasses read_only, and a row written on a replica breaks its replication."""
+        insp = self.insp(name)
+        if insp.read_only():
+            raise _never_primary(name, "it is read-only")
+        st = insp.replica_status()
+        if st is not None and (st.io_running == "Yes" or st.sql_running == "Yes"):
+            raise _never_primary(name, "it replicates")
+
+    def verify_writes_flow(self, run_id: str, timeout: float = 10, old_gone: bool = False) -> str:
+        """Write a probe row on the new primary and see it arrive on every other server
+        (the old primary excepted when it is gone)."""
+        if not self.dry_run:
+            self._require_primary(self.new)
         # Through the applier: in dry-run the probe is only described.
         self.apply(self.new).write_switchover_probe(run_id, self.new)
-        followers = [self.old, *self.topo.replicas]
+        followers = [*([] if old_gone else [self.old]), *self.topo.replicas]
         if self.dry_run:
             return f"would write a probe row on {self.new} and wait up to {timeout:g}s for {', '.join(followers)}"
         pos = self.insp(self.new).gtid_binlog_pos()
@@ -548,6 +583,83 @@ class Switchover:
                      f"(dbmigrate topology show); the write path is healthy", "warning")
             said += f"; NOT yet on {', '.join(late)} (see the log)"
         return said
+
+
+    # -- completing without the old primary (it died after the fence) --------
+    def old_answers(self) -> bool:
+        """Does the old primary answer within probe_timeout_s?"""
+        try:
+            with self.topo.bounded(self.s.probe_timeout_s, self.old):
+                return self.insp(self.old).reachable()
+        except DbmigrateError:
+            return False
+
+    def takeover_facts(self, final_pos: str) -> tuple[list[str], list[str]]:
+        """(facts, problems) for promoting the candidate without the old primary: the candidate
+        first applies what it received (nothing more can come), then must hold the old primary's
+        final position and everything any answering replica applied or received."""
+        facts, problems = [], []
+        bound = self.s.catchup_timeout_s
+        t0 = self.clock.monotonic()
+        with self.topo.bounded(bound + self.s.probe_timeout_s, self.new):
+            cand = self.insp(self.new)
+            st = cand.replica_status()
+            for target in (final_pos, st.retrieved_gtid if st else ""):
+                left = bound - (self.clock.monotonic() - t0)
+                if target and not cand.has_applied(target) and left > 0:
+                    cand.wait_for_gtid(target, left)
+            have = cand.gtid_executed()
+            lacks = {k: v for k, v in cand.trx_behind(final_pos).items() if v}
+        facts.append(f"{self.old}'s final position journaled at the fence: {final_pos or '(empty)'}")
+        facts.append(f"{self.new} has applied {have or '(nothing)'}")
+        if lacks:
+            problems.append(f"{self.new} lacks {_describe_behind(lacks)} of {self.old}'s final position")
+        for r in self.topo.replicas:
+            try:
+                with self.topo.bounded(self.s.probe_timeout_s, r):
+                    insp = self.insp(r)
+                    rst = insp.replica_status()
+                    mine = insp.gtid_executed()
+                    received = rst.retrieved_gtid if rst else ""
+            except DbmigrateError as e:
+                facts.append(f"replica {r} does not answer ({e.message}): left as it is")
+                continue
+            extra = {k: v for pos in (mine, received) if pos for k, v in cand.flavor.behind(pos, have).items() if v}
+            if extra:
+                problems.append(f"replica {r} has {_describe_behind(extra)} that {self.new} lacks")
+            facts.append(f"replica {r} has applied {mine or '(nothing)'}" + (f", received {received}" if received else ""))
+        return facts, problems
+
+    def repoint_without_old(self) -> str:
+        """Move every answering replica under the new primary (GTID positions: it sends each
+        one what it lacks). A replica that cannot be moved is named and left as it is."""
+        done, left = [], []
+        for r in self.topo.replicas:
+            try:
+                with self.topo.bounded(self.s.replica_timeout_s, r):
+                    if self.replicating_from(r, self.new):
+                        continue
+                    host, port = self._repl_addr(self.new)
+                    a = self.apply(r)
+                    a.stop_replica()
+                    a.change_source(host, port, self.topo.repl)
+                    a.start_replica()
+                self.wait_replica_running(r, min(10.0, self.s.replica_timeout_s))
+                done.append(r)
+            except DbmigrateError as e:
+                left.append(f"{r} ({e.message})")
+                self.log(f"could not move {r} under {self.new}: {e.message}; repoint it by hand", "warning")
+        said = f"repointed {', '.join(done) or 'no replica'} to {self.new}"
+        return said + (f"; NOT moved: {'; '.join(left)}" if left else "")
+
+
+def _describe_behind(behind: dict[str, int]) -> str:
+    return ", ".join(f"{n} transaction(s) of domain {d}" for d, n in sorted(behind.items()))
+
+
+def _never_primary(name: str, why: str) -> SafetyError:
+    return SafetyError(f"{name} is not the primary any more ({why}): no probe is written there",
+                       hint="another run may have moved the primary; see dbmigrate topology show")
 
 
 def switch_back(sw: Switchover, candidate_opened: bool = True, router_switched: bool = True) -> str:

@@ -24,6 +24,7 @@ from dbmigrate.procedures.kit.cutover import Cutover
 from dbmigrate.procedures.kit.preflight import PreflightLimits, preflight_gate
 from dbmigrate.procedures.kit.resources import required, typed
 from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings
+from dbmigrate.procedures.kit.takeover import takeover_procedure
 from dbmigrate.procedures.kit.warmup import WarmSpec
 from dbmigrate.procedures.promote import extras
 from dbmigrate.procedures.promote.resources import PromoteResources, prepare
@@ -50,6 +51,9 @@ class PromoteParams(BaseModel):
     on_fence_blocked: Literal["unfence", "kill_blockers"] = Field(
         "unfence", description="past fence_block_s: give up the fence (nothing changed) or end the blocking "
                                "statements (KILL QUERY) and give up only if still blocked")
+    fence_attempts: int = Field(1, ge=1, le=10, description="fences tried in all when one gives up blocked; writes "
+                                                            "flow between two attempts")
+    fence_retry_pause_s: float = Field(1, gt=0, le=60, description="writes flow this long before the next attempt")
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer "
                                                                "before taking it as down")
     drain_timeout_s: float = Field(2, ge=0, le=60)
@@ -72,7 +76,8 @@ def settings_of(p: PromoteParams) -> SwitchoverSettings:
                               fence_timeout_s=p.fence_timeout_s, kill_app_sessions=p.kill_app_sessions,
                               replica_timeout_s=p.replica_timeout_s, converge_timeout_s=p.converge_timeout_s,
                               converge_max_trx=p.converge_max_trx, fence_block_s=p.fence_block_s,
-                              on_fence_blocked=p.on_fence_blocked, probe_timeout_s=p.probe_timeout_s)
+                              on_fence_blocked=p.on_fence_blocked, probe_timeout_s=p.probe_timeout_s,
+                              fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s)
 
 
 def cutover_of(ctx: RunContext, params: PromoteParams) -> Cutover:
@@ -126,4 +131,7 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
           description="promote a replica to primary with reverse replication and a router switch")
 def build(ctx: RunContext, params: PromoteParams) -> Procedure:
     """Promote a replica to primary: fence, catch up, open, switch, repoint, reverse."""
+    r = typed(ctx, PromoteResources)
+    if r is not None and r.old_gone:
+        return takeover_procedure("promote", cutover_of(ctx, params))
     return Procedure("promote", build_phases(ctx, params), rollback_on_failure=True)

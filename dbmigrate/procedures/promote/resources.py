@@ -28,13 +28,15 @@ class PromoteResources(OnCluster):
     old: str
     new: str
     topology: Topology
+    old_gone: bool = False  # the operator asked to complete without the old primary (dead after the fence)
 
 
-def prepare(playbook: Any, store: Any) -> dict[str, Any]:
+def prepare(playbook: Any, store: Any, old_gone: bool = False) -> dict[str, Any]:
     """Open the cluster's servers and decide old primary / candidate / other replicas.
 
     On resume the roles come from the run's journaled state (the topology is
-    mid-change and discovery could not tell them apart).
+    mid-change and discovery could not tell them apart). With `old_gone` the lock
+    and the lease go to the candidate, and the old primary is never asked.
     """
     inv = inventory_of(playbook)
     cand_cluster, cand_spec = inv.find_server(playbook.params.candidate)
@@ -43,8 +45,11 @@ def prepare(playbook: Any, store: Any) -> dict[str, Any]:
         raise UsageError(f"candidate {playbook.params.candidate} belongs to cluster '{cand_cluster}', "
                          f"not '{playbook.cluster}'")
     state = PromoteState.load(store) if store is not None else PromoteState()
-    cluster = open_cluster(playbook, primary=state.old)
-    old = cluster.primary
+    if old_gone and (state.old is None or state.new is None):
+        raise UsageError("this run never decided its old primary and candidate: there is nothing to complete",
+                         hint="start a new run")
+    cluster = open_cluster(playbook, primary=state.new if old_gone else state.old)
+    old = state.old if old_gone else cluster.primary
     if state.old is None:
         if old == new:
             cluster.close_all()
@@ -53,5 +58,6 @@ def prepare(playbook: Any, store: Any) -> dict[str, Any]:
             state.old, state.new = old, new
             state.save(store)
     replicas = [n for n in cluster.servers if n not in (old, new)]
-    resources = PromoteResources(cluster=cluster, old=old, new=new, topology=cluster.topology(replicas))
-    return handed_over(resources, cluster.lock_session)
+    resources = PromoteResources(cluster=cluster, old=old, new=new, topology=cluster.topology(replicas),
+                                 old_gone=old_gone)
+    return handed_over(resources, cluster.lock_session, cluster)

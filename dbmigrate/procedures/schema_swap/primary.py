@@ -16,6 +16,7 @@ def settings_of(p: SchemaSwapParams) -> SwitchoverSettings:
     return SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.fence_drain_timeout_s,
                               kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s,
                               fence_block_s=p.fence_block_s, on_fence_blocked=p.on_fence_blocked,
+                              fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s,
                               probe_timeout_s=p.probe_timeout_s)
 
 

@@ -4,6 +4,7 @@ at the end the pool is as it was (with the new primary replaced when the run kee
 from __future__ import annotations
 
 from dbmigrate.engine.step import RunContext
+from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, SchemaSwapState
 from dbmigrate.procedures.schema_swap.run import current_primary, params_of, resources_of, server_of
@@ -91,6 +92,10 @@ def put_back(ctx: RunContext, side: str) -> str:
         return f"{side} is already back in the reader pool ({', '.join(current)})"
     ctx.record_statement("router", f"readers: {', '.join(wanted)} ({side} back)")
     router.set_readers(wanted)
+    if not ctx.dry_run and not is_back(ctx, side):  # the router's word, read back, not the request's
+        raise SafetyError(f"{side} was put back in the reader pool but the router now has readers "
+                          f"{', '.join(readers_now(ctx)) or 'none'}",
+                          hint="check the router's reader backend, then: dbmigrate rollback RUN")
     return f"{side} is back in the reader pool: readers {', '.join(wanted)}"
 
 
@@ -155,6 +160,10 @@ def restore_reader_pool(ctx: RunContext) -> str:
     if router is None or before is None:
         return "nothing to restore"
     router.set_readers(before)
+    now = readers_now(ctx)
+    if not ctx.dry_run and sorted(now) != sorted(before):
+        raise SafetyError(f"the reader pool was to be {', '.join(before)} but the router has {', '.join(now) or 'none'}",
+                          hint="check the router's reader backend, then: dbmigrate rollback RUN")
     return f"reader pool restored to {', '.join(before)}"
 
 

@@ -91,4 +91,4 @@ def prepare(playbook: Any, store: Any) -> dict[str, Any]:
     resources = SchemaSwapResources(cluster=cluster, sides=sides, candidate=candidate,
                                     primary_altered=bool(state.primary_altered),
                                     topology=cluster.topology([s for s in sides if s != candidate]))
-    return handed_over(resources, cluster.lock_session)
+    return handed_over(resources, cluster.lock_session, cluster)

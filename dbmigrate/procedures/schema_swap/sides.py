@@ -99,6 +99,11 @@ def undo_ddl(ctx: RunContext, side: str) -> str:
             ctx.record_statement(side, statement)
     finally:
         session.close()
+    insp = Inspector(server_of(ctx, side))
+    left = [d for d in p.statements() if d.expectations and ddl_applied(insp, d)]  # read on the server: the change must be gone
+    if left:
+        raise SafetyError(f"the undo statements ran on {side} but {len(left)} change(s) are still in place",
+                          hint="compare undo_ddl with the statements; fix the schema by hand (binlog off)")
     return f"undid the change on {side} with the binlog off: {len(p.undo_ddl)} undo statement(s)"
 
 

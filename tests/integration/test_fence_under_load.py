@@ -1,0 +1,123 @@
+"""The fence under plain application load: `SET GLOBAL read_only=ON` waits for running
+statements, and every new write queues behind it. An UPDATE waiting on another transaction's
+row lock would hold the fence (and so every write) for the whole lock_wait_timeout; the
+watchdog bounds that to fence_block_s (half a second by default), then gives up or ends
+the blocking statement, per the playbook."""
+
+from __future__ import annotations
+
+import threading
+
+import pymysql
+import pytest
+
+from dbmigrate.app.runs import resolve_journal_path, start_run
+from dbmigrate.engine.journal import Journal
+from tests.integration import promote_kit as kit
+
+pytestmark = pytest.mark.integration
+
+
+class RowLockChain:
+    """T1 holds a row lock in an idle open transaction; T2's UPDATE of that row waits on it
+    (a running statement the fence must wait for), as two application sessions would."""
+
+    def __init__(self, inv, cluster: str, server: str) -> None:
+        spec, creds = inv.cluster(cluster).servers[server], inv.app_credentials(cluster)
+        self.connect = lambda: pymysql.connect(host=spec.host, port=spec.port, user=creds.user,
+                                               password=creds.password or "", autocommit=True, ssl_disabled=True)
+        self.t1, self.t2 = self.connect(), self.connect()
+        self.t2_error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "RowLockChain":
+        with self.t1.cursor() as c:
+            c.execute("CREATE TABLE IF NOT EXISTS app.fence_block (id INT PRIMARY KEY, v INT NOT NULL)")
+            c.execute("INSERT IGNORE INTO app.fence_block VALUES (1, 0)")
+            c.execute("BEGIN")
+            c.execute("UPDATE app.fence_block SET v = v + 1 WHERE id = 1")
+        self._thread = threading.Thread(target=self._blocked_update, daemon=True)
+        self._thread.start()
+        return self
+
+    def _blocked_update(self) -> None:
+        try:
+            with self.t2.cursor() as c:
+                c.execute("UPDATE app.fence_block SET v = v + 2 WHERE id = 1")
+        except BaseException as e:  # ended by the watchdog (kill_blockers) or the rollback below
+            self.t2_error = e
+
+    def release_after(self, seconds: float) -> threading.Timer:
+        """T1 commits after `seconds`: T2's UPDATE then runs and the fence is no longer blocked."""
+        timer = threading.Timer(seconds, self.t1.commit)
+        timer.start()
+        return timer
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.t1.rollback()
+        except pymysql.err.OperationalError:
+            pass  # its session was ended by the cutover (end application sessions)
+        finally:
+            if self._thread is not None:
+                self._thread.join(timeout=30)
+            self.t1.close()
+            self.t2.close()
+
+
+def test_a_fence_behind_a_row_lock_wait_holds_writes_half_a_second_then_gives_up(boxes):
+    name = "fblock"
+    state, inv = kit.topology(boxes, name)
+    v = kit.start_verifier(inv, name)
+    with RowLockChain(inv, name, f"{name}-1"):
+        outcome = start_run(kit.playbook(state, name), assume_yes=True)  # fence_block_s: the default
+    assert outcome.status == "refused", outcome.summary
+    assert "waited 0.5s behind running statement(s)" in outcome.summary, outcome.summary
+    assert "UPDATE app.fence_block" in outcome.summary and "nothing changed" in outcome.summary
+    shape = kit.shape(inv, name)
+    assert kit.writers(shape) == [f"{name}-1"]
+    report = kit.finish_verifier(v, inv, name)
+    assert report.lost_total == 0, report.summary()
+    # Writes were held back by the fence for about fence_block_s, not lock_wait_timeout (5 s).
+    assert report.max_gap_ms is not None and report.max_gap_ms < 1500, report.summary()
+    boxes.down(name)
+
+
+def test_kill_blockers_ends_the_waiting_statement_and_the_cutover_goes_on(boxes):
+    name = "fkill"
+    state, inv = kit.topology(boxes, name)
+    v = kit.start_verifier(inv, name)
+    with RowLockChain(inv, name, f"{name}-1") as chain:
+        outcome = start_run(kit.playbook(state, name, {"on_fence_blocked": "kill_blockers"}), assume_yes=True)
+    assert outcome.status == "done", outcome.summary
+    assert chain.t2_error is not None and "interrupted" in str(chain.t2_error).lower(), chain.t2_error
+    shape = kit.shape(inv, name)
+    assert kit.writers(shape) == [f"{name}-new"]
+    report = kit.finish_verifier(v, inv, name)
+    assert report.lost_total == 0, report.summary()
+    assert report.max_gap_ms is not None and report.max_gap_ms < 1500, report.summary()
+    boxes.down(name)
+
+
+def test_a_blocked_fence_tried_again_after_the_blocker_ended_completes_the_cutover(boxes):
+    name = "fretry"
+    state, inv = kit.topology(boxes, name)
+    v = kit.start_verifier(inv, name)
+    with RowLockChain(inv, name, f"{name}-1") as chain:
+        timer = chain.release_after(1.0)  # the first attempt gives up at 0.5 s, the second (at 1.5 s) goes through
+        outcome = start_run(kit.playbook(state, name, {"fence_attempts": 3, "fence_retry_pause_s": 1}),
+                            assume_yes=True)
+        timer.join()
+    assert outcome.status == "done", outcome.summary
+    assert chain.t2_error is None
+    with Journal(resolve_journal_path()) as j:
+        run = j.run_detail(outcome.run_id)
+    fence = [s for s in run["steps"] if s["name"].startswith("fence")][0]
+    assert "(attempt 2 of 3)" in fence["sentence"], fence["sentence"]
+    shape = kit.shape(inv, name)
+    assert kit.writers(shape) == [f"{name}-new"]
+    report = kit.finish_verifier(v, inv, name)
+    assert report.lost_total == 0, report.summary()
+    # Each attempt holds writes back for at most fence_block_s; they flow in between.
+    assert report.max_gap_ms is not None and report.max_gap_ms < 1500, report.summary()
+    boxes.down(name)
