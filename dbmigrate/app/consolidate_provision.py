@@ -124,7 +124,8 @@ def connection_for(inv, host: str, address: str, start: str | None) -> files.Hos
         opts.append(f"-o StrictHostKeyChecking={access.strict_host_key_checking}")
     opts += [f"-o {k}={val}" for k, val in access.options.items()]
     v["ansible_ssh_common_args"] = " ".join(opts)
-    return files.HostConnection(host, v, start or "systemd", become=True)
+    # Logged in as root there is nothing to become (and sudo may not even be installed).
+    return files.HostConnection(host, v, start or "systemd", become=access.user != "root")
 
 
 def _admin(inv) -> Credentials:

@@ -146,13 +146,20 @@ def consolidate(
 
 def render_consolidation(r: dict) -> None:
     t = Table(title=f"consolidation rehearsal ({'remote hosts over ssh' if r['remote'] else 'local hosts'})")
-    for c in ("shard", "old server", "instance", "served by", "acked", "on new", "lost", "checksum"):
+    for c in ("shard", "old server", "instance", "served by", "consolidate status", "acked", "on new", "lost",
+              "checksum"):
         t.add_column(c)
+    stage = {s["shard"]: s["stage"] + ("; " + "; ".join(s["problems"]) if s["problems"] else "")
+             for s in r.get("status", {}).get("shards", [])}
     for sh, s in r["shards"].items():
-        t.add_row(sh, s["old_server"], s["instance"], s["served_by"] + ("" if s["served_by"] == s["expected"] else " (!)"),
+        t.add_row(sh, s["old_server"], f"{s['instance']} ({r['instances'][s['instance']]['address']})",
+                  s["served_by"] + ("" if s["served_by"] == s["expected"] else " (!)"), stage.get(sh, "?"),
                   str(s["acknowledged"]), str(s["acked_on_new"]), str(s["lost"]),
                   "equal" if not s["checksum_differences"] else ", ".join(s["checksum_differences"]))
     console.print(t)
+    wrong_ports = r.get("ports_not_as_planned") or []
+    console.print("every instance listens at its planned port" if not wrong_ports else
+                  "[red]ports not as planned:[/] " + "; ".join(wrong_ports))
     for key, seed in r["seeds"].items():
         console.print(f"seed {key}: {seed['method']}, {seed['bytes'] / 1e6:.1f} MB in {seed.get('copy_s', seed.get('total_s'))} s"
                       + (f" ({seed['rate_mb_s']} MB/s, paused {seed['pauses']}x)" if "rate_mb_s" in seed else ""))

@@ -81,7 +81,9 @@ def run_playbook(workdir: Path, inventory: Path, playbook: Path, vars_file: Path
     if vars_file is not None:
         argv += ["-e", f"@{vars_file}"]
     config = workdir / "ansible.cfg"  # ours, so that no stray ansible.cfg (cwd, home, /etc) decides
-    config.write_text("[defaults]\nretry_files_enabled = False\nhost_key_checking = True\nnocolor = True\n")
+    # Pipelining runs each module over the one ssh session instead of copying it to a temp file first.
+    config.write_text("[defaults]\nretry_files_enabled = False\nhost_key_checking = True\nnocolor = True\n"
+                      "[ssh_connection]\npipelining = True\n")
     env = {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_STDOUT_CALLBACK": "default", "PYTHONUNBUFFERED": "1"}
     lines: list[str] = []
     try:

@@ -1,12 +1,16 @@
 """`dbmigrate rehearse consolidate`: the whole consolidation on a throwaway sandbox, under load.
 
 Four old servers (2-3 shards each, a writer per shard following the DSN file) are
-planned onto two hosts of two instances each; the consolidate playbook provisions
-the instances (sandbox instances for now), seeds them physically (mariadb-backup
-streamed host to host through the throttle), cuts the old servers over as a fleet,
-routes every shard, and one old server is then rolled back alone. The report says,
-per shard, who serves it and whether every acknowledged write is there, compares
-checksums old vs new, and checks that each moved old server replicates back.
+planned onto two hosts of two instances each, at free ports. `consolidate provision`
+creates the instances through its generated Ansible playbook (`connection=local`, or
+ssh with `--remote`; mariadbd started directly, as where no systemd runs); the
+consolidate playbook seeds them physically (mariadb-backup streamed host to host
+through the throttle, each instance stopped and started through the host layer),
+cuts the old servers over as a fleet, routes every shard, and one old server is then
+rolled back alone. The report says, per shard, who serves it (and what `consolidate
+status` says) and whether every acknowledged write is there, compares checksums old
+vs new, checks that each moved old server replicates back, and that every instance
+listens at its planned port.
 
 With `remote`, each old server and each target host is a host of its own behind a
 real sshd: files and programs are reached only over ssh.
@@ -15,6 +19,8 @@ real sshd: files and programs are reached only over ssh.
 from __future__ import annotations
 
 import json
+import pwd
+import os
 import secrets
 import time
 from pathlib import Path
@@ -22,12 +28,17 @@ from typing import Any, Callable
 
 import yaml
 
-from dbmigrate.config import HostSpec, load_inventory
+from dbmigrate.config import load_inventory
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.hosts import LocalHost
+from dbmigrate.hosts.services import InstanceService
 from dbmigrate.procedures.consolidate.plan import connection_name, measure_shards, plan
+from dbmigrate.procedures.consolidate.provision import pid_file
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+from dbmigrate.rehearsal.sandbox.ports import free_port_range
 from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, create_shard, ids_on
 from dbmigrate.routing.dsn_file import DsnFileRouter
 
@@ -48,6 +59,8 @@ def _shards(name: str) -> dict[str, list[str]]:
 def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = False, rows: int = 2000,
                          throttle_mb_s: float = 0, keep: bool = False, subscribers=()) -> dict[str, Any]:
     from dbmigrate.app.consolidate import rollback_server
+    from dbmigrate.app.consolidate_provision import ProvisionRequest, provision
+    from dbmigrate.app.consolidate_status import consolidation_status
     from dbmigrate.app.runs import resolve_journal_path, start_run
     from dbmigrate.engine.journal import Journal
 
@@ -57,6 +70,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
     t0 = time.monotonic()
     host_sshd: list[Any] = []
     writers: dict[str, ShardWriter] = {}
+    placed = None
     try:
         boxes.up(name, replicas=0)
         olds = _old_names(name)
@@ -87,10 +101,15 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
 
         plan_file = state.path / "plan.json"
         measured = measure_shards(inv, sample_s=0.3)
-        hosts = {h: HostSpec(cores=2, memory_gb=1, disk_gb=5, max_instances=2, sandbox=name) for h in HOSTS}
-        placed = plan(measured, hosts, inv.planning, "instance-per-group")
+        placed = plan(measured, inv.hosts, inv.planning, "instance-per-group")
         plan_file.write_text(json.dumps(placed.to_dict(), indent=2))
-        say("plan: " + "; ".join(f"{i.name} <- {', '.join(i.shards)}" for i in placed.instances))
+        say("plan: " + "; ".join(f"{i.name} <- {', '.join(i.shards)} at port {i.port}" for i in placed.instances))
+        t1 = time.monotonic()
+        provisioned = provision(ProvisionRequest(
+            plan=plan_file, inventory=inv_path, cluster=name, start="direct", conf_dir=str(state.path / "etc"),
+            mariadbd_user=pwd.getpwuid(os.getuid()).pw_name, install_packages=False))
+        say(f"provisioned {len(provisioned.instances)} instances through ansible-playbook "
+            f"({'ssh' if remote else 'connection=local'}, mariadbd started directly) in {time.monotonic() - t1:.1f}s")
 
         for sh in [s for names in shards.values() for s in names]:
             writers[sh] = ShardWriter(routes, sh, app)
@@ -106,10 +125,11 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         with Journal(resolve_journal_path()) as j:
             st = ConsolidateState.load(j.all_state(outcome.run_id))
             steps = j.run_detail(outcome.run_id)["steps"]
-        new_addr = dict(st.instances)
-        target = {sh: new_addr.get(i.name) for i in placed.instances for sh in i.shards}
-        for sh, w in writers.items():  # the instances really take writes before anything else happens
-            w.wait_acks_on(target[sh] or "", 20, timeout_s=30)
+        new_addr = {i.name: st.instances.get(i.name, f"{i.address}:{i.port}") for i in placed.instances}
+        target = {sh: new_addr[i.name] for i in placed.instances for sh in i.shards}
+        if outcome.status == "done":
+            for sh, w in writers.items():  # the instances really take writes before anything else happens
+                w.wait_acks_on(target[sh], 20, timeout_s=30)
 
         rolled = olds[-1]
         rollback_sentence = None
@@ -125,6 +145,11 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         with Journal(resolve_journal_path()) as j:  # again: the rollback journaled that server's new stage
             st = ConsolidateState.load(j.all_state(outcome.run_id))
         report = _check(inv, name, placed, new_addr, shards, writers, rolled if rollback_sentence else None, routes)
+        report["status"] = consolidation_status(plan_file, inv_path, routes).to_dict()
+        report["provision"] = {"by": "ansible-playbook", "files": sorted(provisioned.files),
+                               "recap": provisioned.recap.hosts if provisioned.recap else None,
+                               "instances": provisioned.instances}
+        report["ports_not_as_planned"] = _ports_not_as_planned(inv, placed)
         report.update({
             "sandbox": name, "remote": remote, "run_id": outcome.run_id, "run_status": outcome.status,
             "summary": outcome.summary, "rolled_back_server": rolled if rollback_sentence else None,
@@ -135,7 +160,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         })
         report["ok"] = bool(outcome.status == "done" and rollback_sentence and report["lost_writes"] == 0
                             and report["checksum_differences"] == 0 and report["misrouted_shards"] == 0
-                            and report["old_servers_not_replicating_back"] == 0)
+                            and report["old_servers_not_replicating_back"] == 0
+                            and not report["ports_not_as_planned"] and not report["status"]["problems"])
         return report
     finally:
         for w in writers.values():
@@ -143,9 +169,38 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         for w in writers.values():
             w.join(10)
         if not keep:
+            if placed is not None:
+                _stop_instances(placed)
             for d in host_sshd:  # before the sandbox goes: it removes their directory
                 d.stop()
             boxes.down(name)
+
+
+def _stop_instances(placed) -> None:
+    """The provisioned instances are no sandbox processes: stop each by its pid file."""
+    for i in placed.instances:
+        svc = InstanceService(LocalHost(i.name), i.name, i.socket, pid_file(i))
+        try:
+            if svc.live_pid() is not None:
+                svc.stop(timeout=120)
+        except DbmigrateError:
+            continue
+
+
+def _ports_not_as_planned(inv, placed) -> list[str]:
+    """Each instance answers at the plan's port, and says so itself (@@port)."""
+    creds = inv.defaults.credentials.resolve(inv.base)
+    wrong = []
+    for i in placed.instances:
+        try:
+            with Server(i.name, i.address, i.port, creds) as srv:
+                port = int(Inspector(srv).variable("port"))
+        except DbmigrateError as e:
+            wrong.append(f"{i.name}: no answer at {i.address}:{i.port}: {e.message}")
+            continue
+        if port != i.port:
+            wrong.append(f"{i.name}: listens at {port}, planned {i.port}")
+    return wrong
 
 
 def _address(inv, server: str) -> str:
@@ -159,8 +214,11 @@ def _legacy_inventory(state, name: str, shards: dict[str, list[str]], host_sshd:
     for old, names in shards.items():
         cluster["servers"][old]["shards"] = names
     cluster["router"] = {"kind": "dsn-file", "path": "shards.json"}
-    doc["hosts"] = {h: {"cores": 2, "memory_gb": 1, "disk_gb": 5, "max_instances": 2, "sandbox": name}
-                    for h in HOSTS}
+    base = free_port_range(2 * len(HOSTS))  # the plan's ports (base_port + slot - 1), free on this machine
+    doc["hosts"] = {h: {"cores": 2, "memory_gb": 1, "disk_gb": 5, "max_instances": 2, "address": "127.0.0.1",
+                        "base_port": base + 2 * k, "datadir_root": str(state.path / "hosts" / h / "data"),
+                        "run_dir": str(state.path / "hosts" / h / "run")}
+                    for k, h in enumerate(HOSTS)}
     for h, daemon in zip(HOSTS, host_sshd):
         doc["hosts"][h]["access"] = daemon.endpoint.access()
     doc["planning"] = {"reserved_memory_gb": 0.25, "instance_overhead_mb": 64, "min_buffer_pool_mb": 32}
@@ -243,5 +301,6 @@ def _check(inv, name: str, placed, new_addr: dict[str, str], shards: dict[str, l
     return {"shards": per_shard, "lost_writes": lost, "acknowledged_writes": sum(len(w.acks) for w in writers.values()),
             "checksum_differences": diffs, "misrouted_shards": misrouted, "old_servers_replicating_back": replicating_back,
             "old_servers_not_replicating_back": not_back,
-            "instances": {i.name: {"host": i.host, "address": new_addr.get(i.name), "shards": i.shards}
+            "instances": {i.name: {"host": i.host, "address": new_addr.get(i.name), "planned_port": i.port,
+                                   "shards": i.shards}
                           for i in placed.instances}}

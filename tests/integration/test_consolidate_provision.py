@@ -21,6 +21,7 @@ import yaml
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError
 
 from tests.conftest import run_cli
 
@@ -120,6 +121,27 @@ def test_provision_creates_and_starts_instances_at_the_plans_ports_and_is_idempo
     again = json.loads(r.stdout)
     assert again["recap"]["p1"]["changed"] == 0 and again["recap"]["p1"]["failed"] == 0
     assert [i["answered"] for i in again["instances"]] == [True, True]
+
+    # Physical seeding stops and starts such an instance through the host layer: it is found
+    # running directly (no systemd here), stopped cleanly, and started again as it ran.
+    from dbmigrate.hosts import LocalHost
+    from dbmigrate.procedures.consolidate.provision import HostControl, instance_control, pid_file
+    from dbmigrate.procedures.consolidate.resources import load_plan
+
+    inst = load_plan(work / "plan.json").instance("p1-1")
+    control = instance_control(inst, LocalHost("p1"))
+    assert isinstance(control, HostControl) and control.how() == "direct"
+    assert control.datadir(inst) == inst.datadir
+    before = control.service.live_pid()
+    control.stop(inst)
+    assert control.service.live_pid() is None and not Path(pid_file(inst)).exists()
+    with pytest.raises(DbmigrateError):  # it really is down
+        Server("p1-1", "127.0.0.1", inst.port, admin, retries=0).scalar("SELECT 1")
+    assert control.start(inst) == f"127.0.0.1:{inst.port}"
+    after = control.service.live_pid()
+    assert after and after != before
+    with Server("p1-1", "127.0.0.1", inst.port, admin) as srv:
+        assert int(Inspector(srv).variable("server_id")) == inst.server_id and Inspector(srv).read_only()
 
 
 def test_a_plan_without_ports_schema_or_with_an_unreachable_host_is_refused_with_exit_2(fleet):

@@ -1,5 +1,7 @@
 """`dbmigrate rehearse consolidate --remote`: the whole consolidation, each old server and each
-target host behind its own sshd, under a writer on every shard."""
+target host behind its own sshd, under a writer on every shard: planned at free ports,
+provisioned by the generated Ansible playbook over ssh (mariadbd started directly), seeded
+physically with each instance stopped and started through the host layer."""
 
 from __future__ import annotations
 
@@ -18,11 +20,20 @@ def test_rehearse_consolidate_remote_moves_every_shard_physically_and_loses_noth
     # 4 old servers, 10 shards, 2 hosts x 2 instances.
     assert len(rep["shards"]) == 10 and len(rep["instances"]) == 4
     assert sorted(i["host"] for i in rep["instances"].values()) == ["h1", "h1", "h2", "h2"]
-    # Every instance seeded physically over ssh, from the backup's GTID, keeping only its shards.
+    # Created by ansible-playbook at the plan's ports, and used there by every later step.
+    assert rep["provision"]["by"] == "ansible-playbook" and set(rep["provision"]["recap"]) == {"h1", "h2"}
+    assert all(c["changed"] > 0 and c["failed"] == 0 for c in rep["provision"]["recap"].values())
+    assert rep["ports_not_as_planned"] == []
+    for name, inst in rep["instances"].items():
+        assert inst["address"] == f"127.0.0.1:{inst['planned_port']}", (name, inst)
+    assert len({i["planned_port"] for i in rep["instances"].values()}) == 4
+    # Every instance seeded physically over ssh, from the backup's GTID, keeping only its shards,
+    # restarted (through the host layer) at its planned address.
     assert len(rep["seeds"]) == 4
-    for seed in rep["seeds"].values():
+    for key, seed in rep["seeds"].items():
         assert seed["method"] == "physical" and seed["gtid"] and seed["bytes"] > 5_000_000, seed
         assert set(seed["dropped"]) >= {"app", "sbtest"}, seed
+        assert seed["address"] == rep["instances"][key.split("<-")[0]]["address"], seed
     # Each old server journaled as cut over by the fleet; one then rolled back alone.
     rolled = rep["rolled_back_server"]
     assert rolled and {s: f["status"] for s, f in rep["fleet"].items()} == {s: "done" for s in rep["fleet"]}
@@ -38,6 +49,14 @@ def test_rehearse_consolidate_remote_moves_every_shard_physically_and_loses_noth
         else:
             assert s["served_by"] == rep["instances"][s["instance"]]["address"]
     assert rep["fenced_checksums_equal"]
+    # `consolidate status` sees the same: moved shards served by their instance with the old server
+    # replicating back, the rolled-back server's shards served by it; no problem anywhere.
+    assert rep["status"]["problems"] == []
+    for st in rep["status"]["shards"]:
+        if st["old"] == rolled:
+            assert st["served_by"] == "old server" and "as after a rollback" in st["stage"], st
+        else:
+            assert st["served_by"] == "new instance" and st["stage"].startswith("moved (old server replicating"), st
     # The moved old servers are fenced and replicate their shards back until decommission.
     back = rep["old_servers_replicating_back"]
     assert rolled not in back and len(back) == 3

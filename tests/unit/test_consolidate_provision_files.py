@@ -109,6 +109,7 @@ def test_ssh_host_settings_come_from_the_inventory_and_remote_hosts_need_declare
                 access: {kind: ssh, user: dba, port: 2222, identity_file: keys/id, jump_host: bastion,
                          strict_host_key_checking: accept-new}}
           db9: {cores: 4, memory_gb: 8, disk_gb: 50, address: 10.1.0.9, access: none}
+          db10: {cores: 4, memory_gb: 8, disk_gb: 50, address: 10.1.0.10, access: {kind: ssh, user: root}}
         """))
     inv = load_inventory(inv_file)
     c = connection_for(inv, "db7", "10.1.0.7", None)
@@ -118,6 +119,7 @@ def test_ssh_host_settings_come_from_the_inventory_and_remote_hosts_need_declare
     assert "-o ProxyJump=bastion" in c.vars["ansible_ssh_common_args"]
     assert "-o StrictHostKeyChecking=accept-new" in c.vars["ansible_ssh_common_args"]
     assert connection_for(inv, "db7", "10.1.0.7", "direct").start == "direct"
+    assert not connection_for(inv, "db10", "10.1.0.10", None).become  # root already: no sudo needed
     with pytest.raises(UsageError, match="access: none"):
         connection_for(inv, "db9", "10.1.0.9", None)
     with pytest.raises(UsageError, match="no access declared"):

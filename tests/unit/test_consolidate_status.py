@@ -32,6 +32,10 @@ def test_each_stage_of_a_move_is_named_with_who_serves_the_shard():
     assert (s.served_by, s.stage, s.problems) == ("new instance", "moved (old server replicating, 0s behind from it)", [])
     s = shard_status("s1", *probes(old_ro=False, new_ro=True, back=conn()), OLD, "old_a")
     assert s.served_by == "old server" and s.stage.startswith("back on the old server")
+    # After a rollback: the old server writable and routed, the instance fenced, no connection either way.
+    s = shard_status("s1", *probes(old_ro=False, new_ro=True), OLD, "old_a")
+    assert (s.served_by, s.problems) == ("old server", [])
+    assert s.stage == "on the old server; the instance's copy is not replicating (as after a rollback)"
 
 
 def test_problems_are_named():

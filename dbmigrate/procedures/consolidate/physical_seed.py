@@ -12,8 +12,9 @@ A physical copy carries the whole server: every schema, and the mysql.* accounts
 and grants. The instance keeps only the shards the plan gives it; the others are
 dropped once it starts, before replication begins, and the connection's filter
 keeps them out from then on. It needs the same MariaDB major version on both
-sides, host access to both hosts, and a provisioner that can stop and start the
-instance (see provision.InstanceControl); `auto` falls back to a logical copy
+sides, host access to both hosts, and something that can stop and start the
+instance (see provision.InstanceControl: the sandbox's provisioner, or the host
+layer for an instance running as a `mariadb@NAME` unit or a direct mariadbd); `auto` falls back to a logical copy
 when one of these is missing, and says why.
 """
 
@@ -26,10 +27,10 @@ from typing import Any, Optional
 from dbmigrate.db.credentials import option_file_text
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import RunContext
-from dbmigrate.hosts import Host, NoAccessHost, stream
+from dbmigrate.hosts import Host, HostError, NoAccessHost, stream
 from dbmigrate.hosts.resolve import host_for, host_for_planned
 from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
-from dbmigrate.procedures.consolidate.provision import InstanceControl, instance_control
+from dbmigrate.procedures.consolidate.provision import HostControl, InstanceControl, instance_control
 from dbmigrate.procedures.consolidate.resources import LIVE_THROTTLE_KEY
 from dbmigrate.procedures.consolidate.run import (
     ConsolidateError,
@@ -102,12 +103,18 @@ def physical_blockers(ctx: RunContext, inst: PlannedInstance, source: str) -> li
     reasons = []
     if len(inst.sources) > 1:
         reasons.append(f"{inst.name} merges {len(inst.sources)} old servers (a physical copy holds one)")
-    if instance_control(inst) is None:
-        reasons.append(f"no provisioner that can stop and start {inst.name} is installed")
     inv = resources_of(ctx).inventory
     for label, host in ((source, host_for(inv, source)), (inst.name, host_for_planned(inv, inst))):
         if isinstance(host, NoAccessHost):
             reasons.append(f"no host access to {label}")
+    control = instance_control(inst, host_for_planned(inv, inst))
+    if control is None:
+        reasons.append(f"nothing can stop and start {inst.name} (no host access, or a plan without its socket)")
+    elif isinstance(control, HostControl) and not reasons:
+        try:
+            control.how()  # systemd unit or a live mariadbd: read from the host before anything stops
+        except HostError as e:
+            reasons.append(e.message)
     if not reasons:
         a = Inspector(server_of(ctx, source)).version()
         b = Inspector(server_of(ctx, inst.name)).version()
@@ -118,11 +125,15 @@ def physical_blockers(ctx: RunContext, inst: PlannedInstance, source: str) -> li
 
 def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
     plan, p = plan_of(ctx), params_of(ctx)
-    control = instance_control(inst)
-    assert control is not None  # physical_blockers said so
     shards = shards_of(plan, inst.name, source)
     res = resources_of(ctx)
     src_host, dst_host = host_for(res.inventory, source), host_for_planned(res.inventory, inst)
+    control = instance_control(inst, dst_host, p.seed_timeout_s)
+    if control is None:
+        raise ConsolidateError(f"nothing can stop and start {inst.name}", hint="set seed.method: logical")
+    if isinstance(control, HostControl):
+        ctx.log(f"seed {inst.name} from {source}: {inst.name} runs as {control.how()} on {inst.host}; "
+                "it is stopped and started that way")
     src, dst = Inspector(server_of(ctx, source)), Inspector(server_of(ctx, inst.name))
     held = dst.tables_in(dst.schemas())
     if held:
@@ -156,7 +167,16 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
     pos = read_position(dst_host, staging, source)
     control.stop(inst)
     res.servers.forget(inst.name)
-    dst_host.run(["sh", "-c", _SWAP, "sh", datadir, staging], what=f"swap the copy into {datadir}")
+    try:
+        dst_host.run(["sh", "-c", _SWAP, "sh", datadir, staging], what=f"swap the copy into {datadir}")
+    except HostError:
+        # The swap puts the old datadir back when it cannot finish: start the instance again
+        # rather than leave it down, then report the swap's failure.
+        try:
+            control.start(inst)
+        except Exception as again:  # best effort: the swap's failure is what gets reported
+            ctx.log(f"seed {inst.name}: after the failed swap it did not start again either: {again}")
+        raise
     address = control.start(inst)
     dst_host.run(["rm", "-rf", "--", f"{datadir}.dbmigrate-old"], what="remove the replaced datadir", check=False)
     dropped = keep_only_shards(ctx, inst, shards)

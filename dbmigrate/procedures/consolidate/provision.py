@@ -3,13 +3,19 @@
 Procedures do not know how a host makes a server (a local sandbox for rehearsals,
 an automation system in production); the caller registers a provisioner for a kind
 of host. A planned instance whose host has no provisioner must already answer
-(created beforehand, e.g. by a before_phase hook).
+(created beforehand: `consolidate provision`, or a before_phase hook).
+
+Stopping and starting an instance (what physical seeding needs) comes from the
+sandbox's provisioner in rehearsals, and elsewhere from the host layer: the
+instance's `mariadb@NAME` unit, or the mariadbd its pid file names (HostControl).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from dbmigrate.hosts import Host, NoAccessHost
+from dbmigrate.hosts.services import InstanceService
 from dbmigrate.procedures.consolidate.plan import PlannedInstance
 
 SANDBOX = "sandbox"  # inventory hosts with `sandbox:` (rehearsals on this machine)
@@ -54,11 +60,43 @@ def provisioner_for(instance: PlannedInstance) -> Provisioner | None:
     return _PROVISIONERS.get(kind) if kind else None
 
 
-def instance_control(instance: PlannedInstance) -> InstanceControl | None:
-    """The provisioner of this instance's host when it can stop and start instances."""
+class HostControl:
+    """Stop and start a provisioned instance through its host (systemd unit or direct mariadbd),
+    on the plan's datadir, socket and pid file."""
+
+    def __init__(self, host: Host, instance: PlannedInstance, timeout_s: float = 600):
+        self.host, self.timeout_s = host, timeout_s
+        self.service = InstanceService(host, instance.name, instance.socket, pid_file(instance))
+
+    def how(self) -> str:
+        return self.service.detect()
+
+    def datadir(self, instance: PlannedInstance) -> str:
+        return instance.datadir
+
+    def stop(self, instance: PlannedInstance) -> None:
+        self.service.stop(self.timeout_s)
+
+    def start(self, instance: PlannedInstance) -> str:
+        self.service.start(self.timeout_s)
+        return f"{instance.address}:{instance.port}"
+
+
+def pid_file(instance: PlannedInstance) -> str:
+    """Where the plan's option group puts the pid file (beside the socket)."""
+    return instance.config.get("pid_file") or f"{instance.socket.rsplit('/', 1)[0]}/{instance.name}.pid"
+
+
+def instance_control(instance: PlannedInstance, host: Host | None = None,
+                     timeout_s: float = 600) -> InstanceControl | None:
+    """What can stop and start this instance: its host's provisioner when that can (sandbox),
+    else the host layer where the tool has access to the host and the plan names the socket."""
     p = provisioner_for(instance)
     if p is not None and all(callable(getattr(p, m, None)) for m in ("datadir", "stop", "start")):
         return p  # type: ignore[return-value]
+    if p is None and not instance.sandbox and host is not None and not isinstance(host, NoAccessHost) \
+            and instance.socket and instance.datadir:
+        return HostControl(host, instance, timeout_s)
     return None
 
 

@@ -101,6 +101,10 @@ def shard_status(shard: str, old: Probe, inst: Probe, route: str | None, connect
         elif forward:
             stage = f"seeded, {forward}"
             problems += why
+        elif served == "old server" and _writable(old) and inst.answered and inst.read_only:
+            # What a rollback leaves: routes and writes back on the old server, the instance fenced,
+            # no connection either way. Its copy no longer follows the shard.
+            stage = "on the old server; the instance's copy is not replicating (as after a rollback)"
         else:
             stage = "seeded, not replicating"
     return ShardStatus(shard, old.name, inst.name, served, stage, problems)
