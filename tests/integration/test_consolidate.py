@@ -11,11 +11,8 @@ an unknown outcome with the same id) and every acknowledged id is checked.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 
-import pymysql
 import pytest
 import yaml
 
@@ -27,6 +24,7 @@ from dbmigrate.procedures.consolidate.plan import measure_shards, plan
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
 from dbmigrate.routing.dsn_file import DsnFileRouter
 
+from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, ids_on
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.integration
@@ -34,67 +32,6 @@ pytestmark = pytest.mark.integration
 NAME = "consol"
 OLD = {"consol-1": ["shard_1", "shard_2"], "consol-old2": ["shard_3", "shard_4"]}
 SHARDS = [s for shards in OLD.values() for s in shards]
-
-
-class ShardWriter(threading.Thread):
-    """Writes ids 1, 2, ... into SHARD.seq at whatever the DSN file names as its writer."""
-
-    def __init__(self, routes: Path, shard: str, creds):
-        super().__init__(daemon=True, name=f"writer-{shard}")
-        self.routes, self.shard, self.creds = routes, shard, creds
-        self.acks: list[tuple[int, str]] = []  # (id, address it was acknowledged by)
-        self.errors: dict[str, int] = {}
-        self.stop_flag = threading.Event()
-
-    def writer(self) -> str:
-        return json.loads(self.routes.read_text())["clusters"][self.shard]["writer"]
-
-    def run(self) -> None:
-        conn, addr, next_id, unknown = None, None, None, False
-        while not self.stop_flag.is_set():
-            try:
-                if conn is None:
-                    addr = self.writer()
-                    host, _, port = addr.rpartition(":")
-                    conn = pymysql.connect(host=host, port=int(port), user=self.creds.user,
-                                           password=self.creds.password, connect_timeout=1, read_timeout=2,
-                                           write_timeout=2, autocommit=True, ssl_disabled=True)
-                if next_id is None:  # continue after the ids of an earlier load
-                    with conn.cursor() as cur:
-                        cur.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {self.shard}.seq")
-                        next_id = int(cur.fetchone()[0])
-                with conn.cursor() as cur:
-                    cur.execute(f"INSERT INTO {self.shard}.seq (id, ts) VALUES (%s, NOW(6))", (next_id,))
-                self.acks.append((next_id, addr))
-                next_id, unknown = next_id + 1, False
-                time.sleep(0.004)
-            except pymysql.MySQLError as e:
-                code = e.args[0] if e.args and isinstance(e.args[0], int) else 0
-                self.errors[str(code)] = self.errors.get(str(code), 0) + 1
-                if code == 1062 and unknown:  # the lost attempt did commit
-                    self.acks.append((next_id, addr))
-                    next_id, unknown = next_id + 1, False
-                    continue
-                unknown = unknown or code in (2013, 2006)
-                if conn is not None:
-                    conn.close()
-                conn = None  # 1290 (fenced) or a lost connection: reconnect through the DSN file
-                time.sleep(0.005)
-        if conn is not None:
-            conn.close()
-
-    def acked_on(self, address: str) -> int:
-        return sum(1 for _, a in self.acks if a == address)
-
-    def wait_acks_on(self, address: str, n: int, timeout_s: float = 20) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.acked_on(address) < n:
-            assert time.monotonic() < deadline, f"{self.shard}: only {self.acked_on(address)} acks on {address}"
-            time.sleep(0.02)
-
-
-def ids_on(server, shard: str) -> set[int]:
-    return {int(r["id"]) for r in server.query(f"SELECT id FROM {shard}.seq")}
 
 
 @pytest.fixture(scope="module")
@@ -160,12 +97,12 @@ def playbook(state, plan_file: Path, strategy: str) -> Path:
 
 def start_writers(inv, routes) -> dict[str, ShardWriter]:
     creds = inv.app_credentials(NAME)
-    writers = {sh: ShardWriter(routes, sh, creds) for sh in SHARDS}
+    writers = {sh: ShardWriter(routes, sh, creds, interval_s=0.004) for sh in SHARDS}
     for w in writers.values():
         w.start()
     try:
         for sh, w in writers.items():
-            w.wait_acks_on(w.writer(), 20)
+            assert w.wait_acks_on(w.writer(), 20)
     except BaseException:
         stop_writers(writers)
         raise
@@ -236,7 +173,7 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
         # Routes: each shard to its instance; writes land there.
         for sh in SHARDS:
             assert DsnFileRouter(sh, routes).current().writer == target[sh]
-            writers[sh].wait_acks_on(target[sh], 30)
+            assert writers[sh].wait_acks_on(target[sh], 30)
         # Every table compared inside the fence, and equal.
         for sh in SHARDS:
             sums = st["checksums"][sh]
@@ -253,7 +190,7 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
                 assert Inspector(srv).connection_names() == []  # forward connections dropped after the switch
                 assert not Inspector(srv).read_only()
                 for sh in shards:
-                    acked = {i for i, _ in list(writers[sh].acks)}
+                    acked = {i for i, *_ in list(writers[sh].acks)}
                     assert acked <= ids_on(srv, sh), f"{sh}: lost {sorted(acked - ids_on(srv, sh))[:5]}"
         st = status(inv, plan_file)
         assert {(s["shard"], s["served_by"]) for s in st["shards"]} == {(sh, "new instance") for sh in SHARDS}
@@ -265,7 +202,7 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
         for server, shards in OLD.items():
             for sh in shards:
                 assert DsnFileRouter(sh, routes).current().writer == address(inv, server)
-                writers[sh].wait_acks_on(address(inv, server), writers[sh].acked_on(address(inv, server)) + 30)
+                assert writers[sh].wait_acks_on(address(inv, server), writers[sh].acked_on(address(inv, server)) + 30)
     finally:
         stop_writers(writers)
     for server, shards in OLD.items():
@@ -274,7 +211,7 @@ def test_instance_per_group_moves_every_shard_loses_nothing_and_rolls_back(legac
             assert Inspector(srv).connection_names() == []  # reverse connections gone
             for sh in shards:
                 w = writers[sh]
-                acked = {i for i, _ in w.acks}
+                acked = {i for i, *_ in w.acks}
                 assert w.acked_on(target[sh]) >= 30  # the instance really took writes in between
                 missing = acked - ids_on(srv, sh)
                 assert not missing, f"{sh}: {len(missing)} acknowledged writes lost, e.g. {sorted(missing)[:5]}"
@@ -301,7 +238,7 @@ def test_merge_puts_both_old_servers_into_one_instance_by_multi_source(legacy):
                                                                    "m1-1<-consol-old2": "logical"}
         for sh in SHARDS:
             assert DsnFileRouter(sh, routes).current().writer == m1
-            writers[sh].wait_acks_on(m1, 30)
+            assert writers[sh].wait_acks_on(m1, 30)
             assert st["checksums"][sh]["old"] == st["checksums"][sh]["new"]
     finally:
         stop_writers(writers)
@@ -311,6 +248,6 @@ def test_merge_puts_both_old_servers_into_one_instance_by_multi_source(legacy):
     with Server("m1-1", host, int(port), inv.credentials_for(inv.cluster(NAME).servers["consol-1"])) as srv:
         assert str(Inspector(srv).variable("gtid_strict_mode")) in ("0", "OFF")
         for sh in SHARDS:
-            acked = {i for i, _ in writers[sh].acks}
+            acked = {i for i, *_ in writers[sh].acks}
             missing = acked - ids_on(srv, sh)
             assert not missing, f"{sh}: {len(missing)} acknowledged writes lost"
