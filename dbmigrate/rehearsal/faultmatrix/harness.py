@@ -42,7 +42,8 @@ from dbmigrate.rehearsal.writable_monitor import WritableMonitor
 Say = Callable[[str], None]
 
 # The playbook every promote scenario runs (seconds). No-writer time is judged against these.
-SETTINGS = {"catchup_timeout_s": 3, "fence_timeout_s": 2, "drain_timeout_s": 0.5, "converge_timeout_s": 10,
+SETTINGS = {"catchup_timeout_s": 3, "probe_timeout_s": 1, "fence_timeout_s": 2, "drain_timeout_s": 0.5,
+            "converge_timeout_s": 10,
             "replica_timeout_s": 20, "verify_timeout_s": 10, "lag_wait_s": 5, "max_lag_ms": 60000}
 # Fence, the bounded catch-up, open, and the undo when the catch-up gives up.
 TOOL_OVERHEAD_MS = 1000
@@ -50,7 +51,7 @@ TOOL_OVERHEAD_MS = 1000
 RECOVERY_ALLOWANCE_MS = 5000
 TOOL_TIMEOUT_S = 150  # a run or a recovery still going after this is ended (and the scenario fails)
 # After freezing the candidate, how long the run gets to give up by itself (its bound, and some).
-FROZEN_GIVE_UP_S = SETTINGS["catchup_timeout_s"] + TOOL_OVERHEAD_MS / 1000 + 10
+FROZEN_GIVE_UP_S = SETTINGS["catchup_timeout_s"] + SETTINGS["probe_timeout_s"] + TOOL_OVERHEAD_MS / 1000 + 10
 TERMINAL_OK = ("done", "rolled_back", "refused")
 LOAD_RATE_TPS = 300  # sysbench is background load; the verifier is the judge (see README, sysbench #527)
 
@@ -382,6 +383,10 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
 def _bound_ms(res: Result, fault: _Fault) -> float:
     """The longest time without a writable server the playbook allows, for this scenario."""
     bound = SETTINGS["catchup_timeout_s"] * 1000 + TOOL_OVERHEAD_MS + fault.repair_ms
+    if res.id.startswith("promote/freeze-candidate/"):
+        # The undo asks the frozen candidate once whether it is writable (never two writable
+        # servers), bounded by probe_timeout_s, before the old primary takes writes again.
+        bound += SETTINGS["probe_timeout_s"] * 1000
     if res.action in ("resume", "rollback"):
         bound += RECOVERY_ALLOWANCE_MS
     return float(round(bound))
