@@ -44,6 +44,9 @@ Say = Callable[[str], None]
 # The playbook every promote scenario runs (seconds). No-writer time is judged against these.
 SETTINGS = {"catchup_timeout_s": 3, "probe_timeout_s": 1, "fence_timeout_s": 2, "drain_timeout_s": 0.5,
             "converge_timeout_s": 10,
+            # Under load about 3 fences in 100 meet two application transactions waiting on each
+            # other: the fence gives up after fence_block_s and is tried again, writes flowing between.
+            "fence_attempts": 3, "fence_retry_pause_s": 0.3,
             "replica_timeout_s": 20, "verify_timeout_s": 10, "lag_wait_s": 5, "max_lag_ms": 60000}
 # Fence, the bounded catch-up, open, and the undo when the catch-up gives up.
 TOOL_OVERHEAD_MS = 1000
