@@ -144,6 +144,7 @@ class Flavor:
 
     # -- server facts that exist in one flavor only --
     def gtid_binlog_pos_sql(self) -> str: raise NotImplementedError
+    def read_only_and_binlog_pos_sql(self) -> str: raise NotImplementedError
     def strict_gtid_variables(self) -> tuple[str, ...]: raise NotImplementedError
     def gtid_mode_required(self) -> bool: raise NotImplementedError
 
@@ -348,6 +349,9 @@ class MariaDB(Flavor):
 
     def gtid_binlog_pos_sql(self) -> str:
         return "SELECT @@GLOBAL.gtid_binlog_pos AS pos"
+
+    def read_only_and_binlog_pos_sql(self) -> str:
+        return "SELECT @@GLOBAL.read_only AS ro, @@GLOBAL.gtid_binlog_pos AS pos"
 
     def replication_grants(self) -> str:
         # 10.5+ split REPLICATION CLIENT: SLAVE MONITOR shows replica status, BINLOG MONITOR the binlogs.
@@ -593,6 +597,9 @@ class MySQL(Flavor):
 
     def gtid_binlog_pos_sql(self) -> str:
         return self.gtid_executed_sql()  # what it has written is what it has executed
+
+    def read_only_and_binlog_pos_sql(self) -> str:
+        return "SELECT @@GLOBAL.read_only AS ro, @@GLOBAL.gtid_executed AS pos"
 
     def replication_grants(self) -> str:
         # SLAVE MONITOR and BINLOG MONITOR are MariaDB's; REPLICATION CLIENT covers both here.

@@ -138,6 +138,11 @@ class Inspector:
         """What this server has written to its binlog: the target a successor must reach."""
         return self.server.scalar(self.flavor.gtid_binlog_pos_sql()) or ""
 
+    def read_only_and_binlog_pos(self) -> tuple[bool, str]:
+        """read_only and what the binlog holds, in one round trip (inside a fenced window)."""
+        row = self.server.query(self.flavor.read_only_and_binlog_pos_sql())[0]
+        return str(row["ro"]) in ("1", "ON"), row["pos"] or ""
+
     def gtid_state(self) -> str:
         """Binlog state with one entry per origin, for errant-transaction checks."""
         return self.server.scalar(self.flavor.gtid_state_sql()) or ""

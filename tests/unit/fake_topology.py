@@ -232,6 +232,10 @@ class FakeInspector:
 
     gtid_executed = gtid_binlog_pos  # a server with log_slave_updates logs what it applies
 
+    def read_only_and_binlog_pos(self) -> tuple[bool, str]:
+        s = self._server()
+        return s.read_only, s.position()
+
     def has_applied(self, position: str) -> bool:
         return self.flavor.includes(self.gtid_executed(), position)
 

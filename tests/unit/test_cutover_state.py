@@ -44,9 +44,8 @@ class FakeSwitchover:
     def is_fenced(self) -> bool:
         return self.fenced
 
-    def seal_old(self, bypass: set[str] | None = None) -> str:
-        self.sealed_before_position = self.positions["p1"]
-        return ""
+    def seal_old(self, bypass: set[str] | None = None) -> tuple[str, str]:
+        return "", self.positions["p1"]  # the position read once the old primary is sealed
 
     def wait_catchup(self, pos: str) -> str:
         self.calls.append(f"catchup {pos}")

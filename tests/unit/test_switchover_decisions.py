@@ -15,7 +15,7 @@ from dbmigrate.db.inspector import Session
 from dbmigrate.exceptions import ConnectionFailed, DbmigrateError, SafetyError, WaitTimeout
 from dbmigrate.routing.base import RouterError
 from dbmigrate.procedures.kit.roles import find_primary
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.kit.switchover import FIRST_CATCHUP_WAIT_S, Switchover, SwitchoverSettings, switch_back
 from tests.unit.fake_topology import FakeInspector, FakeRouter, FakeTopology, cluster
 
 FENCE = "SET STATEMENT lock_wait_timeout=5 FOR SET GLOBAL read_only=ON"
@@ -431,11 +431,16 @@ def test_end_sessions_waits_for_open_app_transactions_then_ends_only_app_session
 
 
 def test_wait_catchup_refuses_a_candidate_whose_sql_thread_stopped_with_its_error():
-    topo, _ = fenced()
+    topo = cluster()
     db2 = topo.servers["db2"]
     db2.sql_running, db2.last_sql_error = False, "Duplicate entry '7' for key 'PRIMARY'"
+    final = topo.write("db1")  # db2 stopped before this one
+    topo.servers["db1"].read_only = True
+    started = topo.clock.monotonic()
     with pytest.raises(DbmigrateError) as refused:
-        switchover(topo).wait_catchup("0-1-10")
+        switchover(topo).wait_catchup(final)
+    # found out after the short first wait, not at the end of the catch-up bound
+    assert topo.clock.monotonic() - started <= FIRST_CATCHUP_WAIT_S + 0.01
     assert refused.value.message == ("db2 is not applying replication "
                                      "(SQL thread No: Duplicate entry '7' for key 'PRIMARY')")
     assert refused.value.hint == "fix replication on the candidate and run again"
@@ -683,7 +688,7 @@ def test_seal_old_ends_every_session_of_a_bypassing_account_but_not_the_tool_or_
     db1.bypass_users = {"ops", "dbmigrate", "repl"}
     db1.sessions = [app_session(7, "ops"), app_session(8, "app"), app_session(9, "repl")]
 
-    said_ = switchover(topo, router).seal_old()
+    said_, _ = switchover(topo, router).seal_old()
 
     assert said_ == "ended 1 session(s) of accounts that bypass read_only on db1; "
     assert topo.statements("db1") == ["KILL CONNECTION 7"]
@@ -734,5 +739,5 @@ def test_seal_old_reads_no_session_list_when_no_account_bypasses_read_only(monke
     listed = []
     monkeypatch.setattr(FakeInspector, "sessions", lambda self, *a, **k: listed.append(1) or [])
 
-    assert sw.seal_old(set()) == ""
+    assert sw.seal_old(set()) == ("", db1.position())  # one read: still fenced, and the final position
     assert listed == [] and topo.statements("db1") == []

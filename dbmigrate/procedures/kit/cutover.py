@@ -89,9 +89,10 @@ def fence(cut: Cutover, ctx: RunContext) -> str:
 
 
 def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
-    """The fence is set only once the candidate has converged, at once after it."""
-    converged = converge(cut, ctx)
+    """The fence is set only once the candidate has converged, at once after it: sessions,
+    grants and the router's request are prepared before the convergence wait, not between."""
     bypass = cut.sw(ctx).prepare_window()
+    converged = converge(cut, ctx)
     if not ctx.dry_run:
         with CutoverState.edit(ctx.state) as s:
             s.bypass_users = sorted(bypass)
@@ -132,9 +133,8 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     # the old primary after the fence: the candidate must have those too before it opens.
     fence_pos = state(ctx).fence_pos or ""
     known = state(ctx).bypass_users
-    # still fenced, bypassing sessions ended: the position read next is final
-    said = sw.seal_old(set(known) if known is not None else None)
-    now = sw.insp(sw.old).gtid_binlog_pos() if not ctx.dry_run else fence_pos
+    # still fenced, bypassing sessions ended: the position it reads is final
+    said, now = sw.seal_old(set(known) if known is not None else None) if not ctx.dry_run else ("", fence_pos)
     if now != fence_pos:
         said += sw.wait_catchup(now) + " (the old primary moved after the fence); "
     with CutoverState.edit(ctx.state) as s:
