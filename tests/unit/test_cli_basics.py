@@ -44,3 +44,35 @@ def test_a_dry_run_that_stops_says_nothing_was_changed(tmp_path):
     assert outcome.summary.startswith("dry run stopped: ")
     assert "undone" not in outcome.summary + outcome.error.hint and "rolled back" not in outcome.summary
     assert outcome.error.hint == "nothing was changed (dry run)"
+
+
+def test_ctrl_c_on_a_live_lag_watch_exits_130(monkeypatch, tmp_path):
+    from contextlib import contextmanager
+
+    from dbmigrate.app import lag as lag_use
+
+    @contextmanager
+    def target(*_args):
+        yield type("Target", (), {"title": "lag of c"})()
+
+    def watch(*_args, **_kw):
+        raise KeyboardInterrupt
+        yield  # a generator, as the real watch is
+
+    monkeypatch.setattr(lag_use, "open_lag_target", target)
+    monkeypatch.setattr(lag_use, "watch", watch)
+    r = run("lag", "watch", "-i", str(tmp_path / "inv.yaml"), "-c", "c")
+    assert r.exit_code == 130, (r.exit_code, r.stdout, r.stderr)
+    assert r.stderr.startswith("error: interrupted")
+
+
+def test_the_readme_lists_every_exit_code_the_tool_uses():
+    from pathlib import Path
+
+    from dbmigrate.app.errors import INTERRUPTED, PAUSED, REFUSED
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    codes = readme.split("Exit codes:", 1)[1].split("\n\n", 1)[0]
+    for code, words in ((0, "success"), (1, "rolled back"), (2, "bad input"), (3, "digest evaluate"),
+                        (PAUSED, "paused"), (REFUSED, "refused"), (INTERRUPTED, "Ctrl-C")):
+        assert f"{code} " in codes and words in codes, (code, words)
