@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
 
 @cmd.command("promote")
 def promote(
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (the report)."),
+    json_out: bool = typer.Option(False, "--json", help="JSON lines: the report as one result record, then a summary record."),
     load_seconds: int = typer.Option(5, "--load-seconds", help="sysbench window before and after."),
     keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running for inspection."),
     regress: bool = typer.Option(False, "--regress", help="Drop an index the reads use on the candidate only: "
@@ -111,7 +111,7 @@ def print_tables(tables) -> None:
 
 @cmd.command("consolidate")
 def consolidate(
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (the report)."),
+    json_out: bool = typer.Option(False, "--json", help="JSON lines: the report as one result record, then a summary record."),
     remote: bool = typer.Option(False, "--remote", help="Every old server and target host behind its own sshd: "
                                 "files and programs only over ssh."),
     rows: int = typer.Option(2000, "--rows", help="Rows per shard (small data keeps it quick)."),
