@@ -76,3 +76,21 @@ def test_the_readme_lists_every_exit_code_the_tool_uses():
     for code, words in ((0, "success"), (1, "rolled back"), (2, "bad input"), (3, "digest evaluate"),
                         (PAUSED, "paused"), (REFUSED, "refused"), (INTERRUPTED, "Ctrl-C")):
         assert f"{code} " in codes and words in codes, (code, words)
+
+
+def test_rehearse_promote_names_its_sandbox_and_refuses_a_bad_name_before_building(monkeypatch):
+    from dbmigrate.exceptions import UsageError
+    from dbmigrate.rehearsal import rehearse as rehearsal
+
+    seen = {}
+
+    def fake(**kwargs):
+        seen.update(kwargs)
+        raise UsageError("stopped here by the test")
+
+    monkeypatch.setattr(rehearsal, "rehearse_promote", fake)
+    r = run("rehearse", "promote", "--name", "9-not-a-name")
+    assert r.exit_code == 2 and "invalid sandbox name '9-not-a-name'" in r.stderr and seen == {}
+    r = run("rehearse", "promote", "--name", "drill-7", "--keep")
+    assert r.exit_code == 2 and "stopped here by the test" in r.stderr
+    assert seen["name"] == "drill-7" and seen["keep"] is True
