@@ -12,6 +12,7 @@ import typer
 from dbmigrate.app.paths import check_home
 from dbmigrate.app.errors import Terminated, failure_of
 from dbmigrate.db.credentials import remove_private_files
+from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.home import home
 from dbmigrate.cli import common, inventory, sandbox
 from dbmigrate.cli.examples import add_examples
@@ -44,8 +45,12 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and
                                              help="Print the version and exit.")):
     common.state["debug"] = debug or bool(os.environ.get("DBMIGRATE_DEBUG"))
     fit_to_output(common.console)
+    common.state["pending_error"] = None
     if os.environ.get("DBMIGRATE_HOME"):
-        check_home(home())
+        try:
+            check_home(home())
+        except DbmigrateError as exc:  # raised inside the command's boundary, so --json reports it as a record
+            common.state["pending_error"] = exc
     if common.state["debug"]:
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
 
@@ -59,14 +64,19 @@ for _module in (sandbox, inventory, topology, lag, check, checksum, runs, rehear
     _module.register(app)
 
 
-def _guard_all(group: typer.Typer) -> None:
+def _guard_all(group: typer.Typer, prefix: str = "") -> None:
     """Every command runs inside the one error boundary, however it is invoked."""
     for info in group.registered_commands:
-        if info.callback is not None and not getattr(info.callback, "__wrapped__", None):
-            info.callback = common.guarded(info.callback)
+        if info.callback is None:
+            continue
+        name = prefix + (info.name or info.callback.__name__.replace("_", "-"))
+        if getattr(info.callback, "guarded", False):  # guarded where it is defined: name it here
+            info.callback = common.guarded(info.callback.__wrapped__, name)
+        elif not getattr(info.callback, "__wrapped__", None):
+            info.callback = common.guarded(info.callback, name)
     for sub in group.registered_groups:
         if sub.typer_instance is not None:
-            _guard_all(sub.typer_instance)
+            _guard_all(sub.typer_instance, prefix + sub.name + " ")
 
 
 _guard_all(app)

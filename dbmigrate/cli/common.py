@@ -12,16 +12,22 @@ from rich.console import Console
 from rich.markup import escape
 
 from dbmigrate.app.errors import Failure, failure_of
+from dbmigrate.cli import jsonout
 
 console = Console()
 # soft_wrap: an error stays one greppable line whatever the terminal width.
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-state = {"debug": False}
+state: dict[str, Any] = {"debug": False, "pending_error": None}
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    """The command's result under --json: one `result` record (see jsonout for the contract)."""
+    session = jsonout.current()
+    if session is not None:
+        session.result(obj)
+    else:
+        sys.stdout.write(json.dumps({"record": "result", "result": obj}, default=str) + "\n")
 
 
 def show_failure(failure: Failure) -> None:
@@ -30,18 +36,39 @@ def show_failure(failure: Failure) -> None:
         err_console.print(f"[yellow]hint:[/] {escape(failure.hint)}")
 
 
-def guarded(command: Callable[..., None]) -> Callable[..., None]:
-    """Run a command inside the error boundary: a failure is one line, a hint and its exit code."""
+def guarded(command: Callable[..., None], name: str | None = None) -> Callable[..., None]:
+    """Run a command inside the error boundary: a failure is one line, a hint and its exit code.
+    Under --json the command's stdout follows the one contract (jsonout): an error is also a
+    record, and a summary record with the exit code always ends the output."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        session = jsonout.begin(name or command.__name__) if (jsonout.current() is None
+                                                               and jsonout.requested(kwargs)) else None
+        code = 0
         try:
+            pending = state.get("pending_error")
+            if pending is not None:  # found before the command ran (e.g. an unusable DBMIGRATE_HOME)
+                state["pending_error"] = None
+                raise pending
             command(*args, **kwargs)
+        except typer.Exit as exc:
+            code = exc.exit_code
+            raise
         except (Exception, KeyboardInterrupt) as exc:
             failure = failure_of(exc)
+            code = failure.exit_code if failure is not None else 1
+            record = jsonout.current()
+            if record is not None:
+                record.error(failure or Failure(1, f"internal error: {type(exc).__name__}: {exc}",
+                                                "run again with --debug for the traceback"))
             if failure is None or state["debug"]:
                 raise
             show_failure(failure)
             raise typer.Exit(failure.exit_code)
+        finally:
+            if session is not None:
+                jsonout.end(session, code)
 
+    wrapper.guarded = True  # type: ignore[attr-defined]
     return wrapper

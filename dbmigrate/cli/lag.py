@@ -54,7 +54,7 @@ def lag_table(samples: list[LagSample], history: dict[str, deque], limit_ms: flo
 def watch(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inventory YAML."),
           cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster name in the inventory."),
           once: bool = typer.Option(False, "--once", help="One sample (writes one heartbeat), then exit."),
-          json_out: bool = typer.Option(False, "--json", help="With --once: print one JSON object."),
+          json_out: bool = typer.Option(False, "--json", help="With --once: JSON lines (a result record, then a summary record)."),
           interval: float = typer.Option(1.0, "--interval", min=0.05, help="Seconds between samples."),
           limit_ms: float = typer.Option(1000.0, "--limit-ms", min=0, help="Lag above this is flagged."),
           count: int = typer.Option(0, "--count", min=0, help="Stop after N samples (0: until Ctrl-C)."),

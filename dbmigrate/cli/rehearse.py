@@ -20,9 +20,13 @@ def register(app: typer.Typer) -> None:
 
 @cmd.command("promote")
 def promote(
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (the report)."),
+    json_out: bool = typer.Option(False, "--json", help="JSON lines: the report as one result record, then a summary record."),
     load_seconds: int = typer.Option(5, "--load-seconds", help="sysbench window before and after."),
-    keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running for inspection."),
+    keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running as the rehearsal left it, for "
+                              "inspection: the promote has already run (the candidate is the primary unless "
+                              "the guard rolled back); remove it with: dbmigrate sandbox down NAME."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name the sandbox (also its cluster and the prefix "
+                                       "of its instances); default rehearsal-XXXX."),
     regress: bool = typer.Option(False, "--regress", help="Drop an index the reads use on the candidate only: "
                                  "the latency guard must roll the cutover back."),
     guard: bool = typer.Option(True, "--guard/--no-guard", help="Baseline digest and latency guard around the cutover."),
@@ -41,11 +45,15 @@ def promote(
 
     if report_file is not None:
         report_file = check_report_path(report_file)  # before a sandbox is built
+    if name is not None:
+        from dbmigrate.rehearsal.sandbox.manager import check_name
+
+        check_name(name)
 
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
     subscribers = [] if json_out else [ConsoleRenderer(console)]
     report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep, subscribers=subscribers,
-                              regress=regress, guard=guard or regress, remote=remote)
+                              regress=regress, guard=guard or regress, remote=remote, name=name)
     model = model_of_run(report["run_id"])
     tables = all_tables(model)
     report["tables"] = [t.to_dict() for t in tables]
@@ -59,6 +67,10 @@ def promote(
         if report_file is not None:
             console.print(f"report: {report['report_files'][0]} (numbers: {report['report_files'][1]})",
                           markup=False)
+        if keep:
+            console.print(f"sandbox {report['sandbox']} kept as the run left it (promote done, primary "
+                          f"{report['new_primary']}): dbmigrate sandbox status {report['sandbox']}; "
+                          f"dbmigrate sandbox down {report['sandbox']} removes it", markup=False)
     expected = report["rolled_back"] if regress else (report["run_status"] == "done" and not report["rolled_back"])
     if report["lost_writes"] or not expected:
         raise typer.Exit(1)
@@ -111,7 +123,7 @@ def print_tables(tables) -> None:
 
 @cmd.command("consolidate")
 def consolidate(
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object (the report)."),
+    json_out: bool = typer.Option(False, "--json", help="JSON lines: the report as one result record, then a summary record."),
     remote: bool = typer.Option(False, "--remote", help="Every old server and target host behind its own sshd: "
                                 "files and programs only over ssh."),
     rows: int = typer.Option(2000, "--rows", help="Rows per shard (small data keeps it quick)."),

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from dbmigrate.cli import jsonout
 from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.engine.events import (
@@ -47,14 +48,19 @@ def _ms(value: float | None) -> str:
 
 
 class JsonLinesRenderer:
-    """--json: one JSON object per event per line, flushed at once so pipes see progress."""
+    """--json: one `event` record per event per line, flushed at once so pipes see progress
+    (through the command's JSON session when there is one, so its summary counts them)."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
-        line = json.dumps(event_to_dict(event), default=str, sort_keys=False)
+        session = jsonout.current()
+        if session is not None:
+            session.event(event)
+            return
+        line = json.dumps({"record": "event", **event_to_dict(event)}, default=str, sort_keys=False)
         with self._lock:
             self.stream.write(line + "\n")
             self.stream.flush()

@@ -7,7 +7,6 @@ They only parse, pick a renderer and turn the outcome into an exit code:
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -26,7 +25,7 @@ from dbmigrate.app.runs import (
     rollback_run,
     start_run,
 )
-from dbmigrate.cli.common import console, err_console, guarded
+from dbmigrate.cli.common import console, err_console, guarded, print_json
 from dbmigrate.cli.render import (
     ConsoleRenderer,
     JsonLinesRenderer,
@@ -99,7 +98,7 @@ def plan_command(
     """Show the phases, steps and gates a playbook would run, without connecting."""
     procedure = plan_playbook(playbook)
     if json_out:
-        print(json.dumps(plan_to_dict(procedure), indent=2))
+        print_json(plan_to_dict(procedure))
     else:
         render_plan(procedure, Console(highlight=False, soft_wrap=True))
 
@@ -146,7 +145,7 @@ def runs_ls_command(
     with Journal(resolve_journal_path(journal)) as j:
         runs = mark_orphans(j.list_runs(limit))
     if json_out:
-        print(json.dumps(runs, indent=2, default=str))
+        print_json(runs)
     else:
         render_runs_table(runs, console)
 
@@ -161,7 +160,7 @@ def runs_show_command(
     with Journal(resolve_journal_path(journal)) as j:
         detail = j.run_detail(j.resolve_run_id(run))
     if json_out:
-        print(json.dumps(detail, indent=2, default=str))
+        print_json(detail)
     else:
         render_run_detail(detail, console)
 

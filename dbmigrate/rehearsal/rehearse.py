@@ -133,7 +133,8 @@ def _drop_index_locally(inv, candidate: str) -> None:
 def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5, keep: bool = False,
                      subscribers=(), playbook_extra: dict[str, Any] | None = None, regress: bool = False,
                      guard: bool = True, remote: bool = False,
-                     before_cutover: Callable[[Any, str, str], None] | None = None) -> dict[str, Any]:
+                     before_cutover: Callable[[Any, str, str], None] | None = None,
+                     name: str | None = None) -> dict[str, Any]:
     from dbmigrate.app.evidence import ClusterSampler
     from dbmigrate.app.runs import start_run
     from dbmigrate.rehearsal.sandbox import haproxy
@@ -142,7 +143,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
 
     say = progress or (lambda m: None)
     boxes = Sandboxes(progress=say)
-    name = f"rehearsal-{secrets.token_hex(2)}"
+    name = name or f"rehearsal-{secrets.token_hex(2)}"
     remote_info: dict[str, Any] = {}
     t0 = time.monotonic()
     state = boxes.up(name, replicas=2)

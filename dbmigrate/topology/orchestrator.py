@@ -133,6 +133,19 @@ class OrchestratorClient:
         return self._details(self._get(path, timeout=self.takeover_timeout), "graceful-master-takeover-auto") or {}
 
 
+def takeover_sentence(details: Any, candidate: str, host: str, port: int, seconds: float) -> str:
+    """The step's sentence for a graceful takeover: who orchestrator promoted and how long it took
+    (not orchestrator's whole answer)."""
+    wanted = normalize_address(host, port)
+    promoted = _key_address(details.get("Key")) if isinstance(details, dict) else None
+    took = f"in {seconds:.1f} s"
+    if promoted is None:
+        return f"orchestrator took over for {candidate} ({wanted}) {took}; its answer named no instance"
+    if promoted != wanted:
+        return f"orchestrator promoted {promoted}, not the candidate {candidate} ({wanted}), {took}"
+    return f"orchestrator promoted {candidate} ({promoted}) {took}"
+
+
 # ---- mapping orchestrator instances into the cluster model --------------------
 
 def _key_address(key: dict[str, Any] | None) -> str | None:

@@ -24,7 +24,8 @@ from textual.worker import get_current_worker
 
 from dbmigrate.app.errors import failure_of
 from dbmigrate.app.runs import plan_playbook, resolve_journal_path, rollback_run, start_run
-from dbmigrate.engine.events import Event, GateDecided, GateWaiting, Log, Metric, RunFinished, StepFinished
+from dbmigrate.engine.events import (Event, GateDecided, GateWaiting, Log, Metric, RunFinished, StepFinished,
+                                     StepStarted)
 from dbmigrate.engine.runner import RunOutcome, explain
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.playbook import load_playbook
@@ -36,6 +37,9 @@ from dbmigrate.app.monitor import ClusterMonitor
 from dbmigrate.tui.widgets import GateModal, LagPanel, LatencyPanel, StepList, WarmPanel
 
 QUIT_CONFIRM_S = 5.0  # the second `q` must come within this many seconds
+KEYS_HELP = ("keys: g start the run · y approve / n (Enter) decline at a gate · a abort (decline the gate, or "
+             "stop after the running step) · r roll a finished run back · q quit (twice while a run is in "
+             "progress: it stops at the next step boundary, then the session closes) · ? these keys")
 # A new run is offered only after a run that left nothing changed behind it.
 RESTARTABLE = ("idle", "did not start", "rolled_back", "refused", "cancelled", "declined")
 
@@ -48,6 +52,7 @@ class CutoverApp(App[None]):
         Binding("a", "abort", "abort"),
         Binding("r", "rollback", "roll back"),
         Binding("q", "quit", "quit"),
+        Binding("question_mark", "keys", "keys"),
     ]
 
     def __init__(
@@ -82,6 +87,7 @@ class CutoverApp(App[None]):
         self.error: str | None = None  # why the last run or rollback could not start
         self.event_log: list[str] = []  # what the log pane shows, as plain lines
         self._quit_armed_at: float | None = None
+        self.stopping = False  # the operator quit during a run: close once it has stopped
         self._stop_monitor = threading.Event()
 
     # ------------------------------------------------------------------ layout
@@ -176,18 +182,34 @@ class CutoverApp(App[None]):
         if self.busy is None:
             self.exit()
             return
+        if self.stopping:
+            self.notify("stopping… the session closes once the run has stopped", severity="warning")
+            return
         now = time.monotonic()
         if self._quit_armed_at is not None and now - self._quit_armed_at <= QUIT_CONFIRM_S:
             if self.busy == "run":
                 self.cancel.set()
             self.gates.refuse_all("the operator closed the session")
-            self.exit()
+            if isinstance(self.screen, GateModal):
+                self.screen.dismiss((False, "the operator closed the session"))
+            # The screen stays up while the run stops (and undoes what it must): the steps
+            # and the log show the progress, and the session closes when the run has ended.
+            self.stopping = True
+            self.sub_title = f"stopping… {self.board.procedure_name} on {self.cluster}"
+            step = self.board.running_step()
+            where = f"after step '{step.name}'" if step else "at the next step boundary"
+            undo = ", then undoes its completed steps" if self.board.rollback_on_failure and self.busy == "run" else ""
+            self.say(f"stopping…: the {self.busy} stops {where}{undo}; the session closes when it has", "warning")
             return
         self._quit_armed_at = now
         step = self.board.running_step()
         what = f"step '{step.name}' is running" if step else f"a {self.busy} is in progress"
         self.notify(f"{what}: press q again to quit (the run stops before its next step)",
                     severity="warning", timeout=QUIT_CONFIRM_S)
+
+    def action_keys(self) -> None:
+        self.say(KEYS_HELP)
+        self.notify(KEYS_HELP, title="keys", timeout=15)
 
     # ------------------------------------------------------------------ workers
 
@@ -248,6 +270,10 @@ class CutoverApp(App[None]):
         event = message.event
         if self.board.apply(event):
             self._show_board()
+        if self.stopping and isinstance(event, StepStarted):
+            doing = "undoing" if event.action == "undo" else "finishing"
+            self.sub_title = f"stopping… {doing} {event.name}"
+            self.say(f"stopping…: {doing} {event.name}", "warning")
         if isinstance(event, Metric):
             warm = self.query_one(WarmPanel)
             if warm.wants(event):
@@ -283,6 +309,9 @@ class CutoverApp(App[None]):
     def on_run_ended(self, message: RunEnded) -> None:
         self.busy = None
         self._quit_armed_at = None
+        if self.stopping:
+            self.exit()
+            return
         if message.outcome is not None:
             if message.mode == "run" and not self.board.run_id:
                 self.board.run_id = message.outcome.run_id

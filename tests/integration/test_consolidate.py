@@ -26,6 +26,7 @@ from dbmigrate.routing.dsn_file import DsnFileRouter
 
 from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, ids_on
 from tests.conftest import run_cli
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +74,7 @@ def legacy(boxes):
 def status(inv, plan_file: Path) -> dict:
     r = run_cli("consolidate", "status", "--plan", str(plan_file), "--inventory", str(inv.path), "--json")
     assert r.returncode in (0, 1), r.stderr
-    return json.loads(r.stdout)
+    return jsonlines.result(r.stdout)
 
 
 def free_base_port(n: int) -> int:

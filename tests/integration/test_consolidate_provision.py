@@ -23,6 +23,7 @@ from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError
 
+from tests import jsonlines
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.integration
@@ -93,7 +94,7 @@ def test_provision_creates_and_starts_instances_at_the_plans_ports_and_is_idempo
 
     r = run_cli(*provision_args(work, inv), timeout=300)
     assert r.returncode == 0, r.stderr + r.stdout
-    first = json.loads(r.stdout)
+    first = jsonlines.result(r.stdout)
     assert first["recap"]["p1"]["changed"] > 0 and first["recap"]["p1"]["failed"] == 0
     admin = inv.credentials_for(next(iter(inv.cluster("shared").servers.values())))
     repl = inv.replication_credentials("shared")
@@ -118,7 +119,7 @@ def test_provision_creates_and_starts_instances_at_the_plans_ports_and_is_idempo
 
     r = run_cli(*provision_args(work, inv), timeout=300)
     assert r.returncode == 0, r.stderr + r.stdout
-    again = json.loads(r.stdout)
+    again = jsonlines.result(r.stdout)
     assert again["recap"]["p1"]["changed"] == 0 and again["recap"]["p1"]["failed"] == 0
     assert [i["answered"] for i in again["instances"]] == [True, True]
 

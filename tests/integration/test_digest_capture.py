@@ -19,6 +19,7 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.digest.model import Digest
 from dbmigrate.digest.window import capture_window
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +157,7 @@ def test_dropped_index_on_a_replica_shows_as_a_regression(box, tmp_path):
     try:
         r = cli("digest", "compare", str(files["before"]), str(files["after"]), "--json")
         assert r.returncode == 0, r.stderr
-        data = json.loads(r.stdout)
+        data = jsonlines.result(r.stdout)
         by_fp = {c["fingerprint"]: c for c in data["classes"]}
         lookup = next(c for fp, c in by_fp.items() if CUSTOMER_Q in fp)
         assert lookup["status"] == "matched"

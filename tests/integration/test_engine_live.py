@@ -26,6 +26,7 @@ from dbmigrate.routing import router_for
 
 from tests.conftest import run_cli
 from tests.integration import promote_kit as kit
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +82,7 @@ def assert_no_secret(what: str, data: bytes | str, state) -> None:
 def show(run_id: str) -> tuple[dict, str]:
     r = run_cli("runs", "show", run_id, "--json")
     assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout), r.stdout
+    return jsonlines.result(r.stdout), r.stdout
 
 
 def set_candidate_delay(inv, seconds: int) -> None:
@@ -264,7 +265,7 @@ def test_run_killed_mid_step_completes_under_resume(cluster):
             event = json.loads(line)
             events.append(event)
             run_id = run_id or event.get("run_id")
-            if event["event"] == "StepStarted" and event["name"] == catchup:
+            if event.get("event") == "StepStarted" and event["name"] == catchup:
                 proc.send_signal(signal.SIGKILL)
                 break
         proc.wait(30)

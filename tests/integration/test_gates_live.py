@@ -6,7 +6,6 @@ errant transaction cannot be taken back.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 
 from dbmigrate.config import load_inventory
 from dbmigrate.gates import Limits, run_preflight
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_healthy_topology_passes_every_gate(box):
     state, inv, _ = box
     r = check_cli(state.inventory_file, f"{NAME}-2", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    doc = json.loads(r.stdout)
+    doc = jsonlines.result(r.stdout)
     names = [g["name"] for g in doc["gates"]]
     assert names == ["topology", "replication_running", "lag", "errant_gtids", "candidate_binlog", "versions",
                      "replication_filters", "read_only", "long_transactions", "reverse_path", "read_only_bypass", "app_user_fenced", "disk",
@@ -151,6 +151,6 @@ def test_transaction_written_on_candidate_fails_the_errant_gate_naming_it(box):
     assert errant.startswith(f"0-{state.instances[f'{NAME}-2'].server_id}-")
     r = check_cli(state.inventory_file, f"{NAME}-2", "--json")
     assert r.returncode == 1
-    g = {x["name"]: x for x in json.loads(r.stdout)["gates"]}["errant_gtids"]
+    g = {x["name"]: x for x in jsonlines.result(r.stdout)["gates"]}["errant_gtids"]
     assert not g["ok"] and g["details"]["errant"] == [errant] and errant in g["reason"]
     assert gates(inv, f"{NAME}-3")["errant_gtids"].ok  # the other replica is clean

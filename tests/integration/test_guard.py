@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration import promote_kit as kit
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,7 @@ def test_regression_rolls_back_within_30s_without_loss(cli):
     """Run from an ops host: the guard's baseline and windows come over ssh."""
     r = cli("rehearse", "promote", "--remote", "--regress", "--json", "--load-seconds", "2", timeout=400)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[:3000]
-    report = json.loads(r.stdout)
+    report = jsonlines.result(r.stdout)
     assert report["rolled_back"] is True
     assert report["lost_writes"] == 0
     assert report["guard"]["rollback"] is True and report["guard"]["reasons"]
@@ -46,7 +47,7 @@ def test_regression_rolls_back_within_30s_without_loss(cli):
 def test_no_regression_no_rollback(cli):
     r = cli("rehearse", "promote", "--remote", "--json", "--load-seconds", "2", timeout=400)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[:3000]
-    report = json.loads(r.stdout)
+    report = jsonlines.result(r.stdout)
     assert report["rolled_back"] is False and report["run_status"] == "done"
     assert report["lost_writes"] == 0
     judged = [w for w in report["guard_windows"] if not w["insufficient"]]

@@ -23,6 +23,7 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.gates import disk_gate
 from dbmigrate.hosts import SshHost, host_for
 from dbmigrate.rehearsal.sandbox.instance import pid_alive
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +100,7 @@ def test_disk_gate_measures_the_datadir_over_ssh(remote_inventory, box):
 def test_check_reports_free_space_with_the_sandbox_hidden(remote_inventory, box, can_hide):
     r = hidden_run(box, "check", "--inventory", str(remote_inventory), "--cluster", BOX, "--candidate", TARGET,
                    "--json")
-    doc = json.loads(r.stdout)
+    doc = jsonlines.result(r.stdout)
     disk = next(g for g in doc["gates"] if g["name"] == "disk")
     assert disk["ok"] and "MiB free" in disk["reason"], disk
     print("\n" + disk["reason"])
@@ -111,7 +112,7 @@ def test_dump_load_over_ssh_with_the_sandbox_hidden(remote_inventory, box, boxes
     r = hidden_run(box, "warm", "--inventory", str(remote_inventory), "--target", TARGET, "--from", f"{BOX}-1",
                    "--method", "dump-load", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    rec = json.loads(r.stdout)
+    rec = jsonlines.result(r.stdout)
     assert rec["method"] == "dump-load"
     assert rec["details"]["pages_loaded"] > 300
     assert rec["hit_ratio_after"]["ratio"] > rec["hit_ratio_before"]["ratio"]
@@ -161,7 +162,7 @@ def test_digest_capture_over_ssh_with_the_sandbox_hidden(remote_inventory, box, 
         stop.set()
         t.join(10)
     assert r.returncode == 0, r.stdout + r.stderr
-    doc = json.loads(r.stdout)
+    doc = jsonlines.result(r.stdout)
     assert any(c["fingerprint"].startswith("select c from app.t") for c in doc["classes"]), doc
     with inv.open(f"{BOX}-1") as primary:
         v = Inspector(primary).slow_log_settings()
@@ -175,7 +176,7 @@ def test_sandbox_up_with_ssh_gives_each_instance_a_host_of_its_own(cli, boxes):
     r = cli("sandbox", "up", "--name", "sshbox", "--replicas", "1", "--ssh", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     try:
-        doc = json.loads(r.stdout)
+        doc = jsonlines.result(r.stdout)
         assert set(doc["ssh"]) == {"sshbox-1", "sshbox-2"}
         pids = [rec["pid"] for rec in doc["ssh"].values()]
         inv = load_inventory(doc["inventory"])
@@ -310,7 +311,7 @@ def test_digest_capture_over_sql_alone_with_the_sandbox_hidden(table_inventory, 
         stop.set()
         t.join(10)
     assert r.returncode == 0, r.stdout + r.stderr
-    doc = json.loads(r.stdout)
+    doc = jsonlines.result(r.stdout)
     cls = next((c for c in doc["classes"] if c["fingerprint"].startswith("select c from app.t")), doc)
     assert isinstance(cls, dict) and cls.get("count", 0) >= 20, cls
     assert doc["source"]["slow_log"] == "mysql.slow_log"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 from dbmigrate.config import load_inventory
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.lag import HeartbeatTable, HeartbeatWriter, sample_lag
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ def lag_once(inv: Path) -> tuple[int, dict]:
                         "--once", "--json"], cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True,
                        timeout=60)
     assert r.stdout, r.stderr
-    return r.returncode, {x["name"]: x for x in json.loads(r.stdout)["replicas"]}
+    return r.returncode, {x["name"]: x for x in jsonlines.result(r.stdout)["replicas"]}
 
 
 class Writes:

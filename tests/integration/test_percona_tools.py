@@ -4,7 +4,6 @@ private defaults file: never on their command line."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -13,6 +12,7 @@ from dbmigrate.config import load_inventory
 from dbmigrate.lag import HeartbeatTable, sample_lag
 from dbmigrate.rehearsal.sandbox.accounts import read_option_file
 from dbmigrate.tools.pt_connect import PtHeartbeat
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 NAME = "ptools"
@@ -53,14 +53,14 @@ def test_pt_table_checksum_names_the_drifted_replica(box, cli):
     state, inv = box
     r = cli("checksum", "-i", str(state.inventory_file), "-c", NAME, "-d", "app", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    clean = json.loads(r.stdout)
+    clean = jsonlines.result(r.stdout)
     assert clean["ok"] and clean["diffs"] == {f"{NAME}-2": [], f"{NAME}-3": []}
     with inv.open(f"{NAME}-3") as rep:
         rep.execute("SET SESSION sql_log_bin=0")
         rep.execute("UPDATE app.accounts SET balance = balance + 1 WHERE id = 42")
     r = cli("checksum", "-i", str(state.inventory_file), "-c", NAME, "-d", "app", "--json")
     assert r.returncode == 1
-    drift = json.loads(r.stdout)
+    drift = jsonlines.result(r.stdout)
     assert drift["diffs"][f"{NAME}-2"] == []
     assert [d["table"] for d in drift["diffs"][f"{NAME}-3"]] == ["app.accounts"]
     assert read_option_file(state.credentials_file)["admin"].password not in r.stdout + r.stderr

@@ -7,7 +7,6 @@ then assert the shape of the cluster and that no acknowledged write was lost.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -18,6 +17,7 @@ from dbmigrate.app.runs import resolve_journal_path
 from dbmigrate.routing import HAProxyRouter, RouterError, router_for
 
 from tests.integration import promote_kit as kit
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -137,7 +137,7 @@ def test_router_failure_rolls_back_to_old_primary(boxes, monkeypatch):
 def test_rehearse_promote_json(cli):
     r = cli("rehearse", "promote", "--json", "--load-seconds", "2", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:] + r.stdout[:3000]
-    report = json.loads(r.stdout)
+    report = jsonlines.result(r.stdout)
     assert report["lost_writes"] == 0
     assert report["old_primary_replicating"] is True
     assert report["rolled_back"] is False

@@ -5,9 +5,9 @@ physically with each instance stopped and started through the host layer."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 def test_rehearse_consolidate_remote_moves_every_shard_physically_and_loses_nothing(cli):
     r = cli("rehearse", "consolidate", "--remote", "--json", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    rep = json.loads(r.stdout)
+    rep = jsonlines.result(r.stdout)
     assert rep["ok"] and rep["remote"] and rep["run_status"] == "done", rep["summary"]
     # 4 old servers, 10 shards, 2 hosts x 2 instances.
     assert len(rep["shards"]) == 10 and len(rep["instances"]) == 4

@@ -7,7 +7,6 @@ flip the router, then prove that no acknowledged write was lost.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from dbmigrate.routing import HAProxyRouter, router_for
 from dbmigrate.rehearsal.sandbox import haproxy as hap
 from dbmigrate.rehearsal.sandbox.instance import pid_alive
 from dbmigrate.rehearsal.verify import ZeroLossVerifier, zero_loss_gate
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,7 @@ def flip_box(boxes):
     """A 1+1 sandbox with HAProxy, started the way an operator does: through the CLI."""
     done = cli("sandbox", "up", "--name", NAME, "--replicas", "1", "--haproxy", "--json")
     assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    out = jsonlines.result(done.stdout)
     assert out["haproxy"]["writer_port"] and out["haproxy"]["pid"]
     yield boxes.find(NAME)
     try:

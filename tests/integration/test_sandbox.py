@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
 from dbmigrate.db.connection import QueryError, Server
 from dbmigrate.rehearsal.sandbox.instance import pid_alive
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def test_app_user_is_fenced_by_read_only(demo, demo_inventory):
 def test_inventory_check_json_shows_primary_and_two_replicas(demo, cli):
     r = cli("inventory", "check", str(demo.inventory_file), "--json")
     assert r.returncode == 0, r.stderr
-    data = json.loads(r.stdout)
+    data = jsonlines.result(r.stdout)
     roles = sorted(s["role"] for s in data["servers"])
     assert roles == ["primary", "replica", "replica"]
     by_role = {s["name"]: s for s in data["servers"]}
@@ -78,7 +78,7 @@ def test_add_instances_status_and_down_leave_no_process(boxes, cli):
     boxes.add_instance("lifecycle", "lifecycle-solo")
     r = cli("sandbox", "status", "lifecycle", "--json")
     assert r.returncode == 0, r.stderr
-    status = {s["name"]: s for s in json.loads(r.stdout)}
+    status = {s["name"]: s for s in jsonlines.result(r.stdout)}
     assert set(status) == {"lifecycle-1", "lifecycle-2", "lifecycle-new", "lifecycle-solo"}
     assert all(s["running"] for s in status.values())
     from dbmigrate.config import load_inventory
@@ -100,7 +100,7 @@ def test_add_instances_status_and_down_leave_no_process(boxes, cli):
     assert r.returncode == 0, r.stderr
     assert not any(pid_alive(p) for p in pids)
     r = cli("sandbox", "ls", "--json")
-    assert "lifecycle" not in [s["name"] for s in json.loads(r.stdout)]
+    assert "lifecycle" not in [s["name"] for s in jsonlines.result(r.stdout)]
 
 
 def _inventory_text(port: int, extra: str = "", creds: str = "defaults_file: credentials.cnf, group: client-admin") -> str:

@@ -9,7 +9,6 @@ procedure finds it).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from dbmigrate.routing import router_for
 from dbmigrate.rehearsal.sandbox import haproxy
 from dbmigrate.rehearsal.readload import ReadLoad, create_orders
 
+from tests import jsonlines
 from tests.integration import promote_kit as kit
 
 pytestmark = pytest.mark.integration
@@ -188,7 +188,7 @@ def test_swap_keeping_the_new_primary_from_the_command_line(cluster, cli):
                           "candidate": f"{NAME}-2", "switch_back": False}, "keep")
     r = cli("run", str(pb), "--yes", "--json", timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
-    events = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    events = jsonlines.events(r.stdout)
     assert events[-1]["event"] == "RunFinished" and events[-1]["status"] == "done"
     for n in SERVERS:
         assert "KEY `idx_note` (`note`)" in create_table(inv, n)

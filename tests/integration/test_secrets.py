@@ -5,7 +5,6 @@ sandbox's accounts are never binlogged in clear text."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 
 from dbmigrate.config import load_inventory
 from dbmigrate.rehearsal.sandbox.accounts import read_option_file
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 NAME = "secrets"
@@ -110,4 +110,4 @@ def test_checksum_json_names_no_secret(box, cli):
     r = cli("checksum", "-i", str(state.inventory_file), "-c", NAME, "-d", "app", "--json")
     secret = read_option_file(state.credentials_file)["admin"].password
     assert r.returncode == 0 and secret not in r.stdout + r.stderr
-    assert json.loads(r.stdout)["ok"] is True
+    assert jsonlines.result(r.stdout)["ok"] is True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 from dbmigrate.config import load_inventory
 from dbmigrate.topology.discovery import discover
 from dbmigrate.topology.find import discover_inventory
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ def test_show_draws_the_shared_tree_and_json(demo):
     assert "rw, GTID, ROW" in text and "ro, Slave_Pos, ROW" in text
 
     r = cli("topology", "show", "--inventory", inv, "--cluster", "shared", "--json")
-    doc = json.loads(r.stdout)
+    doc = jsonlines.result(r.stdout)
     assert doc["primary"] == addr(demo, "shared-1") and doc["problems"] == []
     by = {n["address"]: n for n in doc["nodes"]}
     assert set(by) == {addr(demo, f"shared-{i}") for i in (1, 2, 3)}
@@ -76,7 +76,7 @@ def test_manual_repoint_shows_three_under_two(chain):
     with discover_inventory(inv, "topochain") as c:
         assert c.node("topochain-3").source == addr(chain, "topochain-2")
     r = cli("topology", "show", "-i", str(chain.inventory_file), "-c", "topochain", "--json")
-    by = {n["name"]: n for n in json.loads(r.stdout)["nodes"]}
+    by = {n["name"]: n for n in jsonlines.result(r.stdout)["nodes"]}
     assert by["topochain-2"]["role"] == "intermediate"
     assert by["topochain-2"]["replicas"] == [addr(chain, "topochain-3")]
     assert by["topochain-1"]["replicas"] == [addr(chain, "topochain-2")]

@@ -21,6 +21,7 @@ import pytest
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.warm import methods as warm
+from tests import jsonlines
 
 pytestmark = pytest.mark.integration
 
@@ -167,7 +168,7 @@ def test_cli_dump_load_prints_the_result_record(box, cold_target):
     p = _cli("--inventory", str(box.inventory_file), "--target", TARGET, "--from", f"{BOX}-1",
              "--method", "dump-load", "--json")
     assert p.returncode == 0, p.stderr
-    rec = json.loads(p.stdout)
+    rec = jsonlines.result(p.stdout)
     assert rec["method"] == "dump-load" and rec["source"] == f"{BOX}-1"
     assert rec["after"]["pages_data"] > rec["before"]["pages_data"] + 1500
     assert rec["hit_ratio_after"]["ratio"] >= 0.99 > rec["hit_ratio_before"]["ratio"]

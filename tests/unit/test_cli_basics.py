@@ -44,3 +44,53 @@ def test_a_dry_run_that_stops_says_nothing_was_changed(tmp_path):
     assert outcome.summary.startswith("dry run stopped: ")
     assert "undone" not in outcome.summary + outcome.error.hint and "rolled back" not in outcome.summary
     assert outcome.error.hint == "nothing was changed (dry run)"
+
+
+def test_ctrl_c_on_a_live_lag_watch_exits_130(monkeypatch, tmp_path):
+    from contextlib import contextmanager
+
+    from dbmigrate.app import lag as lag_use
+
+    @contextmanager
+    def target(*_args):
+        yield type("Target", (), {"title": "lag of c"})()
+
+    def watch(*_args, **_kw):
+        raise KeyboardInterrupt
+        yield  # a generator, as the real watch is
+
+    monkeypatch.setattr(lag_use, "open_lag_target", target)
+    monkeypatch.setattr(lag_use, "watch", watch)
+    r = run("lag", "watch", "-i", str(tmp_path / "inv.yaml"), "-c", "c")
+    assert r.exit_code == 130, (r.exit_code, r.stdout, r.stderr)
+    assert r.stderr.startswith("error: interrupted")
+
+
+def test_the_readme_lists_every_exit_code_the_tool_uses():
+    from pathlib import Path
+
+    from dbmigrate.app.errors import INTERRUPTED, PAUSED, REFUSED
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    codes = readme.split("Exit codes:", 1)[1].split("\n\n", 1)[0]
+    for code, words in ((0, "success"), (1, "rolled back"), (2, "bad input"), (3, "digest evaluate"),
+                        (PAUSED, "paused"), (REFUSED, "refused"), (INTERRUPTED, "Ctrl-C")):
+        assert f"{code} " in codes and words in codes, (code, words)
+
+
+def test_rehearse_promote_names_its_sandbox_and_refuses_a_bad_name_before_building(monkeypatch):
+    from dbmigrate.exceptions import UsageError
+    from dbmigrate.rehearsal import rehearse as rehearsal
+
+    seen = {}
+
+    def fake(**kwargs):
+        seen.update(kwargs)
+        raise UsageError("stopped here by the test")
+
+    monkeypatch.setattr(rehearsal, "rehearse_promote", fake)
+    r = run("rehearse", "promote", "--name", "9-not-a-name")
+    assert r.exit_code == 2 and "invalid sandbox name '9-not-a-name'" in r.stderr and seen == {}
+    r = run("rehearse", "promote", "--name", "drill-7", "--keep")
+    assert r.exit_code == 2 and "stopped here by the test" in r.stderr
+    assert seen["name"] == "drill-7" and seen["keep"] is True

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from dbmigrate.cli.app import app
+from tests import jsonlines
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "digest"
 runner = CliRunner()
@@ -33,7 +33,7 @@ def test_compare_table_marks_and_noise_option():
 def test_compare_json_and_markdown():
     r = run("digest", "compare", str(FIX / "before.json"), str(FIX / "after.json"), "--json")
     assert r.exit_code == 0
-    assert json.loads(r.output)["overall"]["p95"]["direction"] == "worse"
+    assert jsonlines.result(r.stdout)["overall"]["p95"]["direction"] == "worse"
     r = run("digest", "compare", str(FIX / "before.json"), str(FIX / "after.json"), "--markdown")
     assert r.output.startswith("## Query latency before and after")
     r = run("digest", "compare", str(FIX / "before.json"), str(FIX / "after.json"), "--markdown", "--json")
@@ -46,7 +46,7 @@ def test_evaluate_exit_code_says_rollback(tmp_path):
     r = run("digest", "evaluate", "--policy", str(policy), str(FIX / "before.json"), str(FIX / "after.json"))
     assert r.exit_code == 3 and "ROLL BACK" in r.output
     r = run("digest", "evaluate", "--policy", str(policy), str(FIX / "before.json"), str(FIX / "before.json"), "--json")
-    assert r.exit_code == 0 and json.loads(r.output)["rollback"] is False
+    assert r.exit_code == 0 and jsonlines.result(r.stdout)["rollback"] is False
 
 
 def test_show():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
@@ -13,6 +12,7 @@ from typer.testing import CliRunner
 from dbmigrate.cli import runs
 from dbmigrate.engine import Phase, Procedure
 from dbmigrate.procedures import registry
+from tests import jsonlines
 from tests.unit.test_engine_support import FakeLockServer, World
 
 
@@ -77,14 +77,17 @@ def invoke(app, *args):
 def test_run_json_lines_then_runs_show_json(app, tmp_path, world):
     result = invoke(app, "run", playbook(tmp_path), "--yes", "--json")
     assert result.exit_code == 0, result.output
-    events = [json.loads(line) for line in result.stdout.splitlines()]
+    events = jsonlines.events(result.stdout)
     assert events[-1]["event"] == "RunFinished" and events[-1]["status"] == "done"
     run_id = events[0]["run_id"]
+    end = jsonlines.summary(result.stdout)
+    assert (end["exit_code"], end["status"], end["run_id"]) == (0, "done", run_id)
+    assert end["counts"]["steps"] == {"done": 4} and end["counts"]["event"] == len(events)
     assert world.runs() == ["run:inspect", "run:fence", "run:promote", "run:repoint"]
 
     shown = invoke(app, "runs", "show", run_id[:17], "--json")
     assert shown.exit_code == 0
-    detail = json.loads(shown.stdout)
+    detail = jsonlines.result(shown.stdout)
     assert detail["status"] == "done" and detail["id"] == run_id
     assert [(s["phase"], s["name"], s["status"], s["sentence"]) for s in detail["steps"]] == [
         ("preflight", "inspect", "done", "did inspect"),
@@ -98,7 +101,7 @@ def test_run_json_lines_then_runs_show_json(app, tmp_path, world):
     assert [s["sql"] for s in detail["statements"]][:2] == ["DO 'inspect'", "DO 'fence'"]
     assert detail["metrics"] == [] and detail["params"] == {"target": "db-2"}
 
-    listed = json.loads(invoke(app, "runs", "ls", "--json").stdout)
+    listed = jsonlines.result(invoke(app, "runs", "ls", "--json").stdout)
     assert [r["id"] for r in listed] == [run_id]
 
 
@@ -129,7 +132,7 @@ def test_rollback_undoes_a_finished_run(app, tmp_path, world):
     result = invoke(app, "rollback", "last", "--yes", "--json")
     assert result.exit_code == 0
     assert world.undos() == ["undo:repoint", "undo:promote", "undo:fence", "undo:inspect"]
-    assert json.loads(result.stdout.splitlines()[-1])["status"] == "rolled_back"
+    assert jsonlines.summary(result.stdout)["status"] == "rolled_back"
 
 
 def test_manual_gate_without_terminal_or_yes_is_refused(app, tmp_path, world):
@@ -153,7 +156,7 @@ def test_second_run_on_a_locked_cluster_is_refused(app, tmp_path, lock_server):
     result = invoke(app, "run", playbook(tmp_path), "--yes")
     assert result.exit_code == 1
     assert f"database lock 'dbmigrate:main' is held (MySQL connection {holder.connection_id})" in result.stderr
-    listed = json.loads(invoke(app, "runs", "ls", "--json").stdout)
+    listed = jsonlines.result(invoke(app, "runs", "ls", "--json").stdout)
     assert listed[0]["status"] == "failed" and listed[0]["summary"].startswith("did not start: cluster 'main'")
 
 
@@ -161,7 +164,7 @@ def test_dry_run_takes_the_lock_and_changes_nothing(app, tmp_path, world):
     result = invoke(app, "run", playbook(tmp_path), "--yes", "--dry-run", "--json")
     assert result.exit_code == 0
     assert world.runs() == ["run:inspect"]
-    detail = json.loads(invoke(app, "runs", "show", "last", "--json").stdout)
+    detail = jsonlines.result(invoke(app, "runs", "show", "last", "--json").stdout)
     assert detail["dry_run"] is True
     assert [s["status"] for s in detail["steps"]] == ["done", "dry-run", "dry-run", "dry-run"]
     assert [s["sql"] for s in detail["statements"] if s["dry_run"]][-1] == "DO 'repoint'"
@@ -172,7 +175,7 @@ def test_plan_shows_phases_steps_and_gates_without_connecting(app, tmp_path, loc
     assert result.exit_code == 0
     for text in ("preflight", "cutover", "manual gate go-ahead", "auto gate always", "2. fence (undoable)", "inspect (read-only, undoable)"):
         assert text in result.stdout
-    plan = json.loads(invoke(app, "plan", playbook(tmp_path), "--json").stdout)
+    plan = jsonlines.result(invoke(app, "plan", playbook(tmp_path), "--json").stdout)
     assert [p["name"] for p in plan["phases"]] == ["preflight", "cutover"]
     assert plan["phases"][1]["gates"] == [{"name": "go-ahead", "kind": "manual"}, {"name": "always", "kind": "auto"}]
     assert lock_server.next_connection == 10  # prepare_resources was not called

@@ -136,3 +136,15 @@ def test_non_json_answer_is_explained():
         lambda r: httpx.Response(200, text="<html>login</html>")))
     with pytest.raises(OrchestratorError, match="not JSON"):
         orch.clusters()
+
+
+def test_the_takeover_step_says_who_was_promoted_and_how_long_it_took():
+    from dbmigrate.topology.orchestrator import takeover_sentence
+
+    details = client().graceful_takeover_auto("db-a-1:3306", "db-a-2", 3306)  # the canned answer
+    said = takeover_sentence(details, "orders-2", "db-a-2", 3306, 2.345)
+    assert said == "orchestrator promoted orders-2 (db-a-2:3306) in 2.3 s"
+    assert "{" not in said and "ClusterName" not in said  # not orchestrator's whole answer
+    other = takeover_sentence(details, "orders-3", "db-a-3", 3306, 1.0)
+    assert other == "orchestrator promoted db-a-2:3306, not the candidate orders-3 (db-a-3:3306), in 1.0 s"
+    assert takeover_sentence({}, "orders-2", "db-a-2", 3306, 0.5).endswith("its answer named no instance")

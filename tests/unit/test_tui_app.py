@@ -177,10 +177,17 @@ async def test_quit_is_refused_while_a_step_runs_unless_pressed_twice(demo):
         await pilot.pause(0.05)
         assert app.is_running and not app.cancel.is_set()  # first q only warns
         await pilot.press("q")
-        await until(pilot, lambda: not app.is_running, what="the app to exit")
+        await pilot.pause(0.05)
         assert app.cancel.is_set()  # the run stops at the next step boundary
+        # The screen stays up and says so while the run stops and undoes what it did.
+        assert app.is_running and app.stopping and app.sub_title.startswith("stopping…")
+        assert any(line.startswith("stopping…") for line in app.event_log)
         demo.release.set()
+        await until(pilot, lambda: not app.is_running, what="the app to exit once the run stopped")
     assert "run:promote" not in demo.calls
+    assert demo.calls[-2:] == ["undo:fence", "undo:snapshot"]
+    assert app.outcome is not None and app.outcome.status == "rolled_back"
+    assert any("undoing" in line for line in app.event_log)
 
 
 async def test_quit_when_idle_exits_at_once(demo):
@@ -264,3 +271,68 @@ async def test_dry_run_started_by_flag_changes_nothing_and_marks_steps_dry_run(d
         assert demo.calls == [] and app.outcome.status == "done"
         assert all(line.lstrip().startswith("≈") for line in step_lines(app).values())
         assert "done (dry run)" in app.query_one(StepList).plain
+
+
+# -- a small terminal ------------------------------------------------------------------
+
+def inside(region, screen_size) -> bool:
+    return (region.width > 0 and region.height > 0 and region.x >= 0 and region.y >= 0
+            and region.right <= screen_size.width and region.bottom <= screen_size.height)
+
+
+async def test_at_80x24_the_gate_dialogs_buttons_are_on_screen_even_with_many_verdicts(demo, monkeypatch):
+    many = {f"check {i}": {"ok": True, "reason": f"check number {i} passed with a long enough reason"}
+            for i in range(40)}
+    registry._REGISTRY["tuidemo"].gates["healthy"] = lambda ctx, p: (True, "replicas healthy", many)
+    app = new_app(demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog")
+        await pilot.pause(0.1)
+        for button in ("#approve", "#decline"):
+            region = app.screen.query_one(button).region
+            assert inside(region, app.screen.size), (button, region, app.screen.size)
+        await pilot.click("#approve")  # a click where the button is shown approves
+        await until(pilot, lambda: app.busy is None, what="the run to end")
+        assert app.outcome.status == "done"
+
+
+async def test_question_mark_shows_the_keys_also_inside_the_gate_dialog(demo):
+    app = new_app(demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause(0.05)
+        assert sum("g start the run" in line for line in app.event_log) == 1
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog")
+        await pilot.press("question_mark")
+        await pilot.pause(0.05)
+        assert sum("g start the run" in line for line in app.event_log) == 2
+        assert isinstance(app.screen, GateModal)  # help does not answer the gate
+        await pilot.press("n")
+        await until(pilot, lambda: app.busy is None, what="the run to end")
+
+
+async def test_q_works_while_the_gate_dialog_is_open(demo):
+    app = new_app(demo)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog")
+        await pilot.press("q")
+        await pilot.pause(0.05)
+        assert app.is_running and isinstance(app.screen, GateModal)  # the first q warns
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, what="the app to exit")
+    assert demo.calls == ["run:snapshot", "undo:snapshot"]  # the gate was declined, nothing else ran
+    assert app.outcome.status == "rolled_back"
+
+
+async def test_the_plan_names_the_real_servers_before_the_run(tmp_path):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    app = CutoverApp(root / "playbooks/promote-replica.yaml", journal_path=tmp_path / "j.sqlite", monitor=False)
+    async with app.run_test(size=(80, 24)):
+        plain = app.query_one(StepList).plain
+        assert "fence db-orders-1" in plain and "open db-orders-4 for writes" in plain
+        assert "<old primary>" not in plain and "<candidate>" not in plain, plain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from dbmigrate.engine.step import AutoGate, FunctionStep, RunContext, Step
@@ -126,7 +127,7 @@ def orchestrator_steps(cut: Cutover) -> list[Step]:
 
 
 def orchestrator_takeover(ctx: RunContext) -> str:
-    from dbmigrate.topology.orchestrator import OrchestratorClient
+    from dbmigrate.topology.orchestrator import OrchestratorClient, takeover_sentence
 
     res = _res(ctx)
     spec = res.inventory.cluster(ctx.cluster)
@@ -142,8 +143,9 @@ def orchestrator_takeover(ctx: RunContext) -> str:
         return "would ask orchestrator for a graceful master takeover"
     with CutoverState.edit(ctx.state) as s:
         s.candidate_opened = True
+    started = time.monotonic()
     answer = client.graceful_takeover_auto(cluster_name, cand.host, cand.port)
-    return f"orchestrator promoted {res.new}: {getattr(answer, 'message', answer)}"
+    return takeover_sentence(answer, res.new, cand.host, cand.port, time.monotonic() - started)
 
 
 def check_reverse(cut: Cutover, ctx: RunContext) -> str:

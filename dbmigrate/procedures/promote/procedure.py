@@ -17,7 +17,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dbmigrate.config import load_inventory
 from dbmigrate.engine.step import Phase, Procedure, RunContext
+from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.kit import cutover as kit_cutover
 from dbmigrate.procedures.kit import guard
 from dbmigrate.procedures.kit.cutover import Cutover
@@ -80,10 +82,24 @@ def settings_of(p: PromoteParams) -> SwitchoverSettings:
                               fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s)
 
 
+def plan_names(ctx: RunContext, params: PromoteParams) -> tuple[str, str]:
+    """(old primary, candidate) for a plan, which connects to nothing: the candidate the playbook
+    names and the primary the inventory declares (placeholders only where neither says)."""
+    old = "<old primary>"
+    playbook = ctx.resources.get("playbook")
+    path = getattr(playbook, "inventory_path", None)
+    if path is not None:
+        try:
+            old = load_inventory(path).cluster(ctx.cluster).primary_hint() or old
+        except DbmigrateError:
+            pass
+    return old, params.candidate or "<candidate>"
+
+
 def cutover_of(ctx: RunContext, params: PromoteParams) -> Cutover:
     """The switchover of this run: old primary -> candidate (placeholders for `plan`)."""
     r = typed(ctx, PromoteResources)
-    old, new = (r.old, r.new) if r is not None else ("<old primary>", "<candidate>")
+    old, new = (r.old, r.new) if r is not None else plan_names(ctx, params)
 
     def make(c: RunContext, record: Record | None) -> Switchover:
         res = required(c, PromoteResources)

@@ -30,6 +30,13 @@ from dbmigrate.topology.wire import create_account, wait_replicating
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,30}$")
 
 
+def check_name(name: str) -> str:
+    """A sandbox name is also its cluster's name and its instances' prefix."""
+    if not NAME_RE.match(name):
+        raise UsageError(f"invalid sandbox name '{name}'", hint="use letters, digits, - and _ (max 31), starting with a letter")
+    return name
+
+
 
 
 def _index_path() -> Path:
@@ -140,8 +147,7 @@ class Sandboxes:
     # -- create --------------------------------------------------------------
     def up(self, name: str, replicas: int = 2, base_dir: Path | None = None, buffer_pool_mb: int = 64,
            candidate_buffer_pool_mb: int | None = None) -> SandboxState:
-        if not NAME_RE.match(name):
-            raise UsageError(f"invalid sandbox name '{name}'", hint="use letters, digits, - and _ (max 31), starting with a letter")
+        check_name(name)
         if replicas < 0 or replicas > 8:
             raise UsageError("--replicas must be between 0 and 8")
         index = _read_index()

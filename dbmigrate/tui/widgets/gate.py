@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
@@ -22,6 +22,8 @@ class GateModal(ModalScreen[tuple[bool, str]]):
         Binding("n", "decline", "decline"),
         Binding("escape", "decline", "decline", show=False),
         Binding("a", "abort", "abort run"),
+        Binding("q", "app.quit", "quit"),
+        Binding("question_mark", "app.keys", "keys"),
     ]
 
     def __init__(self, waiting: GateWaiting, verdicts: list[GateRow]) -> None:
@@ -44,11 +46,14 @@ class GateModal(ModalScreen[tuple[bool, str]]):
                     if isinstance(verdict, dict) and "reason" in verdict:
                         mark = "✓" if verdict.get("ok") else "✗"
                         body.append(f"      {mark} {check}: {verdict['reason']}\n", style="dim")
+        # The buttons are docked at the dialog's bottom and the text scrolls above them, so on a
+        # small terminal (80x24) a long list of verdicts never pushes them off the screen.
         with Vertical(id="gate-dialog"):
-            yield Static(body, id="gate-text")
             with Horizontal(id="gate-buttons"):
                 yield Button("approve (y)", id="approve", variant="success")
                 yield Button("decline (n)", id="decline", variant="error")
+            with VerticalScroll(id="gate-scroll"):
+                yield Static(body, id="gate-text")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "approve":
