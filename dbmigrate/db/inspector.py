@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Collection
 
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, Server
 from dbmigrate.db.flavor import ReplicaStatus
@@ -142,6 +142,14 @@ class Inspector:
         """read_only and what the binlog holds, in one round trip (inside a fenced window)."""
         row = self.server.query(self.flavor.read_only_and_binlog_pos_sql())[0]
         return str(row["ro"]) in ("1", "ON"), row["pos"] or ""
+
+    def read_only_and_sessions_count(self, users: Collection[str]) -> tuple[bool, int]:
+        """read_only and how many sessions (other than this one) `users` have, in one round trip."""
+        marks = ", ".join(["%s"] * len(users))
+        row = self.server.query(
+            "SELECT @@GLOBAL.read_only AS ro, (SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+            f"WHERE ID <> CONNECTION_ID() AND USER IN ({marks})) AS n", tuple(sorted(users)))[0]
+        return str(row["ro"]) in ("1", "ON"), int(row["n"] or 0)
 
     def gtid_state(self) -> str:
         """Binlog state with one entry per origin, for errant-transaction checks."""

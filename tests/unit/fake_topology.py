@@ -232,6 +232,10 @@ class FakeInspector:
 
     gtid_executed = gtid_binlog_pos  # a server with log_slave_updates logs what it applies
 
+    def read_only_and_sessions_count(self, users) -> tuple[bool, int]:
+        s = self._server()
+        return s.read_only, sum(x.user in users for x in s.sessions)
+
     def read_only_and_binlog_pos(self) -> tuple[bool, str]:
         s = self._server()
         return s.read_only, s.position()

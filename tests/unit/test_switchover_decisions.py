@@ -741,3 +741,15 @@ def test_seal_old_reads_no_session_list_when_no_account_bypasses_read_only(monke
 
     assert sw.seal_old(set()) == ("", db1.position())  # one read: still fenced, and the final position
     assert listed == [] and topo.statements("db1") == []
+
+
+def test_seal_old_lists_sessions_only_when_a_bypassing_account_has_one(monkeypatch):
+    topo, router = fenced()
+    db1 = topo.servers["db1"]
+    db1.sessions = [app_session(8, "app")]
+    sw = switchover(topo, router)
+    listed = []
+    monkeypatch.setattr(FakeInspector, "sessions", lambda self, *a, **k: listed.append(1) or [])
+
+    assert sw.seal_old({"ops"}) == ("", db1.position())  # ops bypasses read_only but has no session
+    assert listed == [] and topo.statements("db1") == []

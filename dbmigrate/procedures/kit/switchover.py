@@ -352,9 +352,10 @@ class Switchover:
             fenced, pos = insp.read_only_and_binlog_pos()
             self._require_still_fenced(fenced)
             return "", pos
-        self._require_still_fenced(insp.read_only())
+        fenced, count = insp.read_only_and_sessions_count(bypass)
+        self._require_still_fenced(fenced)
         ended = 0
-        for sess in insp.sessions():
+        for sess in insp.sessions() if count else []:
             if sess.user in bypass:
                 try:
                     self.apply(self.old).kill_connection(sess.id)
