@@ -135,8 +135,12 @@ class Server:
             attempt += 1
             self._probe_tcp()
             try:
-                self._conn = mysql.connector.connect(**self._connect_args())
-                self._cursor = None
+                conn = mysql.connector.connect(**self._connect_args())
+                # The connector asks the server for sql_mode the first time a statement has
+                # parameters, on the connection's read timeout rather than the statement's bound:
+                # against a frozen server that is the whole read timeout. Ask now, while connecting.
+                conn.sql_mode  # noqa: B018 (cached by the connector)
+                self._conn, self._cursor = conn, None
                 return self._conn
             except mysql.connector.Error as e:
                 err = self._translate_connect_error(e)

@@ -19,6 +19,13 @@ FAST = select(all_scenarios(), fast=True)
 KNOWN_GAPS: dict[str, str] = {}
 
 
+@pytest.fixture(scope="module")
+def cluster(boxes):
+    c = FaultCluster(boxes, "fm")
+    yield c
+    c.down()
+
+
 def _param(sc):
     marks = [pytest.mark.xfail(reason=KNOWN_GAPS[sc.id], strict=False)] if sc.id in KNOWN_GAPS else []
     return pytest.param(sc, id=sc.id, marks=marks)

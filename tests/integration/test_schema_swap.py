@@ -120,7 +120,9 @@ def test_ddl_that_breaks_row_replication_is_refused_before_anything_changes(clus
     r = cli("run", str(pb), "--yes", "--json")
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "statement 2 refused" in r.stderr and "DROP COLUMN note" in r.stderr and "ROW events" in r.stderr
-    assert r.stdout.strip() == ""  # no run started: no event at all
+    # no run started: no event at all, only the error record and the closing summary
+    assert [x["record"] for x in jsonlines.records(r.stdout)] == ["error", "summary"]
+    assert jsonlines.summary(r.stdout)["exit_code"] == 2
     assert {n: create_table(inv, n) for n in SERVERS} == shape_before
     assert readers(inv) == readers_before
 
