@@ -35,6 +35,7 @@ EXAMPLES = {
     "consolidate provision": "dbmigrate consolidate provision --plan plan.yaml --dry-run",
     "consolidate status": "dbmigrate consolidate status --plan plan.yaml --inventory inventory.yaml --cluster shards",
     "rehearse consolidate": "dbmigrate rehearse consolidate --remote --json",
+    "rehearse schema-swap": "dbmigrate rehearse schema-swap --name weekly-ddl",
     "consolidate run": "dbmigrate consolidate run playbooks/consolidate-shards.yaml --throttle 50 --concurrency 4",
     "consolidate throttle": "dbmigrate consolidate throttle last --mb-s 20",
     "consolidate rollback": "dbmigrate consolidate rollback last --server db-07",

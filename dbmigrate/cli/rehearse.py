@@ -121,6 +121,62 @@ def print_tables(tables) -> None:
         console.print(rich_table(t))
 
 
+@cmd.command("schema-swap")
+def schema_swap(
+    json_out: bool = typer.Option(False, "--json", help="JSON lines: the report as one result record, then a summary record."),
+    keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running as the rehearsal left it (every "
+                              "server altered, the original primary back); remove it with: dbmigrate sandbox down NAME."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name the sandbox (also its cluster and the prefix "
+                                       "of its instances); default swap-XXXX."),
+    rows: int = typer.Option(5000, "--rows", help="Rows in app.orders (small data keeps it quick)."),
+):
+    """The weekly A/B schema change under live reads and writes: each replica altered out of the reader
+    pool with the binlog off, a switchover to an altered replica, the old primary altered, then back."""
+    from dbmigrate.cli.common import guarded
+    from dbmigrate.cli.render import ConsoleRenderer
+    from dbmigrate.exceptions import UsageError
+    from dbmigrate.rehearsal.rehearse_swap import rehearse_schema_swap, succeeded
+
+    def go() -> None:
+        if rows < 100 or rows > 1_000_000:
+            raise UsageError(f"--rows must be between 100 and 1,000,000, not {rows}")
+        if name is not None:
+            from dbmigrate.rehearsal.sandbox.manager import check_name
+
+            check_name(name)
+        say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
+            (lambda m: console.print(f"[dim]… {m}[/]"))
+        report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows,
+                                      subscribers=[] if json_out else [ConsoleRenderer(console)])
+        if json_out:
+            print_json(report)
+        else:
+            render_swap(report)
+        if not succeeded(report):
+            raise typer.Exit(1)
+
+    guarded(go)()
+
+
+def render_swap(r: dict) -> None:
+    t = Table(title="schema swap rehearsal")
+    t.add_column("server", no_wrap=True)
+    t.add_column("altered")
+    t.add_column("after")
+    after = {s["name"]: s for s in r["topology_after"]}
+    for server, done in r["altered"].items():
+        s = after[server]
+        t.add_row(server, "yes" if done else "NO",
+                  ("ro" if s["read_only"] else "rw") + (f" <- {s['source']}" if s["source"] else ""))
+    console.print(t)
+    console.print(f"DDL: {r['ddl']}", markup=False)
+    console.print(f"original primary takes writes again: {'yes' if r['primary_back'] else 'NO'}; longest gap "
+                  f"between acknowledged writes {r['longest_write_gap_ms']} ms; reads {r['reads'].get('queries', 0)}",
+                  markup=False)
+    console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: {r['lost_writes']}; run {r['run_id']} "
+                  f"{r['run_status']} ({r['elapsed_s']} s)", markup=False)
+
+
 @cmd.command("consolidate")
 def consolidate(
     json_out: bool = typer.Option(False, "--json", help="JSON lines: the report as one result record, then a summary record."),

@@ -34,7 +34,7 @@ from dbmigrate.exceptions import SandboxError
 Progress = Callable[[str], None]
 
 
-def _shape(inv, cluster: str) -> list[dict[str, Any]]:
+def replication_shape(inv, cluster: str) -> list[dict[str, Any]]:
     """Who replicates from whom, read from the servers (not from the inventory)."""
     out = []
     addr_to_name = {f"{s.host}:{s.port}": n for n, s in inv.cluster(cluster).servers.items()}
@@ -49,7 +49,7 @@ def _shape(inv, cluster: str) -> list[dict[str, Any]]:
     return out
 
 
-def _wait_applied(inv, cluster: str, replica: str, timeout: float = 30) -> None:
+def wait_applied(inv, cluster: str, replica: str, timeout: float = 30) -> None:
     primary = next(n for n, s in inv.cluster(cluster).servers.items() if s.role == "primary")
     with inv.open(primary) as p, inv.open(replica) as r:
         pos = Inspector(p).gtid_binlog_pos()
@@ -160,7 +160,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         inv = load_inventory(state.inventory_file)
         say(f"sandbox {name}: primary {name}-1, replicas {name}-2 {name}-3, candidate {candidate}, HAProxy in front"
             f"{', every instance on a host of its own behind sshd' if remote else ''} ({time.monotonic() - t0:.1f}s)")
-        shape_before = _shape(inv, name)
+        shape_before = replication_shape(inv, name)
 
         bench = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000, threads=2)
         bench.prepare()
@@ -173,7 +173,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         with inv.open(f"{name}-1") as p:
             create_orders(p)
         if regress:
-            _wait_applied(inv, name, candidate)
+            wait_applied(inv, name, candidate)
             _drop_index_locally(inv, candidate)
             say(f"regression built: idx_customer dropped on {candidate} only (sql_log_bin=0)")
         router = inv.cluster(name).router
@@ -243,7 +243,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         reads = None
         guard_info = _guard_facts(outcome.run_id)
 
-        shape_after = _shape(inv, name)
+        shape_after = replication_shape(inv, name)
         primary = next(s["name"] for s in shape_after if not s["read_only"])
         servers = [inv.open(s["name"]) for s in shape_after]
         try:

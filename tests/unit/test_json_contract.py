@@ -55,6 +55,7 @@ BAD_INPUT = {
     "runs report": ["runs", "report", "last", "--journal", "{tmp}"],
     "rehearse promote": ["rehearse", "promote", "--report", "{tmp}"],
     "rehearse consolidate": ["rehearse", "consolidate", "--rows", "0"],
+    "rehearse schema-swap": ["rehearse", "schema-swap", "--rows", "5"],
     "digest capture": ["digest", "capture", "-i", MISSING, "-s", "s1", "--seconds", "nan"],
     "digest compare": ["digest", "compare", MISSING, MISSING],
     "digest evaluate": ["digest", "evaluate", "--policy", MISSING, MISSING, MISSING],
