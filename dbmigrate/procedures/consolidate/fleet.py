@@ -106,12 +106,13 @@ def run_lanes(lanes: list[list[str]], work: Callable[[str], str], *, concurrency
 def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[RunContext, str], str], *,
                done: Callable[[RunContext, str], bool], blocked: Callable[[RunContext, str], str | None],
                undo: Callable[[RunContext], str], describe: Callable[[RunContext], list],
-               defer_failures: bool = False) -> FunctionStep:
+               defer_failures: bool = False, undo_if_started: bool = False) -> FunctionStep:
     """One engine step that runs `work` for every old server of the plan as a fleet.
 
     With `defer_failures` (seeding), under on_failure=continue the step passes with its
     failures journaled, so the servers that made it go on to their cutover; the next
-    fleet step reports the others as blocked and fails the run for them."""
+    fleet step reports the others as blocked and fails the run for them. With
+    `undo_if_started` (cutovers), rollback undoes the step even when the tool stopped in it."""
     sources = sorted({s.source for s in plan.shards})
 
     def run(ctx: RunContext) -> str:
@@ -148,7 +149,7 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[R
     def check(ctx: RunContext) -> bool:
         return not ctx.dry_run and all(done(ctx, s) for s in sources)
 
-    return FunctionStep(name, run, check=check, undo=undo, describe=describe)
+    return FunctionStep(name, run, check=check, undo=undo, describe=describe, undo_if_started=undo_if_started)
 
 
 def failed_at(ctx: RunContext, server: str, stage: str) -> str | None:
