@@ -288,6 +288,35 @@ def test_fleet_step_whose_every_server_declined_refuses_and_one_that_also_moved_
         assert not isinstance(e.value, Refused)  # a moved: something changed
 
 
+def test_a_stop_asked_during_a_cutover_fleet_lets_the_running_server_finish_and_starts_no_other():
+    import threading as _t
+
+    from dbmigrate.engine.journal import Journal
+    from dbmigrate.procedures.consolidate.fleet import fleet_step
+
+    plan = _plan({"i1": ["a"], "i2": ["b"]})
+    moved: list[str] = []
+    cancel = _t.Event()
+
+    def work(ctx, s):
+        cancel.set()  # SIGTERM while this server's cutover runs
+        moved.append(s)
+        return f"{s} moved"
+
+    step = fleet_step("cut over 2", "cutover", plan, work, done=lambda c, s: s in moved, blocked=lambda c, s: None,
+                      undo=lambda c: "", describe=lambda c: [], undo_if_started=True, stop_between_servers=True)
+    assert step.undo_if_started  # a cutover the tool was killed in is undone by rollback
+    with Journal(":memory:") as j:
+        ctx = _ctx(j, plan)
+        ctx.cancel = cancel
+        with pytest.raises(ConsolidateError, match="1 old server.s. done.*b not started: the operator asked"):
+            step.run(ctx)
+    assert moved == ["a"]
+    # Without a stop asked, both go (and a seed fleet never stops between servers).
+    r = run_lanes([["a"], ["b"]], lambda s: s, concurrency=1, on_failure="continue", stopped=lambda: None)
+    assert sorted(r.done) == ["a", "b"]
+
+
 def test_cutover_undo_puts_back_a_cutover_the_tool_stopped_in_before_the_done_ones(monkeypatch):
     from dbmigrate.engine.journal import Journal
     from dbmigrate.procedures.consolidate import procedure

@@ -145,6 +145,7 @@ def cutover_fleet(plan, params: ConsolidateParams):
     # Undone even when the tool stopped inside it (killed): a fenced old server must not stay read-only.
     return fleet_step(f"cut over {len(sources)} old server(s)", "cutover", plan, work,
                       done=lambda c, src: is_cut(c, src), blocked=blocked, undo=undo, undo_if_started=True,
+                      stop_between_servers=True,
                       describe=lambda c: [line for src in sources for line in describe_cutover(c, src)])
 
 
