@@ -98,6 +98,8 @@ class Runner:
     def run(self, procedure: Procedure, ctx: RunContext, *, resume: bool = False) -> RunOutcome:
         """Run (or resume) the procedure for the run in ctx; the run row must exist in the journal."""
         unsubscribe = ctx.bus.subscribe(ctx.journal.record, critical=True)
+        if ctx.cancel is None:
+            ctx.cancel = self.cancel
         try:
             return self._forward(procedure, ctx, resume)
         finally:

@@ -10,6 +10,7 @@ the runner can tell "cannot check" from "checked: not done".
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
@@ -270,6 +271,9 @@ class RunContext:
         self.state = RunState(journal, run_id)
         # Extra DBMIGRATE_* variables for hooks (e.g. DBMIGRATE_OLD_PRIMARY).
         self.hook_env: dict[str, str] = {}
+        # Set once the operator asked the run to stop (the runner's cancel): a step that does
+        # many independent pieces of work may finish the one in progress and start no other.
+        self.cancel: threading.Event | None = None
 
     def emit(self, event: Event) -> None:
         if not event.run_id:

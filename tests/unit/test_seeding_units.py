@@ -286,3 +286,67 @@ def test_fleet_step_whose_every_server_declined_refuses_and_one_that_also_moved_
         with pytest.raises(ConsolidateError) as e:
             mixed.run(ctx)
         assert not isinstance(e.value, Refused)  # a moved: something changed
+
+
+def test_a_stop_asked_during_a_cutover_fleet_lets_the_running_server_finish_and_starts_no_other():
+    import threading as _t
+
+    from dbmigrate.engine.journal import Journal
+    from dbmigrate.procedures.consolidate.fleet import fleet_step
+
+    plan = _plan({"i1": ["a"], "i2": ["b"]})
+    moved: list[str] = []
+    cancel = _t.Event()
+
+    def work(ctx, s):
+        cancel.set()  # SIGTERM while this server's cutover runs
+        moved.append(s)
+        return f"{s} moved"
+
+    step = fleet_step("cut over 2", "cutover", plan, work, done=lambda c, s: s in moved, blocked=lambda c, s: None,
+                      undo=lambda c: "", describe=lambda c: [], undo_if_started=True, stop_between_servers=True)
+    assert step.undo_if_started  # a cutover the tool was killed in is undone by rollback
+    with Journal(":memory:") as j:
+        ctx = _ctx(j, plan)
+        ctx.cancel = cancel
+        with pytest.raises(ConsolidateError, match="1 old server.s. done.*b not started: the operator asked"):
+            step.run(ctx)
+    assert moved == ["a"]
+    # Without a stop asked, both go (and a seed fleet never stops between servers).
+    r = run_lanes([["a"], ["b"]], lambda s: s, concurrency=1, on_failure="continue", stopped=lambda: None)
+    assert sorted(r.done) == ["a", "b"]
+
+
+def test_cutover_undo_puts_back_a_cutover_the_tool_stopped_in_before_the_done_ones(monkeypatch):
+    from dbmigrate.engine.journal import Journal
+    from dbmigrate.procedures.consolidate import procedure
+    from dbmigrate.procedures.consolidate.resources import ConsolidateState, CutRecord
+    from dbmigrate.procedures.consolidate.run import ConsolidateParams
+
+    plan = _plan({"i1": ["a"], "i2": ["b"], "i3": ["c"]})
+    undone: list[str] = []
+    monkeypatch.setattr(procedure, "undo_cutover", lambda ctx, s: undone.append(s) or "back")
+    step = procedure.cutover_fleet(plan, ConsolidateParams(plan="p.json"))
+    assert step.undo_if_started
+    with Journal(":memory:") as j:
+        ctx = _ctx(j, plan)
+        with ConsolidateState.edit(ctx.state) as st:
+            st.cut = {"a": CutRecord(targets=["i1"], at=1.0), "b": CutRecord(targets=["i2"], at=2.0)}
+            st.fencing = {"c": 3.0}  # killed inside c's fence: neither cut nor undone
+        assert "c: back" in step.undo(ctx)
+    assert undone == ["c", "b", "a"]
+
+
+def test_consolidate_state_of_version_1_reads_as_no_cutover_begun():
+    from dbmigrate.procedures.consolidate.resources import ConsolidateState
+
+    class Store(dict):
+        def set(self, k, v):
+            self[k] = v
+
+        def items(self):
+            return dict(self)
+
+    store = Store({"consolidate": {"version": 1, "written_by": "old", "data": {"instances": {"i1": "h:1"}}}})
+    st = ConsolidateState.load(store)
+    assert st.instances == {"i1": "h:1"} and st.fencing == {}

@@ -52,6 +52,8 @@ def cutover(ctx: RunContext, source: str) -> str:
         return f"would fence {source} and route its shards to {', '.join(t.name for t in targets)}"
     src = Inspector(server_of(ctx, source))
     started = ctx.clock.monotonic()
+    with edit_state(ctx) as st:  # before anything changes: a crash from here on is found by rollback and resume
+        st.fencing[source] = ctx.clock.now()
     fence(ctx, source)
     try:
         killed = end_app_sessions(ctx, source)
@@ -87,6 +89,7 @@ def cutover(ctx: RunContext, source: str) -> str:
         fenced_ms = (ctx.clock.monotonic() - started) * 1000
         with edit_state(ctx) as st:
             st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
+            st.fencing.pop(source, None)
         ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)
     except BaseException as exc:
         undone = False
@@ -156,7 +159,10 @@ def save_checksums(ctx: RunContext, results: dict[str, Any]) -> None:
 
 
 def undo_cutover(ctx: RunContext, source: str) -> str:
-    """Route the source's shards back after it applied every write its instances took."""
+    """Route the source's shards back after it applied every write its instances took.
+
+    Also puts back a cutover that stopped part way (the tool killed in it): fenced only, a
+    reverse connection set up but not journaled, an instance opened before any route moved."""
     plan, p = plan_of(ctx), params_of(ctx)
     targets = targets_of(plan, source)
     old_addr = address_of(ctx, source)
@@ -185,14 +191,20 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
         elif routed_here:
             raise SafetyError(f"{', '.join(routed_here)} route to {t.name} but {source} has no reverse connection: "
                               "routing back would lose the writes made there", hint="copy them back by hand first")
+        elif src.connection_status(conn) is not None:
+            # Set up by a cutover that stopped before journaling it: no route had moved, so the
+            # instance took no writes and there is nothing to wait for.
+            applier_of(ctx, source).remove_source(conn)
         still_here = [s for s in t.shards if route_of(ctx, s).current().writer == address_of(ctx, t.name)]
-        if still_here:
-            applier_of(ctx, t.name).set_read_only(False)
+        # Before the old server takes writes again: an instance no shard routes to is read-only
+        # (a cutover may have stopped after opening it, before moving a route).
+        applier_of(ctx, t.name).set_read_only(not still_here)
     applier_of(ctx, source).set_read_only(False)
     verify_undone(ctx, source)
     with edit_state(ctx) as st:
         st.reverse.pop(source, None)
         st.cut.pop(source, None)
+        st.fencing.pop(source, None)
     routed = f"routes {', '.join(back)} back to {source}" if back else "no route had moved"
     return f"{routed}; {source} is writable again"
 
@@ -259,7 +271,7 @@ def rollback_one(ctx: RunContext, source: str) -> str:
 
         raise UsageError(f"{source} is not an old server of this run's plan",
                          hint="old servers: " + ", ".join(sorted({s.source for s in plan_of(ctx).shards})))
-    if not is_cut(ctx, source):
+    if not is_cut(ctx, source) and source not in state_of(ctx).fencing:
         raise ConsolidateError(f"{source} is not cut over in run {ctx.run_id}: nothing to roll back")
     sentence = undo_cutover(ctx, source)
     with edit_state(ctx) as st:

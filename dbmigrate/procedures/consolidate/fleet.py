@@ -60,9 +60,11 @@ class FleetResult:
 
 def run_lanes(lanes: list[list[str]], work: Callable[[str], str], *, concurrency: int, on_failure: str,
               already_done: Callable[[str], bool] = lambda s: False, blocked: Callable[[str], str | None] = lambda s: None,
-              record: Callable[[str, str, str, float], None] = lambda s, status, text, secs: None) -> FleetResult:
+              record: Callable[[str, str, str, float], None] = lambda s, status, text, secs: None,
+              stopped: Callable[[], str | None] = lambda: None) -> FleetResult:
     """Run `work(server)` for every server, lanes in parallel (at most `concurrency`), servers in a
-    lane in order. `record(server, status, text, seconds)` is called as each one ends."""
+    lane in order. `record(server, status, text, seconds)` is called as each one ends. Once
+    `stopped()` gives a reason (the operator asked the run to stop), no further server starts."""
     result = FleetResult()
     halt = threading.Event()
     lock = threading.Lock()
@@ -74,7 +76,7 @@ def run_lanes(lanes: list[list[str]], work: Callable[[str], str], *, concurrency
                     result.already.append(s)
                 continue
             why = blocked(s) or ("not started: another server failed and fleet.on_failure is "
-                                 f"{on_failure}" if halt.is_set() else None)
+                                 f"{on_failure}" if halt.is_set() else None) or stopped()
             if why:
                 with lock:
                     result.skipped[s] = why
@@ -106,12 +108,16 @@ def run_lanes(lanes: list[list[str]], work: Callable[[str], str], *, concurrency
 def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[RunContext, str], str], *,
                done: Callable[[RunContext, str], bool], blocked: Callable[[RunContext, str], str | None],
                undo: Callable[[RunContext], str], describe: Callable[[RunContext], list],
-               defer_failures: bool = False) -> FunctionStep:
+               defer_failures: bool = False, undo_if_started: bool = False,
+               stop_between_servers: bool = False) -> FunctionStep:
     """One engine step that runs `work` for every old server of the plan as a fleet.
 
     With `defer_failures` (seeding), under on_failure=continue the step passes with its
     failures journaled, so the servers that made it go on to their cutover; the next
-    fleet step reports the others as blocked and fails the run for them."""
+    fleet step reports the others as blocked and fails the run for them. With
+    `undo_if_started` (cutovers), rollback undoes the step even when the tool stopped in it.
+    With `stop_between_servers` (cutovers), a stop asked by the operator (SIGTERM, Ctrl-C)
+    lets the servers in progress finish and starts no other; the step then fails naming them."""
     sources = sorted({s.source for s in plan.shards})
 
     def run(ctx: RunContext) -> str:
@@ -125,9 +131,13 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[R
                                       "at": ctx.clock.now()}
             ctx.log(f"{stage} {server}: {status}: {text}", "info" if status == "done" else "warning")
 
+        def stopped() -> str | None:
+            asked = stop_between_servers and ctx.cancel is not None and ctx.cancel.is_set()
+            return "not started: the operator asked the run to stop" if asked else None
+
         r = run_lanes(lanes_of(plan), lambda s: work(ctx, s), concurrency=fleet.concurrency,
                       on_failure=fleet.on_failure, already_done=lambda s: done(ctx, s),
-                      blocked=lambda s: blocked(ctx, s), record=record)
+                      blocked=lambda s: blocked(ctx, s), record=record, stopped=stopped)
         summary = (f"{stage}: {len(r.done)} old server(s) done"
                    + (f", {len(r.already)} already done" if r.already else "")
                    + f" ({fleet.concurrency} at a time)")
@@ -148,7 +158,7 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[R
     def check(ctx: RunContext) -> bool:
         return not ctx.dry_run and all(done(ctx, s) for s in sources)
 
-    return FunctionStep(name, run, check=check, undo=undo, describe=describe)
+    return FunctionStep(name, run, check=check, undo=undo, describe=describe, undo_if_started=undo_if_started)
 
 
 def failed_at(ctx: RunContext, server: str, stage: str) -> str | None:

@@ -121,6 +121,9 @@ def cutover_fleet(plan, params: ConsolidateParams):
     sources = sorted({s.source for s in plan.shards})
 
     def work(ctx: RunContext, src: str) -> str:
+        if src in state_of(ctx).fencing:  # an earlier attempt stopped part way (the tool was killed)
+            ctx.log(f"the cutover of {src} began earlier in this run and did not finish: putting it back "
+                    f"before starting again: {undo_cutover(ctx, src)}", "warning")
         ok, reason, _ = source_caught_up(ctx, params_of(ctx), src)
         if not ok:
             raise ConsolidateRefused(f"not fenced: {reason}", hint="nothing changed on it; resume once it keeps up")
@@ -133,12 +136,16 @@ def cutover_fleet(plan, params: ConsolidateParams):
         return f"not cut over: its seed failed ({failed})" if failed else None
 
     def undo(ctx: RunContext) -> str:
-        cut = state_of(ctx).cut
-        order = sorted(cut, key=lambda s: cut[s].at, reverse=True)  # newest first
+        st = state_of(ctx)
+        # Newest first: a cutover the tool stopped in (begun, neither done nor undone), then the done ones.
+        begun = sorted((s for s in st.fencing if s not in st.cut), key=lambda s: st.fencing[s], reverse=True)
+        order = begun + sorted(st.cut, key=lambda s: st.cut[s].at, reverse=True)
         return "; ".join(f"{s}: {undo_cutover(ctx, s)}" for s in order) or "no old server was cut over"
 
+    # Undone even when the tool stopped inside it (killed): a fenced old server must not stay read-only.
     return fleet_step(f"cut over {len(sources)} old server(s)", "cutover", plan, work,
-                      done=lambda c, src: is_cut(c, src), blocked=blocked, undo=undo,
+                      done=lambda c, src: is_cut(c, src), blocked=blocked, undo=undo, undo_if_started=True,
+                      stop_between_servers=True,
                       describe=lambda c: [line for src in sources for line in describe_cutover(c, src)])
 
 

@@ -27,10 +27,14 @@ class ConsolidateState(TypedState):
     """Instances created, old servers cut over, and the reverse connections rollback needs."""
 
     KEY = "consolidate"
+    VERSION = 2  # 2: `fencing`
     FLAT_KEYS = {"instances": "instances", "checksums": "checksums"}
 
     instances: dict[str, str] = Field(default_factory=dict)  # instance -> host:port where it was created
     cut: dict[str, CutRecord] = Field(default_factory=dict)  # old server -> where its shards went
+    # Old servers whose cutover began (journaled before the fence) and neither completed nor was
+    # undone: a crash there leaves one fenced, or half moved; rollback and resume put it back first.
+    fencing: dict[str, float] = Field(default_factory=dict)  # old server -> when its cutover began
     reverse: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)  # old server -> instance -> [file, pos]
     checksums: dict[str, Any] = Field(default_factory=dict)  # shard -> {"old": ..., "new": ...}
     seeds: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "instance<-source" -> method, bytes, s, position
@@ -42,6 +46,10 @@ class ConsolidateState(TypedState):
         out["cut"] = {k[4:]: v for k, v in flat.items() if k.startswith("cut.") and v}
         out["reverse"] = {k[8:]: v for k, v in flat.items() if k.startswith("reverse.") and v}
         return out
+
+    @classmethod
+    def migrate(cls, version: int, data: dict[str, Any]) -> dict[str, Any] | None:
+        return dict(data) if version == 1 else None  # version 1 did not journal a begun cutover
 
 
 # Under a key of its own, not in ConsolidateState: `consolidate throttle` writes it from
