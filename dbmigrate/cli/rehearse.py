@@ -185,6 +185,8 @@ def consolidate(
     rows: int = typer.Option(2000, "--rows", help="Rows per shard (small data keeps it quick)."),
     throttle: float = typer.Option(0, "--throttle", help="Cap each copy at this many MB/s (0: no cap)."),
     keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running for inspection."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name the sandbox (also the prefix of its old "
+                                       "servers and instances); default consol-XXXX."),
 ):
     """4 old servers (10 shards, a writer on each) onto 2 hosts x 2 instances: plan, provision, physical
     seeding, fleet cutover, DSN routes, one server rolled back; reports loss, checksums and reverse replication."""
@@ -198,10 +200,14 @@ def consolidate(
             raise UsageError(f"--rows must be between 1 and 1,000,000, not {rows}")
         if throttle < 0:
             raise UsageError(f"--throttle must be 0 or more MB/s, not {throttle:g}")
+        if name is not None:
+            from dbmigrate.rehearsal.sandbox.manager import check_name
+
+            check_name(name)
         say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
             (lambda m: console.print(f"[dim]… {m}[/]"))
         report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle, keep=keep,
-                                      subscribers=[] if json_out else [ConsoleRenderer(console)])
+                                      subscribers=[] if json_out else [ConsoleRenderer(console)], name=name)
         if json_out:
             print_json(report)
         else:

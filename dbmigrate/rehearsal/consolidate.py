@@ -57,7 +57,8 @@ def _shards(name: str) -> dict[str, list[str]]:
 
 
 def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = False, rows: int = 2000,
-                         throttle_mb_s: float = 0, keep: bool = False, subscribers=()) -> dict[str, Any]:
+                         throttle_mb_s: float = 0, keep: bool = False, subscribers=(),
+                         name: str | None = None) -> dict[str, Any]:
     from dbmigrate.app.consolidate import rollback_server
     from dbmigrate.app.consolidate_provision import ProvisionRequest, provision
     from dbmigrate.app.consolidate_status import consolidation_status
@@ -66,7 +67,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
 
     say = progress or (lambda m: None)
     boxes = Sandboxes(progress=say)
-    name = f"consol-{secrets.token_hex(2)}"
+    name = name or f"consol-{secrets.token_hex(2)}"
     t0 = time.monotonic()
     host_sshd: list[Any] = []
     writers: dict[str, ShardWriter] = {}
