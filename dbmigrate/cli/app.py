@@ -14,7 +14,7 @@ from dbmigrate.app.errors import Terminated, failure_of
 from dbmigrate.db.credentials import remove_private_files
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.home import home
-from dbmigrate.cli import common, inventory, sandbox
+from dbmigrate.cli import common, inventory, jsonout, sandbox
 from dbmigrate.cli.examples import add_examples
 from dbmigrate.console_table import fit_to_output
 
@@ -83,6 +83,24 @@ _guard_all(app)
 add_examples(app)
 
 
+def _run_under_json() -> int:
+    """Under --json an error the argument parser finds (an unknown option, a missing argument)
+    is an error record and a summary as well, not only text."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as e:  # the parser's usage errors; commands' own errors never get here
+        ctx, path = getattr(e, "ctx", None), []
+        while ctx is not None and ctx.parent is not None:  # the root's name is the program's, not a command
+            path.insert(0, ctx.info_name)
+            ctx = ctx.parent
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        exit_code = int(getattr(e, "exit_code", 2))
+        jsonout.parser_error(" ".join(path) or "dbmigrate", message, exit_code)
+        common.err_console.print(f"error: {message}", markup=False)
+        return exit_code
+    return code if isinstance(code, int) else 0
+
+
 def _stop_on(signum: int, _frame) -> None:
     """SIGTERM/SIGHUP: remove the private defaults files (they hold passwords) at once,
     then unwind like Ctrl-C so that children are killed and `finally` blocks run."""
@@ -94,6 +112,8 @@ def main() -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop_on)
     try:
+        if "--json" in sys.argv[1:]:
+            sys.exit(_run_under_json())
         app()
     except (Exception, KeyboardInterrupt) as exc:
         # Errors raised outside a command (option callbacks, registration) meet the same boundary.

@@ -102,3 +102,12 @@ def end(session: JsonSession, exit_code: int) -> None:
 
 def requested(kwargs: dict[str, Any]) -> bool:
     return any(kwargs.get(name) is True for name in JSON_PARAMS)
+
+
+def parser_error(command: str, message: str, exit_code: int = 2) -> None:
+    """An error the argument parser found before any command ran: a record and a summary too."""
+    session = begin(command)
+    try:
+        session.error(Failure(exit_code, message, "see --help"))
+    finally:
+        end(session, exit_code)

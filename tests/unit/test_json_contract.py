@@ -131,3 +131,21 @@ def test_lists_are_results_too(tmp_path):
     r = invoke(["runs", "ls", "--json", "--journal", str(tmp_path / "j.sqlite")], tmp_path)
     check_contract(r, "runs ls")
     assert r.exit_code == 0 and jsonlines.result(r.stdout) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["inventory", "check", "--json", "--bogus"], "No such option: --bogus"),
+    (["digest", "compare", "--json"], "Missing argument 'before'."),
+])
+def test_an_error_the_argument_parser_finds_is_a_record_too(argv, message):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "dbmigrate", *argv], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["record"] for x in lines] == ["error", "summary"]
+    assert lines[0]["message"] == message and lines[0]["exit_code"] == 2
+    assert lines[0]["command"] == " ".join(a for a in argv[:2] if not a.startswith("-"))
+    assert lines[1]["exit_code"] == 2
+    assert f"error: {message}" in r.stderr
