@@ -49,6 +49,19 @@ def replication_shape(inv, cluster: str) -> list[dict[str, Any]]:
     return out
 
 
+def stop_workload(background, verifier, reads) -> None:
+    """What a rehearsal left running when it ends early: background load, the verifier, reads."""
+    if background is not None:
+        try:
+            background.stop()
+        except Exception:
+            pass  # sysbench may have died at a router flip (upstream #527)
+    if verifier is not None:
+        verifier.stop()
+    if reads is not None:
+        reads.stop()
+
+
 def wait_applied(inv, cluster: str, replica: str, timeout: float = 30) -> None:
     primary = next(n for n, s in inv.cluster(cluster).servers.items() if s.role == "primary")
     with inv.open(primary) as p, inv.open(replica) as r:
@@ -289,15 +302,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             **({"remote": remote_info} if remote else {}),
         }
     finally:
-        if background is not None:
-            try:
-                background.stop()
-            except Exception:
-                pass
-        if verifier is not None:
-            verifier.stop()
-        if reads is not None:
-            reads.stop()
+        stop_workload(background, verifier, reads)
         if not keep:
             boxes.down(name)
             shutil.rmtree(home() / "ops" / name, ignore_errors=True)

@@ -21,7 +21,7 @@ import yaml
 from dbmigrate.config import load_inventory
 from dbmigrate.engine.wait import Clock
 from dbmigrate.home import home
-from dbmigrate.rehearsal.rehearse import Progress, replication_shape, wait_applied
+from dbmigrate.rehearsal.rehearse import Progress, replication_shape, stop_workload, wait_applied
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 COLUMN, INDEX = "rehearsal_note", "idx_rehearsal_amount"
@@ -127,15 +127,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             "elapsed_s": round(time.monotonic() - t0, 1),
         }
     finally:
-        if background is not None:
-            try:
-                background.stop()
-            except Exception:
-                pass
-        if verifier is not None:
-            verifier.stop()
-        if reads is not None:
-            reads.stop()
+        stop_workload(background, verifier, reads)
         if not keep:
             boxes.down(name)
             shutil.rmtree(home() / "ops" / name, ignore_errors=True)

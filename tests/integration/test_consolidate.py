@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from dbmigrate.app.runs import resolve_journal_path, rollback_run, start_run
-from dbmigrate.config import HostSpec, load_inventory
+from dbmigrate.config import HostSpec
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.journal import Journal
 from dbmigrate.procedures.consolidate.plan import measure_shards, plan
@@ -26,6 +26,7 @@ from dbmigrate.routing.dsn_file import DsnFileRouter
 
 from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, ids_on
 from tests.conftest import run_cli
+from tests.integration.shard_kit import legacy_shards
 from tests import jsonlines
 
 pytestmark = pytest.mark.integration
@@ -37,36 +38,10 @@ SHARDS = [s for shards in OLD.values() for s in shards]
 
 @pytest.fixture(scope="module")
 def legacy(boxes):
-    boxes.up(NAME, 0)
-    boxes.add_instance(NAME, "consol-old2", cluster=NAME)
-    state = boxes.find(NAME)
-    base = load_inventory(state.inventory_file)
-    for server, shards in OLD.items():
-        with base.open(server) as s:
-            for sh in shards:
-                s.execute(f"CREATE DATABASE {sh}")
-                s.execute(f"CREATE TABLE {sh}.items (id INT PRIMARY KEY AUTO_INCREMENT, name VARCHAR(40), qty INT)")
-                s.execute(f"INSERT INTO {sh}.items (name, qty) VALUES " +
-                          ",".join(f"('{sh}-item{i}', {i})" for i in range(300)))
-                s.execute(f"CREATE TABLE {sh}.seq (id BIGINT PRIMARY KEY, ts DATETIME(6) NOT NULL)")
-            s.execute("GRANT ALL PRIVILEGES ON `shard\\_%`.* TO dbm_app@'%'")
-    doc = yaml.safe_load(state.inventory_file.read_text())
-    cluster = doc["clusters"][NAME]
-    for server, shards in OLD.items():
-        cluster["servers"][server]["shards"] = shards
-    cluster["router"] = {"kind": "dsn-file", "path": "shards.json"}
     # The sandbox creates each instance at the plan's port: give the host a free range.
-    doc["hosts"] = {"h1": {"cores": 2, "memory_gb": 1, "disk_gb": 5, "max_instances": 2, "sandbox": NAME,
-                           "base_port": free_base_port(2)}}
-    doc["planning"] = {"reserved_memory_gb": 0.25, "instance_overhead_mb": 64, "min_buffer_pool_mb": 32}
-    inv_path = state.path / "legacy.yaml"
-    inv_path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    inv = load_inventory(inv_path)
-    routes = state.path / "shards.json"
-    for server, shards in OLD.items():  # what the applications use today
-        spec = inv.cluster(NAME).servers[server]
-        for sh in shards:
-            DsnFileRouter(sh, routes).switch_writer(f"{spec.host}:{spec.port}")
+    hosts = {"h1": {"cores": 2, "memory_gb": 1, "disk_gb": 5, "max_instances": 2, "sandbox": NAME,
+                    "base_port": free_base_port(2)}}
+    state, inv, routes = legacy_shards(boxes, NAME, OLD, rows=300, hosts=hosts)
     yield state, inv, routes
     boxes.down(NAME)
 

@@ -34,16 +34,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dbmigrate.config import HostSpec, load_inventory
+from dbmigrate.config import HostSpec
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.journal import Journal
 from dbmigrate.faultpoint import ENV_FILE, ENV_MAX_S, ENV_POINT
 from dbmigrate.procedures.consolidate.plan import connection_name, measure_shards, plan
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
+from dbmigrate.rehearsal.faultmatrix.harness import run_status, wait_exit, wait_pause
 from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, ids_on
 from dbmigrate.rehearsal.writable_monitor import WritableMonitor
 from dbmigrate.routing.dsn_file import DsnFileRouter
+
+from tests.integration.shard_kit import legacy_shards
 
 pytestmark = pytest.mark.integration
 
@@ -58,63 +61,9 @@ POINTS = {
 TOOL_TIMEOUT_S = 150
 
 
-def run_status(journal: Path) -> tuple[str | None, str | None]:
-    """(run id, status) of the scenario's run, from its own journal."""
-    if not journal.exists():
-        return None, None
-    with Journal(journal) as j:
-        runs = j.list_runs(limit=1)
-    return (runs[0]["id"], runs[0]["status"]) if runs else (None, None)
-
-
-def wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
-    try:
-        return proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
-        return None
-
-
-def wait_pause(proc: subprocess.Popen, marker: Path, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if marker.exists() and marker.read_text().strip():
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.005)
-    return False
-
-
 @pytest.fixture(scope="module")
 def legacy(boxes):
-    boxes.up(NAME, 0)
-    boxes.add_instance(NAME, "cfault-old2", cluster=NAME)
-    state = boxes.find(NAME)
-    base = load_inventory(state.inventory_file)
-    for server, shards in OLD.items():
-        with base.open(server) as s:
-            for sh in shards:
-                s.execute(f"CREATE DATABASE {sh}")
-                s.execute(f"CREATE TABLE {sh}.items (id INT PRIMARY KEY AUTO_INCREMENT, name VARCHAR(40), qty INT)")
-                s.execute(f"INSERT INTO {sh}.items (name, qty) VALUES " +
-                          ",".join(f"('{sh}-item{i}', {i})" for i in range(100)))
-                s.execute(f"CREATE TABLE {sh}.seq (id BIGINT PRIMARY KEY, ts DATETIME(6) NOT NULL)")
-            s.execute("GRANT ALL PRIVILEGES ON `shard\\_%`.* TO dbm_app@'%'")
-    doc = yaml.safe_load(state.inventory_file.read_text())
-    cluster = doc["clusters"][NAME]
-    for server, shards in OLD.items():
-        cluster["servers"][server]["shards"] = shards
-    cluster["router"] = {"kind": "dsn-file", "path": "shards.json"}
-    doc["planning"] = {"reserved_memory_gb": 0.25, "instance_overhead_mb": 64, "min_buffer_pool_mb": 32}
-    inv_path = state.path / "legacy.yaml"
-    inv_path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    inv = load_inventory(inv_path)
-    routes = state.path / "shards.json"
-    for server, shards in OLD.items():
-        for sh in shards:
-            DsnFileRouter(sh, routes).switch_writer(address(inv, server))
+    state, inv, routes = legacy_shards(boxes, NAME, OLD, rows=100)
     measured = measure_shards(inv, sample_s=0.2)
     yield Legacy(boxes, state, inv, routes, measured)
     boxes.down(NAME)

@@ -202,7 +202,7 @@ def _swap_params(candidate: str) -> dict[str, Any]:
             **keep}
 
 
-def _run_status(journal: Path) -> tuple[str | None, str | None]:
+def run_status(journal: Path) -> tuple[str | None, str | None]:
     """(run id, status) of the scenario's run, from its own journal."""
     if not journal.exists():
         return None, None
@@ -217,7 +217,7 @@ def _summary(journal: Path) -> str:
     return str(runs[0].get("summary") or "") if runs else ""
 
 
-def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
+def wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
     try:
         return proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
@@ -226,10 +226,11 @@ def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
         return None
 
 
-def _wait_pause(proc: subprocess.Popen, marker: Path, timeout_s: float) -> bool:
+def wait_pause(proc: subprocess.Popen, marker: Path, timeout_s: float) -> bool:
+    """Has the run paused at its fault point (the pause file holds "<pid> <point>")?"""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if marker.exists():
+        if marker.exists() and marker.read_text().strip():
             return True
         if proc.poll() is not None:
             return False
@@ -329,12 +330,12 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             if sc.pause:
-                if _wait_pause(proc, marker, 60):
+                if wait_pause(proc, marker, 60):
                     fault.inject(proc, marker)
                 else:
                     res.problems.append(f"the run never reached {sc.pause}")
             limit = FROZEN_GIVE_UP_S if sc.fault == "freeze-candidate" else TOOL_TIMEOUT_S
-            rc = _wait_exit(proc, limit)
+            rc = wait_exit(proc, limit)
             if rc is None:
                 res.problems.append(f"the run had not ended {limit:g} s after the fault: killed")
         finally:
@@ -344,7 +345,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
             marker.unlink(missing_ok=True)
             fault.repair()
         res.details["run_exit"] = rc
-        run_id, res.run_status = _run_status(journal)
+        run_id, res.run_status = run_status(journal)
         res.details["run_output_tail"] = _tail(work / "run.out")
         if sc.refusal:
             _judge_refusal(res, sc, rc, inv, name, unchanged_before, other)
@@ -359,8 +360,8 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
                     rproc = subprocess.Popen(_dbmigrate(sc.recovery, run_id, "--yes", "--json"), env={
                         k: v for k, v in env.items() if k not in (ENV_POINT, ENV_FILE, ENV_MAX_S)},
                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                rrc = _wait_exit(rproc, TOOL_TIMEOUT_S)
-                _, res.action_status = _run_status(journal)
+                rrc = wait_exit(rproc, TOOL_TIMEOUT_S)
+                _, res.action_status = run_status(journal)
                 res.details["recovery_exit"] = rrc
                 res.details["recovery_output_tail"] = _tail(work / "recovery.out")
                 res.details["recovery_summary"] = _summary(journal)
@@ -386,7 +387,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
 def _bound_ms(res: Result, fault: _Fault) -> float:
     """The longest time without a writable server the playbook allows, for this scenario."""
     bound = SETTINGS["catchup_timeout_s"] * 1000 + TOOL_OVERHEAD_MS + fault.repair_ms
-    if res.id.startswith("promote/freeze-candidate/"):
+    if fault.sc.fault == "freeze-candidate":
         # The undo asks the frozen candidate once whether it is writable (never two writable
         # servers), bounded by probe_timeout_s, before the old primary takes writes again.
         bound += SETTINGS["probe_timeout_s"] * 1000
