@@ -106,8 +106,8 @@ SWAP_POINTS = {
 
 
 def swap_matrix() -> list[Scenario]:
-    return [Scenario("schema-swap", "kill9", where, rec, pause)
-            for where, pause in SWAP_POINTS.items() for rec in RECOVERIES]
+    return [Scenario("schema-swap", sig, where, rec, pause)
+            for where, pause in SWAP_POINTS.items() for sig in SIGNALS for rec in RECOVERIES]
 
 
 def all_scenarios() -> list[Scenario]:
