@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Switchover benchmark: what an application behind HAProxy sees during promotions.
 
-The zero-loss verifier writes through HAProxy (one acknowledged id every ~1 ms) while
+The zero-loss verifier writes through HAProxy from a process of its own, as the
+application does (one acknowledged id every ~1 ms), while
 sysbench loads the primary, and N promotions go back and forth. Per round:
 - the writer's gap that overlaps the cutover: from the moment the candidate converged
-  (just before the fence) to the router flip, not the whole run;
+  (just before the fence) to the router flip and the candidate's open, not the whole run;
 - the wait for convergence, outside the fenced window;
 - the candidate's lag at the fence, as journaled (transactions behind);
 - errors the writer saw (read-only refusals, lost connections).
@@ -20,7 +21,7 @@ Where ORCHESTRATOR_URL is set, rounds alternate dbmigrate and orchestrator
 
 Targets on a quiet machine: p50 <= 10 ms, max <= 60 ms, 0 lost.
 
-    python bench/switchover.py [--rounds 10] [--json] [--lagging]
+    python bench/switchover.py [--rounds 10] [--json] [--lagging] [--rate TPS]
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ from dbmigrate.engine.journal import Journal
 from dbmigrate.rehearsal.sandbox import haproxy
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.rehearsal.sysbench import Sysbench
-from dbmigrate.rehearsal.verify import ZeroLossVerifier
+from writer_process import WriterProcess
 
 TARGET_P50_MS, TARGET_MAX_MS = 10, 60
+# An application that writes every ~1 ms and, refused (read-only, connection cut), tries
+# again after half of that, on a new connection.
+WRITER_INTERVAL_S, WRITER_RETRY_PAUSE_S = 0.001, 0.0005
 
 # A candidate that keeps up less well: little cache, one applier thread.
 # Heavier than the default load and unthrottled: that candidate lags in bursts.
@@ -78,6 +82,7 @@ class Moments:
     cutover_started: float | None = None
     converged: float | None = None
     flipped: float | None = None
+    opened: float | None = None
     cutover_finished: float | None = None
     marks: dict[str, float] = field(default_factory=dict)
 
@@ -92,18 +97,28 @@ class Moments:
             self.marks[event.name] = now
             if event.name == "switch router" and event.status == "done":
                 self.flipped = now
+            elif event.name.startswith("open ") and event.status == "done":
+                self.opened = now
+
+    @property
+    def writable_again(self) -> float | None:
+        """When the application could write again: the router sends it to the candidate and
+        the candidate is open, whichever came last."""
+        return max(self.flipped, self.opened) if self.flipped and self.opened else None
 
     def inside(self) -> dict[str, float]:
         """Each step that ended inside the window: ms from the fence to its end (where the time goes)."""
-        if self.converged is None or self.flipped is None:
+        end = self.writable_again
+        if self.converged is None or end is None:
             return {}
         return {name: round((t - self.converged) * 1000, 1) for name, t in self.marks.items()
-                if self.converged <= t <= self.flipped}
+                if self.converged <= t <= end}
 
     def window(self) -> tuple[float, float] | None:
-        """From the fence (just after convergence) to the flip; the whole cutover phase otherwise."""
+        """From the fence (just after convergence) to the flip and the open; the whole cutover
+        phase otherwise."""
         start = self.converged or self.cutover_started
-        end = self.flipped or self.cutover_finished
+        end = self.writable_again or self.cutover_finished
         return (start, end) if start is not None and end is not None else None
 
 
@@ -142,9 +157,10 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     t1 = time.monotonic()
     time.sleep(0.3)
     try:
-        bg.stop()
+        done = bg.stop()  # stopped, not finished: its per-second lines say the rate it ran at
+        load_tps = statistics.median(i.tps for i in done.intervals) if done.intervals else done.tps
     except Exception:
-        pass
+        load_tps = None
     window = moments.window()
     acks = verifier.acks
     errors = {k: n - errors_before.get(k, 0) for k, n in verifier.errors.items() if n - errors_before.get(k, 0)}
@@ -154,7 +170,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
         "refused": outcome.summary if outcome.status != "done" else None,
         # A round that did not switch still counts what the writer saw while it tried.
         "gap_ms": round(gap_in(acks, *window), 1) if window else None,
-        "fence_to_flip_ms": round((window[1] - window[0]) * 1000, 1) if window and moments.converged else None,
+        "fence_to_open_ms": round((window[1] - window[0]) * 1000, 1) if window and moments.converged else None,
         "converge_wait_ms": round((moments.converged - moments.cutover_started) * 1000, 1)
         if moments.converged and moments.cutover_started else None,
         "lag_at_fence_trx": cut.get("lag_at_fence_trx"),
@@ -162,6 +178,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
         "fence": fence_sentence(outcome.run_id) if via == "dbmigrate" else None,
         "writer_errors": errors,
         "run_ms": round((t1 - t0) * 1000),
+        "load_tps": round(load_tps) if load_tps else None,
     }
 
 
@@ -180,6 +197,7 @@ def summary(rounds: list[dict], via: str) -> dict:
                                  "max": round(max(waits), 1) if waits else None},
             "gap_ms_max_in_rounds_that_did_not_switch": max(unswitched) if unswitched else None,
             "lag_at_fence_trx_max": max(lags) if lags else None,
+            "load_tps_p50": statistics.median(t) if (t := [r["load_tps"] for r in mine if r["load_tps"]]) else None,
             "writer_errors": sum(sum(r["writer_errors"].values()) for r in mine)}
 
 
@@ -194,10 +212,11 @@ def discover(state, name: str, url: str) -> None:
         client.discover(s.host, s.port)
 
 
-def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say) -> dict:
+def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rate: int | None = None) -> dict:
     boxes = Sandboxes()
     name = f"bench{os.getpid() % 10000}"
     boxes.up(name, 2)
+    verifier = None
     try:
         boxes.add_instance(name, f"{name}-new", replica_of=f"{name}-1", buffer_pool_mb=16 if lagging else 128,
                            extra=LAGGING_CANDIDATE if lagging else None)
@@ -209,8 +228,9 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say) -> 
         load = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=4 if lagging else 2,
                                     table_size=20000 if lagging else 2000, threads=8 if lagging else 2)
         load.prepare()
-        verifier = ZeroLossVerifier.for_cluster(inv, name)
-        verifier.prepare()
+        # The application: its own process (see writer_process.py), one write every ~1 ms.
+        verifier = WriterProcess(state.inventory_file, name, interval_s=WRITER_INTERVAL_S,
+                                 retry_pause_s=WRITER_RETRY_PAUSE_S)
         verifier.start()
         verifier.wait_for_acks(50)
         vias = ["dbmigrate", "orchestrator"] if orchestrator_url else ["dbmigrate"]
@@ -219,21 +239,17 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say) -> 
         where = 0  # index in targets of the current primary's successor
         for i in range(rounds * len(vias)):
             via = vias[(i // 2) % len(vias)]  # two rounds (there and back) per tool, alternating
-            r = one_round(state, name, targets[where], via, load, verifier, LAGGING_RATE_TPS if lagging else None)
+            r = one_round(state, name, targets[where], via, load, verifier, LAGGING_RATE_TPS if lagging else rate)
             done.append(r)
             if r["status"] == "done":
                 where = 1 - where
-            say(f"{via} round {len(done)}: -> {r['target']} {r['status']}, gap {r['gap_ms']} ms, fence->flip "
-                f"{r['fence_to_flip_ms']} ms, converge wait {r['converge_wait_ms']} ms, lag at fence "
+            say(f"{via} round {len(done)}: -> {r['target']} {r['status']}, gap {r['gap_ms']} ms, fence->open "
+                f"{r['fence_to_open_ms']} ms, converge wait {r['converge_wait_ms']} ms, lag at fence "
                 f"{r['lag_at_fence_trx']} trx, writer errors {r['writer_errors'] or 0}, run {r['run_ms']} ms"
                 + (f"\n    refused: {r['refused']}" if r["refused"] else ""))
         verifier.wait_for_acks(len(verifier.acks) + 20)
-        verifier.stop()
-        servers = [inv.open(n) for n in inv.cluster(name).servers]
-        report = verifier.check(servers, catch_up_timeout_s=60)
-        for s in servers:
-            s.close()
-        out = {"lagging": lagging, "results": [summary(done, v) for v in vias], "rounds": done,
+        report = verifier.check(catch_up_timeout_s=60)
+        out = {"lagging": lagging, "load_rate_tps": None if lagging else rate, "results": [summary(done, v) for v in vias], "rounds": done,
                "lost_writes": report.lost_total, "acknowledged": report.acknowledged,
                # Per server, with whether it caught up within the check: a replica still behind
                # counts its not-yet-applied writes here too.
@@ -244,6 +260,8 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say) -> 
             out["p50_ratio_vs_orchestrator"] = round(a / max(b, 0.001), 3) if a and b else None
         return out
     finally:
+        if verifier is not None:
+            verifier.kill()
         boxes.down(name)
 
 
@@ -271,6 +289,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--lagging", action="store_true", help="a candidate that lags by design")
+    ap.add_argument("--rate", type=int, default=None,
+                    help="throttle sysbench to this many transactions/s (default: as fast as it goes, "
+                         "which saturates 2 cores)")
     args = ap.parse_args()
     import shutil
     import tempfile
@@ -286,7 +307,7 @@ def main() -> int:
     url = os.environ.get("ORCHESTRATOR_URL")
     if not url:
         say("orchestrator: skipped (ORCHESTRATOR_URL is not set: no orchestrator to compare with)")
-    out = run_bench(args.rounds, args.lagging, url, say)
+    out = run_bench(args.rounds, args.lagging, url, say, rate=args.rate)
     if not url:
         out["orchestrator"] = "skipped: ORCHESTRATOR_URL is not set"
     if args.json:

@@ -181,6 +181,12 @@ class Server:
         finally:
             self._deadline = outer
 
+    @property
+    def session_id(self) -> int:
+        """This handle's session id on the server (CONNECTION_ID()), known from the handshake:
+        no round trip."""
+        return int(self.connect().connection_id)
+
     def remaining(self) -> float | None:
         """Seconds left of the bound in force, None when there is none."""
         return None if self._deadline is None else self._deadline - time.monotonic()
@@ -334,5 +340,7 @@ class Server:
 
     def dedicated(self) -> "Server":
         """A second handle on the same server with its own session (locks, long waits)."""
-        return Server(self.name, self.host, self.port, self.credentials, self.connect_timeout,
+        twin = Server(self.name, self.host, self.port, self.credentials, self.connect_timeout,
                       self.read_timeout, self.retries, self.unix_socket)
+        twin._version = self._version  # the same server: no second VERSION() round trip
+        return twin

@@ -102,7 +102,7 @@ class Inspector:
 
     def connection_id(self) -> int:
         """The id of this tool's main session on the server (what KILL QUERY would name)."""
-        return int(self.server.scalar("SELECT CONNECTION_ID() AS id"))
+        return self.server.session_id
 
     def fence_blockers(self, fence_id: int) -> list[Session]:
         """Statements the fence (session `fence_id`, setting read_only=ON) is waiting for:
@@ -143,13 +143,15 @@ class Inspector:
         row = self.server.query(self.flavor.read_only_and_binlog_pos_sql())[0]
         return str(row["ro"]) in ("1", "ON"), row["pos"] or ""
 
-    def read_only_and_sessions_count(self, users: Collection[str]) -> tuple[bool, int]:
-        """read_only and how many sessions (other than this one) `users` have, in one round trip."""
-        marks = ", ".join(["%s"] * len(users))
+    def read_only_sessions_count_and_binlog_pos(self, users: Collection[str]) -> tuple[bool, int, str]:
+        """read_only, how many sessions (other than this one) `users` have, and what the binlog
+        holds, in one round trip (inside a fenced window)."""
+        marks = ", ".join(["%s"] * len(users)) or "NULL"
         row = self.server.query(
-            "SELECT @@GLOBAL.read_only AS ro, (SELECT COUNT(*) FROM information_schema.PROCESSLIST "
-            f"WHERE ID <> CONNECTION_ID() AND USER IN ({marks})) AS n", tuple(sorted(users)))[0]
-        return str(row["ro"]) in ("1", "ON"), int(row["n"] or 0)
+            "SELECT q.ro AS ro, q.pos AS pos, (SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+            f"WHERE ID <> CONNECTION_ID() AND USER IN ({marks})) AS n "
+            f"FROM ({self.flavor.read_only_and_binlog_pos_sql()}) q", tuple(sorted(users)))[0]
+        return str(row["ro"]) in ("1", "ON"), int(row["n"] or 0), row["pos"] or ""
 
     def gtid_state(self) -> str:
         """Binlog state with one entry per origin, for errant-transaction checks."""

@@ -113,10 +113,17 @@ class Router(ABC):
         """Read the router's live state (never a cached copy)."""
 
     @abstractmethod
-    def switch_writer(self, new: ServerLike, old: ServerLike | None = None) -> RouteState:
+    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
         """Send new writes to `new` only. When `old` is given it must be the current
         writer (or `new` already is: the switch is then a no-op), otherwise RouterError
-        and nothing changes. Returns the state read back afterwards."""
+        and nothing changes. Returns the state read back afterwards.
+        `persist=False` leaves a copy kept apart from the live route (HAProxy's
+        server-state-file, written with a disk sync) to `persist()`: a fenced window
+        must not wait on a disk."""
+
+    def persist(self) -> None:
+        """Write the live route where a restart of the router reads it, when that is a
+        separate write. Routers whose switch is that write ignore it."""
 
     @abstractmethod
     def set_reader_weights(self, weights: Mapping[str, int]) -> RouteState:
@@ -164,7 +171,7 @@ class NoRouting(Router):
     def current(self) -> RouteState:
         return RouteState(writer=None, details={"note": "no router configured"})
 
-    def switch_writer(self, new: ServerLike, old: ServerLike | None = None) -> RouteState:
+    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
         return self.current()
 
     def set_reader_weights(self, weights: Mapping[str, int]) -> RouteState:

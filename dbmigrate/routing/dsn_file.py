@@ -152,7 +152,8 @@ class DsnFileRouter(Router):
                     raise RouterError(f"cannot write DSN file {self.path}: {e.strerror or e}",
                                       hint="nothing was changed; check free space and permissions, then retry") from None
 
-    def switch_writer(self, new: ServerLike, old: ServerLike | None = None) -> RouteState:
+    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
+        # The file is the route: the switch is its write, whatever `persist` says.
         new_ref = as_ref(new)
         with self._locked() as doc:
             entry = self._entry(doc)

@@ -267,11 +267,12 @@ class HAProxyRouter(Router):
             return prepared[2]  # the state read back after the flip still checks the result
         return self._plan_switch(new, old)[0]
 
-    def switch_writer(self, new: ServerLike, old: ServerLike | None = None) -> RouteState:
+    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
         cmds = self._planned(new, old)
         if cmds:
             self.admin.run(cmds)
-            self.save_state()
+            if persist:
+                self.save_state()
         st = self.current()
         if st.writers != [st.writer] or st.writer is None or not same_address(st.writer, as_ref(new).address):
             raise RouterError(f"after the switch HAProxy sends writes to {', '.join(st.writers) or 'no server'}, "
@@ -334,6 +335,9 @@ class HAProxyRouter(Router):
         if state == "maint":
             cmds.append(f"shutdown sessions server {backend}/{name}")
         self.admin.run(cmds)
+        self.save_state()
+
+    def persist(self) -> None:
         self.save_state()
 
     def save_state(self) -> None:

@@ -232,9 +232,9 @@ class FakeInspector:
 
     gtid_executed = gtid_binlog_pos  # a server with log_slave_updates logs what it applies
 
-    def read_only_and_sessions_count(self, users) -> tuple[bool, int]:
+    def read_only_sessions_count_and_binlog_pos(self, users) -> tuple[bool, int, str]:
         s = self._server()
-        return s.read_only, sum(x.user in users for x in s.sessions)
+        return s.read_only, sum(x.user in users for x in s.sessions), s.position()
 
     def read_only_and_binlog_pos(self) -> tuple[bool, str]:
         s = self._server()
@@ -382,7 +382,7 @@ class FakeRouter:
     def current(self) -> RouteState:
         return RouteState(writer=self.writer, writers=[self.writer] if self.writer else [])
 
-    def switch_writer(self, new, old=None) -> RouteState:
+    def switch_writer(self, new, old=None, *, persist=True) -> RouteState:
         if old is not None and self.writer not in (old.address, new.address):
             raise RouterError(f"the router's writer is {self.writer}, not {old.address}")
         self.writer = new.address

@@ -51,12 +51,12 @@ class FakeSwitchover:
         self.calls.append(f"catchup {pos}")
         return f"r1 applied {pos}"
 
-    def open_candidate(self) -> str:
+    def open_candidate(self, stop_replica: bool = True) -> str:
         self.seen_opened_before_open = CutoverState.load(self.ctx_of[0].state).candidate_opened
         self.calls.append("open")
         return "r1 writable"
 
-    def switch_router(self) -> str:
+    def switch_router(self, persist: bool = True) -> str:
         self.calls.append("router")
         return "router -> r1"
 

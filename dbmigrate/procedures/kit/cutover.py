@@ -1,4 +1,4 @@
-"""The cutover as engine steps: fence, catch up, open, router, end sessions, reset,
+"""The cutover as engine steps: fence, catch up, router, open, end sessions, reset,
 repoint, reverse, verify. Promote and schema swap call these factories directly.
 
 A procedure describes its switchover with a `Cutover` (who goes, who comes, how to
@@ -69,9 +69,9 @@ def state(ctx: RunContext) -> CutoverState:
 
 # -- what each step does -----------------------------------------------------------
 
-def converge(cut: Cutover, ctx: RunContext) -> str:
+def converge(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
     """Wait until the candidate is close to the old primary; journaled before any fence."""
-    sentence, behind = cut.sw(ctx).converge()
+    sentence, behind = (sw or cut.sw(ctx)).converge()
     if not ctx.dry_run:
         with CutoverState.edit(ctx.state) as s:
             s.converged, s.lag_at_fence_trx = sentence, behind
@@ -79,9 +79,8 @@ def converge(cut: Cutover, ctx: RunContext) -> str:
     return sentence
 
 
-def fence(cut: Cutover, ctx: RunContext) -> str:
-    sw = cut.sw(ctx)
-    sentence, pos = sw.fence()
+def fence(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
+    sentence, pos = (sw or cut.sw(ctx)).fence()
     with CutoverState.edit(ctx.state) as s:
         s.fence_pos = pos
     ctx.set_hook_env("FENCE_POSITION", pos)
@@ -91,12 +90,13 @@ def fence(cut: Cutover, ctx: RunContext) -> str:
 def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
     """The fence is set only once the candidate has converged, at once after it: sessions,
     grants and the router's request are prepared before the convergence wait, not between."""
-    bypass = cut.sw(ctx).prepare_window()
-    converged = converge(cut, ctx)
+    sw = cut.sw(ctx)  # one instance: the fence relies on what prepare_window checked
+    bypass = sw.prepare_window()
     if not ctx.dry_run:
         with CutoverState.edit(ctx.state) as s:
             s.bypass_users = sorted(bypass)
-    return f"{converged}; {fence(cut, ctx)}"
+    converged = converge(cut, ctx, sw)
+    return f"{converged}; {fence(cut, ctx, sw)}"
 
 
 def undo_fence(cut: Cutover, ctx: RunContext) -> str:
@@ -141,11 +141,13 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
         s.fence_pos = now
         # Journaled before the statement: after a crash we must assume it may be writable.
         s.candidate_opened = True
-    return said + sw.open_candidate()
+    return said + sw.open_candidate(stop_replica=False)
 
 
 def switch_router(cut: Cutover, ctx: RunContext) -> str:
-    sentence = cut.sw(ctx).switch_router()
+    # Inside the fenced window: the router's copy for restarts (a disk sync) is the
+    # save step's, after the candidate opens.
+    sentence = cut.sw(ctx).switch_router(persist=False)
     if not ctx.dry_run:
         with CutoverState.edit(ctx.state) as s:
             s.switched_at = ctx.clock.now()  # the new primary takes traffic from here
@@ -160,8 +162,12 @@ def router_switched(cut: Cutover, ctx: RunContext) -> bool:
 
 def is_opened(cut: Cutover, ctx: RunContext) -> bool:
     # Asked inside the fenced window: a candidate this run never opened is opened
-    # (opening twice is harmless); one it may have opened is asked.
-    return state(ctx).candidate_opened and cut.sw(ctx).is_open()
+    # (opening twice is harmless); one it may have opened is asked. Its replication
+    # stops later (the reset step), so writable is what open means here.
+    if not state(ctx).candidate_opened:
+        return False
+    sw = cut.sw(ctx)
+    return sw.writable(sw.new)
 
 
 def reverse(cut: Cutover, ctx: RunContext) -> str:
@@ -207,12 +213,18 @@ def catch_up_step(cut: Cutover) -> FunctionStep:
 def open_step(cut: Cutover) -> FunctionStep:
     return FunctionStep(f"open {cut.new} for writes", lambda c: open_candidate(cut, c),
                         check=lambda c: is_opened(cut, c), undo=lambda c: undo_switchover(cut, c),
-                        describe=cut.planned(lambda c, sw: sw.open_candidate()))
+                        describe=cut.planned(lambda c, sw: sw.open_candidate(stop_replica=False)))
 
 
 def router_step(cut: Cutover) -> FunctionStep:
     return FunctionStep("switch router", lambda c: switch_router(cut, c), check=lambda c: router_switched(cut, c),
                         undo=lambda c: undo_switchover(cut, c), describe=cut.planned(lambda c, sw: sw.switch_router()))
+
+
+def save_route_step(cut: Cutover) -> FunctionStep:
+    # Idempotent, no check: on resume it writes the live route again.
+    return FunctionStep("save router state", lambda c: cut.sw(c).persist_router(),
+                        describe=lambda c: [("router", "save the live route where a restart of the router reads it")])
 
 
 def end_sessions_step(cut: Cutover) -> FunctionStep:
@@ -245,6 +257,12 @@ def verify_step(cut: Cutover) -> FunctionStep:
 
 
 def cutover_steps(cut: Cutover) -> list[Step]:
-    """fence -> catch up -> open candidate -> router -> end sessions -> reset -> repoint -> reverse."""
-    return [fence_step(cut), catch_up_step(cut), open_step(cut), router_step(cut), end_sessions_step(cut),
-            reset_step(cut), repoint_step(cut), reverse_step(cut)]
+    """fence -> catch up -> router -> open candidate -> save route -> end sessions -> reset -> repoint -> reverse.
+
+    The router sends the application to the candidate once it holds every acknowledged
+    write, while it is still read-only: the application's new connections (refused until
+    the candidate opens, as they were on the fenced old primary) are then already made
+    when it opens, instead of starting after it. Writes are refused on both servers until
+    then, so none can be lost and no read through the router misses one."""
+    return [fence_step(cut), catch_up_step(cut), router_step(cut), open_step(cut), save_route_step(cut),
+            end_sessions_step(cut), reset_step(cut), repoint_step(cut), reverse_step(cut)]

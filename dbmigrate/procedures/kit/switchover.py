@@ -7,9 +7,10 @@ restore.
 
 Order matters for the write gap (measured on loopback, see the README):
 read_only on the old primary, wait for the candidate to apply the old
-primary's final GTID position, STOP SLAVE and read_only=OFF on the candidate,
-flip the router, and only then the slow parts (RESET SLAVE ALL purges relay
-logs: ~180 ms) and the repointing of the other replicas.
+primary's final GTID position, flip the router (the candidate is still
+read-only: the application reconnects while it opens), read_only=OFF on the
+candidate, and only then the slow parts (STOP SLAVE, RESET SLAVE ALL purges
+relay logs: ~180 ms) and the repointing of the other replicas.
 
 Safety rules enforced here, not left to callers:
 - the candidate is opened only after the old primary is fenced and the
@@ -47,7 +48,7 @@ class WriterRouter(Protocol):
     """What a switchover needs of a router (see dbmigrate.routing.base.Router)."""
 
     def current(self) -> Any: ...  # RouteState with .writer "host:port"
-    def switch_writer(self, new: Server, old: Server | None = None) -> Any: ...
+    def switch_writer(self, new: Server, old: Server | None = None, *, persist: bool = True) -> Any: ...
     def describe_switch(self, new: Server, old: Server | None = None) -> list[str]: ...
 
 
@@ -139,6 +140,7 @@ class Switchover:
         self.log = log or (lambda message, level="info": None)
         self.record = record
         self.clock = clock or Clock()
+        self._window_ready = False  # prepare_window ran: the checks before the fence are done
 
     # -- helpers -------------------------------------------------------------
     def server(self, name: str) -> Server:
@@ -239,6 +241,8 @@ class Switchover:
             return set()
         self.insp(self.old).open_sessions(self.s.fence_timeout_s)
         self.insp(self.new).open_sessions(self.s.catchup_timeout_s)
+        self._require_gtid_mode()
+        self._window_ready = True
         # Grants (and roles' grants) are read now: inside the window only the sessions are.
         bypass = self.bypass_users()
         prepare = getattr(self.router, "prepare_switch", None)
@@ -285,15 +289,30 @@ class Switchover:
         Application sessions are ended later (`end_sessions`), after the router
         flip, because nothing they do can change the data any more.
         """
-        problem = None if self.dry_run else self.insp(self.old).gtid_mode_problem()
+        if not self.dry_run and not self._window_ready:
+            self._require_gtid_mode()
+        t0 = self.clock.monotonic()
+        # Under the bound the open sessions are used as they are: no ping before each statement.
+        with self.topo.bounded(self.s.fence_timeout_s + 1, self.old):
+            watch = None if self.dry_run else self._fence_watch()
+            self._set_read_only_watched(watch)
+            fenced_ms = (self.clock.monotonic() - t0) * 1000
+            pos = self.insp(self.old).gtid_binlog_pos()
+        said = f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms"
+        if watch is not None and watch.killed:
+            said += f" after ending {len(watch.killed)} blocking statement(s) ({watch.describe_blockers()})"
+        return f"{said}; final position {pos or '(empty)'}", pos
+
+    def _require_gtid_mode(self) -> None:
+        problem = self.insp(self.old).gtid_mode_problem()
         if problem:
             # Without GTIDs the final position would be empty and the catch-up wait a no-op.
             raise SafetyError(f"{self.old} runs with {problem}",
                               hint="switchovers need gtid_mode=ON and enforce_gtid_consistency=ON")
-        watch = None if self.dry_run else self._fence_watch()
-        t0 = self.clock.monotonic()
+
+    def _set_read_only_watched(self, watch: "FenceWatch | None") -> None:
         try:
-            with self.topo.bounded(self.s.fence_timeout_s + 1, self.old), (watch or _NoWatch()):
+            with watch or _NoWatch():
                 self.apply(self.old).set_read_only(True, lock_wait_timeout=self.s.fence_timeout_s)
         except QueryError as e:
             if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
@@ -304,12 +323,6 @@ class Switchover:
                     f"({watch.describe_blockers()}){self._killed(watch)}: gave up, {self.old} stays writable "
                     f"(read_only=OFF), nothing changed",
                     hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers") from None
-        fenced_ms = (self.clock.monotonic() - t0) * 1000
-        pos = self.insp(self.old).gtid_binlog_pos()
-        said = f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms"
-        if watch is not None and watch.killed:
-            said += f" after ending {len(watch.killed)} blocking statement(s) ({watch.describe_blockers()})"
-        return f"{said}; final position {pos or '(empty)'}", pos
 
     def _fence_watch(self) -> FenceWatch | None:
         side = self.topo.side_session(self.old, self.s.fence_timeout_s)
@@ -344,18 +357,26 @@ class Switchover:
     def seal_old(self, bypass: set[str] | None = None) -> tuple[str, str]:
         """Before the candidate opens: the old primary must still be read-only, and every session
         of an account that bypasses read_only is ended, so that nothing can commit there after
-        the final position is read. Returns (sentence, final position)."""
-        insp = self.insp(self.old)
+        the final position is read. Returns (sentence, final position). Bounded like the fence:
+        inside the window a frozen old primary costs the bound, and no ping precedes a statement."""
         bypass = self.bypass_users() if bypass is None else bypass
+        with self.topo.bounded(self.s.fence_timeout_s, self.old):
+            return self._seal_old(bypass)
+
+    def _seal_old(self, bypass: set[str]) -> tuple[str, str]:
+        insp = self.insp(self.old)
         if not bypass:
             # No account can write past read_only: one round trip, no session list, inside the window.
             fenced, pos = insp.read_only_and_binlog_pos()
             self._require_still_fenced(fenced)
             return "", pos
-        fenced, count = insp.read_only_and_sessions_count(bypass)
+        # One round trip when none of those accounts has a session, the usual case.
+        fenced, count, pos = insp.read_only_sessions_count_and_binlog_pos(bypass)
         self._require_still_fenced(fenced)
+        if not count:
+            return "", pos
         ended = 0
-        for sess in insp.sessions() if count else []:
+        for sess in insp.sessions():
             if sess.user in bypass:
                 try:
                     self.apply(self.old).kill_connection(sess.id)
@@ -434,15 +455,23 @@ class Switchover:
         st = self.insp(self.new).replica_status()
         return self.writable(self.new) and (st is None or st.sql_running != "Yes")
 
-    def open_candidate(self) -> str:
+    def open_candidate(self, stop_replica: bool = True) -> str:
         """Inside the fenced window, bounded like the catch-up: a candidate that stops answering
-        fails the step (and, since it may have taken the statements, the old stays fenced)."""
+        fails the step (and, since it may have taken the statements, the old stays fenced).
+
+        `stop_replica=False` leaves STOP SLAVE (3-5 ms under load) to `reset_new_replication`,
+        after the router flip: once the old primary is sealed (read-only, no session that
+        bypasses it, its final position applied here) its replication has nothing left to send."""
         t0 = self.clock.monotonic()
         a = self.apply(self.new)
         with self.topo.bounded(self.s.catchup_timeout_s, self.new):
-            a.stop_replica()
+            if stop_replica:
+                a.stop_replica()
             a.set_read_only(False)
-        return f"{self.new} stopped replicating and is writable (read_only=OFF) in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
+        took = f"in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
+        if stop_replica:
+            return f"{self.new} stopped replicating and is writable (read_only=OFF) {took}"
+        return f"{self.new} is writable (read_only=OFF) {took}; its replication stops after the router flip"
 
     # -- 4. router -----------------------------------------------------------
     def router_points_to(self, name: str) -> bool:
@@ -452,7 +481,8 @@ class Switchover:
         writer = self.router.current().writer
         return writer is not None and writer.rsplit(":", 1) == [host, str(port)]
 
-    def switch_router(self) -> str:
+    def switch_router(self, persist: bool = True) -> str:
+        """`persist=False`: the router's copy for restarts is written later (`persist_router`)."""
         if self.router is None:
             return "no router configured: applications must be repointed (hooks can do it)"
         if self.dry_run:
@@ -461,8 +491,17 @@ class Switchover:
                     self.record("router", line)
             return f"would switch the writer from {self.old} to {self.new}"
         t0 = self.clock.monotonic()
-        self.router.switch_writer(self.server(self.new), self.server(self.old))
+        self.router.switch_writer(self.server(self.new), self.server(self.old), persist=persist)
         return f"router sends writes to {self.new} (switched in {(self.clock.monotonic() - t0) * 1000:.1f} ms)"
+
+    def persist_router(self) -> str:
+        persist = getattr(self.router, "persist", None)
+        if persist is None:
+            return "no router state to save"
+        if self.dry_run:
+            return f"would save the {self.router.describe()}'s route for its restarts"
+        persist()
+        return f"saved the route of the {self.router.describe()} for its restarts"
 
     # -- 5. forget the old source on the new primary -------------------------
     def has_replication_config(self, name: str) -> bool:
@@ -700,7 +739,11 @@ def switch_back(sw: Switchover, candidate_opened: bool = True, router_switched: 
         raise SafetyError(f"both {sw.old} and {sw.new} are writable",
                           hint="set read_only=ON by hand on the one that should not take writes")
     if new_writable:
-        # The new primary may have taken writes: bring them to the old one first.
+        # The new primary may have taken writes: bring them to the old one first. A candidate
+        # opened before its replication was stopped stops it now: the two must not replicate
+        # from each other while the old one catches up.
+        if _replicates_at_all(sw, sw.new):
+            back.apply(sw.new).stop_replica()
         said += _follow(back, sw)
         sentence, pos = back.fence()
         said.append(sentence)
@@ -770,6 +813,11 @@ def _follow(back: Switchover, sw: Switchover) -> list[str]:
         back.apply(sw.old).start_replica()
     back.wait_replica_running(sw.old)
     return said
+
+
+def _replicates_at_all(sw: Switchover, name: str) -> bool:
+    st = sw.insp(name).replica_status()
+    return st is not None and (st.io_running == "Yes" or st.sql_running == "Yes")
 
 
 def _has_writes_old_lacks(sw: Switchover) -> bool:
