@@ -117,11 +117,11 @@ def test_router_failure_rolls_back_to_old_primary(boxes, monkeypatch):
     real_switch = HAProxyRouter.switch_writer
     calls = []
 
-    def failing_switch(self, new, old=None):
+    def failing_switch(self, new, old=None, **kw):
         calls.append(getattr(new, "name", str(new)))
         if len(calls) == 1:  # the promote's flip fails; the switch back must still work
             raise RouterError("HAProxy admin socket answered: No such server.")
-        return real_switch(self, new, old)
+        return real_switch(self, new, old, **kw)
 
     monkeypatch.setattr(HAProxyRouter, "switch_writer", failing_switch)
     outcome = start_run(kit.playbook(state, name), assume_yes=True)

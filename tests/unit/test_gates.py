@@ -130,7 +130,7 @@ class _Router:
     def describe(self):
         return "HAProxy at /run/h.sock (backend writer, cluster c)"
 
-    def describe_switch(self, new, old=None):
+    def describe_switch(self, new, old=None, **kw):
         if self.error:
             raise self.error
         return [f"set server writer/{new.name} state ready"]
