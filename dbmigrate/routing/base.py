@@ -117,13 +117,10 @@ class Router(ABC):
         """Send new writes to `new` only. When `old` is given it must be the current
         writer (or `new` already is: the switch is then a no-op), otherwise RouterError
         and nothing changes. Returns the state read back afterwards.
-        `persist=False` leaves a copy kept apart from the live route (HAProxy's
-        server-state-file, written with a disk sync) to `persist()`: a fenced window
-        must not wait on a disk."""
-
-    def persist(self) -> None:
-        """Write the live route where a restart of the router reads it, when that is a
-        separate write. Routers whose switch is that write ignore it."""
+        `persist=False` (inside a fenced window, which must not wait on a disk or a second
+        request) may leave the read-back and a copy kept apart from the live route (HAProxy's
+        server-state-file) to the next `switch_writer(new, old)`, which is then a no-op flip
+        that reads back and saves (and flips again if the router lost the route meanwhile)."""
 
     @abstractmethod
     def set_reader_weights(self, weights: Mapping[str, int]) -> RouteState:

@@ -268,11 +268,15 @@ class HAProxyRouter(Router):
         return self._plan_switch(new, old)[0]
 
     def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
+        """With persist=False the flip is the only request (inside a fenced window): the
+        read-back and the server-state-file are the next switch_writer(new, old)'s."""
         cmds = self._planned(new, old)
         if cmds:
             self.admin.run(cmds)
-            if persist:
-                self.save_state()
+            if not persist:
+                address = as_ref(new).address
+                return RouteState(writer=address, writers=[address], details={"note": "not read back yet"})
+            self.save_state()
         st = self.current()
         if st.writers != [st.writer] or st.writer is None or not same_address(st.writer, as_ref(new).address):
             raise RouterError(f"after the switch HAProxy sends writes to {', '.join(st.writers) or 'no server'}, "
@@ -335,9 +339,6 @@ class HAProxyRouter(Router):
         if state == "maint":
             cmds.append(f"shutdown sessions server {backend}/{name}")
         self.admin.run(cmds)
-        self.save_state()
-
-    def persist(self) -> None:
         self.save_state()
 
     def save_state(self) -> None:

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 FENCE = "SET STATEMENT lock_wait_timeout"
 UNFENCE = "SET GLOBAL read_only=OFF"
+CATCH_UP = "SELECT MASTER_GTID_WAIT"
 
 
 class Timeline:
@@ -103,7 +104,7 @@ def test_haproxy_dead_before_the_flip_rolls_back_without_touching_the_router(box
         killed.set()
 
     with Timeline() as t:
-        t.on(f"{name}-new", UNFENCE, kill_haproxy)  # the candidate opens; the router is next
+        t.on(f"{name}-new", CATCH_UP, kill_haproxy)  # the candidate has caught up; the router is next
         outcome = start_run(kit.playbook(state, name), assume_yes=True)
     assert killed.is_set()
     assert outcome.status == "rolled_back", outcome.summary

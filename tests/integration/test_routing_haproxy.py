@@ -91,6 +91,30 @@ def test_sandbox_haproxy_routes_writes_to_primary_and_reads_to_replica(flip_box)
     assert router.current().readers == [p2]
 
 
+def test_a_flip_inside_a_fenced_window_is_read_back_and_saved_afterwards(flip_box, boxes):
+    inv = load_inventory(flip_box.inventory_file)
+    router = router_for(inv, NAME)
+    spec = inv.cluster(NAME)
+    p1, p2 = (f"127.0.0.1:{spec.servers[n].port}" for n in (f"{NAME}-1", f"{NAME}-2"))
+    saved = Path(spec.router.state_file)
+    before = saved.read_text()
+
+    router.prepare_switch(p2, p1)
+    router.switch_writer(p2, p1, persist=False)
+    assert router.current().writers == [p2]  # live at once
+    assert saved.read_text() == before  # no disk write inside the window
+    router.switch_writer(p2, p1)  # after the window: read back and saved
+    assert router.verify(p2)[2]["state_file_writers"] == [p2]
+
+    # A router restarted between the flip and the save comes back with the old route: the
+    # save switches again instead of failing.
+    router.switch_writer(p1, p2, persist=False)
+    hap.restart(boxes, NAME)
+    assert router.current().writers == [p2]
+    router.switch_writer(p1, p2)
+    assert router.current().writers == [p1] and router.verify(p1)[2]["state_file_writers"] == [p1]
+
+
 def test_switchover_through_haproxy_loses_no_acknowledged_write(flip_box, boxes):
     inv = load_inventory(flip_box.inventory_file)
     router = router_for(inv, NAME)

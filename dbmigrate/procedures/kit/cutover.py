@@ -131,16 +131,16 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     sw = cut.sw(ctx)
     # Accounts that bypass read_only (SUPER / READ ONLY ADMIN) may still have committed on
     # the old primary after the fence: the candidate must have those too before it opens.
-    fence_pos = state(ctx).fence_pos or ""
-    known = state(ctx).bypass_users
+    st = state(ctx)  # loaded once: this runs inside the fenced window
+    fence_pos, known = st.fence_pos or "", st.bypass_users
     # still fenced, bypassing sessions ended: the position it reads is final
     said, now = sw.seal_old(set(known) if known is not None else None) if not ctx.dry_run else ("", fence_pos)
     if now != fence_pos:
         said += sw.wait_catchup(now) + " (the old primary moved after the fence); "
-    with CutoverState.edit(ctx.state) as s:
-        s.fence_pos = now
-        # Journaled before the statement: after a crash we must assume it may be writable.
-        s.candidate_opened = True
+    st.fence_pos = now
+    # Journaled before the statement: after a crash we must assume it may be writable.
+    st.candidate_opened = True
+    st.save(ctx.state)
     return said + sw.open_candidate(stop_replica=False)
 
 
@@ -222,9 +222,11 @@ def router_step(cut: Cutover) -> FunctionStep:
 
 
 def save_route_step(cut: Cutover) -> FunctionStep:
-    # Idempotent, no check: on resume it writes the live route again.
-    return FunctionStep("save router state", lambda c: cut.sw(c).persist_router(),
-                        describe=lambda c: [("router", "save the live route where a restart of the router reads it")])
+    # Reads the flip back (the router step only sent it) and saves it for restarts of the
+    # router. Idempotent, no check: on resume it switches again if the router lost the route.
+    return FunctionStep("save router state", lambda c: cut.sw(c).confirm_router(),
+                        describe=lambda c: [("router", f"read back that writes go to {cut.new} only; save the "
+                                                       f"route where a restart of the router reads it")])
 
 
 def end_sessions_step(cut: Cutover) -> FunctionStep:

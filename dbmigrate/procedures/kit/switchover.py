@@ -482,7 +482,8 @@ class Switchover:
         return writer is not None and writer.rsplit(":", 1) == [host, str(port)]
 
     def switch_router(self, persist: bool = True) -> str:
-        """`persist=False`: the router's copy for restarts is written later (`persist_router`)."""
+        """`persist=False`: only the flip; the read-back and the router's copy for restarts
+        are `confirm_router`'s, after the fenced window."""
         if self.router is None:
             return "no router configured: applications must be repointed (hooks can do it)"
         if self.dry_run:
@@ -494,14 +495,16 @@ class Switchover:
         self.router.switch_writer(self.server(self.new), self.server(self.old), persist=persist)
         return f"router sends writes to {self.new} (switched in {(self.clock.monotonic() - t0) * 1000:.1f} ms)"
 
-    def persist_router(self) -> str:
-        persist = getattr(self.router, "persist", None)
-        if persist is None:
-            return "no router state to save"
+    def confirm_router(self) -> str:
+        """After the fenced window: the flip made with persist=False is read back and saved for
+        restarts of the router; a router that lost it meanwhile (restarted from its state
+        file) is switched again."""
+        if self.router is None:
+            return "no router configured"
         if self.dry_run:
-            return f"would save the {self.router.describe()}'s route for its restarts"
-        persist()
-        return f"saved the route of the {self.router.describe()} for its restarts"
+            return f"would check that the router sends writes to {self.new} only and save that route"
+        self.router.switch_writer(self.server(self.new), self.server(self.old))
+        return f"router sends writes to {self.new} only (read back, saved for its restarts)"
 
     # -- 5. forget the old source on the new primary -------------------------
     def has_replication_config(self, name: str) -> bool:
