@@ -276,6 +276,8 @@ class HAProxyRouter(Router):
             if not persist:
                 address = as_ref(new).address
                 return RouteState(writer=address, writers=[address], details={"note": "not read back yet"})
+        if persist:
+            # Also when nothing was to switch: the flip may have been made with persist=False.
             self.save_state()
         st = self.current()
         if st.writers != [st.writer] or st.writer is None or not same_address(st.writer, as_ref(new).address):
