@@ -127,8 +127,8 @@ def playbook(state, name: str, candidate: str, via: str) -> Path:
            "params": {"candidate": candidate, "via": via, "catchup_timeout_s": 5, "drain_timeout_s": 0.2,
                       "max_lag_ms": 60000, "lag_wait_s": 5, "converge_timeout_s": 10,
                       # A fence stuck behind application transactions waiting on each other (about 3 in
-                      # 100 under this load) gives up after 50 ms and is tried again, writes flowing between.
-                      **({"fence_block_s": 0.05, "fence_attempts": 5, "fence_retry_pause_s": 0.2}
+                      # 100 under this load) gives up after 30 ms and is tried again, writes flowing between.
+                      **({"fence_block_s": 0.03, "fence_attempts": 5, "fence_retry_pause_s": 0.2}
                          if via == "dbmigrate" else {})}}
     path = state.path / f"bench-{candidate}-{via}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

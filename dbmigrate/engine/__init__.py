@@ -5,6 +5,7 @@ protocol that dbmigrate.db implements). Procedure authors mostly need the names
 re-exported here.
 """
 
+from dbmigrate.engine import collector
 from dbmigrate.engine.events import (
     EventBus,
     GateDecided,
@@ -26,7 +27,7 @@ from dbmigrate.engine.step import AutoGate, FunctionStep, ManualGate, Phase, Pro
 from dbmigrate.engine.wait import Clock, FakeClock, retry, throttle, wait_until
 
 __all__ = [
-    "AutoGate", "Clock", "ClusterLock", "EventBus", "FakeClock", "FunctionStep", "GateDecided", "GateWaiting",
+    "AutoGate", "Clock", "ClusterLock", "collector", "EventBus", "FakeClock", "FunctionStep", "GateDecided", "GateWaiting",
     "HookFinished", "Journal", "Log", "ManualGate", "Metric", "Phase", "PhaseStarted", "Procedure",
     "RunContext", "RunFinished", "RunOutcome", "RunStarted", "Runner", "Step", "StepFailed", "StepFinished",
     "StepStarted", "default_journal_path", "new_run_id", "redact", "register_secret", "retry", "throttle",

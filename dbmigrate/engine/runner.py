@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from dbmigrate.engine import collector
 from dbmigrate.engine.events import (
     GateDecided,
     GateWaiting,
@@ -103,6 +104,7 @@ class Runner:
         try:
             return self._forward(procedure, ctx, resume)
         finally:
+            collector.release()  # a fenced window that ended in a failure released nothing
             unsubscribe()
 
     def _forward(self, procedure: Procedure, ctx: RunContext, resume: bool) -> RunOutcome:
@@ -352,6 +354,7 @@ class Runner:
         try:
             return self._backward(procedure, ctx)
         finally:
+            collector.release()
             unsubscribe()
 
     def _changed_anything(self, procedure: Procedure, ctx: RunContext) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from dbmigrate.engine import collector
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext, Step
 from dbmigrate.exceptions import DbmigrateError, SafetyError
@@ -95,6 +96,8 @@ def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
     if not ctx.dry_run:
         with CutoverState.edit(ctx.state) as s:
             s.bypass_users = sorted(bypass)
+        # No collector pause from here until the candidate opens (or the run ends).
+        collector.collect_then_hold()
     converged = converge(cut, ctx, sw)
     return f"{converged}; {fence(cut, ctx, sw)}"
 
@@ -141,7 +144,10 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     # Journaled before the statement: after a crash we must assume it may be writable.
     st.candidate_opened = True
     st.save(ctx.state)
-    return said + sw.open_candidate(stop_replica=False)
+    try:
+        return said + sw.open_candidate(stop_replica=False)
+    finally:
+        collector.release()  # the fenced window is over
 
 
 def switch_router(cut: Cutover, ctx: RunContext) -> str:
