@@ -37,7 +37,10 @@ from pathlib import Path
 
 import yaml
 
+from rich.console import Console
+
 from dbmigrate.app.runs import start_run
+from dbmigrate.cli.render import ConsoleRenderer
 from dbmigrate.config import load_inventory
 from dbmigrate.engine.events import Log, StepFinished, StepStarted
 from dbmigrate.app.runs import resolve_journal_path
@@ -48,6 +51,7 @@ from dbmigrate.rehearsal.sysbench import Sysbench
 from writer_process import WriterProcess
 
 TARGET_P50_MS, TARGET_MAX_MS = 10, 60
+DEVNULL = open(os.devnull, "w")
 # An application that writes every ~1 ms and, refused (read-only, connection cut), tries
 # again after half of that, on a new connection.
 WRITER_INTERVAL_S, WRITER_RETRY_PAUSE_S = 0.001, 0.0005
@@ -153,7 +157,9 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     errors_before = verifier.errors
     moments = Moments()
     t0 = time.monotonic()
-    outcome = start_run(playbook(state, name, target, via), assume_yes=True, subscribers=[moments])
+    # Progress rendered as `dbmigrate run` renders it (to a null device): its cost is the tool's.
+    console = ConsoleRenderer(Console(file=DEVNULL, force_terminal=True, width=160, highlight=False, soft_wrap=True))
+    outcome = start_run(playbook(state, name, target, via), assume_yes=True, subscribers=[moments, console])
     t1 = time.monotonic()
     time.sleep(0.3)
     try:

@@ -51,6 +51,8 @@ class JsonLinesRenderer:
     """--json: one `event` record per event per line, flushed at once so pipes see progress
     (through the command's JSON session when there is one, so its summary counts them)."""
 
+    deferrable = True  # a fenced window's events are written when it closes (EventBus.hold)
+
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
         self._lock = threading.Lock()
@@ -68,6 +70,8 @@ class JsonLinesRenderer:
 
 class ConsoleRenderer:
     """Human progress: one line per step, gate and hook, in the order they happen."""
+
+    deferrable = True  # a fenced window's lines are printed when it closes (EventBus.hold)
 
     def __init__(self, console: Console | None = None, *, verbose: bool = False) -> None:
         self.console = console or Console()

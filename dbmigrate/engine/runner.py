@@ -14,7 +14,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dbmigrate.engine import collector
 from dbmigrate.engine.events import (
     GateDecided,
     GateWaiting,
@@ -104,7 +103,7 @@ class Runner:
         try:
             return self._forward(procedure, ctx, resume)
         finally:
-            collector.release()  # a fenced window that ended in a failure released nothing
+            ctx.release_fenced_window()  # a window that ended in a failure released nothing
             unsubscribe()
 
     def _forward(self, procedure: Procedure, ctx: RunContext, resume: bool) -> RunOutcome:
@@ -144,6 +143,8 @@ class Runner:
         return RunOutcome(ctx.run_id, "done", summary)
 
     def _fail(self, procedure: Procedure, ctx: RunContext, exc: Exception) -> RunOutcome:
+        # The operator sees the failure and the undo as they happen, not when the run ends.
+        ctx.release_fenced_window()
         error = exc if isinstance(exc, DbmigrateError) else DbmigrateError(f"internal error: {explain(exc)}")
         refused = isinstance(exc, GateFailed) or isinstance(exc.__cause__, Refused)
         status = "refused" if refused else "cancelled" if isinstance(exc, RunCancelled) else "failed"
@@ -354,7 +355,7 @@ class Runner:
         try:
             return self._backward(procedure, ctx)
         finally:
-            collector.release()
+            ctx.release_fenced_window()
             unsubscribe()
 
     def _changed_anything(self, procedure: Procedure, ctx: RunContext) -> bool:

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
+from dbmigrate.engine import collector
 from dbmigrate.engine.events import Event, Log, Metric
 from dbmigrate.engine.wait import Clock
 
@@ -274,6 +275,17 @@ class RunContext:
         # Set once the operator asked the run to stop (the runner's cancel): a step that does
         # many independent pieces of work may finish the one in progress and start no other.
         self.cancel: threading.Event | None = None
+
+    def hold_for_fenced_window(self) -> None:
+        """From just before a fence until the candidate opens, nothing of the tool's own pauses
+        the window: the garbage collector runs before it, displays get their events when it
+        closes (the journal at once). `release_fenced_window` ends it; the runner does too."""
+        collector.collect_then_hold()
+        self.bus.hold()
+
+    def release_fenced_window(self) -> None:
+        collector.release()
+        self.bus.release()
 
     def emit(self, event: Event) -> None:
         if not event.run_id:

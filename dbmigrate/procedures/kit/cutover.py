@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from dbmigrate.engine import collector
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext, Step
 from dbmigrate.exceptions import DbmigrateError, SafetyError
@@ -96,8 +95,8 @@ def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
     if not ctx.dry_run:
         with CutoverState.edit(ctx.state) as s:
             s.bypass_users = sorted(bypass)
-        # No collector pause from here until the candidate opens (or the run ends).
-        collector.collect_then_hold()
+        # Nothing of the tool's own pauses the window from here until the candidate opens.
+        ctx.hold_for_fenced_window()
     converged = converge(cut, ctx, sw)
     return f"{converged}; {fence(cut, ctx, sw)}"
 
@@ -147,7 +146,7 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     try:
         return said + sw.open_candidate(stop_replica=False)
     finally:
-        collector.release()  # the fenced window is over
+        ctx.release_fenced_window()
 
 
 def switch_router(cut: Cutover, ctx: RunContext) -> str:
