@@ -40,6 +40,7 @@ class FenceWatch:
     _done: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
+    _active: bool = False  # past its wait: it reads or kills on the side session
 
     def __enter__(self) -> "FenceWatch":
         self._thread = threading.Thread(target=self._watch, name="fence-watch", daemon=True)
@@ -49,13 +50,21 @@ class FenceWatch:
     def __exit__(self, *exc: object) -> None:
         with self._lock:  # once set, the watchdog sends nothing more
             self._done.set()
-        if self._thread is not None:
+            active = self._active
+        # A watchdog still in its wait ends without touching the side session: not waiting
+        # for its thread spares the fenced window a thread switch. One that acted is joined
+        # (the side session is free and what it did is known afterwards).
+        if active and self._thread is not None:
             self._thread.join(timeout=5)
 
     def _watch(self) -> None:
         try:
             if self._done.wait(self.block_s):
                 return
+            with self._lock:
+                if self._done.is_set():
+                    return
+                self._active = True
             self.blockers = self.insp.fence_blockers(self.fence_id)
             if self.policy == "kill_blockers" and self.blockers:
                 for s in self.blockers:
