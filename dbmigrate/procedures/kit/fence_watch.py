@@ -65,8 +65,15 @@ class FenceWatch:
                 if self._done.is_set():
                     return
                 self._active = True
+            if self.policy == "unfence":
+                # Writes queue behind the fence: end it first, then read what it waited for
+                # (for the operator), so that the stall is block_s and one KILL QUERY.
+                if self._kill(self.fence_id):
+                    self.gave_up = True
+                self.blockers = self.insp.fence_blockers(self.fence_id)
+                return
             self.blockers = self.insp.fence_blockers(self.fence_id)
-            if self.policy == "kill_blockers" and self.blockers:
+            if self.blockers:
                 for s in self.blockers:
                     if self._kill(s.id):
                         self.killed.append(s.id)
