@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from dbmigrate.faultpoint import ENV_FILE, ENV_MAX_S, ENV_POINT
+from dbmigrate.rehearsal.faultmatrix.harness import wait_pause
 from dbmigrate.app.runs import resolve_journal_path, rollback_run, start_run
 from dbmigrate.db.credentials import parse_option_file
 from dbmigrate.db.inspector import Inspector
@@ -254,29 +256,24 @@ def test_run_killed_mid_step_completes_under_resume(cluster):
     pb = kit.playbook(state, NAME, params={"max_lag_ms": 60000, "catchup_timeout_s": 30})
     catchup = f"wait for {NEW} to catch up"
 
+    # Inside the fenced window the --json lines are written when it closes, so the kill is
+    # timed by a pause point: right after the catch-up's first wait came back short.
+    marker = Path(state.path) / "killed-mid-step.paused"
     proc = subprocess.Popen([sys.executable, "-m", "dbmigrate", "run", str(pb), "--yes", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
-                            env={**os.environ, "COLUMNS": "200"})
-    watchdog = threading.Timer(90, proc.kill)  # never hang the suite on a run that went astray
-    watchdog.start()
-    run_id, events = None, []
+                            env={**os.environ, "COLUMNS": "200", ENV_POINT: "in:wait for:master_gtid_wait",
+                                 ENV_FILE: str(marker), ENV_MAX_S: "60"})
     try:
-        for line in proc.stdout:
-            event = json.loads(line)
-            events.append(event)
-            run_id = run_id or event.get("run_id")
-            if event.get("event") == "StepStarted" and event["name"] == catchup:
-                proc.send_signal(signal.SIGKILL)
-                break
-        proc.wait(30)
+        assert wait_pause(proc, marker, 90), "the run never reached the catch-up wait"
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=30)
     finally:
-        watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, events[-3:])
+            proc.communicate()
+        marker.unlink(missing_ok=True)
+    assert proc.returncode == -signal.SIGKILL, proc.returncode
+    run_id = next(json.loads(line)["run_id"] for line in out.splitlines() if json.loads(line).get("run_id"))
 
     with Journal(resolve_journal_path()) as j:
         run = j.get_run(run_id)
