@@ -32,8 +32,8 @@ PROMOTE_BOUNDARIES = {
 # "during catch-up" is the after-fence boundary (the frozen-candidate scenario stalls it for real).
 PROMOTE_INSIDE = {
     "in-fence": "in:fence:read_only=on",  # old primary read-only, final position not journaled
-    "in-open": "in:open:read_only=off",  # candidate writable, router still on the old primary
-    "in-flip": "in:switch router:set server",  # router flipped, step not journaled
+    "in-open": "in:open:read_only=off",  # candidate writable, router on it, the route not yet saved
+    "in-flip": "in:switch router:set server",  # router flipped to the still read-only candidate, not journaled
     "in-repoint": "in:repoint:change master",  # a replica pointed at the new primary, not started
     "in-reverse": "in:reverse:change master",  # old primary pointed at the new one, not started
 }
