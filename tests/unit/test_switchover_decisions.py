@@ -131,6 +131,29 @@ def test_switch_back_after_the_candidate_opened_makes_the_old_a_replica_first_an
     assert topo.statements("db2") == [FENCE, "START SLAVE"]  # its stopped link to db1 is resumed, not rebuilt
 
 
+def test_switch_back_of_a_candidate_opened_with_its_replication_running_stops_it_before_the_old_follows():
+    # The cutover opens the candidate before STOP SLAVE (that waits for the reset step, after the flip).
+    topo, router = fenced()
+    db2 = topo.servers["db2"]
+    db2.read_only = False
+    topo.write("db2", 2)
+    assert db2.sql_running and db2.source == "db1"
+
+    switch_back(switchover(topo, router))
+
+    assert_back_on_db1(topo, router)
+    # db2 stops replicating from db1 before db1 is made a replica of db2: never the two from each other.
+    assert topo.sent.index(("db2", "STOP SLAVE")) < topo.sent.index(("db1", CHANGE_TO["db2"]))
+
+
+def test_the_cutover_opens_the_candidate_without_stopping_its_replication():
+    topo, router = fenced()
+    sentence = switchover(topo, router).open_candidate(stop_replica=False)
+    db2 = topo.servers["db2"]
+    assert said(sentence) == "db2 is writable (read_only=OFF) in N ms; its replication stops after the router flip"
+    assert topo.statements("db2") == [OPEN] and db2.sql_running and not db2.read_only
+
+
 def test_switch_back_catchup_timeout_unfences_the_new_primary_since_the_old_is_read_only_and_reraises():
     topo, router = promoted()
     topo.servers["db1"].lag_until = float("inf")  # applies nothing: a long event on its SQL thread
