@@ -49,6 +49,31 @@ def replication_shape(inv, cluster: str) -> list[dict[str, Any]]:
     return out
 
 
+def start_workload(inv, cluster: str, bench, read_port: int, load_seconds: int) -> tuple[Any, Any, Any]:
+    """The application a rehearsal runs under: reads through `read_port`, the zero-loss verifier
+    writing through the router, sysbench at a steady 300 tps in the background. Returns
+    (reads, verifier, background), started; what started is stopped again if a later part fails."""
+    from dbmigrate.rehearsal.readload import ReadLoad
+    from dbmigrate.rehearsal.verify.writer import ZeroLossVerifier
+
+    reads = ReadLoad("127.0.0.1", read_port, inv.app_credentials(cluster))
+    reads.start()
+    verifier = background = None
+    try:
+        verifier = ZeroLossVerifier.for_cluster(inv, cluster)
+        verifier.prepare()
+        verifier.start()
+        # Debian's sysbench 1.0.20 dies on its first reconnect after a router flip (upstream #527):
+        # it is background load; the verifier is the judge. Rate-limited: a steady production-like
+        # load, not a CPU-saturating one that would make lag depend on the host's core count.
+        background = bench.start_background(time_s=load_seconds, rate=300)
+        verifier.wait_for_acks(50)
+    except BaseException:
+        stop_workload(background, verifier, reads)  # stopping a verifier never started is a no-op
+        raise
+    return reads, verifier, background
+
+
 def stop_workload(background, verifier, reads) -> None:
     """What a rehearsal left running when it ends early: background load, the verifier, reads."""
     if background is not None:
@@ -152,7 +177,6 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
     from dbmigrate.app.runs import start_run
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
-    from dbmigrate.rehearsal.verify.writer import ZeroLossVerifier
 
     say = progress or (lambda m: None)
     boxes = Sandboxes(progress=say)
@@ -181,7 +205,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         load_before, cpu_before = measure_cpu(state.instance(f"{name}-1").pid(), f"{name}-1",
                                               lambda: bench.run(time_s=load_seconds))
 
-        from dbmigrate.rehearsal.readload import ReadLoad, create_orders
+        from dbmigrate.rehearsal.readload import create_orders
 
         with inv.open(f"{name}-1") as p:
             create_orders(p)
@@ -189,18 +213,8 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             wait_applied(inv, name, candidate)
             _drop_index_locally(inv, candidate)
             say(f"regression built: idx_customer dropped on {candidate} only (sql_log_bin=0)")
-        router = inv.cluster(name).router
-        reads = ReadLoad("127.0.0.1", router.writer_port, inv.app_credentials(name))
-        reads.start()
-        verifier = ZeroLossVerifier.for_cluster(inv, name)
-        verifier.prepare()
-        verifier.start()
-        # Steady write load through the switchover. Debian's sysbench 1.0.20 dies on its
-        # first reconnect after a router flip (upstream #527), so it is restarted afterwards.
-        # Rate-limited: a steady production-like write load, not a CPU-saturating one that
-        # would make lag (and thus the preflight gate) depend on the host's core count.
-        background = bench.start_background(time_s=120, rate=300)
-        verifier.wait_for_acks(50)
+        # Steady load through the switchover; sysbench is restarted afterwards (upstream #527).
+        reads, verifier, background = start_workload(inv, name, bench, inv.cluster(name).router.writer_port, 120)
         if before_cutover:
             before_cutover(inv, name, candidate)
 

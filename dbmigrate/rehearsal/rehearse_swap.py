@@ -21,7 +21,7 @@ import yaml
 from dbmigrate.config import load_inventory
 from dbmigrate.engine.wait import Clock
 from dbmigrate.home import home
-from dbmigrate.rehearsal.rehearse import Progress, replication_shape, stop_workload, wait_applied
+from dbmigrate.rehearsal.rehearse import Progress, replication_shape, start_workload, stop_workload, wait_applied
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 COLUMN, INDEX = "rehearsal_note", "idx_rehearsal_amount"
@@ -49,10 +49,9 @@ def altered(inv, server: str) -> bool:
 def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False, subscribers=(),
                          name: str | None = None, rows: int = 5000) -> dict[str, Any]:
     from dbmigrate.app.runs import start_run
-    from dbmigrate.rehearsal.readload import ReadLoad, create_orders
+    from dbmigrate.rehearsal.readload import create_orders
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
-    from dbmigrate.rehearsal.verify.writer import ZeroLossVerifier
 
     say = progress or (lambda m: None)
     boxes = Sandboxes(progress=say)
@@ -74,17 +73,9 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
         shape_before = replication_shape(inv, name)
 
         router = inv.cluster(name).router
-        reads = ReadLoad("127.0.0.1", router.reader_port or router.writer_port, inv.app_credentials(name))
-        reads.start()
         bench = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000, threads=2)
         bench.prepare()
-        verifier = ZeroLossVerifier.for_cluster(inv, name)
-        verifier.prepare()
-        verifier.start()
-        # Debian's sysbench 1.0.20 dies on its first reconnect after a router flip (upstream #527):
-        # it is background load; the verifier is the judge through both switchovers.
-        background = bench.start_background(time_s=180, rate=300)
-        verifier.wait_for_acks(50)
+        reads, verifier, background = start_workload(inv, name, bench, router.reader_port or router.writer_port, 180)
 
         playbook = swap_playbook(state.path / "schema-swap.yaml", state.inventory_file, name, candidate)
         say(f"running playbook {playbook.name}: {DDL} on each side, one at a time, then back to {primary}")

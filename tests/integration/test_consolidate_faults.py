@@ -259,6 +259,12 @@ def kill_at(sc: Scenario, point: str, sig: int) -> tuple[int | None, str | None]
     return rc, sc.status()
 
 
+def kill9_at(sc: Scenario, where: str) -> None:
+    """kill -9 at the named point: the run is left as the journal has it, running."""
+    rc, status = kill_at(sc, POINTS[where], signal.SIGKILL)
+    assert rc == -signal.SIGKILL and status == "running", (rc, status, sc.tail("run"))
+
+
 def journal_state(sc: Scenario) -> ConsolidateState:
     with Journal(sc.journal) as j:
         return ConsolidateState.load(j.all_state(sc.run_id))
@@ -291,8 +297,7 @@ def test_kill9_at_the_cutover_then_rollback_puts_every_shard_back(legacy, where)
     sc = new_scenario(legacy, f"kill9-{where}-rollback")
     start_load(sc)
     try:
-        rc, status = kill_at(sc, POINTS[where], signal.SIGKILL)
-        assert rc == -signal.SIGKILL and status == "running", (rc, status, sc.tail("run"))
+        kill9_at(sc, where)
         st = journal_state(sc)
         assert (FIRST in st.cut) == (where == "between"), st.cut
         roll_back_and_check(sc)
@@ -309,8 +314,7 @@ def test_kill9_at_the_cutover_then_resume_completes_the_consolidation(legacy, wh
     sc = new_scenario(legacy, f"kill9-{where}-resume")
     start_load(sc)
     try:
-        rc, status = kill_at(sc, POINTS[where], signal.SIGKILL)
-        assert rc == -signal.SIGKILL and status == "running", (rc, status, sc.tail("run"))
+        kill9_at(sc, where)
         rc = sc.cli("resume", sc.run_id, name="resume")
         assert (rc, sc.status()) == (0, "done"), sc.tail("resume")
         if where == "in-fence":  # the half-done cutover is put back, then done again
