@@ -231,6 +231,8 @@ class Server:
                 cur.execute(text, params)
                 if fetch == "count":
                     return sum(1 for _ in cur) if cur.with_rows else 0
+                if fetch == "last":
+                    return self._last_result(cur)
                 rows = cur.fetchall() if cur.with_rows else []
                 return rows if fetch else cur.rowcount
             except mysql.connector.Error as e:
@@ -266,6 +268,16 @@ class Server:
             raise Unresponsive(f"{self.name} ({self.address}): the bound of the wait in progress ran out before: {shown}")
 
     @staticmethod
+    def _last_result(cur: Any) -> list[dict[str, Any]]:
+        """The rows of the last statement of a request that carried several (each result read
+        in turn: the session is free for the next statement afterwards)."""
+        rows: list[dict[str, Any]] = []
+        while True:
+            rows = cur.fetchall() if cur.with_rows else []
+            if not cur.nextset():
+                return rows
+
+    @staticmethod
     def _socket_timeouts(cursor: Any, seconds: float) -> None:
         """The read/write timeout of this cursor's exchanges. The connector's public setters take
         whole seconds; a bound needs fractions (the socket itself takes floats)."""
@@ -277,6 +289,12 @@ class Server:
 
     def query(self, sql: str, params: tuple | list | None = None) -> list[dict[str, Any]]:
         return self._run(sql, params, fetch=True)
+
+    def query_after(self, statements: list[str], sql: str) -> list[dict[str, Any]]:
+        """Send `statements` then the read `sql` in one request (one round trip instead of one
+        each); returns the read's rows. The server stops at the first statement that fails:
+        that error is raised and the read never runs. Not retried (the statements change things)."""
+        return self._run(";\n".join([*statements, sql]), None, fetch="last")
 
     def consume(self, sql: str, params: tuple | list | None = None) -> int:
         """Run a read and discard its rows as they arrive (warm-up, probes): returns the row count."""

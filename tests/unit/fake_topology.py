@@ -323,6 +323,12 @@ class FakeApplier:
         if s is not None:
             s.read_only = on
 
+    def fence_and_read_binlog_pos(self, lock_wait_timeout: float) -> str | None:
+        """The real applier sends both in one request; here the fence, then the position read."""
+        self.set_read_only(True, lock_wait_timeout)
+        s = self._live()
+        return None if s is None else s.position()
+
     def stop_replica(self) -> None:
         s = self._live()
         self.real.stop_replica()

@@ -295,9 +295,10 @@ class Switchover:
         # Under the bound the open sessions are used as they are: no ping before each statement.
         with self.topo.bounded(self.s.fence_timeout_s + 1, self.old):
             watch = None if self.dry_run else self._fence_watch()
-            self._set_read_only_watched(watch)
+            pos = self._set_read_only_watched(watch)
             fenced_ms = (self.clock.monotonic() - t0) * 1000
-            pos = self.insp(self.old).gtid_binlog_pos()
+            if pos is None:
+                pos = self.insp(self.old).gtid_binlog_pos()
         said = f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms"
         if watch is not None and watch.killed:
             said += f" after ending {len(watch.killed)} blocking statement(s) ({watch.describe_blockers()})"
@@ -310,10 +311,12 @@ class Switchover:
             raise SafetyError(f"{self.old} runs with {problem}",
                               hint="switchovers need gtid_mode=ON and enforce_gtid_consistency=ON")
 
-    def _set_read_only_watched(self, watch: "FenceWatch | None") -> None:
+    def _set_read_only_watched(self, watch: "FenceWatch | None") -> str | None:
+        """read_only=ON and, in the same round trip, the final position (None when it was not
+        read: dry-run, or a watchdog's KILL QUERY that reached the read after the fence held)."""
         try:
             with watch or _NoWatch():
-                self.apply(self.old).set_read_only(True, lock_wait_timeout=self.s.fence_timeout_s)
+                return self.apply(self.old).fence_and_read_binlog_pos(self.s.fence_timeout_s)
         except QueryError as e:
             if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
                 raise
@@ -323,6 +326,7 @@ class Switchover:
                     f"({watch.describe_blockers()}){self._killed(watch)}: gave up, {self.old} stays writable "
                     f"(read_only=OFF), nothing changed",
                     hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers") from None
+            return None
 
     def _fence_watch(self) -> FenceWatch | None:
         side = self.topo.side_session(self.old, self.s.fence_timeout_s)
