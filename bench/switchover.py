@@ -9,12 +9,15 @@ sysbench loads the primary, and N promotions go back and forth. Per round:
 - the wait for convergence, outside the fenced window;
 - the candidate's lag at the fence, as journaled (transactions behind);
 - errors the writer saw (read-only refusals, lost connections).
-Then p50 / p95 / max across the rounds that switched, and the lost writes at the end.
+Then p50 / p95 / max across the rounds that switched (and per candidate), the lost writes at
+the end, and the writer's gaps while no cutover ran, per primary: what the servers and the
+machine alone cost the application, the reference for the gaps at the cutovers.
 
 --lagging gives the candidate a small buffer pool and single-threaded apply under a
 heavier load (8 sysbench threads, bigger tables), so that it
 lags by design: the run either waits for it outside the fenced window or refuses
-to fence, and says why.
+to fence, and says why. The rounds back run with that slow server as the primary: its own
+stalls (hundreds of ms with no cutover running) show in the gaps without cutover.
 
 Where ORCHESTRATOR_URL is set, rounds alternate dbmigrate and orchestrator
 (`via: orchestrator`) on the same sandbox and load, and the p50 ratio is printed.
@@ -150,7 +153,8 @@ def fence_sentence(run_id: str) -> str:
                      if s["name"].startswith("fence ") and s["action"] == "run"), "")
 
 
-def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier, rate: int | None) -> dict:
+def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier, rate: int | None,
+              spans: list[tuple[float, float]]) -> dict:
     # Debian's sysbench 1.0.20 dies on reconnect after a flip (upstream #527): one per round.
     bg = load.start_background(time_s=60, rate=rate)
     time.sleep(1.0)
@@ -161,6 +165,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     console = ConsoleRenderer(Console(file=DEVNULL, force_terminal=True, width=160, highlight=False, soft_wrap=True))
     outcome = start_run(playbook(state, name, target, via), assume_yes=True, subscribers=[moments, console])
     t1 = time.monotonic()
+    spans.append((t0, t1))
     time.sleep(0.3)
     try:
         done = bg.stop()  # stopped, not finished: its per-second lines say the rate it ran at
@@ -188,6 +193,29 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     }
 
 
+def gap_stats(gaps: list[float]) -> dict:
+    return {"p50": round(statistics.median(gaps), 1) if gaps else None,
+            "p95": round(pct(gaps, 95), 1) if gaps else None,
+            "max": round(max(gaps), 1) if gaps else None}
+
+
+def gaps_without_cutover(acks, spans: list[tuple[float, float]], names: dict[int, str],
+                         margin_s: float = 0.05) -> dict[str, dict]:
+    """The writer's gaps while no cutover ran (load on, tool idle), per server that took the
+    writes: what the application sees from the servers and the machine alone, the reference
+    for the gaps measured at the cutovers."""
+    by_server: dict[str, list[float]] = {}
+    for prev, cur in zip(acks, acks[1:]):
+        if any(start - margin_s <= cur.mono and prev.mono <= end + margin_s for start, end in spans):
+            continue
+        if prev.server_id != cur.server_id:
+            continue
+        by_server.setdefault(names.get(prev.server_id, str(prev.server_id)), []).append((cur.mono - prev.mono) * 1000)
+    return {name: {"gaps": len(g), "p50": round(statistics.median(g), 2), "p99": round(pct(g, 99), 1),
+                   "max": round(max(g), 1), "over_10_ms": sum(x > 10 for x in g)}
+            for name, g in sorted(by_server.items())}
+
+
 def summary(rounds: list[dict], via: str) -> dict:
     mine = [r for r in rounds if r["via"] == via]
     gaps = [r["gap_ms"] for r in mine if r["gap_ms"] is not None and r["status"] == "done"]
@@ -196,15 +224,19 @@ def summary(rounds: list[dict], via: str) -> dict:
     lags = [r["lag_at_fence_trx"] for r in mine if r["lag_at_fence_trx"] is not None]
     return {"via": via, "rounds": len(mine), "switched": len(gaps),
             "refused": [r["refused"] for r in mine if r["refused"]],
-            "gap_ms": {"p50": round(statistics.median(gaps), 1) if gaps else None,
-                       "p95": round(pct(gaps, 95), 1) if gaps else None,
-                       "max": round(max(gaps), 1) if gaps else None},
+            "gap_ms": gap_stats(gaps),
             "converge_wait_ms": {"p50": round(statistics.median(waits), 1) if waits else None,
                                  "max": round(max(waits), 1) if waits else None},
             "gap_ms_max_in_rounds_that_did_not_switch": max(unswitched) if unswitched else None,
             "lag_at_fence_trx_max": max(lags) if lags else None,
             "load_tps_p50": statistics.median(t) if (t := [r["load_tps"] for r in mine if r["load_tps"]]) else None,
-            "writer_errors": sum(sum(r["writer_errors"].values()) for r in mine)}
+            "writer_errors": sum(sum(r["writer_errors"].values()) for r in mine),
+            # Per candidate: with --lagging, the rounds to the lagging candidate are the ones that
+            # test convergence; the rounds back run on that slow server as the primary.
+            "gap_ms_by_candidate": {t: gap_stats([r["gap_ms"] for r in mine if r["target"] == t and r["status"] == "done"
+                                                  and r["gap_ms"] is not None]) | {
+                                        "rounds": sum(r["target"] == t for r in mine)}
+                                    for t in sorted({r["target"] for r in mine})}}
 
 
 def discover(state, name: str, url: str) -> None:
@@ -242,10 +274,11 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         vias = ["dbmigrate", "orchestrator"] if orchestrator_url else ["dbmigrate"]
         targets = [f"{name}-new", f"{name}-1"]
         done: list[dict] = []
+        spans: list[tuple[float, float]] = []  # (start, end) of each cutover run, monotonic
         where = 0  # index in targets of the current primary's successor
         for i in range(rounds * len(vias)):
             via = vias[(i // 2) % len(vias)]  # two rounds (there and back) per tool, alternating
-            r = one_round(state, name, targets[where], via, load, verifier, rate)
+            r = one_round(state, name, targets[where], via, load, verifier, rate, spans)
             done.append(r)
             if r["status"] == "done":
                 where = 1 - where
@@ -254,6 +287,8 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                 f"{r['lag_at_fence_trx']} trx, writer errors {r['writer_errors'] or 0}, run {r['run_ms']} ms"
                 + (f"\n    refused: {r['refused']}" if r["refused"] else ""))
         verifier.wait_for_acks(len(verifier.acks) + 20)
+        names = {i.server_id: n for n, i in state.instances.items()}
+        without_cutover = gaps_without_cutover(verifier.acks, spans, names)
         report = verifier.check(catch_up_timeout_s=60)
         writer = targets[1 - where]  # the primary after the last round
         out = {"lagging": lagging, "load_rate_tps": rate, "results": [summary(done, v) for v in vias], "rounds": done,
@@ -263,7 +298,8 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                # Per server, with whether it caught up within the check: a replica still behind
                # counts its not-yet-applied writes here too.
                "missing_by_server": {n: len(ids) for n, ids in report.lost.items() if ids},
-               "caught_up": report.caught_up}
+               "caught_up": report.caught_up,
+               "writer_gap_ms_without_cutover": without_cutover}
         if len(vias) == 2:
             a, b = (x["gap_ms"]["p50"] for x in out["results"])
             out["p50_ratio_vs_orchestrator"] = round(a / max(b, 0.001), 3) if a and b else None
@@ -285,9 +321,16 @@ def render(out: dict) -> None:
         if r["gap_ms_max_in_rounds_that_did_not_switch"] is not None:
             print(f"{'':>12}  longest gap in a round that did not switch: "
                   f"{r['gap_ms_max_in_rounds_that_did_not_switch']} ms")
+        if len(r["gap_ms_by_candidate"]) > 1:
+            for target, t in r["gap_ms_by_candidate"].items():
+                print(f"{'':>12}  to {target}: gap p50 {t['p50']} ms, p95 {t['p95']} ms, max {t['max']} ms "
+                      f"({t['rounds']} rounds)")
         if r["via"] == "dbmigrate" and g["p50"] is not None:
             print(f"{'':>12}  targets: p50 <= {TARGET_P50_MS} ms ({g['p50'] / TARGET_P50_MS:.2f}x), "
                   f"max <= {TARGET_MAX_MS} ms ({g['max'] / TARGET_MAX_MS:.2f}x)")
+    for server, w in out["writer_gap_ms_without_cutover"].items():
+        print(f"writer's gap with no cutover running, {server} the primary: p50 {w['p50']} ms, p99 {w['p99']} ms, "
+              f"max {w['max']} ms ({w['over_10_ms']} of {w['gaps']} over 10 ms)")
     print(f"lost writes: {out['lost_writes']} of {out['acknowledged']} acknowledged (on the final primary); "
           f"missing anywhere after the wait: {out['missing_anywhere']} {out['missing_by_server'] or ''}")
     if out.get("p50_ratio_vs_orchestrator") is not None:

@@ -1,0 +1,41 @@
+"""The switchover benchmark's arithmetic on synthetic acks (no server): the gap counted at a
+cutover, and the reference gaps while no cutover ran."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dbmigrate.rehearsal.verify.report import Ack
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import switchover as bench  # noqa: E402
+
+
+def acks(*points: tuple[float, int]) -> list[Ack]:
+    return [Ack(i, mono, 0.0, sid) for i, (mono, sid) in enumerate(points)]
+
+
+def test_gap_in_counts_only_the_pause_that_overlaps_the_window():
+    a = acks((0.000, 1), (0.001, 1), (0.050, 1), (0.051, 1), (0.100, 2), (0.101, 2))
+    # 49 ms before the window, 49 ms across it: only the second counts.
+    assert bench.gap_in(a, 0.060, 0.090) == pytest.approx(49.0)
+    assert bench.gap_in(a, 0.0005, 0.0008) == pytest.approx(1.0)
+
+
+def test_gaps_without_cutover_leave_out_the_cutovers_and_split_by_primary():
+    a = acks((0.000, 1), (0.001, 1), (0.002, 1), (0.030, 1),  # a 28 ms stall with no cutover
+             (0.5, 1), (0.6, 2),  # the cutover (0.45 .. 0.65): left out
+             (1.0, 2), (1.001, 2), (1.002, 2))
+    out = bench.gaps_without_cutover(a, [(0.45, 0.65)], {1: "db1", 2: "db2"}, margin_s=0.05)
+    assert set(out) == {"db1", "db2"}
+    assert out["db1"]["max"] == pytest.approx(28.0) and out["db1"]["over_10_ms"] == 1
+    # db2: the pause from 0.6 to 1.0 overlaps the cutover's margin and is left out
+    assert out["db2"]["gaps"] == 2 and out["db2"]["max"] == pytest.approx(1.0)
+
+
+def test_gap_stats_empty_and_filled():
+    assert bench.gap_stats([]) == {"p50": None, "p95": None, "max": None}
+    assert bench.gap_stats([1.0, 2.0, 9.0]) == {"p50": 2.0, "p95": 9.0, "max": 9.0}
