@@ -199,7 +199,8 @@ class Runner:
 
     def _execute(self, index: int, phase: Phase, step: Step, ctx: RunContext, prior: str | None) -> str:
         """Run one step; return its final status or raise StepFailed."""
-        where = dict(index=index, phase=phase.name, name=step.name)
+        # The run id given here spares each event a copy made to add it (ctx.emit).
+        where = dict(index=index, phase=phase.name, name=step.name, run_id=ctx.run_id)
         started = time.perf_counter()
 
         def finish(status: str, sentence: str = "", error: str | None = None) -> str:

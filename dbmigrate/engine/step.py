@@ -10,6 +10,7 @@ the runner can tell "cannot check" from "checked: not done".
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
@@ -220,12 +221,21 @@ class RunState:
     def __init__(self, journal: "Journal", run_id: str) -> None:
         self._journal = journal
         self._run_id = run_id
+        # What this process wrote, as written: its reads of those keys skip the journal (a
+        # cutover reads its state several times inside the fenced window). Only keys this
+        # process writes are served from here; another process's writes to the others (a live
+        # throttle) are read from the journal. One run per cluster at a time (the lease).
+        self._written: dict[str, str] = {}
 
     def get(self, key: str, default: Any = None) -> Any:
+        text = self._written.get(key)
+        if text is not None:
+            return json.loads(text)  # a fresh copy: callers may change what they get
         return self._journal.get_state(self._run_id, key, default)
 
     def set(self, key: str, value: Any) -> None:
         self._journal.set_state(self._run_id, key, value)
+        self._written[key] = json.dumps(value)
 
     def __getitem__(self, key: str) -> Any:
         missing = object()

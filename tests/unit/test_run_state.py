@@ -98,3 +98,28 @@ def test_unknown_fields_are_refused_not_dropped(store):
     store["cutover"] = {"version": 1, "data": {"fence_position": "typo"}}
     with pytest.raises(Exception):
         CutoverState.load(store)
+
+
+def test_what_this_process_wrote_is_read_back_without_the_journal_and_written_through(store):
+    journal = store._journal
+    store.set("k", {"a": [1]})
+    assert journal.get_state("r1", "k") == {"a": [1]}  # written through, for resume and other processes
+    reads: list[str] = []
+    original = journal.get_state
+    journal.get_state = lambda *a, **kw: reads.append(a[1]) or original(*a, **kw)  # type: ignore[method-assign]
+    got = store.get("k")
+    got["a"].append(2)  # a caller changing what it got changes nothing stored
+    assert store.get("k") == {"a": [1]} and reads == []
+    # A key another process writes (a live throttle) is always read from the journal.
+    journal.set_state("r1", "other", {"mb_s": 5})
+    assert store.get("other") == {"mb_s": 5} and reads == ["other"]
+    journal.set_state("r1", "other", {"mb_s": 9})
+    assert store.get("other") == {"mb_s": 9}
+
+
+def test_a_typed_state_saved_then_loaded_in_one_process_is_the_one_saved(store):
+    with CutoverState.edit(store) as s:
+        s.fence_pos, s.switched_at = "0-1-7", 12.5
+    s = CutoverState.load(store)
+    assert (s.fence_pos, s.switched_at, s.candidate_opened) == ("0-1-7", 12.5, False)
+    assert RunState(store._journal, "r1").get(CutoverState.KEY)["data"]["fence_pos"] == "0-1-7"  # another reader
