@@ -98,7 +98,9 @@ class Moments:
         if isinstance(event, StepStarted) and event.phase == "cutover" and event.action == "run":
             self.cutover_started = self.cutover_started or now
         elif isinstance(event, Log) and " transaction(s) behind " in event.message and "(limit " in event.message:
-            self.converged = now
+            # The first convergence: a fence that gave up converges again before its next attempt,
+            # and the window counted here keeps the given-up attempts in.
+            self.converged = self.converged or now
         elif isinstance(event, StepFinished) and event.phase == "cutover" and event.action == "run":
             self.cutover_finished = now
             self.marks[event.name] = now

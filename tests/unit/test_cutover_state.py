@@ -36,7 +36,7 @@ class FakeSwitchover:
     def insp(self, name: str) -> FakeInspector:
         return FakeInspector(self, name)
 
-    def fence(self):
+    def fence(self, before_retry=None):
         self.calls.append("fence")
         self.fenced = True
         return "fenced p1", self.positions["p1"]

@@ -120,9 +120,9 @@ def test_the_fence_step_journals_the_convergence_before_read_only(run):
     seen = []
     real_fence = Switchover.fence
 
-    def fence_seeing_journal(sw):
+    def fence_seeing_journal(sw, before_retry=None):
         seen.append(CutoverState.load(ctx.state).converged)
-        return real_fence(sw)
+        return real_fence(sw, before_retry)
 
     Switchover.fence = fence_seeing_journal
     try:
@@ -142,3 +142,35 @@ def test_a_fence_step_that_never_converged_is_undone_without_touching_any_server
         step.run(ctx)
     assert step.undo(ctx) == "nothing to undo: db1 was not fenced"
     assert topo.sent == [] and topo.writable() == ["db1"]
+
+
+def test_a_fence_that_gave_up_converges_again_before_its_next_attempt(run):
+    """Writes flow between two attempts: the candidate may fall behind meanwhile. The next
+    attempt waits for it again, so that its catch-up stays outside the fenced window."""
+    from dbmigrate.exceptions import RefusedWait
+
+    topo = cluster()
+    ctx = run(topo)
+    cut = cut_of(topo, fence_attempts=2, fence_retry_pause_s=0.2)
+    attempts: list[float] = []
+    real_once = Switchover._fence_once
+
+    def blocked_once_then_real(sw):
+        attempts.append(topo.clock.monotonic())
+        if len(attempts) == 1:
+            # The blocked attempt gives up; meanwhile db1 took 40 writes that db2 applies only 0.5 s later.
+            topo.servers["db2"].lag_until = topo.clock.monotonic() + 0.5
+            topo.write("db1", 40)
+            raise RefusedWait("the fence on db1 waited 0.5s behind running statement(s): gave up, nothing changed")
+        return real_once(sw)
+
+    Switchover._fence_once = blocked_once_then_real
+    try:
+        sentence = kit.fence_step(cut).run(ctx)
+    finally:
+        Switchover._fence_once = real_once
+    assert "(attempt 2 of 2)" in sentence and topo.servers["db1"].read_only
+    assert attempts[1] - attempts[0] >= 0.5  # not after the 0.2 s pause alone: after db2 caught up
+    st = CutoverState.load(ctx.state)
+    assert st.converged.startswith("db2 was 0 transaction(s) behind db1") and "at most 40" in st.converged
+    assert st.lag_at_fence_trx == 0 and topo.missing_on("db2") == []

@@ -262,12 +262,16 @@ class Switchover:
     def is_fenced(self) -> bool:
         return self.insp(self.old).read_only()
 
-    def fence(self) -> tuple[str, str]:
+    def fence(self, before_retry: Callable[[], object] | None = None) -> tuple[str, str]:
         """read_only on the old primary, tried up to fence_attempts times when one attempt gives
-        up blocked (writes flow for fence_retry_pause_s in between); returns (sentence, final position)."""
+        up blocked (writes flow for fence_retry_pause_s in between); returns (sentence, final position).
+        `before_retry` runs before each new attempt: the candidate may have fallen behind while
+        writes flowed, and the caller converges again so that the catch-up stays outside the window."""
         attempts = max(1, self.s.fence_attempts)
         for attempt in range(1, attempts + 1):
             try:
+                if attempt > 1 and before_retry is not None:
+                    before_retry()
                 sentence, pos = self._fence_once()
             except RefusedWait as e:
                 if attempt == attempts:
