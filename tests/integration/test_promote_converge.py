@@ -24,11 +24,11 @@ def watch_fences(monkeypatch) -> list[str | None]:
     """What the journal said about convergence at each fence (read from a separate connection)."""
     real_fence, seen = Switchover.fence, []
 
-    def fence(self):
+    def fence(self, before_retry=None):
         with Journal(resolve_journal_path()) as j:
             run_id = j.list_runs(1)[0]["id"]
         seen.append(journaled_convergence(run_id))
-        return real_fence(self)
+        return real_fence(self, before_retry)
 
     monkeypatch.setattr(Switchover, "fence", fence)
     return seen

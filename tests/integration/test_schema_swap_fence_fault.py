@@ -97,8 +97,8 @@ def test_fence_that_fails_after_read_only_is_undone_by_the_rollback(cluster, mon
     real_fence = Switchover.fence
     fenced = []
 
-    def fence_then_fail(self):
-        sentence, pos = real_fence(self)  # read_only=ON is in place on the primary
+    def fence_then_fail(self, before_retry=None):
+        sentence, pos = real_fence(self, before_retry)  # read_only=ON is in place on the primary
         if self.old == PRIMARY and not fenced:
             fenced.append(Inspector(self.server(self.old)).read_only())
             raise DbmigrateError(f"lost the connection to {self.old} right after read_only=ON")
@@ -124,8 +124,8 @@ KILLED_RUN = textwrap.dedent("""
 
     real_fence = Switchover.fence
 
-    def fence_then_die(self):
-        real_fence(self)  # read_only=ON is in place; the tool dies before its step finishes
+    def fence_then_die(self, before_retry=None):
+        real_fence(self, before_retry)  # read_only=ON is in place; the tool dies before its step finishes
         os.kill(os.getpid(), signal.SIGKILL)
 
     Switchover.fence = fence_then_die
