@@ -136,3 +136,24 @@ def test_mysql_flavor_names_its_version():
 def test_replication_account_grants_use_each_flavors_privilege_names():
     assert MARIADB.replication_grants() == "REPLICATION SLAVE, SLAVE MONITOR, BINLOG MONITOR ON *.*"
     assert MYSQL.replication_grants() == "REPLICATION SLAVE, REPLICATION CLIENT ON *.*"
+
+
+def test_the_fence_is_one_request_of_the_flavors_statements_then_the_position_read():
+    from types import SimpleNamespace
+
+    from dbmigrate.db.applier import Applier
+
+    for flavor, statements, read, pos in (
+            (MARIADB, ["SET STATEMENT lock_wait_timeout=5 FOR SET GLOBAL read_only=ON"],
+             "SELECT @@GLOBAL.gtid_binlog_pos AS pos", "0-1-9"),
+            (MYSQL, ["SET SESSION lock_wait_timeout=5", "SET GLOBAL super_read_only=ON"],
+             MYSQL.gtid_executed_sql(), "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-9")):
+        requests = []
+        server = SimpleNamespace(name="db1", flavor=flavor,
+                                 query_after=lambda sts, sql, p=pos: requests.append((sts, sql)) or [{"pos": p}])
+        assert Applier(server).fence_and_read_binlog_pos(lock_wait_timeout=5) == pos  # type: ignore[arg-type]
+        assert requests == [(statements, read)]  # one request: the fence's statements, then the read
+
+        planned = []
+        dry = Applier(server, dry_run=True, on_planned=lambda name, sql: planned.append(sql))  # type: ignore[arg-type]
+        assert dry.fence_and_read_binlog_pos(lock_wait_timeout=5) is None and planned == statements
