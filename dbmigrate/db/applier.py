@@ -44,13 +44,11 @@ class Applier:
         """read_only=ON (bounded like set_read_only) and the binlog position read right after it,
         in one round trip: inside a fenced window each round trip is write downtime. Returns
         the position; None in dry-run (nothing sent, the statements are recorded)."""
-        statements = self.flavor.set_read_only_sql(True, lock_wait_timeout)
         if self.dry_run:
-            for sql in statements:
-                self._send(sql)
+            self.set_read_only(True, lock_wait_timeout)
             return None
-        rows = self.server.query_after(statements, self.flavor.gtid_binlog_pos_sql())
-        return (next(iter(rows[0].values())) if rows else None) or ""
+        return self.server.scalar_after(self.flavor.set_read_only_sql(True, lock_wait_timeout),
+                                        self.flavor.gtid_binlog_pos_sql()) or ""
 
     def stop_replica(self) -> None:
         self._send(self.flavor.stop_replica_sql())

@@ -296,6 +296,10 @@ class Server:
         that error is raised and the read never runs. Not retried (the statements change things)."""
         return self._run(";\n".join([*statements, sql]), None, fetch="last")
 
+    def scalar_after(self, statements: list[str], sql: str) -> Any:
+        """query_after's first value, as scalar() is query()'s."""
+        return _first_value(self.query_after(statements, sql))
+
     def consume(self, sql: str, params: tuple | list | None = None) -> int:
         """Run a read and discard its rows as they arrive (warm-up, probes): returns the row count."""
         return self._run(sql, params, fetch="count")
@@ -326,10 +330,7 @@ class Server:
                 self.close()  # an abandoned unbuffered read leaves the session unusable
 
     def scalar(self, sql: str, params: tuple | list | None = None) -> Any:
-        rows = self.query(sql, params)
-        if not rows:
-            return None
-        return next(iter(rows[0].values()))
+        return _first_value(self.query(sql, params))
 
     # -- identity ------------------------------------------------------------
     @property
@@ -362,3 +363,8 @@ class Server:
                       self.read_timeout, self.retries, self.unix_socket)
         twin._version = self._version  # the same server: no second VERSION() round trip
         return twin
+
+
+def _first_value(rows: list[dict[str, Any]]) -> Any:
+    """The first column of the first row, None when there is no row."""
+    return next(iter(rows[0].values())) if rows else None

@@ -79,11 +79,10 @@ def converge(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str
     return sentence
 
 
-def fence(cut: Cutover, ctx: RunContext, sw: Switchover | None = None, converged: bool = False) -> str:
-    """read_only on the old primary; `converged` (the caller waited for the candidate) converges
-    again before a retried attempt, after writes flowed."""
-    sw = sw or cut.sw(ctx)
-    sentence, pos = sw.fence(before_retry=(lambda: converge(cut, ctx, sw)) if converged else None)
+def fence(cut: Cutover, ctx: RunContext, sw: Switchover | None = None,
+          before_retry: Callable[[], object] | None = None) -> str:
+    """read_only on the old primary (see Switchover.fence for `before_retry`)."""
+    sentence, pos = (sw or cut.sw(ctx)).fence(before_retry)
     with CutoverState.edit(ctx.state) as s:
         s.fence_pos = pos
     ctx.set_hook_env("FENCE_POSITION", pos)
@@ -101,7 +100,8 @@ def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
         # Nothing of the tool's own pauses the window from here until the candidate opens.
         ctx.hold_for_fenced_window()
     converged = converge(cut, ctx, sw)
-    return f"{converged}; {fence(cut, ctx, sw, converged=True)}"
+    # A retried attempt follows writes that flowed meanwhile: the candidate converges again first.
+    return f"{converged}; {fence(cut, ctx, sw, before_retry=lambda: converge(cut, ctx, sw))}"
 
 
 def undo_fence(cut: Cutover, ctx: RunContext) -> str:
