@@ -13,18 +13,17 @@ Then p50 / p95 / max across the rounds that switched (and per candidate), the lo
 the end, and the writer's gaps while no cutover ran, per primary: what the servers and the
 machine alone cost the application, the reference for the gaps at the cutovers.
 
---lagging gives the candidate a small buffer pool and single-threaded apply under a
-heavier load (8 sysbench threads, bigger tables), so that it
-lags by design: the run either waits for it outside the fenced window or refuses
-to fence, and says why. The rounds back run with that slow server as the primary: its own
-stalls (hundreds of ms with no cutover running) show in the gaps without cutover.
+--lagging gives the candidate a quarter of the buffer pool and single-threaded apply under
+a heavier load (8 sysbench threads, bigger tables), so that it lags by design: the run
+either waits for it outside the fenced window or refuses to fence, and says why. The
+rounds back run with that slower server as the primary.
 
 Where ORCHESTRATOR_URL is set, rounds alternate dbmigrate and orchestrator
 (`via: orchestrator`) on the same sandbox and load, and the p50 ratio is printed.
 
 Targets on a quiet machine: p50 <= 10 ms, max <= 60 ms, 0 lost.
 
-    python bench/switchover.py [--rounds 10] [--json] [--lagging] [--rate TPS]
+    python bench/switchover.py [--rounds 10] [--json] [--lagging] [--rate TPS] [--candidate-buffer-pool-mb MB]
 """
 
 from __future__ import annotations
@@ -59,10 +58,14 @@ DEVNULL = open(os.devnull, "w")
 # again after half of that, on a new connection.
 WRITER_INTERVAL_S, WRITER_RETRY_PAUSE_S = 0.001, 0.0005
 
-# A candidate that keeps up less well: little cache, one applier thread, under a heavier
-# load (8 threads, bigger tables). Unthrottled it falls behind for good (the runs refuse);
-# with --rate it lags in bursts and the convergence wait shows.
+# A candidate that keeps up less well: less cache, one applier thread, under a heavier
+# load (8 threads, bigger tables): unthrottled, it is waited for before most fences.
 LAGGING_CANDIDATE = {"slave_parallel_threads": "0"}
+# A quarter of the others' buffer pool. Not 16 MB: there MariaDB 10.11 stalls every commit for
+# 0.4-0.75 s about every 2 s under this load, a server broken on its own (no write gets through,
+# with or without a cutover), not one that lags; at 32 and 64 MB, over the same 35 s, no write
+# waited past 50 ms. `--candidate-buffer-pool-mb 16` shows it (the gaps with no cutover running).
+LAGGING_BUFFER_POOL_MB, BUFFER_POOL_MB = 32, 128
 
 
 def gap_in(acks, start: float, end: float) -> float:
@@ -136,8 +139,10 @@ def playbook(state, name: str, candidate: str, via: str) -> Path:
            "params": {"candidate": candidate, "via": via, "catchup_timeout_s": 5, "drain_timeout_s": 0.2,
                       "max_lag_ms": 60000, "lag_wait_s": 5, "converge_timeout_s": 10,
                       # A fence stuck behind application transactions waiting on each other (about 3 in
-                      # 100 under this load) gives up after 30 ms and is tried again, writes flowing between.
-                      **({"fence_block_s": 0.03, "fence_attempts": 5, "fence_retry_pause_s": 0.2}
+                      # 100 under this load) gives up after 30 ms and is tried again, writes flowing between;
+                      # so does one whose candidate has not applied the final position 30 ms after it.
+                      **({"fence_block_s": 0.03, "fence_attempts": 5, "fence_retry_pause_s": 0.2,
+                          "fenced_catchup_budget_s": 0.03}
                          if via == "dbmigrate" else {})}}
     path = state.path / f"bench-{candidate}-{via}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -252,13 +257,16 @@ def discover(state, name: str, url: str) -> None:
         client.discover(s.host, s.port)
 
 
-def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rate: int | None = None) -> dict:
+def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rate: int | None = None,
+              candidate_buffer_pool_mb: int | None = None) -> dict:
     boxes = Sandboxes()
     name = f"bench{os.getpid() % 10000}"
     boxes.up(name, 2)
     verifier = None
     try:
-        boxes.add_instance(name, f"{name}-new", replica_of=f"{name}-1", buffer_pool_mb=16 if lagging else 128,
+        boxes.add_instance(name, f"{name}-new", replica_of=f"{name}-1",
+                           buffer_pool_mb=candidate_buffer_pool_mb
+                           or (LAGGING_BUFFER_POOL_MB if lagging else BUFFER_POOL_MB),
                            extra=LAGGING_CANDIDATE if lagging else None)
         haproxy.start(boxes, name)
         state = boxes.find(name)
@@ -293,7 +301,8 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         without_cutover = gaps_without_cutover(verifier.acks, spans, names)
         report = verifier.check(catch_up_timeout_s=60)
         writer = targets[1 - where]  # the primary after the last round
-        out = {"lagging": lagging, "load_rate_tps": rate, "results": [summary(done, v) for v in vias], "rounds": done,
+        out = {"lagging": lagging, "load_rate_tps": rate, "candidate_buffer_pool_mb": candidate_buffer_pool_mb
+               or (LAGGING_BUFFER_POOL_MB if lagging else BUFFER_POOL_MB), "results": [summary(done, v) for v in vias], "rounds": done,
                # Lost: acknowledged and not on the server that takes the writes at the end.
                "lost_writes": len(report.lost.get(writer, [])), "acknowledged": report.acknowledged,
                "missing_anywhere": report.lost_total,
@@ -313,6 +322,8 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
 
 
 def render(out: dict) -> None:
+    print(f"candidate's buffer pool: {out['candidate_buffer_pool_mb']} MB"
+          + (" (lagging by design: single-threaded apply, 8 sysbench threads)" if out["lagging"] else ""))
     for r in out["results"]:
         g, w = r["gap_ms"], r["converge_wait_ms"]
         print(f"{r['via']:>12}: {r['switched']}/{r['rounds']} switched; gap at the cutover p50 {g['p50']} ms, "
@@ -347,6 +358,8 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=None,
                     help="throttle sysbench to this many transactions/s (default: as fast as it goes, "
                          "which saturates 2 cores)")
+    ap.add_argument("--candidate-buffer-pool-mb", type=int, default=None,
+                    help=f"the candidate's buffer pool (default {BUFFER_POOL_MB}, {LAGGING_BUFFER_POOL_MB} with --lagging)")
     args = ap.parse_args()
     import shutil
     import tempfile
@@ -362,7 +375,8 @@ def main() -> int:
     url = os.environ.get("ORCHESTRATOR_URL")
     if not url:
         say("orchestrator: skipped (ORCHESTRATOR_URL is not set: no orchestrator to compare with)")
-    out = run_bench(args.rounds, args.lagging, url, say, rate=args.rate)
+    out = run_bench(args.rounds, args.lagging, url, say, rate=args.rate,
+                    candidate_buffer_pool_mb=args.candidate_buffer_pool_mb)
     if not url:
         out["orchestrator"] = "skipped: ORCHESTRATOR_URL is not set"
     if args.json:

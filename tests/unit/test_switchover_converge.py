@@ -174,3 +174,81 @@ def test_a_fence_that_gave_up_converges_again_before_its_next_attempt(run):
     st = CutoverState.load(ctx.state)
     assert st.converged.startswith("db2 was 0 transaction(s) behind db1") and "at most 40" in st.converged
     assert st.lag_at_fence_trx == 0 and topo.missing_on("db2") == []
+
+
+def stalling_after_first_convergence(topo: FakeTopology, stall_s: float) -> tuple[list[float], object]:
+    """db2 converged, then stalls for `stall_s` while db1 takes 20 more writes (more than
+    converge_max_trx) just before the first fence: the fenced catch-up of that attempt cannot
+    finish soon, and the next convergence waits for the stall to end."""
+    attempts: list[float] = []
+    real_once = Switchover._fence_once
+
+    def once(sw):
+        attempts.append(topo.clock.monotonic())
+        if len(attempts) == 1:
+            topo.servers["db2"].lag_until = topo.clock.monotonic() + stall_s
+            topo.write("db1", 20)
+        return real_once(sw)
+
+    return attempts, once
+
+
+def read_only_spans(topo: FakeTopology, name: str) -> list[str]:
+    return [sql for sql in topo.statements(name) if "read_only" in sql]
+
+
+def test_a_candidate_that_stalls_after_the_fence_is_unfenced_within_the_budget_and_tried_again(run, monkeypatch):
+    topo = cluster()
+    ctx = run(topo)
+    logged: list[str] = []
+    settings = SwitchoverSettings(fence_attempts=3, fence_retry_pause_s=0.2, fenced_catchup_budget_s=0.05)
+    cut = kit.Cutover(old="db1", new="db2", switchover=lambda c, record: Switchover(
+        topo, "db1", "db2", settings, FakeRouter(topo, "db1"), clock=topo.clock,
+        log=lambda message, level="info": logged.append(message)))
+    attempts, once = stalling_after_first_convergence(topo, stall_s=0.4)
+    monkeypatch.setattr(Switchover, "_fence_once", once)
+    sentence = kit.fence_step(cut).run(ctx)
+    assert "(attempt 2 of 3)" in sentence and "; db2 applied it in 0.0 ms" in sentence
+    assert topo.servers["db1"].read_only and topo.writable() == []
+    # The first attempt: fenced, then unfenced once the 50 ms budget ran out, not after the stall.
+    refusal = next(m for m in logged if "fenced catch-up budget of 50 ms" in m)
+    assert "db2 did not apply db1's final position" in refusal and "unfenced db1 (read_only=OFF)" in refusal
+    assert "waited 50.0 ms" in refusal
+    assert len(read_only_spans(topo, "db1")) == 3  # on, off, on
+    # The second attempt came after db2 caught up (converged again), not after the pause alone.
+    assert attempts[1] - attempts[0] >= 0.4
+    assert topo.missing_on("db2") == []
+
+
+def test_the_last_attempt_leaves_the_catch_up_to_its_own_step(run, monkeypatch):
+    """No budget on the last attempt: a candidate that stalls then is waited for by the
+    catch-up step, up to catchup_timeout_s, as without a budget."""
+    topo = cluster()
+    ctx = run(topo)
+    cut = cut_of(topo, fence_attempts=1, fenced_catchup_budget_s=0.05)
+    attempts, once = stalling_after_first_convergence(topo, stall_s=0.4)
+    monkeypatch.setattr(Switchover, "_fence_once", once)
+    sentence = kit.fence_step(cut).run(ctx)
+    assert "applied it" not in sentence and "attempt" not in sentence
+    assert len(read_only_spans(topo, "db1")) == 1 and topo.servers["db1"].read_only
+    t0 = topo.clock.monotonic()
+    said = kit.catch_up_step(cut).run(ctx)
+    assert said.startswith("db2 applied") and topo.clock.monotonic() - t0 >= 0.3
+
+
+def test_a_candidate_that_stalls_at_every_attempt_is_waited_for_only_at_the_last(run, monkeypatch):
+    topo = cluster()
+    ctx = run(topo)
+    cut = cut_of(topo, fence_attempts=2, fence_retry_pause_s=0.2, fenced_catchup_budget_s=0.05)
+    real_once = Switchover._fence_once
+
+    def always_stalls(sw):
+        topo.servers["db2"].lag_until = topo.clock.monotonic() + 0.4
+        topo.write("db1", 5)
+        return real_once(sw)
+
+    monkeypatch.setattr(Switchover, "_fence_once", always_stalls)
+    sentence = kit.fence_step(cut).run(ctx)
+    assert "(attempt 2 of 2)" in sentence and "applied it" not in sentence
+    assert kit.catch_up_step(cut).run(ctx).startswith("db2 applied")
+    assert topo.missing_on("db2") == []

@@ -32,7 +32,7 @@ from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
-from dbmigrate.db.connection import QueryError
+from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
 from dbmigrate.procedures.kit.fence_watch import FenceWatch, OnFenceBlocked
 from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError, WaitTimeout
@@ -68,6 +68,11 @@ class SwitchoverSettings:
     # A fence that gave up blocked is tried again (writes flow in between) up to this many times in all.
     fence_attempts: int = 1
     fence_retry_pause_s: float = 1.0
+    # With fence_attempts > 1: an attempt whose candidate does not apply the final position
+    # within this long (a candidate stalled right after it converged) is unfenced, writes flow,
+    # and the next attempt converges again; the last attempt leaves the wait to the catch-up
+    # step (catchup_timeout_s). None: every attempt does.
+    fenced_catchup_budget_s: float | None = None
     # How long an undo waits for one server to answer before taking it as down (frozen, dead).
     probe_timeout_s: float = 2.0
     drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
@@ -264,15 +269,19 @@ class Switchover:
 
     def fence(self, before_retry: Callable[[], object] | None = None) -> tuple[str, str]:
         """read_only on the old primary, tried up to fence_attempts times when one attempt gives
-        up blocked (writes flow for fence_retry_pause_s in between); returns (sentence, final position).
-        `before_retry` runs before each new attempt: the candidate may have fallen behind while
-        writes flowed, and the caller converges again so that the catch-up stays outside the window."""
+        up blocked, or its candidate did not apply the final position within
+        fenced_catchup_budget_s (writes flow for fence_retry_pause_s in between); returns
+        (sentence, final position). `before_retry` runs before each new attempt: the candidate
+        may have fallen behind while writes flowed, and the caller converges again so that the
+        catch-up stays outside the window."""
         attempts = max(1, self.s.fence_attempts)
         for attempt in range(1, attempts + 1):
             try:
                 if attempt > 1 and before_retry is not None:
                     before_retry()
                 sentence, pos = self._fence_once()
+                if attempt < attempts and self.s.fenced_catchup_budget_s and not self.dry_run:
+                    sentence += self._applied_within_budget(pos)
             except RefusedWait as e:
                 if attempt == attempts:
                     if attempts > 1:
@@ -307,6 +316,28 @@ class Switchover:
         if watch is not None and watch.killed:
             said += f" after ending {len(watch.killed)} blocking statement(s) ({watch.describe_blockers()})"
         return f"{said}; final position {pos or '(empty)'}", pos
+
+    def _applied_within_budget(self, position: str) -> str:
+        """Inside the fenced window: the candidate applies the final position within the budget,
+        or the old primary is unfenced (the candidate was never opened: one writable server) and
+        RefusedWait lets the next attempt converge again. A candidate that does not answer within
+        the budget counts as one that did not apply: the next attempt's convergence names it."""
+        budget = self.s.fenced_catchup_budget_s or 0.0
+        t0 = self.clock.monotonic()
+        try:
+            with self.topo.bounded(budget + ROUND_TRIP_MARGIN_S, self.new):
+                applied = self.insp(self.new).wait_for_gtid(position, budget)
+        except QueryError:
+            applied = False
+        waited_ms = (self.clock.monotonic() - t0) * 1000
+        if applied:
+            return f"; {self.new} applied it in {waited_ms:.1f} ms"
+        self.apply(self.old).set_read_only(False)
+        raise RefusedWait(f"{self.new} did not apply {self.old}'s final position {position} within the fenced "
+                          f"catch-up budget of {budget * 1000:g} ms (waited {waited_ms:.1f} ms): unfenced "
+                          f"{self.old} (read_only=OFF), it takes writes again, nothing changed",
+                          hint="the candidate stalls while applying: retry when it keeps up (dbmigrate lag watch), "
+                               "or raise fenced_catchup_budget_s")
 
     def _require_gtid_mode(self) -> None:
         problem = self.insp(self.old).gtid_mode_problem()

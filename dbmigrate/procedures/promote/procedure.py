@@ -56,6 +56,10 @@ class PromoteParams(BaseModel):
     fence_attempts: int = Field(1, ge=1, le=10, description="fences tried in all when one gives up blocked; writes "
                                                             "flow between two attempts")
     fence_retry_pause_s: float = Field(1, gt=0, le=60, description="writes flow this long before the next attempt")
+    fenced_catchup_budget_s: Optional[float] = Field(
+        None, gt=0, le=10, description="with fence_attempts > 1: unfence and try again when the candidate does not "
+                                       "apply the final position this soon after the fence (the last attempt "
+                                       "waits up to catchup_timeout_s)")
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer "
                                                                "before taking it as down")
     drain_timeout_s: float = Field(2, ge=0, le=60)
@@ -79,7 +83,8 @@ def settings_of(p: PromoteParams) -> SwitchoverSettings:
                               replica_timeout_s=p.replica_timeout_s, converge_timeout_s=p.converge_timeout_s,
                               converge_max_trx=p.converge_max_trx, fence_block_s=p.fence_block_s,
                               on_fence_blocked=p.on_fence_blocked, probe_timeout_s=p.probe_timeout_s,
-                              fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s)
+                              fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s,
+                              fenced_catchup_budget_s=p.fenced_catchup_budget_s)
 
 
 def plan_names(ctx: RunContext, params: PromoteParams) -> tuple[str, str]:
