@@ -25,6 +25,7 @@ class FakeSwitchover:
     """What the cutover steps call, with a log of the calls and what the journal said at each."""
 
     old, new = "p1", "r1"
+    applied_at_fence = None  # no fenced catch-up budget: the catch-up step waits
 
     def __init__(self, ctx_of: "list[RunContext]"):
         self.ctx_of = ctx_of

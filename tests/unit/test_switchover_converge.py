@@ -218,6 +218,12 @@ def test_a_candidate_that_stalls_after_the_fence_is_unfenced_within_the_budget_a
     # The second attempt came after db2 caught up (converged again), not after the pause alone.
     assert attempts[1] - attempts[0] >= 0.4
     assert topo.missing_on("db2") == []
+    # Seen applied within the budget: the catch-up step does not ask db2 again inside the window.
+    st = CutoverState.load(ctx.state)
+    assert st.applied_pos == st.fence_pos and st.fence_pos
+    t0 = topo.clock.monotonic()
+    assert kit.catch_up_step(cut).run(ctx) == f"db2 had applied {st.fence_pos} within the fence step"
+    assert topo.clock.monotonic() == t0
 
 
 def test_the_last_attempt_leaves_the_catch_up_to_its_own_step(run, monkeypatch):
@@ -231,6 +237,7 @@ def test_the_last_attempt_leaves_the_catch_up_to_its_own_step(run, monkeypatch):
     sentence = kit.fence_step(cut).run(ctx)
     assert "applied it" not in sentence and "attempt" not in sentence
     assert len(read_only_spans(topo, "db1")) == 1 and topo.servers["db1"].read_only
+    assert CutoverState.load(ctx.state).applied_pos is None
     t0 = topo.clock.monotonic()
     said = kit.catch_up_step(cut).run(ctx)
     assert said.startswith("db2 applied") and topo.clock.monotonic() - t0 >= 0.3

@@ -146,6 +146,9 @@ class Switchover:
         self.record = record
         self.clock = clock or Clock()
         self._window_ready = False  # prepare_window ran: the checks before the fence are done
+        # The final position the candidate was seen to apply within the fenced catch-up budget:
+        # the catch-up step need not ask again inside the window.
+        self.applied_at_fence: str | None = None
 
     # -- helpers -------------------------------------------------------------
     def server(self, name: str) -> Server:
@@ -331,6 +334,7 @@ class Switchover:
             applied = False
         waited_ms = (self.clock.monotonic() - t0) * 1000
         if applied:
+            self.applied_at_fence = position
             return f"; {self.new} applied it in {waited_ms:.1f} ms"
         self.apply(self.old).set_read_only(False)
         raise RefusedWait(f"{self.new} did not apply {self.old}'s final position {position} within the fenced "
