@@ -95,9 +95,12 @@ class Moments:
     opened: float | None = None
     cutover_finished: float | None = None
     marks: dict[str, float] = field(default_factory=dict)
+    retries: list[str] = field(default_factory=list)  # why a fence attempt was given up
 
     def __call__(self, event) -> None:
         now = time.monotonic()
+        if isinstance(event, Log) and "; trying again in " in event.message:
+            self.retries.append(event.message.split("; trying again in ")[0])
         if isinstance(event, StepStarted) and event.phase == "cutover" and event.action == "run":
             self.cutover_started = self.cutover_started or now
         elif isinstance(event, Log) and " transaction(s) behind " in event.message and "(limit " in event.message:
@@ -134,7 +137,12 @@ class Moments:
         return (start, end) if start is not None and end is not None else None
 
 
-def playbook(state, name: str, candidate: str, via: str) -> Path:
+# How long after the fence the candidate may take to apply the final position before the
+# attempt is given up (unfenced, tried again): a guard against a candidate that stalls.
+FENCED_CATCHUP_BUDGET_S = 0.03
+
+
+def playbook(state, name: str, candidate: str, via: str, budget_s: float | None = FENCED_CATCHUP_BUDGET_S) -> Path:
     doc = {"procedure": "promote", "inventory": str(state.inventory_file), "cluster": name,
            "params": {"candidate": candidate, "via": via, "catchup_timeout_s": 5, "drain_timeout_s": 0.2,
                       "max_lag_ms": 60000, "lag_wait_s": 5, "converge_timeout_s": 10,
@@ -142,7 +150,7 @@ def playbook(state, name: str, candidate: str, via: str) -> Path:
                       # 100 under this load) gives up after 30 ms and is tried again, writes flowing between;
                       # so does one whose candidate has not applied the final position 30 ms after it.
                       **({"fence_block_s": 0.03, "fence_attempts": 5, "fence_retry_pause_s": 0.2,
-                          "fenced_catchup_budget_s": 0.03}
+                          **({"fenced_catchup_budget_s": budget_s} if budget_s else {})}
                          if via == "dbmigrate" else {})}}
     path = state.path / f"bench-{candidate}-{via}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -161,7 +169,7 @@ def fence_sentence(run_id: str) -> str:
 
 
 def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier, rate: int | None,
-              spans: list[tuple[float, float]]) -> dict:
+              spans: list[tuple[float, float]], budget_s: float | None = FENCED_CATCHUP_BUDGET_S) -> dict:
     # Debian's sysbench 1.0.20 dies on reconnect after a flip (upstream #527): one per round.
     bg = load.start_background(time_s=60, rate=rate)
     time.sleep(1.0)
@@ -170,7 +178,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     t0 = time.monotonic()
     # Progress rendered as `dbmigrate run` renders it (to a null device): its cost is the tool's.
     console = ConsoleRenderer(Console(file=DEVNULL, force_terminal=True, width=160, highlight=False, soft_wrap=True))
-    outcome = start_run(playbook(state, name, target, via), assume_yes=True, subscribers=[moments, console])
+    outcome = start_run(playbook(state, name, target, via, budget_s), assume_yes=True, subscribers=[moments, console])
     t1 = time.monotonic()
     spans.append((t0, t1))
     time.sleep(0.3)
@@ -194,6 +202,10 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
         "lag_at_fence_trx": cut.get("lag_at_fence_trx"),
         "steps_end_ms_after_fence": moments.inside(),
         "fence": fence_sentence(outcome.run_id) if via == "dbmigrate" else None,
+        "fence_given_up": ["blocked" if "behind running statement" in m else
+                           "candidate did not apply in budget" if "catch-up budget" in m else m
+                           for m in moments.retries],
+        "fence_given_up_detail": moments.retries,
         "writer_errors": errors,
         "run_ms": round((t1 - t0) * 1000),
         "load_tps": round(load_tps) if load_tps else None,
@@ -238,6 +250,8 @@ def summary(rounds: list[dict], via: str) -> dict:
             "lag_at_fence_trx_max": max(lags) if lags else None,
             "load_tps_p50": statistics.median(t) if (t := [r["load_tps"] for r in mine if r["load_tps"]]) else None,
             "writer_errors": sum(sum(r["writer_errors"].values()) for r in mine),
+            "fence_attempts_given_up": {why: sum(r["fence_given_up"].count(why) for r in mine)
+                                        for why in sorted({w for r in mine for w in r["fence_given_up"]})},
             # Per candidate: with --lagging, the rounds to the lagging candidate are the ones that
             # test convergence; the rounds back run on that slow server as the primary.
             "gap_ms_by_candidate": {t: gap_stats([r["gap_ms"] for r in mine if r["target"] == t and r["status"] == "done"
@@ -258,7 +272,8 @@ def discover(state, name: str, url: str) -> None:
 
 
 def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rate: int | None = None,
-              candidate_buffer_pool_mb: int | None = None) -> dict:
+              candidate_buffer_pool_mb: int | None = None,
+              budget_s: float | None = FENCED_CATCHUP_BUDGET_S) -> dict:
     boxes = Sandboxes()
     name = f"bench{os.getpid() % 10000}"
     boxes.up(name, 2)
@@ -288,7 +303,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         where = 0  # index in targets of the current primary's successor
         for i in range(rounds * len(vias)):
             via = vias[(i // 2) % len(vias)]  # two rounds (there and back) per tool, alternating
-            r = one_round(state, name, targets[where], via, load, verifier, rate, spans)
+            r = one_round(state, name, targets[where], via, load, verifier, rate, spans, budget_s)
             done.append(r)
             if r["status"] == "done":
                 where = 1 - where
@@ -301,7 +316,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         without_cutover = gaps_without_cutover(verifier.acks, spans, names)
         report = verifier.check(catch_up_timeout_s=60)
         writer = targets[1 - where]  # the primary after the last round
-        out = {"lagging": lagging, "load_rate_tps": rate, "candidate_buffer_pool_mb": candidate_buffer_pool_mb
+        out = {"lagging": lagging, "load_rate_tps": rate, "fenced_catchup_budget_s": budget_s, "candidate_buffer_pool_mb": candidate_buffer_pool_mb
                or (LAGGING_BUFFER_POOL_MB if lagging else BUFFER_POOL_MB), "results": [summary(done, v) for v in vias], "rounds": done,
                # Lost: acknowledged and not on the server that takes the writes at the end.
                "lost_writes": len(report.lost.get(writer, [])), "acknowledged": report.acknowledged,
@@ -329,6 +344,9 @@ def render(out: dict) -> None:
         print(f"{r['via']:>12}: {r['switched']}/{r['rounds']} switched; gap at the cutover p50 {g['p50']} ms, "
               f"p95 {g['p95']} ms, max {g['max']} ms; converge wait p50 {w['p50']} ms, max {w['max']} ms; "
               f"lag at fence max {r['lag_at_fence_trx_max']} trx; writer errors {r['writer_errors']}")
+        if r["fence_attempts_given_up"]:
+            print(f"{'':>12}  fence attempts given up (then tried again): "
+                  + ", ".join(f"{n} {why}" for why, n in r["fence_attempts_given_up"].items()))
         for reason in r["refused"]:
             print(f"{'':>12}  refused: {reason}")
         if r["gap_ms_max_in_rounds_that_did_not_switch"] is not None:
@@ -360,6 +378,8 @@ def main() -> int:
                          "which saturates 2 cores)")
     ap.add_argument("--candidate-buffer-pool-mb", type=int, default=None,
                     help=f"the candidate's buffer pool (default {BUFFER_POOL_MB}, {LAGGING_BUFFER_POOL_MB} with --lagging)")
+    ap.add_argument("--fenced-catchup-budget-ms", type=float, default=FENCED_CATCHUP_BUDGET_S * 1000,
+                    help="the playbook's fenced_catchup_budget_s, in ms (0: none, the catch-up step waits)")
     args = ap.parse_args()
     import shutil
     import tempfile
@@ -376,7 +396,8 @@ def main() -> int:
     if not url:
         say("orchestrator: skipped (ORCHESTRATOR_URL is not set: no orchestrator to compare with)")
     out = run_bench(args.rounds, args.lagging, url, say, rate=args.rate,
-                    candidate_buffer_pool_mb=args.candidate_buffer_pool_mb)
+                    candidate_buffer_pool_mb=args.candidate_buffer_pool_mb,
+                    budget_s=args.fenced_catchup_budget_ms / 1000 or None)
     if not url:
         out["orchestrator"] = "skipped: ORCHESTRATOR_URL is not set"
     if args.json:

@@ -21,6 +21,7 @@ class Session:
     time: int
     state: str | None
     info: str | None = None  # the statement running, when asked for
+    lock_wait: bool = False  # its transaction waits for a row lock (InnoDB), when asked for
 
 
 def _account_name(grantee: str) -> str:
@@ -109,14 +110,16 @@ class Inspector:
         every other client statement still running that is not itself waiting behind the
         fence (those only wait for it, on the backup / global read / commit lock)."""
         rows = self.server.query(
-            "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, LEFT(INFO, 120) AS INFO "
-            "FROM information_schema.PROCESSLIST WHERE ID NOT IN (%s, CONNECTION_ID()) "
-            "AND COMMAND IN ('Query', 'Execute') AND USER NOT IN ('system user', 'event_scheduler') "
-            "AND COALESCE(STATE, '') NOT LIKE 'Waiting for backup lock%%' "
-            "AND COALESCE(STATE, '') NOT LIKE 'Waiting for global read lock%%' "
-            "AND COALESCE(STATE, '') NOT LIKE 'Waiting for commit lock%%'", (int(fence_id),))
+            "SELECT p.ID, p.USER, p.HOST, p.DB, p.COMMAND, p.TIME, p.STATE, LEFT(p.INFO, 120) AS INFO, "
+            "(SELECT COUNT(*) FROM information_schema.INNODB_TRX t WHERE t.trx_mysql_thread_id = p.ID "
+            "AND t.trx_state = 'LOCK WAIT') AS LOCK_WAIT "
+            "FROM information_schema.PROCESSLIST p WHERE p.ID NOT IN (%s, CONNECTION_ID()) "
+            "AND p.COMMAND IN ('Query', 'Execute') AND p.USER NOT IN ('system user', 'event_scheduler') "
+            "AND COALESCE(p.STATE, '') NOT LIKE 'Waiting for backup lock%%' "
+            "AND COALESCE(p.STATE, '') NOT LIKE 'Waiting for global read lock%%' "
+            "AND COALESCE(p.STATE, '') NOT LIKE 'Waiting for commit lock%%'", (int(fence_id),))
         return [Session(int(r["ID"]), r["USER"], r["HOST"] or "", r["DB"], r["COMMAND"], int(r["TIME"] or 0),
-                        r["STATE"], r["INFO"]) for r in rows]
+                        r["STATE"], r["INFO"], lock_wait=bool(int(r["LOCK_WAIT"] or 0))) for r in rows]
 
     def read_only(self) -> bool:
         return str(self.variable("read_only")) in ("1", "ON")

@@ -126,7 +126,8 @@ def fence(ctx: RunContext, source: str) -> None:
     except QueryError as e:
         if not watch.gave_up or e.errno != QUERY_INTERRUPTED or Inspector(server).read_only():
             raise
-        raise RefusedWait(f"the fence on {source} waited {p.fence_block_s:g}s behind running statement(s) "
+        waited = watch.acted_after_s if watch.acted_after_s is not None else p.fence_block_s
+        raise RefusedWait(f"the fence on {source} waited {waited * 1000:.0f} ms behind running statement(s) "
                           f"({watch.describe_blockers()}): gave up, {source} stays writable (read_only=OFF), "
                           f"nothing changed",
                           hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers") from None

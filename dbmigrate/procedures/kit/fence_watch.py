@@ -4,7 +4,10 @@ transactions waiting on each other's row locks, or one long statement, would sta
 write for the whole lock_wait_timeout (whole seconds, a day by default).
 
 After `block_s` the watchdog looks at what the fence waits for and acts by the playbook's
-choice: `unfence` ends the fence statement itself (read_only stays OFF: nothing changed,
+choice. It looks once before, at `early_s`: a statement the fence waits for that itself waits
+for a row lock will not end by itself (the lock's holder, whose next statement or commit
+queues behind the fence, cannot go on), so waiting out `block_s` would only hold writes back
+longer; the watchdog acts then. The choices: `unfence` ends the fence statement itself (read_only stays OFF: nothing changed,
 the run gives up), `kill_blockers` ends the blocking statements (KILL QUERY: their
 transactions stay, their statement fails) and, if the fence is still blocked after another
 `block_s`, gives up the same way. It works on a session of its own (the server's wait
@@ -14,6 +17,7 @@ session, opened before the fence), from a thread, while the fence statement runs
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -37,6 +41,8 @@ class FenceWatch:
     killed: list[int] = field(default_factory=list)
     gave_up: bool = False
     error: str = ""
+    early_s: float = 0.005  # the early look for blockers that wait on row locks (see above)
+    acted_after_s: float | None = None  # when it acted, from the start of the fence
     _done: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
@@ -59,18 +65,17 @@ class FenceWatch:
 
     def _watch(self) -> None:
         try:
-            if self._done.wait(self.block_s):
+            t0 = time.monotonic()
+            if not self._wait_for_blockers():
                 return
-            with self._lock:
-                if self._done.is_set():
-                    return
-                self._active = True
+            self.acted_after_s = time.monotonic() - t0
             if self.policy == "unfence":
                 # Writes queue behind the fence: end it first, then read what it waited for
                 # (for the operator), so that the stall is block_s and one KILL QUERY.
+                seen = self.blockers
                 if self._kill(self.fence_id):
                     self.gave_up = True
-                self.blockers = self.insp.fence_blockers(self.fence_id)
+                self.blockers = self.insp.fence_blockers(self.fence_id) or seen
                 return
             self.blockers = self.insp.fence_blockers(self.fence_id)
             if self.blockers:
@@ -83,6 +88,23 @@ class FenceWatch:
                 self.gave_up = True
         except Exception as exc:  # the server-side lock_wait_timeout still bounds the fence
             self.error = str(exc)
+
+    def _wait_for_blockers(self) -> bool:
+        """Wait until the fence should be acted upon: True at block_s, or at early_s when a
+        statement it waits for waits on a row lock; False once the fence is done."""
+        early = self.early_s if 0 < self.early_s < self.block_s else self.block_s
+        if self._done.wait(early):
+            return False
+        with self._lock:
+            if self._done.is_set():
+                return False
+            self._active = True
+        if early < self.block_s:
+            # Fences that take longer than early_s are rare: only then is the server asked.
+            self.blockers = self.insp.fence_blockers(self.fence_id)
+            if not any(s.lock_wait for s in self.blockers) and self._done.wait(self.block_s - early):
+                return False
+        return True
 
     def _kill(self, session_id: int) -> bool:
         with self._lock:
@@ -98,7 +120,8 @@ class FenceWatch:
     def describe_blockers(self) -> str:
         if not self.blockers:
             return "no running statement seen (commits in progress?)"
-        shown = [f"id {s.id} {s.user} {s.time}s {s.state or s.command}: {(s.info or '').strip()[:60]!r}"
+        shown = [f"id {s.id} {s.user} {s.time}s {s.state or s.command}{' (row lock wait)' if s.lock_wait else ''}: "
+                 f"{(s.info or '').strip()[:60]!r}"
                  for s in self.blockers[:3]]
         more = f" (+{len(self.blockers) - 3} more)" if len(self.blockers) > 3 else ""
         return "; ".join(shown) + more

@@ -360,8 +360,9 @@ class Switchover:
             if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
                 raise
             if not self.insp(self.old).read_only():
+                waited = watch.acted_after_s if watch.acted_after_s is not None else self.s.fence_block_s
                 raise RefusedWait(
-                    f"the fence on {self.old} waited {self.s.fence_block_s:g}s behind running statement(s) "
+                    f"the fence on {self.old} waited {waited * 1000:.0f} ms behind running statement(s) "
                     f"({watch.describe_blockers()}){self._killed(watch)}: gave up, {self.old} stays writable "
                     f"(read_only=OFF), nothing changed",
                     hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers") from None
