@@ -137,6 +137,14 @@ class Inspector:
         """What this server has applied or written (MariaDB gtid_current_pos, MySQL gtid_executed)."""
         return self.server.scalar(self.flavor.gtid_executed_sql()) or ""
 
+    def row_lock_waits(self) -> int:
+        """Transactions waiting for an InnoDB row lock now. A fence set now would wait behind
+        each of them, and every write behind the fence (see FenceWatch). A status counter, kept
+        live by InnoDB: information_schema.INNODB_TRX is a cache that is refreshed only when
+        nobody read it for 0.1 s, so a loop polling it would see the same rows for ever."""
+        rows = self.server.query("SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_current_waits'")
+        return int(rows[0]["Value"]) if rows else 0
+
     def gtid_binlog_pos(self) -> str:
         """What this server has written to its binlog: the target a successor must reach."""
         return self.server.scalar(self.flavor.gtid_binlog_pos_sql()) or ""

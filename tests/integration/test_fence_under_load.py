@@ -1,8 +1,9 @@
 """The fence under plain application load: `SET GLOBAL read_only=ON` waits for running
 statements, and every new write queues behind it. An UPDATE waiting on another transaction's
 row lock would hold the fence (and so every write) for the whole lock_wait_timeout; the
-watchdog bounds that to fence_block_s (half a second by default), then gives up or ends
-the blocking statement, per the playbook."""
+watchdog bounds that to fence_block_s (half a second by default), or to its early look when
+the statement waits on a row lock, then gives up or ends the blocking statement, per the
+playbook. Before the fence, the convergence waits (bounded) for a moment with no row-lock wait."""
 
 from __future__ import annotations
 
@@ -123,4 +124,29 @@ def test_a_blocked_fence_tried_again_after_the_blocker_ended_completes_the_cutov
     assert report.lost_total == 0, report.summary()
     # Each attempt holds writes back for at most fence_block_s; they flow in between.
     assert report.max_gap_ms is not None and report.max_gap_ms < 1500, report.summary()
+    boxes.down(name)
+
+
+def test_the_fence_waits_outside_the_window_for_a_moment_with_no_row_lock_wait(boxes):
+    """A row-lock chain that ends by itself (T1 commits after 0.3 s) while the candidate has
+    converged: the fence is set only once no transaction waits for a row lock, at the first
+    attempt, and no write waited behind it."""
+    name = "fcalm"
+    state, inv = kit.topology(boxes, name)
+    v = kit.start_verifier(inv, name)
+    with RowLockChain(inv, name, f"{name}-1") as chain:
+        timer = chain.release_after(0.3)
+        outcome = start_run(kit.playbook(state, name, {"fence_calm_wait_s": 5}), assume_yes=True)
+        timer.join()
+    assert outcome.status == "done", outcome.summary
+    assert chain.t2_error is None
+    with Journal(resolve_journal_path()) as j:
+        run = j.run_detail(outcome.run_id)
+    fence = [s for s in run["steps"] if s["name"].startswith("fence")][0]
+    assert "attempt" not in fence["sentence"] and f"ms for no row-lock wait on {name}-1" in fence["sentence"]
+    waited_ms = float(fence["sentence"].split("; waited ")[1].split(" ms for no row-lock wait")[0])
+    assert 0 < waited_ms < 5000, fence["sentence"]
+    assert kit.writers(kit.shape(inv, name)) == [f"{name}-new"]
+    report = kit.finish_verifier(v, inv, name)
+    assert report.lost_total == 0, report.summary()
     boxes.down(name)

@@ -71,6 +71,7 @@ class FakeServer:
     io_running: bool = False
     sql_running: bool = False
     lag_until: float = 0.0  # the SQL thread applies nothing before this clock time (inf: stuck)
+    row_lock_waits_until: float = 0.0  # a transaction waits for a row lock before this clock time
     last_sql_error: str = ""
     sql_delay_s: int = 0  # a configured MASTER_DELAY (reported only)
     fails_with: str = ""  # an error the SQL thread stops on each time it starts (a conflicting row)
@@ -251,6 +252,9 @@ class FakeInspector:
 
     def trx_behind(self, position: str) -> dict[str, int]:
         return self.flavor.behind(position, self.gtid_executed())
+
+    def row_lock_waits(self) -> int:
+        return int(self.topo.clock.monotonic() < self._server().row_lock_waits_until)
 
     def wait_for_gtid(self, position: str, timeout_s: float) -> bool:
         """MASTER_GTID_WAIT: True once applied, False after timeout_s of (fake) time."""

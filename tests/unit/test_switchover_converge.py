@@ -54,6 +54,43 @@ def test_a_lagging_candidate_is_waited_for_in_short_polls_then_converges():
     assert topo.sent == []  # converging reads only
 
 
+def test_once_converged_it_waits_for_a_moment_with_no_row_lock_wait_on_the_old_primary():
+    """A fence set while a transaction waits for a row lock would wait behind it (and every
+    write behind the fence): the convergence returns once none waits."""
+    topo = cluster()
+    topo.servers["db1"].row_lock_waits_until = topo.clock.monotonic() + 0.03
+    start = topo.clock.monotonic()
+    sentence, behind = switchover(topo).converge()
+    assert behind == 0 and 0.03 <= topo.clock.monotonic() - start < 0.032
+    assert sentence.endswith("; waited 30.0 ms for no row-lock wait on db1"), sentence
+    assert topo.sent == []
+
+
+def test_row_lock_waits_that_do_not_end_are_waited_for_only_up_to_the_bound_then_fenced_anyway():
+    topo = cluster()
+    topo.servers["db1"].row_lock_waits_until = math.inf
+    start = topo.clock.monotonic()
+    sentence, behind = switchover(topo, fence_calm_wait_s=0.2).converge()
+    assert behind == 0 and 0.2 <= topo.clock.monotonic() - start < 0.202
+    assert sentence.endswith("; 1 transaction(s) on db1 still waited for a row lock after 200 ms: fenced anyway")
+
+
+def test_the_wait_for_no_row_lock_wait_ends_at_the_convergence_deadline_without_refusing():
+    """Converged: the fence is not refused because row-lock waits go on; it is set at the deadline."""
+    topo = cluster()
+    topo.servers["db1"].row_lock_waits_until = math.inf
+    start = topo.clock.monotonic()
+    sentence, _ = switchover(topo, fence_calm_wait_s=5, converge_timeout_s=0.1).converge()
+    assert 0.1 <= topo.clock.monotonic() - start < 0.102 and "fenced anyway" in sentence
+
+
+def test_without_a_calm_wait_the_old_primary_is_not_asked_for_row_lock_waits():
+    topo = cluster()
+    topo.servers["db1"].row_lock_waits_until = math.inf
+    sentence, _ = switchover(topo, fence_calm_wait_s=0).converge()
+    assert "row lock" not in sentence and topo.clock.sleeps == []
+
+
 def test_exactly_at_the_threshold_converges_one_more_does_not():
     sentence, behind = switchover(lagging(10, for_s=math.inf)).converge()
     assert behind == 10 and sentence.startswith("db2 was 10 transaction(s) behind db1 (limit 10;")

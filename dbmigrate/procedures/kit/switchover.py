@@ -44,6 +44,41 @@ QUERY_INTERRUPTED = 1317  # the fence statement ended by KILL QUERY
 # The catch-up's first, short wait; only past it is the candidate's replication status read.
 FIRST_CATCHUP_WAIT_S = 0.05
 
+@dataclass
+class _CalmWait:
+    """The convergence loop's wait for a moment with no row-lock wait on the old primary."""
+
+    bound_s: float
+    started: float | None = None  # when a row-lock wait was first seen
+    waited_s: float = 0.0
+    waits_at_fence: int = 0
+
+    @property
+    def looks(self) -> bool:
+        return self.bound_s > 0
+
+    def now(self, waits: int, at: float, deadline: float) -> bool:
+        """Fence now? Yes with no row-lock wait; else once bound_s has passed since the first
+        one, or at the convergence deadline (converged: the fence is not refused for this)."""
+        if not waits:
+            self.waited_s = at - self.started if self.started is not None else 0.0
+            return True
+        if self.started is None:
+            self.started = at
+        if at - self.started >= self.bound_s or at >= deadline:
+            self.waited_s, self.waits_at_fence = at - self.started, waits
+            return True
+        return False
+
+    def said(self, old: str) -> str:
+        if self.waits_at_fence:
+            return (f"; {self.waits_at_fence} transaction(s) on {old} still waited for a row lock after "
+                    f"{self.waited_s * 1000:.0f} ms: fenced anyway")
+        if self.started is not None:
+            return f"; waited {self.waited_s * 1000:.1f} ms for no row-lock wait on {old}"
+        return ""
+
+
 class WriterRouter(Protocol):
     """What a switchover needs of a router (see dbmigrate.routing.base.Router)."""
 
@@ -60,6 +95,10 @@ class SwitchoverSettings:
     converge_timeout_s: float = 10.0
     converge_max_trx: int = 10  # transactions behind, per domain
     converge_poll_s: float = 0.001
+    # Once converged, wait up to this long for a moment when no transaction on the old primary
+    # waits for a row lock: a fence set then would wait behind it, holding every write back.
+    # Past it, fence anyway (the fence watchdog handles a blocked fence). 0: do not look.
+    fence_calm_wait_s: float = 0.5
     fence_timeout_s: float = 5.0  # SET GLOBAL read_only=ON waits for the global read lock: bounded
     # Writes queue behind a fence that waits for running statements: after this long the
     # watchdog acts, by `on_fence_blocked` (unfence: give up, nothing changed; kill_blockers).
@@ -196,6 +235,8 @@ class Switchover:
         Returns (sentence, transactions behind when it converged). Nothing is changed on
         any server: on timeout it raises with the lag it saw, and the caller does not fence.
         The loop polls on the inspectors' open connections: each round is two short reads.
+        Once within the limit it also waits, up to fence_calm_wait_s, for a moment when no
+        transaction on the old primary waits for a row lock (a third read, then only).
         """
         limit = self.s.converge_max_trx
         if self.dry_run:
@@ -226,14 +267,16 @@ class Switchover:
         t0 = self.clock.monotonic()
         deadline = t0 + self.s.converge_timeout_s
         worst = 0
+        calm = _CalmWait(self.s.fence_calm_wait_s)
         while True:
             behind = max(new.trx_behind(old.gtid_binlog_pos()).values(), default=0)
             worst = max(worst, behind)
             if behind <= limit:
-                waited_ms = (self.clock.monotonic() - t0) * 1000
-                return (f"{self.new} was {behind} transaction(s) behind {self.old} (limit {limit}; "
-                        f"at most {worst} while waiting {waited_ms:.1f} ms)"), behind
-            if self.clock.monotonic() >= deadline:
+                if calm.now(old.row_lock_waits() if calm.looks else 0, self.clock.monotonic(), deadline):
+                    waited_ms = (self.clock.monotonic() - t0) * 1000
+                    return (f"{self.new} was {behind} transaction(s) behind {self.old} (limit {limit}; "
+                            f"at most {worst} while waiting {waited_ms:.1f} ms){calm.said(self.old)}"), behind
+            elif self.clock.monotonic() >= deadline:
                 raise RefusedWait(f"{self.new} did not apply {self.old}'s writes to within {limit} transaction(s) in "
                                   f"{self.s.converge_timeout_s:g}s (last {behind} behind, at most {worst}): not fenced, "
                                   f"nothing changed",

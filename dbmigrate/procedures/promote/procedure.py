@@ -48,6 +48,9 @@ class PromoteParams(BaseModel):
     converge_max_trx: int = Field(10, ge=0, description="fence only when the candidate is at most this many "
                                                         "transactions behind (per domain)")
     fence_timeout_s: float = Field(5, gt=0, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout)")
+    fence_calm_wait_s: float = Field(0.5, ge=0, le=60, description="once converged, wait up to this long for a "
+                                     "moment with no row-lock wait on the old primary (a fence would wait behind "
+                                     "it); past it, fence anyway; 0: do not look")
     fence_block_s: float = Field(0.5, gt=0, le=10, description="how long the fence may hold writes back while it "
                                                               "waits for running statements")
     on_fence_blocked: Literal["unfence", "kill_blockers"] = Field(
@@ -84,7 +87,8 @@ def settings_of(p: PromoteParams) -> SwitchoverSettings:
                               converge_max_trx=p.converge_max_trx, fence_block_s=p.fence_block_s,
                               on_fence_blocked=p.on_fence_blocked, probe_timeout_s=p.probe_timeout_s,
                               fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s,
-                              fenced_catchup_budget_s=p.fenced_catchup_budget_s)
+                              fenced_catchup_budget_s=p.fenced_catchup_budget_s,
+                              fence_calm_wait_s=p.fence_calm_wait_s)
 
 
 def plan_names(ctx: RunContext, params: PromoteParams) -> tuple[str, str]:

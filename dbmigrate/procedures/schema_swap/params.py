@@ -74,6 +74,7 @@ class SchemaSwapParams(BaseModel):
     fence_attempts: int = Field(1, ge=1, le=10, description="fences tried in all when one gives up blocked")
     fence_retry_pause_s: float = Field(1, gt=0, le=60, description="writes flow this long before the next attempt")
     fenced_catchup_budget_s: Optional[float] = Field(None, gt=0, le=10, description="as in promote")
+    fence_calm_wait_s: float = Field(0.5, ge=0, le=60, description="as in promote")
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer")
     replica_timeout_s: float = Field(30, gt=0, le=3600)
     verify_timeout_s: float = Field(10, gt=0, le=600)
