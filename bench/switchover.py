@@ -5,7 +5,9 @@ The zero-loss verifier writes through HAProxy from a process of its own, as the
 application does (one acknowledged id every ~1 ms), while
 sysbench loads the primary, and N promotions go back and forth. Per round:
 - the writer's gap that overlaps the cutover: from the moment the candidate converged
-  (just before the fence) to the router flip and the candidate's open, not the whole run;
+  (just before the fence) to the router flip and the candidate's open, not the whole run.
+  A fence attempt given up counts from its convergence to its giving up; the pause after it,
+  writes flowing and nothing fenced, does not (the gap counting it too is reported beside);
 - the wait for convergence, outside the fenced window;
 - the candidate's lag at the fence, as journaled (transactions behind);
 - errors the writer saw (read-only refusals, lost connections).
@@ -87,10 +89,18 @@ def pct(values: list[float], p: float) -> float:
 
 @dataclass
 class Moments:
-    """When (monotonic) the cutover's parts happened, from the run's events."""
+    """When (monotonic) the cutover's parts happened, from the run's events.
+
+    A fence attempt that gives up (blocked, or its candidate not caught up within the budget)
+    is followed by a pause in which writes flow, the old primary writable and nothing fenced,
+    then by a new convergence and attempt. The windows that count are the attempts: each from
+    its convergence (the fence follows at once) to its giving up, and the last one from its
+    convergence to the flip and the open; not the pauses between them."""
 
     cutover_started: float | None = None
-    converged: float | None = None
+    converged: float | None = None  # the first convergence
+    attempt_started: float | None = None  # the latest convergence: its fence follows at once
+    given_up: list[tuple[float, float]] = field(default_factory=list)  # attempts given up: (start, end)
     flipped: float | None = None
     opened: float | None = None
     cutover_finished: float | None = None
@@ -101,12 +111,14 @@ class Moments:
         now = time.monotonic()
         if isinstance(event, Log) and "; trying again in " in event.message:
             self.retries.append(event.message.split("; trying again in ")[0])
+            if self.attempt_started is not None:
+                self.given_up.append((self.attempt_started, now))
+                self.attempt_started = None
         if isinstance(event, StepStarted) and event.phase == "cutover" and event.action == "run":
             self.cutover_started = self.cutover_started or now
         elif isinstance(event, Log) and " transaction(s) behind " in event.message and "(limit " in event.message:
-            # The first convergence: a fence that gave up converges again before its next attempt,
-            # and the window counted here keeps the given-up attempts in.
             self.converged = self.converged or now
+            self.attempt_started = now
         elif isinstance(event, StepFinished) and event.phase == "cutover" and event.action == "run":
             self.cutover_finished = now
             self.marks[event.name] = now
@@ -122,16 +134,27 @@ class Moments:
         return max(self.flipped, self.opened) if self.flipped and self.opened else None
 
     def inside(self) -> dict[str, float]:
-        """Each step that ended inside the window: ms from the fence to its end (where the time goes)."""
-        end = self.writable_again
-        if self.converged is None or end is None:
+        """Each step that ended inside the last window: ms from its fence to the step's end
+        (where the time goes)."""
+        end, start = self.writable_again, self.attempt_started
+        if start is None or end is None:
             return {}
-        return {name: round((t - self.converged) * 1000, 1) for name, t in self.marks.items()
-                if self.converged <= t <= end}
+        return {name: round((t - start) * 1000, 1) for name, t in self.marks.items() if start <= t <= end}
 
     def window(self) -> tuple[float, float] | None:
-        """From the fence (just after convergence) to the flip and the open; the whole cutover
-        phase otherwise."""
+        """The last attempt: from its fence (just after convergence) to the flip and the open;
+        the whole cutover phase otherwise."""
+        start = self.attempt_started or self.converged or self.cutover_started
+        end = self.writable_again or self.cutover_finished
+        return (start, end) if start is not None and end is not None else None
+
+    def windows(self) -> list[tuple[float, float]]:
+        """Every window in which writes may have been held back: the given-up attempts and the last."""
+        last = self.window()
+        return self.given_up + ([last] if last else [])
+
+    def from_first_convergence(self) -> tuple[float, float] | None:
+        """The whole span, pauses between attempts included (reported beside, for comparison)."""
         start = self.converged or self.cutover_started
         end = self.writable_again or self.cutover_finished
         return (start, end) if start is not None and end is not None else None
@@ -189,14 +212,18 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
         load_tps = None
     window = moments.window()
     acks = verifier.acks
+    windows, whole = moments.windows(), moments.from_first_convergence()
     errors = {k: n - errors_before.get(k, 0) for k, n in verifier.errors.items() if n - errors_before.get(k, 0)}
     cut = journaled_cutover(outcome.run_id)
     return {
         "via": via, "target": target, "status": outcome.status,
         "refused": outcome.summary if outcome.status != "done" else None,
         # A round that did not switch still counts what the writer saw while it tried.
-        "gap_ms": round(gap_in(acks, *window), 1) if window else None,
+        "gap_ms": round(max(gap_in(acks, *w) for w in windows), 1) if windows else None,
+        # With the pauses between attempts (writes flowing, nothing fenced) counted in too.
+        "gap_ms_from_first_convergence": round(gap_in(acks, *whole), 1) if whole else None,
         "fence_to_open_ms": round((window[1] - window[0]) * 1000, 1) if window and moments.converged else None,
+        "given_up_attempts_ms": [round((e - b) * 1000, 1) for b, e in moments.given_up],
         "converge_wait_ms": round((moments.converged - moments.cutover_started) * 1000, 1)
         if moments.converged and moments.cutover_started else None,
         "lag_at_fence_trx": cut.get("lag_at_fence_trx"),
@@ -244,6 +271,9 @@ def summary(rounds: list[dict], via: str) -> dict:
     return {"via": via, "rounds": len(mine), "switched": len(gaps),
             "refused": [r["refused"] for r in mine if r["refused"]],
             "gap_ms": gap_stats(gaps),
+            "gap_ms_from_first_convergence": gap_stats(
+                [r["gap_ms_from_first_convergence"] for r in mine
+                 if r["gap_ms_from_first_convergence"] is not None and r["status"] == "done"]),
             "converge_wait_ms": {"p50": round(statistics.median(waits), 1) if waits else None,
                                  "max": round(max(waits), 1) if waits else None},
             "gap_ms_max_in_rounds_that_did_not_switch": max(unswitched) if unswitched else None,
@@ -344,6 +374,10 @@ def render(out: dict) -> None:
         print(f"{r['via']:>12}: {r['switched']}/{r['rounds']} switched; gap at the cutover p50 {g['p50']} ms, "
               f"p95 {g['p95']} ms, max {g['max']} ms; converge wait p50 {w['p50']} ms, max {w['max']} ms; "
               f"lag at fence max {r['lag_at_fence_trx_max']} trx; writer errors {r['writer_errors']}")
+        f = r["gap_ms_from_first_convergence"]
+        if f != g:
+            print(f"{'':>12}  counting the pauses between fence attempts too (writes flowing, nothing fenced): "
+                  f"p50 {f['p50']} ms, p95 {f['p95']} ms, max {f['max']} ms")
         if r["fence_attempts_given_up"]:
             print(f"{'':>12}  fence attempts given up (then tried again): "
                   + ", ".join(f"{n} {why}" for why, n in r["fence_attempts_given_up"].items()))

@@ -39,3 +39,33 @@ def test_gaps_without_cutover_leave_out_the_cutovers_and_split_by_primary():
 def test_gap_stats_empty_and_filled():
     assert bench.gap_stats([]) == {"p50": None, "p95": None, "max": None}
     assert bench.gap_stats([1.0, 2.0, 9.0]) == {"p50": 2.0, "p95": 9.0, "max": 9.0}
+
+
+def test_the_windows_are_the_fence_attempts_not_the_pauses_between_them(monkeypatch):
+    """A given-up attempt counts from its convergence to its giving up; the pause after it (writes
+    flowing, nothing fenced) does not; the last attempt counts up to the flip and the open."""
+    from dbmigrate.engine.events import Log, StepFinished, StepStarted
+
+    clock = iter([0.0, 1.0, 1.008, 1.3, 1.31, 1.312, 1.315])
+    monkeypatch.setattr(bench.time, "monotonic", lambda: next(clock))
+    m = bench.Moments()
+    converged = "db2 was 0 transaction(s) behind db1 (limit 10; at most 0 while waiting 1 ms)"
+    for event in [StepStarted(index=0, phase="cutover", name="fence db1"),
+                  Log(level="info", message=converged),
+                  Log(level="warning", message="the fence on db1 waited 6 ms behind running statement(s) (...): "
+                                               "gave up; trying again in 0.2s (attempt 2 of 5)"),
+                  Log(level="info", message=converged),
+                  StepFinished(index=0, phase="cutover", name="fence db1", status="done"),
+                  StepFinished(index=2, phase="cutover", name="switch router", status="done"),
+                  StepFinished(index=3, phase="cutover", name="open db2 for writes", status="done")]:
+        m(event)
+    assert m.windows() == [(1.0, 1.008), (1.3, 1.315)]
+    assert m.from_first_convergence() == (1.0, 1.315)
+    assert m.retries == ["the fence on db1 waited 6 ms behind running statement(s) (...): gave up"]
+    # A 100 ms pause that starts inside the given-up attempt counts; a 191 ms stall of the
+    # writer wholly inside the pause between attempts does not (only in the span from the first convergence).
+    b = acks((1.0, 1), (1.1, 1), (1.299, 1), (1.3, 1), (1.316, 2))
+    assert max(bench.gap_in(b, *w) for w in m.windows()) == pytest.approx(100.0)
+    c = acks((1.0, 1), (1.009, 1), (1.2, 1), (1.29, 1), (1.299, 1), (1.316, 2))
+    assert max(bench.gap_in(c, *w) for w in m.windows()) == pytest.approx(17.0)
+    assert bench.gap_in(c, *m.from_first_convergence()) == pytest.approx(191.0)
