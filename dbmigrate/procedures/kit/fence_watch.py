@@ -7,8 +7,8 @@ After `block_s` the watchdog looks at what the fence waits for and acts by the p
 choice. It looks once before, at `early_s`: a statement the fence waits for that itself waits
 for a row lock will not end by itself (the lock's holder, whose next statement or commit
 queues behind the fence, cannot go on), so waiting out `block_s` would only hold writes back
-longer; the watchdog acts then. The choices: `unfence` ends the fence statement itself (read_only stays OFF: nothing changed,
-the run gives up), `kill_blockers` ends the blocking statements (KILL QUERY: their
+longer; when InnoDB counts a row-lock wait then, the watchdog acts at once. The choices:
+`unfence` ends the fence statement itself (read_only stays OFF: nothing changed, the run gives up), `kill_blockers` ends the blocking statements (KILL QUERY: their
 transactions stay, their statement fails) and, if the fence is still blocked after another
 `block_s`, gives up the same way. It works on a session of its own (the server's wait
 session, opened before the fence), from a thread, while the fence statement runs.
@@ -72,10 +72,9 @@ class FenceWatch:
             if self.policy == "unfence":
                 # Writes queue behind the fence: end it first, then read what it waited for
                 # (for the operator), so that the stall is block_s and one KILL QUERY.
-                seen = self.blockers
                 if self._kill(self.fence_id):
                     self.gave_up = True
-                self.blockers = self.insp.fence_blockers(self.fence_id) or seen
+                self.blockers = self.insp.fence_blockers(self.fence_id)
                 return
             self.blockers = self.insp.fence_blockers(self.fence_id)
             if self.blockers:
@@ -91,7 +90,7 @@ class FenceWatch:
 
     def _wait_for_blockers(self) -> bool:
         """Wait until the fence should be acted upon: True at block_s, or at early_s when a
-        statement it waits for waits on a row lock; False once the fence is done."""
+        transaction waits on a row lock; False once the fence is done."""
         early = self.early_s if 0 < self.early_s < self.block_s else self.block_s
         if self._done.wait(early):
             return False
@@ -99,12 +98,20 @@ class FenceWatch:
             if self._done.is_set():
                 return False
             self._active = True
-        if early < self.block_s:
-            # Fences that take longer than early_s are rare: only then is the server asked.
-            self.blockers = self.insp.fence_blockers(self.fence_id)
-            if not any(s.lock_wait for s in self.blockers) and self._done.wait(self.block_s - early):
-                return False
+        # Fences that take longer than early_s are rare: only then is the server asked.
+        if early < self.block_s and not self._row_lock_waits_now() and self._done.wait(self.block_s - early):
+            return False
         return True
+
+    def _row_lock_waits_now(self) -> bool:
+        """The early look: InnoDB's live count of row-lock waits, one cheap read (the sessions are
+        read only after the watchdog acted, as at block_s). It is advisory: a failed read counts
+        as none, so that the action at block_s still comes."""
+        try:
+            return self.insp.row_lock_waits() > 0
+        except Exception as exc:
+            self.error = f"early look: {exc}"
+            return False
 
     def _kill(self, session_id: int) -> bool:
         with self._lock:

@@ -400,6 +400,8 @@ class Switchover:
             with watch or _NoWatch():
                 return self.apply(self.old).fence_and_read_binlog_pos(self.s.fence_timeout_s)
         except QueryError as e:
+            if watch is not None and watch.error:
+                self.log(f"the fence watchdog on {self.old} failed: {watch.error}", "warning")
             if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
                 raise
             if not self.insp(self.old).read_only():
