@@ -8,8 +8,10 @@ from typing import Any
 
 import yaml
 
+from dbmigrate.app.runs import resolve_journal_path
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.journal import Journal
 from dbmigrate.rehearsal.sandbox import haproxy
 from dbmigrate.rehearsal.verify import ZeroLossVerifier
 
@@ -66,3 +68,10 @@ def finish_verifier(v: ZeroLossVerifier, inv, name: str):
     finally:
         for s in servers:
             s.close()
+
+
+def fence_sentence(run_id: str) -> str:
+    """What the run's fence step said (its run, not an undo), from the journal."""
+    with Journal(resolve_journal_path()) as j:
+        steps = j.run_detail(run_id)["steps"]
+    return next(s["sentence"] for s in steps if s["name"].startswith("fence ") and s["action"] == "run")

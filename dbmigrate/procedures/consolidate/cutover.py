@@ -126,11 +126,7 @@ def fence(ctx: RunContext, source: str) -> None:
     except QueryError as e:
         if not watch.gave_up or e.errno != QUERY_INTERRUPTED or Inspector(server).read_only():
             raise
-        waited = watch.acted_after_s if watch.acted_after_s is not None else p.fence_block_s
-        raise RefusedWait(f"the fence on {source} waited {waited * 1000:.0f} ms behind running statement(s) "
-                          f"({watch.describe_blockers()}): gave up, {source} stays writable (read_only=OFF), "
-                          f"nothing changed",
-                          hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers") from None
+        raise watch.refusal(source) from None
     if watch.killed:
         ctx.log(f"the fence on {source} ended {len(watch.killed)} blocking statement(s) "
                 f"({watch.describe_blockers()})", "warning")

@@ -24,6 +24,7 @@ from typing import Callable, Literal
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError
 from dbmigrate.db.inspector import Inspector, Session
+from dbmigrate.exceptions import RefusedWait
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD
 
 OnFenceBlocked = Literal["unfence", "kill_blockers"]
@@ -123,6 +124,15 @@ class FenceWatch:
                 if e.errno != UNKNOWN_THREAD:
                     raise
             return True
+
+    def refusal(self, server: str) -> RefusedWait:
+        """What a run says once this watchdog gave the fence up: nothing changed."""
+        waited = self.acted_after_s if self.acted_after_s is not None else self.block_s
+        killed = f"; ended {len(self.killed)} of them, still blocked" if self.killed else ""
+        return RefusedWait(f"the fence on {server} waited {waited * 1000:.0f} ms behind running statement(s) "
+                           f"({self.describe_blockers()}){killed}: gave up, {server} stays writable "
+                           f"(read_only=OFF), nothing changed",
+                           hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers")
 
     def describe_blockers(self) -> str:
         if not self.blockers:

@@ -405,12 +405,7 @@ class Switchover:
             if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
                 raise
             if not self.insp(self.old).read_only():
-                waited = watch.acted_after_s if watch.acted_after_s is not None else self.s.fence_block_s
-                raise RefusedWait(
-                    f"the fence on {self.old} waited {waited * 1000:.0f} ms behind running statement(s) "
-                    f"({watch.describe_blockers()}){self._killed(watch)}: gave up, {self.old} stays writable "
-                    f"(read_only=OFF), nothing changed",
-                    hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers") from None
+                raise watch.refusal(self.old) from None
             return None
 
     def _fence_watch(self) -> FenceWatch | None:
@@ -420,10 +415,6 @@ class Switchover:
         insp, apply = side
         return FenceWatch(insp, apply, self.insp(self.old).connection_id(), self.s.fence_block_s,
                           self.s.on_fence_blocked, self.log)
-
-    @staticmethod
-    def _killed(watch: FenceWatch) -> str:
-        return f"; ended {len(watch.killed)} of them, still blocked" if watch.killed else ""
 
     def end_sessions(self, name: str | None = None) -> str:
         """Wait (bounded) for open app transactions on a fenced server, then end its app sessions."""
