@@ -70,3 +70,16 @@ def test_a_session_that_ended_by_itself_is_not_an_error():
     fake = FakeServer([session(1, "app"), session(2, "app")], gone={1})
     done = drain(fake, fake, protected_users(fake, "repl"), timeout_s=0, clock=FakeClock())
     assert done.ended == 1 and fake.killed == [2]
+
+
+def test_transactions_are_polled_no_faster_than_innodb_refreshes_its_transaction_table():
+    """INNODB_TRX is refreshed only when nobody read it for 0.1 s: polled faster, a transaction
+    that ended would look open until the bound. Sessions (PROCESSLIST) are live."""
+    fake = FakeServer([session(1, "app")], open_trx={1: 3})
+    clock = FakeClock()
+    drain(fake, fake, protected_users(fake, "repl"), timeout_s=5, clock=clock)
+    assert clock.sleeps and min(clock.sleeps) > 0.1
+    clock = FakeClock()
+    drain(FakeServer([session(1, "app")]), FakeServer([]), frozenset(), timeout_s=0.05, until="sessions",
+          clock=clock)
+    assert clock.sleeps and max(clock.sleeps) <= 0.01
