@@ -79,6 +79,28 @@ def gap_in(acks, start: float, end: float) -> float:
     return best
 
 
+def longest_gap_where(acks, windows: list[tuple[float, float]], errors: list[tuple[float, str]],
+                      marks: dict[str, float]) -> dict | None:
+    """Where the round's longest gap lay, in ms from the first window's start: its two acks (and
+    the servers that gave them), the windows, the steps' ends and the writer's errors in it."""
+    if not windows:
+        return None
+    ref = windows[0][0]
+    best = None
+    for prev, cur in zip(acks, acks[1:]):
+        if any(cur.mono >= s and prev.mono <= e for s, e in windows):
+            if best is None or cur.mono - prev.mono > best[1].mono - best[0].mono:
+                best = (prev, cur)
+    if best is None:
+        return None
+    prev, cur = best
+    ms = lambda t: round((t - ref) * 1000, 1)  # noqa: E731
+    return {"from_ms": ms(prev.mono), "to_ms": ms(cur.mono), "servers": [prev.server_id, cur.server_id],
+            "windows_ms": [[ms(s), ms(e)] for s, e in windows],
+            "steps_end_ms": {n: ms(t) for n, t in marks.items() if prev.mono - 0.05 <= t <= cur.mono + 0.05},
+            "writer_errors_ms": [[ms(t), kind] for t, kind in errors if prev.mono <= t <= cur.mono]}
+
+
 def pct(values: list[float], p: float) -> float:
     v = sorted(values)
     if not v:
@@ -106,11 +128,15 @@ class Moments:
     cutover_finished: float | None = None
     marks: dict[str, float] = field(default_factory=dict)
     retries: list[str] = field(default_factory=list)  # why a fence attempt was given up
+    watchdog: list[str] = field(default_factory=list)  # the fence watchdog's timeline, per attempt it gave up
 
     def __call__(self, event) -> None:
         now = time.monotonic()
+        if isinstance(event, Log) and event.message.startswith("the fence watchdog on "):
+            self.watchdog.append(event.message.split(": ", 1)[-1])
         if isinstance(event, Log) and "; trying again in " in event.message:
             self.retries.append(event.message.split("; trying again in ")[0])
+            self.marks[f"gave up attempt {len(self.retries)}"] = now
             if self.attempt_started is not None:
                 self.given_up.append((self.attempt_started, now))
                 self.attempt_started = None
@@ -119,6 +145,7 @@ class Moments:
         elif isinstance(event, Log) and " transaction(s) behind " in event.message and "(limit " in event.message:
             self.converged = self.converged or now
             self.attempt_started = now
+            self.marks[f"converged for attempt {len(self.retries) + 1}"] = now
         elif isinstance(event, StepFinished) and event.phase == "cutover" and event.action == "run":
             self.cutover_finished = now
             self.marks[event.name] = now
@@ -139,7 +166,8 @@ class Moments:
         end, start = self.writable_again, self.attempt_started
         if start is None or end is None:
             return {}
-        return {name: round((t - start) * 1000, 1) for name, t in self.marks.items() if start <= t <= end}
+        return {name: round((t - start) * 1000, 1) for name, t in self.marks.items()
+                if start <= t <= end and not name.startswith(("converged ", "gave up "))}
 
     def window(self) -> tuple[float, float] | None:
         """The last attempt: from its fence (just after convergence) to the flip and the open;
@@ -197,6 +225,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     bg = load.start_background(time_s=60, rate=rate)
     time.sleep(1.0)
     errors_before = verifier.errors
+    error_times_before = len(verifier.error_times())
     moments = Moments()
     t0 = time.monotonic()
     # Progress rendered as `dbmigrate run` renders it (to a null device): its cost is the tool's.
@@ -233,7 +262,9 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
                            "candidate did not apply in budget" if "catch-up budget" in m else m
                            for m in moments.retries],
         "fence_given_up_detail": moments.retries,
+        "fence_watchdog": moments.watchdog,
         "writer_errors": errors,
+        "longest_gap": longest_gap_where(acks, windows, verifier.error_times(error_times_before), moments.marks),
         "run_ms": round((t1 - t0) * 1000),
         "load_tps": round(load_tps) if load_tps else None,
     }

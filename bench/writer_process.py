@@ -39,6 +39,8 @@ def _serve(conn, inventory: str, cluster: str, options: dict[str, Any]) -> None:
                 conn.send(("ok", [(a.id, a.mono, a.wall, a.server_id) for a in verifier.acks[arg:]]))
             elif cmd == "errors":
                 conn.send(("ok", verifier.errors))
+            elif cmd == "error_times":
+                conn.send(("ok", verifier.error_times(arg)))
             elif cmd == "check":
                 verifier.stop()
                 servers = [inv.open(n) for n in inv.cluster(cluster).servers]
@@ -91,6 +93,9 @@ class WriterProcess:
     @property
     def errors(self) -> dict[str, int]:
         return self._ask("errors")
+
+    def error_times(self, since: int = 0) -> list[tuple[float, str]]:
+        return [tuple(e) for e in self._ask("error_times", since)]
 
     def wait_for_acks(self, count: int, timeout_s: float = 10.0) -> None:
         import time

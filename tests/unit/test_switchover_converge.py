@@ -45,13 +45,25 @@ def test_a_caught_up_candidate_converges_at_once_without_waiting():
 
 
 def test_a_lagging_candidate_is_waited_for_in_short_polls_then_converges():
-    topo = lagging(50, for_s=0.3)
+    topo = lagging(30, for_s=0.3)
     start = topo.clock.monotonic()
     sentence, behind = switchover(topo).converge()
-    assert behind == 0 and "at most 50" in sentence
-    assert 0.3 <= topo.clock.monotonic() - start < 0.31  # it saw the end of the lag within a poll
+    assert behind == 0 and "at most 30" in sentence
+    assert 0.3 <= topo.clock.monotonic() - start < 0.302  # it saw the end of the lag within a poll
     assert set(topo.clock.sleeps) == {0.001}
     assert topo.sent == []  # converging reads only
+
+
+def test_a_candidate_far_behind_is_polled_slowly_until_it_comes_close():
+    """More than 4 x converge_max_trx behind, the loop polls every 10 ms, not every 1 ms: its
+    reads would load a primary that may be saturated, for nothing until the candidate is close."""
+    topo = lagging(41, for_s=0.3)
+    sentence, behind = switchover(topo).converge()
+    assert behind == 0 and "at most 41" in sentence
+    assert set(topo.clock.sleeps) == {0.01} and 29 <= len(topo.clock.sleeps) <= 31
+    topo = lagging(40, for_s=0.3)
+    switchover(topo).converge()
+    assert set(topo.clock.sleeps) == {0.001}
 
 
 def test_once_converged_it_waits_for_a_moment_with_no_row_lock_wait_on_the_old_primary():

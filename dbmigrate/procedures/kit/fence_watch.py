@@ -44,12 +44,16 @@ class FenceWatch:
     error: str = ""
     early_s: float = 0.005  # the early look for blockers that wait on row locks (see above)
     acted_after_s: float | None = None  # when it acted, from the start of the fence
+    # What it did when, in ms from the start of the fence: where a blocked fence's time went.
+    timeline: dict[str, float] = field(default_factory=dict)
     _done: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
     _active: bool = False  # past its wait: it reads or kills on the side session
+    _t0: float = 0.0
 
     def __enter__(self) -> "FenceWatch":
+        self._t0 = time.monotonic()  # the fence statement follows at once
         self._thread = threading.Thread(target=self._watch, name="fence-watch", daemon=True)
         self._thread.start()
         return self
@@ -64,28 +68,36 @@ class FenceWatch:
         if active and self._thread is not None:
             self._thread.join(timeout=5)
 
+    def mark(self, what: str) -> None:
+        self.timeline[what] = round((time.monotonic() - self._t0) * 1000, 1)
+
     def _watch(self) -> None:
         try:
-            t0 = time.monotonic()
             if not self._wait_for_blockers():
                 return
-            self.acted_after_s = time.monotonic() - t0
+            self.acted_after_s = time.monotonic() - self._t0
+            self.mark("acted")
             if self.policy == "unfence":
                 # Writes queue behind the fence: end it first, then read what it waited for
                 # (for the operator), so that the stall is block_s and one KILL QUERY.
                 if self._kill(self.fence_id):
                     self.gave_up = True
+                    self.mark("fence ended")
                 self.blockers = self.insp.fence_blockers(self.fence_id)
+                self.mark("blockers read")
                 return
             self.blockers = self.insp.fence_blockers(self.fence_id)
+            self.mark("blockers read")
             if self.blockers:
                 for s in self.blockers:
                     if self._kill(s.id):
                         self.killed.append(s.id)
+                self.mark("blockers ended")
                 if self._done.wait(self.block_s):
                     return
             if self._kill(self.fence_id):
                 self.gave_up = True
+                self.mark("fence ended")
         except Exception as exc:  # the server-side lock_wait_timeout still bounds the fence
             self.error = str(exc)
 
@@ -99,10 +111,12 @@ class FenceWatch:
             if self._done.is_set():
                 return False
             self._active = True
+        if early >= self.block_s:
+            return True
         # Fences that take longer than early_s are rare: only then is the server asked.
-        if early < self.block_s and not self._row_lock_waits_now() and self._done.wait(self.block_s - early):
-            return False
-        return True
+        waits = self._row_lock_waits_now()
+        self.mark("early look")
+        return waits or not self._done.wait(self.block_s - early)
 
     def _row_lock_waits_now(self) -> bool:
         """The early look: InnoDB's live count of row-lock waits, one cheap read (the sessions are
@@ -124,6 +138,9 @@ class FenceWatch:
                 if e.errno != UNKNOWN_THREAD:
                     raise
             return True
+
+    def said_timeline(self) -> str:
+        return ", ".join(f"{what} at {ms:g} ms" for what, ms in sorted(self.timeline.items(), key=lambda kv: kv[1]))
 
     def refusal(self, server: str) -> RefusedWait:
         """What a run says once this watchdog gave the fence up: nothing changed."""

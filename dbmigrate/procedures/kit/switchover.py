@@ -41,6 +41,9 @@ from dbmigrate.routing.base import RouterError
 QUERY_INTERRUPTED = 1317  # the fence statement ended by KILL QUERY
 
 
+# The convergence loop polls slowly while the candidate is more than this many times the limit behind.
+FAR_TIMES = 4
+
 # The catch-up's first, short wait; only past it is the candidate's replication status read.
 FIRST_CATCHUP_WAIT_S = 0.05
 
@@ -95,6 +98,10 @@ class SwitchoverSettings:
     converge_timeout_s: float = 10.0
     converge_max_trx: int = 10  # transactions behind, per domain
     converge_poll_s: float = 0.001
+    # While the candidate is far behind (more than FAR_TIMES x converge_max_trx) the loop polls
+    # this slowly: a 1 ms loop is two reads per ms and most of a core, taken from a primary
+    # and a machine that may be saturated already, for nothing until the candidate comes close.
+    converge_far_poll_s: float = 0.01
     # Once converged, wait up to this long for a moment when no transaction on the old primary
     # waits for a row lock: a fence set then would wait behind it, holding every write back.
     # Past it, fence anyway (the fence watchdog handles a blocked fence). 0: do not look.
@@ -282,7 +289,8 @@ class Switchover:
                                   f"nothing changed",
                                   hint="retry when the load is lighter or the candidate applies faster "
                                        "(dbmigrate lag watch), or raise converge_max_trx / converge_timeout_s")
-            self.clock.sleep(self.s.converge_poll_s)
+            far = behind > FAR_TIMES * max(limit, 1)
+            self.clock.sleep(max(self.s.converge_far_poll_s, self.s.converge_poll_s) if far else self.s.converge_poll_s)
 
     def prepare_window(self) -> set[str]:
         """Before the fence: every session the fenced window uses is open and answers
@@ -398,10 +406,16 @@ class Switchover:
         read: dry-run, or a watchdog's KILL QUERY that reached the read after the fence held)."""
         try:
             with watch or _NoWatch():
-                return self.apply(self.old).fence_and_read_binlog_pos(self.s.fence_timeout_s)
+                try:
+                    return self.apply(self.old).fence_and_read_binlog_pos(self.s.fence_timeout_s)
+                finally:
+                    if watch is not None:
+                        watch.mark("fence returned")
         except QueryError as e:
             if watch is not None and watch.error:
                 self.log(f"the fence watchdog on {self.old} failed: {watch.error}", "warning")
+            if watch is not None and watch.gave_up:
+                self.log(f"the fence watchdog on {self.old}: {watch.said_timeline()}", "debug")
             if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
                 raise
             if not self.insp(self.old).read_only():

@@ -71,6 +71,7 @@ class ZeroLossVerifier:
         self.retry_pause_s = retry_pause_s
         self._acks: list[Ack] = []
         self._errors: dict[str, int] = {}
+        self._error_times: list[tuple[float, str]] = []  # (monotonic, kind): where a gap's time went
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -147,6 +148,7 @@ class ZeroLossVerifier:
     def _count(self, kind: str) -> None:
         with self._lock:
             self._errors[kind] = self._errors.get(kind, 0) + 1
+            self._error_times.append((time.monotonic(), kind))
 
     def _run(self) -> None:
         try:
@@ -231,6 +233,11 @@ class ZeroLossVerifier:
     def errors(self) -> dict[str, int]:
         with self._lock:
             return dict(self._errors)
+
+    def error_times(self, since: int = 0) -> list[tuple[float, str]]:
+        """Each error as (monotonic time, kind), from the `since`-th on."""
+        with self._lock:
+            return self._error_times[since:]
 
     def wait_for_acks(self, count: int, timeout_s: float = 10.0) -> None:
         """Block until at least `count` writes in total were acknowledged (bounded)."""
