@@ -80,6 +80,7 @@ class Server:
     _flavor: Flavor | None = field(default=None, init=False, repr=False)
     _version: str | None = field(default=None, init=False, repr=False)
     _waiter: "Server | None" = field(default=None, init=False, repr=False)
+    _watcher: "Server | None" = field(default=None, init=False, repr=False)
     _deadline: float | None = field(default=None, init=False, repr=False)  # time.monotonic()
 
     @property
@@ -196,9 +197,10 @@ class Server:
         return self.connect_timeout if left is None else max(0.05, min(self.connect_timeout, left))
 
     def close(self) -> None:
-        if self._waiter is not None:
-            self._waiter.close()
-            self._waiter = None
+        for side in (self._waiter, self._watcher):
+            if side is not None:
+                side.close()
+        self._waiter = self._watcher = None
         self._cursor = None
         if self._conn is not None:
             try:
@@ -348,14 +350,25 @@ class Server:
     def waiter(self, read_timeout: int) -> "Server":
         """A dedicated session for bounded waits, opened once and kept: a handshake costs
         milliseconds, which must not be spent inside a fenced window. Closed with this server."""
-        if self._waiter is not None and self._waiter.read_timeout < read_timeout:
-            self._waiter.close()  # an open connection keeps the read timeout it was opened with
-            self._waiter = None
-        if self._waiter is None:
-            self._waiter = self.dedicated()
-            self._waiter.read_timeout = max(self._waiter.read_timeout, read_timeout)
-        self._waiter._deadline = self._deadline  # the bound in force holds for the wait session too
+        self._waiter = self._kept_twin(self._waiter, read_timeout)
         return self._waiter
+
+    def watcher(self, read_timeout: int) -> "Server":
+        """A dedicated session for a watchdog beside a statement that may block (the fence's),
+        kept like the wait session. Its own, because a watchdog's read may still be in flight
+        when the watched statement returns, and the window after it must not wait for that."""
+        self._watcher = self._kept_twin(self._watcher, read_timeout)
+        return self._watcher
+
+    def _kept_twin(self, twin: "Server | None", read_timeout: int) -> "Server":
+        if twin is not None and twin.read_timeout < read_timeout:
+            twin.close()  # an open connection keeps the read timeout it was opened with
+            twin = None
+        if twin is None:
+            twin = self.dedicated()
+            twin.read_timeout = max(twin.read_timeout, read_timeout)
+        twin._deadline = self._deadline  # the bound in force holds for the side session too
+        return twin
 
     def dedicated(self) -> "Server":
         """A second handle on the same server with its own session (locks, long waits)."""

@@ -246,10 +246,11 @@ class Inspector:
         return self.flavor.wait_for_gtid_reached(waiter.scalar(self.flavor.wait_for_gtid_sql(), (position, timeout_s)))
 
     def open_sessions(self, wait_timeout_s: float) -> None:
-        """Open (and check) this server's sessions now, the one for bounded waits included,
-        so that later statements and waits do not pay for a handshake."""
+        """Open (and check) this server's sessions now, the ones for bounded waits and for a
+        watchdog included, so that later statements and waits do not pay for a handshake."""
         self.server.scalar("SELECT 1")
-        self.server.waiter(int(wait_timeout_s) + 5).scalar("SELECT 1")
+        for side in (self.server.waiter(int(wait_timeout_s) + 5), self.server.watcher(int(wait_timeout_s) + 5)):
+            side.scalar("SELECT 1")
 
     def schemas(self) -> list[str]:
         rows = self.server.query(

@@ -117,8 +117,8 @@ def fence(ctx: RunContext, source: str) -> None:
     and a watchdog acts after fence_block_s when running statements hold the fence (and every
     write queued behind it): it gives up (nothing changed) or ends them, per on_fence_blocked."""
     p, server = params_of(ctx), server_of(ctx, source)
-    waiter = server.waiter(int(p.fence_timeout_s) + 5)  # opened before the fence: the watchdog's session
-    watch = FenceWatch(Inspector(waiter), Applier(waiter), Inspector(server).connection_id(), p.fence_block_s,
+    watcher = server.watcher(int(p.fence_timeout_s) + 5)  # opened before the fence: the watchdog's session
+    watch = FenceWatch(Inspector(watcher), Applier(watcher), Inspector(server).connection_id(), p.fence_block_s,
                        p.on_fence_blocked, ctx.log)
     try:
         with server.bounded(p.fence_timeout_s + 1), watch:

@@ -29,6 +29,9 @@ from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD
 
 OnFenceBlocked = Literal["unfence", "kill_blockers"]
 
+# Watchdogs whose fence returned while their early look was still on the server, by session.
+_not_waited_for: dict[int, threading.Thread] = {}
+
 
 @dataclass
 class FenceWatch:
@@ -49,10 +52,14 @@ class FenceWatch:
     _done: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
-    _active: bool = False  # past its wait: it reads or kills on the side session
     _t0: float = 0.0
 
     def __enter__(self) -> "FenceWatch":
+        # An earlier watchdog on this session that was not waited for (see __exit__) ends its
+        # read first: one statement at a time on a session.
+        earlier = _not_waited_for.pop(id(self.insp.server), None)
+        if earlier is not None:
+            earlier.join(timeout=5)
         self._t0 = time.monotonic()  # the fence statement follows at once
         self._thread = threading.Thread(target=self._watch, name="fence-watch", daemon=True)
         self._thread.start()
@@ -61,12 +68,18 @@ class FenceWatch:
     def __exit__(self, *exc: object) -> None:
         with self._lock:  # once set, the watchdog sends nothing more
             self._done.set()
-            active = self._active
-        # A watchdog still in its wait ends without touching the side session: not waiting
-        # for its thread spares the fenced window a thread switch. One that acted is joined
-        # (the side session is free and what it did is known afterwards).
-        if active and self._thread is not None:
+            acted = self.acted_after_s is not None
+        # One that acted is joined: what it did (gave the fence up, ended statements) decides
+        # what the fence's error means. One that did not is not waited for: its early look may
+        # still be on the server (a status read can take tens of ms on a saturated server), and
+        # the fenced window must not wait for an advisory read. It sends nothing after that
+        # read; the next watchdog on the session waits for it.
+        if self._thread is None:
+            return
+        if acted:
             self._thread.join(timeout=5)
+        elif self._thread.is_alive():
+            _not_waited_for[id(self.insp.server)] = self._thread
 
     def mark(self, what: str) -> None:
         self.timeline[what] = round((time.monotonic() - self._t0) * 1000, 1)
@@ -75,7 +88,6 @@ class FenceWatch:
         try:
             if not self._wait_for_blockers():
                 return
-            self.acted_after_s = time.monotonic() - self._t0
             self.mark("acted")
             if self.policy == "unfence":
                 # Writes queue behind the fence: end it first, then read what it waited for
@@ -107,16 +119,20 @@ class FenceWatch:
         early = self.early_s if 0 < self.early_s < self.block_s else self.block_s
         if self._done.wait(early):
             return False
-        with self._lock:
-            if self._done.is_set():
+        if early < self.block_s:
+            # Fences that take longer than early_s are rare: only then is the server asked.
+            waits = self._row_lock_waits_now()
+            self.mark("early look")
+            if not waits and self._done.wait(self.block_s - early):
                 return False
-            self._active = True
-        if early >= self.block_s:
+        return self._act_unless_done()
+
+    def _act_unless_done(self) -> bool:
+        with self._lock:  # __exit__ reads acted_after_s under the same lock
+            if self._done.is_set():  # the fence returned meanwhile
+                return False
+            self.acted_after_s = time.monotonic() - self._t0
             return True
-        # Fences that take longer than early_s are rare: only then is the server asked.
-        waits = self._row_lock_waits_now()
-        self.mark("early look")
-        return waits or not self._done.wait(self.block_s - early)
 
     def _row_lock_waits_now(self) -> bool:
         """The early look: InnoDB's live count of row-lock waits, one cheap read (the sessions are

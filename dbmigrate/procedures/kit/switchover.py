@@ -161,10 +161,10 @@ class Topology:
             yield
 
     def side_session(self, name: str, timeout_s: float) -> tuple[Inspector, Applier] | None:
-        """Reads and writes on a second session to `name` (its wait session, opened before
+        """Reads and writes on a session of its own to `name` (its watch session, opened before
         the fence), for a watchdog that acts while the main session is blocked."""
-        waiter = self.servers[name].waiter(int(timeout_s) + 5)
-        return Inspector(waiter), Applier(waiter)
+        watcher = self.servers[name].watcher(int(timeout_s) + 5)
+        return Inspector(watcher), Applier(watcher)
 
 
 Notify = Callable[..., None]  # (message, level="info")
