@@ -8,11 +8,17 @@ playbook. Before the fence, the convergence waits (bounded) for a moment with no
 from __future__ import annotations
 
 import threading
+import time
 
 import pymysql
 import pytest
 
 from dbmigrate.app.runs import start_run
+from dbmigrate.config import load_inventory
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import QueryError
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.procedures.kit.fence_watch import FenceWatch
 from tests.integration import promote_kit as kit
 
 pytestmark = pytest.mark.integration
@@ -84,6 +90,36 @@ def test_a_fence_behind_a_row_lock_wait_gives_up_at_the_early_look_not_after_fen
     # Writes were held back by the fence for about fence_block_s, not lock_wait_timeout (5 s).
     assert report.max_gap_ms is not None and report.max_gap_ms < 1500, report.summary()
     boxes.down(name)
+
+
+def test_a_kill_that_reaches_the_fence_session_before_its_statement_is_sent_again(boxes):
+    """A KILL QUERY that reaches a session before the server began its statement is dropped
+    when the statement begins (a starved core can delay the fence's start by ms): the watchdog
+    kills the fence again until it returns, instead of leaving it, and every write behind it,
+    to its lock_wait_timeout."""
+    name = "fdrop"
+    boxes.up(name, 1)
+    inv = load_inventory(boxes.find(name).inventory_file)
+    server = inv.open(f"{name}-1")
+    server.scalar("SELECT 1")  # the session whose id the watchdog kills
+    side = server.watcher(10)
+    try:
+        with RowLockChain(inv, name, f"{name}-1"):
+            time.sleep(0.1)  # T2 now waits for T1's row lock: the early look counts it
+            watch = FenceWatch(Inspector(side), Applier(side), Inspector(server).connection_id(), block_s=2.0)
+            started = time.monotonic()
+            with pytest.raises(QueryError) as failed:
+                with watch:
+                    time.sleep(0.1)  # the watchdog's first KILL reaches the idle session: dropped
+                    Applier(server).fence_and_read_binlog_pos(4)
+            took = time.monotonic() - started
+        assert failed.value.errno == 1317, failed.value  # interrupted, not lock_wait_timeout (1205)
+        assert watch.gave_up and watch.fence_kills >= 2, watch.timeline
+        assert took < 1.0, watch.timeline
+        assert not Inspector(server).read_only()
+    finally:
+        server.close()
+        boxes.down(name)
 
 
 def test_kill_blockers_ends_the_waiting_statement_and_the_cutover_goes_on(boxes):
