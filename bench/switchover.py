@@ -80,7 +80,7 @@ def gap_in(acks, start: float, end: float) -> float:
 
 
 def longest_gap_where(acks, windows: list[tuple[float, float]], errors: list[tuple[float, str]],
-                      marks: dict[str, float]) -> dict | None:
+                      marks: dict[str, float], steps: list[tuple[float, str]] = ()) -> dict | None:
     """Where the round's longest gap lay, in ms from the first window's start: its two acks (and
     the servers that gave them), the windows, the steps' ends and the writer's errors in it."""
     if not windows:
@@ -98,7 +98,9 @@ def longest_gap_where(acks, windows: list[tuple[float, float]], errors: list[tup
     return {"from_ms": ms(prev.mono), "to_ms": ms(cur.mono), "servers": [prev.server_id, cur.server_id],
             "windows_ms": [[ms(s), ms(e)] for s, e in windows],
             "steps_end_ms": {n: ms(t) for n, t in marks.items() if prev.mono - 0.05 <= t <= cur.mono + 0.05},
-            "writer_errors_ms": [[ms(t), kind] for t, kind in errors if prev.mono <= t <= cur.mono]}
+            "writer_errors_ms": [[ms(t), kind] for t, kind in errors if prev.mono <= t <= cur.mono],
+            # Steps of any phase that started or ended in the gap (or just before it).
+            "steps_in_gap_ms": [[ms(t), what] for t, what in steps if prev.mono - 0.01 <= t <= cur.mono]}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -129,9 +131,13 @@ class Moments:
     marks: dict[str, float] = field(default_factory=dict)
     retries: list[str] = field(default_factory=list)  # why a fence attempt was given up
     watchdog: list[str] = field(default_factory=list)  # the fence watchdog's timeline, per attempt it gave up
+    steps: list[tuple[float, str]] = field(default_factory=list)  # every step's start and end, any phase
 
     def __call__(self, event) -> None:
         now = time.monotonic()
+        if isinstance(event, (StepStarted, StepFinished)) and event.action == "run":
+            self.steps.append((now, f"{event.phase}: {event.name} "
+                                    f"{'started' if isinstance(event, StepStarted) else event.status}"))
         if isinstance(event, Log) and event.message.startswith("the fence watchdog on "):
             self.watchdog.append(event.message.split(": ", 1)[-1])
         if isinstance(event, Log) and "; trying again in " in event.message:
@@ -264,7 +270,8 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
         "fence_given_up_detail": moments.retries,
         "fence_watchdog": moments.watchdog,
         "writer_errors": errors,
-        "longest_gap": longest_gap_where(acks, windows, verifier.error_times(error_times_before), moments.marks),
+        "longest_gap": longest_gap_where(acks, windows, verifier.error_times(error_times_before), moments.marks,
+                                         moments.steps),
         "run_ms": round((t1 - t0) * 1000),
         "load_tps": round(load_tps) if load_tps else None,
     }

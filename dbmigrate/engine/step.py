@@ -288,9 +288,9 @@ class RunContext:
 
     def hold_for_fenced_window(self) -> None:
         """From just before a fence until the candidate opens, nothing of the tool's own pauses
-        the window: the garbage collector runs before it, displays get their events when it
+        the window: the garbage collector is held off, displays get their events when it
         closes (the journal at once). `release_fenced_window` ends it; the runner does too."""
-        collector.collect_then_hold()
+        collector.hold()
         self.bus.hold()
 
     def release_fenced_window(self) -> None:

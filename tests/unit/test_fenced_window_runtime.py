@@ -19,9 +19,9 @@ def restore_gc():
 
 
 def test_hold_disables_collection_until_release():
-    collector.collect_then_hold()
+    collector.hold()
     assert not gc.isenabled() and collector.held()
-    collector.collect_then_hold()  # a second hold changes nothing
+    collector.hold()  # a second hold changes nothing
     collector.release()
     assert gc.isenabled() and not collector.held()
     collector.release()  # a release without a hold is a no-op
@@ -30,7 +30,7 @@ def test_hold_disables_collection_until_release():
 
 def test_a_collector_disabled_by_someone_else_is_left_alone():
     gc.disable()
-    collector.collect_then_hold()
+    collector.hold()
     assert not collector.held()
     collector.release()
     assert not gc.isenabled()  # not ours to enable
