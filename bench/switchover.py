@@ -80,9 +80,9 @@ def gap_in(acks, start: float, end: float) -> float:
 
 
 def longest_gap_where(acks, windows: list[tuple[float, float]], errors: list[tuple[float, str]],
-                      marks: dict[str, float], steps: list[tuple[float, str]] = ()) -> dict | None:
+                      events: list[tuple[float, str]]) -> dict | None:
     """Where the round's longest gap lay, in ms from the first window's start: its two acks (and
-    the servers that gave them), the windows, the steps' ends and the writer's errors in it."""
+    the servers that gave them), the windows, and the run's events and the writer's errors in it."""
     if not windows:
         return None
     ref = windows[0][0]
@@ -97,10 +97,9 @@ def longest_gap_where(acks, windows: list[tuple[float, float]], errors: list[tup
     ms = lambda t: round((t - ref) * 1000, 1)  # noqa: E731
     return {"from_ms": ms(prev.mono), "to_ms": ms(cur.mono), "servers": [prev.server_id, cur.server_id],
             "windows_ms": [[ms(s), ms(e)] for s, e in windows],
-            "steps_end_ms": {n: ms(t) for n, t in marks.items() if prev.mono - 0.05 <= t <= cur.mono + 0.05},
             "writer_errors_ms": [[ms(t), kind] for t, kind in errors if prev.mono <= t <= cur.mono],
-            # Steps of any phase that started or ended in the gap (or just before it).
-            "steps_in_gap_ms": [[ms(t), what] for t, what in steps if prev.mono - 0.01 <= t <= cur.mono]}
+            # Steps of any phase, convergences and attempts given up in the gap (or just around it).
+            "events_in_gap_ms": [[ms(t), what] for t, what in events if prev.mono - 0.01 <= t <= cur.mono + 0.01]}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -131,18 +130,19 @@ class Moments:
     marks: dict[str, float] = field(default_factory=dict)
     retries: list[str] = field(default_factory=list)  # why a fence attempt was given up
     watchdog: list[str] = field(default_factory=list)  # the fence watchdog's timeline, per attempt it gave up
-    steps: list[tuple[float, str]] = field(default_factory=list)  # every step's start and end, any phase
+    # Every step's start and end (any phase), each convergence and each attempt given up.
+    events: list[tuple[float, str]] = field(default_factory=list)
 
     def __call__(self, event) -> None:
         now = time.monotonic()
         if isinstance(event, (StepStarted, StepFinished)) and event.action == "run":
-            self.steps.append((now, f"{event.phase}: {event.name} "
-                                    f"{'started' if isinstance(event, StepStarted) else event.status}"))
+            self.events.append((now, f"{event.phase}: {event.name} "
+                                     f"{'started' if isinstance(event, StepStarted) else event.status}"))
         if isinstance(event, Log) and event.message.startswith("the fence watchdog on "):
             self.watchdog.append(event.message.split(": ", 1)[-1])
         if isinstance(event, Log) and "; trying again in " in event.message:
             self.retries.append(event.message.split("; trying again in ")[0])
-            self.marks[f"gave up attempt {len(self.retries)}"] = now
+            self.events.append((now, f"gave up attempt {len(self.retries)}"))
             if self.attempt_started is not None:
                 self.given_up.append((self.attempt_started, now))
                 self.attempt_started = None
@@ -151,7 +151,7 @@ class Moments:
         elif isinstance(event, Log) and " transaction(s) behind " in event.message and "(limit " in event.message:
             self.converged = self.converged or now
             self.attempt_started = now
-            self.marks[f"converged for attempt {len(self.retries) + 1}"] = now
+            self.events.append((now, f"converged for attempt {len(self.retries) + 1}"))
         elif isinstance(event, StepFinished) and event.phase == "cutover" and event.action == "run":
             self.cutover_finished = now
             self.marks[event.name] = now
@@ -172,8 +172,7 @@ class Moments:
         end, start = self.writable_again, self.attempt_started
         if start is None or end is None:
             return {}
-        return {name: round((t - start) * 1000, 1) for name, t in self.marks.items()
-                if start <= t <= end and not name.startswith(("converged ", "gave up "))}
+        return {name: round((t - start) * 1000, 1) for name, t in self.marks.items() if start <= t <= end}
 
     def window(self) -> tuple[float, float] | None:
         """The last attempt: from its fence (just after convergence) to the flip and the open;
@@ -270,8 +269,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
         "fence_given_up_detail": moments.retries,
         "fence_watchdog": moments.watchdog,
         "writer_errors": errors,
-        "longest_gap": longest_gap_where(acks, windows, verifier.error_times(error_times_before), moments.marks,
-                                         moments.steps),
+        "longest_gap": longest_gap_where(acks, windows, verifier.error_times(error_times_before), moments.events),
         "run_ms": round((t1 - t0) * 1000),
         "load_tps": round(load_tps) if load_tps else None,
     }

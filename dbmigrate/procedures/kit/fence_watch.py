@@ -8,10 +8,11 @@ choice. It looks once before, at `early_s`: a statement the fence waits for that
 for a row lock will not end by itself (the lock's holder, whose next statement or commit
 queues behind the fence, cannot go on), so waiting out `block_s` would only hold writes back
 longer; when InnoDB counts a row-lock wait then, the watchdog acts at once. The choices:
-`unfence` ends the fence statement itself (read_only stays OFF: nothing changed, the run gives up), `kill_blockers` ends the blocking statements (KILL QUERY: their
-transactions stay, their statement fails) and, if the fence is still blocked after another
-`block_s`, gives up the same way. It works on a session of its own (the server's wait
-session, opened before the fence), from a thread, while the fence statement runs.
+`unfence` ends the fence statement itself (read_only stays OFF: nothing changed, the run
+gives up), `kill_blockers` ends the blocking statements (KILL QUERY: their transactions stay,
+their statement fails) and, if the fence is still blocked after another `block_s`, gives up
+the same way. It works on a session of its own (the server's watch session, opened before
+the fence), from a thread, while the fence statement runs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ OnFenceBlocked = Literal["unfence", "kill_blockers"]
 
 # Watchdogs whose fence returned while their early look was still on the server, by session.
 _not_waited_for: dict[int, threading.Thread] = {}
+
+# A fence asked to end is asked again this often until it has returned (see _end_fence).
+KILL_AGAIN_S = 0.005
 
 
 @dataclass
@@ -92,7 +96,7 @@ class FenceWatch:
             self.mark("acted")
             if self.policy == "unfence":
                 # Writes queue behind the fence: end it first, then read what it waited for
-                # (for the operator), so that the stall is block_s and one KILL QUERY.
+                # (for the operator), so that the stall ends when the watchdog acts.
                 self._end_fence()
                 self.blockers = self.insp.fence_blockers(self.fence_id)
                 self.mark("blockers read")
@@ -142,7 +146,7 @@ class FenceWatch:
             return False
 
     def _end_fence(self) -> None:
-        """KILL QUERY the fence, again every early_s until it has returned. A KILL QUERY that
+        """KILL QUERY the fence, again every KILL_AGAIN_S until it has returned. A KILL QUERY that
         reaches a session before the server began its statement is dropped when the statement
         begins (on a starved core that can come ms after it was sent): the fence would then wait
         out its lock_wait_timeout, every write held back (seen once in 120 benchmark rounds)."""
@@ -150,7 +154,7 @@ class FenceWatch:
             self.gave_up = True
             self.fence_kills += 1
             self.mark("fence killed" if self.fence_kills == 1 else f"fence killed ({self.fence_kills})")
-            if self._done.wait(self.early_s if self.early_s > 0 else 0.005):
+            if self._done.wait(KILL_AGAIN_S):
                 return
 
     def _kill(self, session_id: int) -> bool:
