@@ -356,19 +356,23 @@ class Inspector:
         return rows[0] if rows else None
 
     def table_indexes(self, schema: str, table: str) -> list[dict[str, Any]]:
-        """Indexes in key order: [{'name', 'columns': [(column, data_type)], 'unique', 'type'}], PRIMARY first."""
+        """Indexes in key order: [{'name', 'columns': [(column, data_type)], 'parts': [(column, prefix
+        length or None, descending)], 'unique', 'type'}], PRIMARY first."""
         rows = self.server.query(
             "SELECT s.INDEX_NAME AS idx, s.COLUMN_NAME AS col, s.NON_UNIQUE AS non_unique, c.DATA_TYPE AS dtype, "
-            "s.INDEX_TYPE AS itype "
+            "s.INDEX_TYPE AS itype, s.SUB_PART AS sub_part, s.COLLATION AS coll "
             "FROM information_schema.STATISTICS s JOIN information_schema.COLUMNS c "
             "ON c.TABLE_SCHEMA=s.TABLE_SCHEMA AND c.TABLE_NAME=s.TABLE_NAME AND c.COLUMN_NAME=s.COLUMN_NAME "
             "WHERE s.TABLE_SCHEMA=%s AND s.TABLE_NAME=%s ORDER BY s.INDEX_NAME='PRIMARY' DESC, s.INDEX_NAME, "
             "s.SEQ_IN_INDEX", (schema, table))
         out: dict[str, dict[str, Any]] = {}
         for r in rows:
-            ix = out.setdefault(r["idx"], {"name": r["idx"], "columns": [], "unique": not int(r["non_unique"]),
+            ix = out.setdefault(r["idx"], {"name": r["idx"], "columns": [], "parts": [],
+                                           "unique": not int(r["non_unique"]),
                                            "type": str(r["itype"] or "BTREE").upper()})
             ix["columns"].append((r["col"], str(r["dtype"]).lower()))
+            ix["parts"].append((r["col"], int(r["sub_part"]) if r["sub_part"] is not None else None,
+                                str(r["coll"] or "") == "D"))
         return list(out.values())
 
     def table_columns(self, schema: str, table: str) -> list[tuple[str, str]]:

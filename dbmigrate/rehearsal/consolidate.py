@@ -145,7 +145,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             w.stop()
         with Journal(resolve_journal_path()) as j:  # again: the rollback journaled that server's new stage
             st = ConsolidateState.load(j.all_state(outcome.run_id))
-        report = _check(inv, name, placed, new_addr, shards, writers, rolled if rollback_sentence else None, routes)
+        report = _check(inv, name, placed, new_addr, shards, writers, rolled if rollback_sentence else None, routes,
+                        cut=set(st.cut))
         report["status"] = consolidation_status(plan_file, inv_path, routes).to_dict()
         report["provision"] = {"by": "ansible-playbook", "files": sorted(provisioned.files),
                                "recap": provisioned.recap.hosts if provisioned.recap else None,
@@ -246,7 +247,11 @@ def _playbook(base: Path, cluster: str, plan_file: Path, throttle_mb_s: float) -
 
 
 def _check(inv, name: str, placed, new_addr: dict[str, str], shards: dict[str, list[str]],
-           writers: dict[str, ShardWriter], rolled: str | None, routes: Path) -> dict[str, Any]:
+           writers: dict[str, ShardWriter], rolled: str | None, routes: Path,
+           cut: set[str] | None = None) -> dict[str, Any]:
+    """`cut`: the old servers the run cut over (journaled); one it left unmoved (its cutover
+    failed, or the run stopped first) still serves its shards, and its instance, perhaps
+    never seeded, is not read. None: every old server was cut over."""
     creds = inv.defaults.credentials.resolve(inv.base)
     per_shard, lost, diffs, misrouted = {}, 0, 0, 0
     instance_of = {sh: i.name for i in placed.instances for sh in i.shards}
@@ -262,7 +267,7 @@ def _check(inv, name: str, placed, new_addr: dict[str, str], shards: dict[str, l
     try:
         for old, names in shards.items():
             old_srv = server(_address(inv, old))
-            moved = old != rolled
+            moved = old != rolled and (cut is None or old in cut)
             insts = sorted({instance_of[sh] for sh in names})
             if moved:
                 # The old server replicates its shards back from each instance (the rollback path): running,
@@ -290,6 +295,7 @@ def _check(inv, name: str, placed, new_addr: dict[str, str], shards: dict[str, l
                 misrouted += route != expected
                 per_shard[sh] = {"old_server": old, "instance": instance_of[sh], "served_by": route,
                                  "expected": expected, "acknowledged": len(acked),
+                                 "moved": moved,
                                  "acked_on_new": writers[sh].acked_on(new_addr[instance_of[sh]]),
                                  "lost": len(missing), "checksum_differences": differ,
                                  "longest_gap_ms": round(writers[sh].longest_gap_ms(), 1),

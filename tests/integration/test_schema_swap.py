@@ -225,3 +225,30 @@ def test_failed_verification_stops_and_puts_the_side_back(cluster):
         undos = [s for s in j.run_detail(outcome.run_id)["steps"] if s.get("action") == "undo"]
     said = " | ".join(s["sentence"] or "" for s in undos)
     assert "schema left as is" in said and "back in the reader pool" in said, said
+
+
+def test_an_index_of_the_same_name_on_other_columns_is_not_taken_as_done(cluster):
+    """`fx_c (k)` on the first side: `ADD INDEX fx_c (c)` is neither skipped as "already done"
+    nor run into the duplicate name; the run names the difference and changes nothing."""
+    state, inv = cluster
+    primary = kit.writers(kit.shape(inv, NAME))[0]
+    sides = [n for n in SERVERS if n != primary]
+    with inv.open(primary) as p:
+        p.execute("CREATE TABLE app.fx (id INT PRIMARY KEY, k INT, c INT)")
+        pos = Inspector(p).gtid_binlog_pos()
+    for n in sides:
+        with inv.open(n) as s:
+            assert Inspector(s).wait_for_gtid(pos, 10)
+    with inv.open(sides[0]) as s:
+        s.execute("SET STATEMENT sql_log_bin=0 FOR CREATE INDEX fx_c ON app.fx (k)")
+    try:
+        pb = playbook(state, {"ddl": ["ALTER TABLE app.fx ADD INDEX fx_c (c)"], "primary": "skip"}, "same-name")
+        outcome = start_run(pb, assume_yes=True)
+        assert outcome.status == "rolled_back", outcome.summary
+        assert "app.fx has index fx_c (c) (it is (k))" in outcome.summary, outcome.summary
+        assert "KEY `fx_c` (`k`)" in create_table(inv, sides[0], "app.fx")  # as it was
+        for n in (sides[1], primary):
+            assert "fx_c" not in create_table(inv, n, "app.fx")
+    finally:
+        with inv.open(primary) as p:
+            p.execute("DROP TABLE IF EXISTS app.fx")

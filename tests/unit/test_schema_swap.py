@@ -12,8 +12,8 @@ from dbmigrate.app.runs import plan_playbook
 from dbmigrate.db.flavor import MARIADB, MYSQL
 from dbmigrate.exceptions import ConfigError
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
-from dbmigrate.procedures.schema_swap.ddl import DdlRefused, Expectation, classify
-from dbmigrate.procedures.schema_swap.expect import expectation_holds
+from dbmigrate.procedures.schema_swap.ddl import ColumnType, DdlRefused, Expectation, IndexDef, IndexPart, classify
+from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied, expectation_holds
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,8 @@ def test_add_column_and_index_in_one_alter():
     d = classify("ALTER TABLE app.orders ADD COLUMN note2 VARCHAR(32) NULL, ADD INDEX idx_amount (amount), "
                  "ALGORITHM=INPLACE, LOCK=NONE;")
     assert (d.table, d.kind) == ("app.orders", "alter-table")
-    assert d.expectations == (Expectation("app.orders", column="note2"), Expectation("app.orders", index="idx_amount"))
+    assert d.expectations == (Expectation("app.orders", column="note2", column_type=ColumnType("varchar", "32")),
+                              Expectation("app.orders", index="idx_amount", index_def=IndexDef((IndexPart("amount"),))))
     assert d.added_columns == ("note2",)
 
 
@@ -32,17 +33,27 @@ def test_quoted_names_and_strings_are_not_keywords():
     d = classify("alter table `app`.`my orders` add `after` int default 0 comment 'FIRST, AFTER x; DROP', "
                  "add key (`a`(10), b desc)")
     assert d.table == "app.my orders"
-    assert d.expectations == (Expectation("app.my orders", column="after"),
-                              Expectation("app.my orders", index_columns=("a", "b")))
+    assert d.expectations == (Expectation("app.my orders", column="after", column_type=ColumnType("int")),
+                              Expectation("app.my orders", index_columns=("a", "b"),
+                                          index_def=IndexDef((IndexPart("a", 10), IndexPart("b", desc=True)))))
 
 
 @pytest.mark.parametrize("sql, kind, expectation", [
-    ("CREATE INDEX ix_b ON app.t (b)", "create-index", Expectation("app.t", index="ix_b")),
-    ("CREATE FULLTEXT INDEX ft ON app.t (body)", "create-index", Expectation("app.t", index="ft")),
+    ("CREATE INDEX ix_b ON app.t (b)", "create-index",
+     Expectation("app.t", index="ix_b", index_def=IndexDef((IndexPart("b"),)))),
+    ("CREATE FULLTEXT INDEX ft ON app.t (body)", "create-index",
+     Expectation("app.t", index="ft", index_def=IndexDef((IndexPart("body"),), kind="FULLTEXT"))),
+    ("CREATE INDEX ix_h ON app.t (b) USING HASH", "create-index",
+     Expectation("app.t", index="ix_h", index_def=IndexDef((IndexPart("b"),), kind="HASH"))),
     ("DROP INDEX ix_b ON app.t", "drop-index", Expectation("app.t", index="ix_b", absent=True)),
     ("ALTER TABLE app.t DROP INDEX ix_b", "alter-table", Expectation("app.t", index="ix_b", absent=True)),
     ("CREATE TABLE IF NOT EXISTS app.n (id INT PRIMARY KEY)", "create-table", Expectation("app.n")),
-    ("ALTER TABLE app.t ADD c INT NOT NULL", "alter-table", Expectation("app.t", column="c")),
+    ("ALTER TABLE app.t ADD c INT NOT NULL", "alter-table", Expectation("app.t", column="c",
+                                                                        column_type=ColumnType("int"))),
+    ("ALTER TABLE app.t ADD COLUMN d DECIMAL(10, 2) UNSIGNED", "alter-table",
+     Expectation("app.t", column="d", column_type=ColumnType("decimal", "10,2", unsigned=True))),
+    ("ALTER TABLE app.t ADD COLUMN e ENUM('x', 'y')", "alter-table",
+     Expectation("app.t", column="e", column_type=ColumnType("enum", "'x','y'"))),
 ])
 def test_accepted_kinds(sql, kind, expectation):
     d = classify(sql)
@@ -145,6 +156,82 @@ def test_expectations_hold_or_not():
     assert not expectation_holds(insp, Expectation("app.t", index="idx_ab", absent=True))[0]
     assert expectation_holds(insp, Expectation("app.t", index="gone", absent=True))[0]
     assert not expectation_holds(FakeInspector([], [], exists=False), Expectation("app.n"))[0]
+
+
+def index(name, *parts, unique=False, kind="BTREE"):
+    """A server's index as Inspector.table_indexes returns it; parts are (column, prefix, desc)."""
+    return {"name": name, "columns": [(c, "int") for c, _p, _d in parts], "parts": list(parts), "unique": unique,
+            "type": kind}
+
+
+def already_done(existing_indexes, statement, columns=SOURCE):
+    """(done?, conflicts) for `statement` on a server with these indexes and columns."""
+    insp = FakeInspector(columns, existing_indexes)
+    ddl = classify(statement)
+    return ddl_applied(insp, ddl), conflicts(insp, ddl)
+
+
+def test_an_index_of_the_same_name_on_other_columns_is_not_done_and_is_named():
+    """`fx_c (k)` exists: `ADD INDEX fx_c (c)` is not "already done", and the step says why."""
+    done, clash = already_done([index("fx_c", ("k", None, False))], "ALTER TABLE app.t ADD INDEX fx_c (c)")
+    assert not done
+    assert clash == ["app.t has index fx_c (c) (it is (k))"]
+
+
+@pytest.mark.parametrize("existing, statement, differs", [
+    # column order
+    (index("ix", ("a", None, False), ("b", None, False)), "CREATE INDEX ix ON app.t (b, a)", "(it is (a, b))"),
+    # prefix length
+    (index("ix", ("b", 10, False)), "CREATE INDEX ix ON app.t (b(20))", "(it is (b(10)))"),
+    (index("ix", ("b", 10, False)), "CREATE INDEX ix ON app.t (b)", "(it is (b(10)))"),
+    # uniqueness
+    (index("ix", ("a", None, False), unique=True), "ALTER TABLE app.t ADD INDEX ix (a)", "(it is UNIQUE (a))"),
+    # index type
+    (index("ix", ("b", None, False), kind="FULLTEXT"), "CREATE INDEX ix ON app.t (b)", "(it is FULLTEXT (b))"),
+    (index("ix", ("b", None, False)), "CREATE FULLTEXT INDEX ix ON app.t (b)", "(it is (b))"),
+    # direction
+    (index("ix", ("a", None, False)), "CREATE INDEX ix ON app.t (a DESC)", "(it is (a))"),
+])
+def test_every_part_of_an_index_definition_counts(existing, statement, differs):
+    done, clash = already_done([existing], statement)
+    assert not done and len(clash) == 1 and clash[0].endswith(differs), clash
+
+
+@pytest.mark.parametrize("existing, statement", [
+    (index("fx_c", ("c", None, False)), "ALTER TABLE app.t ADD INDEX fx_c (c)"),
+    (index("ix", ("a", None, False), ("b", 10, False)), "CREATE INDEX ix ON app.t (a, b(10))"),
+    (index("IX", ("a", None, True)), "CREATE INDEX ix ON app.t (`A` DESC)"),
+    (index("ft", ("b", None, False), kind="FULLTEXT"), "ALTER TABLE app.t ADD FULLTEXT KEY ft (b)"),
+    (index("h", ("a", None, False)), "CREATE INDEX h ON app.t (a) USING HASH"),  # InnoDB keeps it as a BTREE
+])
+def test_the_same_definition_is_done(existing, statement):
+    assert already_done([existing], statement) == (True, [])
+
+
+def test_an_unnamed_index_needs_an_index_with_the_same_definition():
+    stmt = "ALTER TABLE app.t ADD INDEX (a, b(10))"
+    assert already_done([index("a", ("a", None, False), ("b", None, False))], stmt) == (False, [])
+    assert already_done([index("a", ("a", None, False), ("b", None, False)),
+                         index("a_2", ("a", None, False), ("b", 10, False))], stmt) == (True, [])
+
+
+@pytest.mark.parametrize("column_type, statement, done", [
+    ("varchar(32)", "ALTER TABLE app.t ADD COLUMN n VARCHAR(32) NULL", True),
+    ("varchar(64)", "ALTER TABLE app.t ADD COLUMN n VARCHAR(32) NULL", False),
+    ("int(11)", "ALTER TABLE app.t ADD COLUMN n INTEGER", True),  # display width is not compared
+    ("int(10) unsigned", "ALTER TABLE app.t ADD COLUMN n INT", False),
+    ("bigint(20)", "ALTER TABLE app.t ADD COLUMN n INT", False),
+    ("tinyint(1)", "ALTER TABLE app.t ADD COLUMN n BOOL", True),
+    ("decimal(10,2)", "ALTER TABLE app.t ADD COLUMN n NUMERIC(10,2)", True),
+    ("decimal(12,2)", "ALTER TABLE app.t ADD COLUMN n DECIMAL(10,2)", False),
+    ("enum('x','y')", "ALTER TABLE app.t ADD COLUMN n ENUM('x', 'y')", True),
+    ("double", "ALTER TABLE app.t ADD COLUMN n DOUBLE PRECISION", True),
+])
+def test_a_column_of_the_same_name_must_have_the_same_type(column_type, statement, done):
+    got, clash = already_done([], statement, columns=SOURCE + [("n", column_type)])
+    assert got is done
+    assert clash == ([] if done else [f"app.t has column n {classify(statement).expectations[0].column_type.describe()} "
+                                     f"(it is {column_type})"])
 
 
 # -- SQL per flavor ----------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ touched:
     CREATE TABLE s.t (...) | CREATE TABLE s.t LIKE s.u
 
 `expectations` derives what each statement must leave on a server (the column
-exists, the index exists or is gone), which is both the idempotency check
-("already applied?") and the automatic verification.
+exists with its type, the index exists with its whole definition, or is gone),
+which is both the idempotency check ("already applied?") and the automatic
+verification. A name alone proves nothing: `fx_c (k)` is not `ADD INDEX fx_c (c)`.
 """
 
 from __future__ import annotations
@@ -55,23 +56,67 @@ class Token:
 
 
 @dataclass(frozen=True)
+class IndexPart:
+    """One key part of an index: its column, prefix length (characters) and direction."""
+
+    column: str
+    prefix: int | None = None
+    desc: bool = False
+
+    def describe(self) -> str:
+        return f"{self.column}{f'({self.prefix})' if self.prefix else ''}{' DESC' if self.desc else ''}"
+
+
+@dataclass(frozen=True)
+class IndexDef:
+    """An index's whole definition as the statement asks for it.
+
+    kind: BTREE, FULLTEXT, SPATIAL, or HASH (USING HASH: InnoDB keeps it as a BTREE, so a
+    BTREE on the server satisfies it)."""
+
+    parts: tuple[IndexPart, ...]
+    unique: bool = False
+    kind: str = "BTREE"
+
+    def describe(self) -> str:
+        kind = "" if self.kind in ("BTREE", "HASH") else f"{self.kind} "
+        return f"{'UNIQUE ' if self.unique else ''}{kind}({', '.join(p.describe() for p in self.parts)})"
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A column's type as the statement asks for it: base type (aliases resolved), its
+    arguments where they matter (lengths, precision, enum values) and signedness."""
+
+    base: str
+    args: str | None = None
+    unsigned: bool = False
+
+    def describe(self) -> str:
+        return f"{self.base}{f'({self.args})' if self.args else ''}{' unsigned' if self.unsigned else ''}"
+
+
+@dataclass(frozen=True)
 class Expectation:
-    """What a server must show after the change: a table, a column, or an index (by name
-    or by its column list), present or absent."""
+    """What a server must show after the change: a table, a column (with its type), or an
+    index (by name or by its key parts, with its whole definition), present or absent."""
 
     table: str  # schema.table
     column: str | None = None
     index: str | None = None
     index_columns: tuple[str, ...] = ()
     absent: bool = False
+    column_type: ColumnType | None = None  # None: any type (an explicit verify item)
+    index_def: IndexDef | None = None  # None: any definition (an explicit verify item, a drop)
 
     def describe(self) -> str:
         if self.column:
-            what = f"column {self.column}"
+            what = f"column {self.column}" + (f" {self.column_type.describe()}" if self.column_type else "")
         elif self.index:
-            what = f"index {self.index}"
+            what = f"index {self.index}" + (f" {self.index_def.describe()}" if self.index_def else "")
         elif self.index_columns:
-            what = f"an index on ({', '.join(self.index_columns)})"
+            what = f"an index {self.index_def.describe()}" if self.index_def else \
+                f"an index on ({', '.join(self.index_columns)})"
         else:
             return f"table {self.table} {'is absent' if self.absent else 'exists'}"
         return f"{self.table} {'has no' if self.absent else 'has'} {what}"
@@ -272,9 +317,10 @@ def classify(statement: str) -> Ddl:
             return _create_table(cur, text)
         if cur.accept("UNIQUE"):
             raise _unique_refused(text)
-        cur.accept("FULLTEXT", "SPATIAL")
+        kind = cur.peek().upper if cur.peek() is not None else ""
+        declared = kind if cur.accept("FULLTEXT", "SPATIAL") else None
         if cur.accept("INDEX"):
-            return _create_index(cur, text)
+            return _create_index(cur, text, declared)
         second = tokens[1].text.upper() if len(tokens) > 1 else ""
         raise cur.refuse(f"CREATE {second} is not supported by a schema swap")
     if cur.accept_seq("DROP", "INDEX"):
@@ -309,6 +355,11 @@ def _create_table(cur: _Cursor, text: str) -> Ddl:
 
 def _index_columns(tokens: list[Token]) -> tuple[str, ...]:
     """Column names of the first parenthesised list: `(a, b(10) DESC)` -> ('a', 'b')."""
+    return tuple(p.column for p in _index_parts(tokens))
+
+
+def _index_parts(tokens: list[Token]) -> tuple[IndexPart, ...]:
+    """Key parts of the first parenthesised list: `(a, b(10) DESC)` -> a, b prefix 10 descending."""
     start = next((k for k, t in enumerate(tokens) if t.kind == "punct" and t.text == "("), None)
     if start is None:
         return ()
@@ -323,14 +374,89 @@ def _index_columns(tokens: list[Token]) -> tuple[str, ...]:
             if depth == 0:
                 break
         inner.append(t)
-    cols = []
+    parts = []
     for part in split_top_level(inner):
         if part and _is_ident(part[0]):
-            cols.append(part[0].name)
-    return tuple(cols)
+            prefix = None
+            if len(part) >= 4 and part[1].text == "(" and part[2].text.isdigit() and part[3].text == ")":
+                prefix = int(part[2].text)
+            parts.append(IndexPart(part[0].name, prefix, desc=any(t.upper == "DESC" for t in part[1:])))
+    return tuple(parts)
 
 
-def _create_index(cur: _Cursor, text: str) -> Ddl:
+def _index_kind(tokens: list[Token], declared: str | None) -> str:
+    """FULLTEXT / SPATIAL as declared, else what USING names (BTREE by default)."""
+    if declared:
+        return declared
+    for k, t in enumerate(tokens[:-1]):
+        if t.upper == "USING" and tokens[k + 1].upper in ("BTREE", "HASH", "RTREE"):
+            return tokens[k + 1].upper
+    return "BTREE"
+
+
+_TYPE_ALIASES = {"integer": "int", "int4": "int", "int1": "tinyint", "int2": "smallint", "int3": "mediumint",
+                 "int8": "bigint", "middleint": "mediumint", "bool": "tinyint", "boolean": "tinyint",
+                 "dec": "decimal", "numeric": "decimal", "fixed": "decimal", "real": "double",
+                 "float8": "double", "float4": "float", "character": "char", "nchar": "char",
+                 "nvarchar": "varchar", "long": "mediumtext"}
+# Integer display widths and the like are not part of what a value can hold: not compared.
+_ARGS_IGNORED = {"tinyint", "smallint", "mediumint", "int", "bigint", "year"}
+
+
+def column_type(base: str, args: str | None = None, unsigned: bool = False) -> ColumnType:
+    base = _TYPE_ALIASES.get(base.lower(), base.lower())
+    if base in _ARGS_IGNORED:
+        args = None
+    elif args is not None:
+        args = "".join(args.split()).replace('"', "'").lower()
+    return ColumnType(base, args or None, unsigned)
+
+
+def parse_column_type(text: str) -> ColumnType:
+    """A server's COLUMN_TYPE (`varchar(32)`, `int(10) unsigned`, `decimal(10,2)`)."""
+    m = re.match(r"\s*([a-z0-9_ ]+?)\s*(?:\((.*)\))?\s*((?:unsigned|signed|zerofill|\s)*)$", text.lower())
+    if not m:
+        return ColumnType(text.lower())
+    base = m.group(1).strip()
+    base = "double" if base == "double precision" else base
+    return column_type(base, m.group(2), "unsigned" in (m.group(3) or ""))
+
+
+def _declared_type(tokens: list[Token]) -> ColumnType | None:
+    """The type of an ADD COLUMN clause: the tokens after the column's name."""
+    if not tokens or tokens[0].kind != "word":
+        return None
+    base = tokens[0].text.lower()
+    k = 1
+    if base == "double" and len(tokens) > 1 and tokens[1].upper == "PRECISION":
+        k = 2
+    elif base in ("character", "national") and len(tokens) > 1 and tokens[1].upper in ("VARYING", "CHAR",
+                                                                                        "VARCHAR"):
+        base = "varchar" if tokens[1].upper in ("VARYING", "VARCHAR") else "char"
+        k = 2
+    args = None
+    if k < len(tokens) and tokens[k].text == "(":
+        depth, inner, j = 0, [], k
+        while j < len(tokens):
+            t = tokens[j]
+            if t.text == "(" and t.kind == "punct":
+                depth += 1
+                if depth == 1:
+                    j += 1
+                    continue
+            elif t.text == ")" and t.kind == "punct":
+                depth -= 1
+                if depth == 0:
+                    break
+            inner.append(f"'{t.text}'" if t.kind == "string" else t.text)
+            j += 1
+        args = "".join(inner)
+        k = j + 1
+    unsigned = any(t.upper == "UNSIGNED" for t in tokens[k:k + 2])
+    return column_type(base, args, unsigned)
+
+
+def _create_index(cur: _Cursor, text: str, declared: str | None = None) -> Ddl:
     cur.accept_seq("IF", "NOT", "EXISTS")
     name = cur.take()
     if not _is_ident(name):
@@ -338,10 +464,11 @@ def _create_index(cur: _Cursor, text: str) -> Ddl:
     if not cur.accept("ON"):
         raise cur.refuse("expected ON schema.table")
     table = cur.qualified_name()
-    cols = _index_columns(cur.rest())
-    if not cols:
+    parts = _index_parts(cur.rest())
+    if not parts:
         raise cur.refuse("expected the index's column list")
-    return Ddl(text, table, "create-index", (Expectation(table, index=name.name),))
+    definition = IndexDef(parts, kind=_index_kind(cur.t, declared))
+    return Ddl(text, table, "create-index", (Expectation(table, index=name.name, index_def=definition),))
 
 
 def _drop_index(cur: _Cursor, text: str) -> Ddl:
@@ -399,9 +526,10 @@ def _alter_spec(spec: list[Token], table: str, text: str, added: list[str]) -> l
                                                        "SYSTEM"):
             raise c.refuse(f"ADD {c.peek().upper} is not supported by a schema swap (constraints and partitions "
                            f"change what the replica accepts from the unaltered primary)")
+        kind = c.peek().upper if c.peek() is not None else ""
         if c.accept("FULLTEXT", "SPATIAL"):
             c.accept("INDEX", "KEY")
-            return [_added_index(c, table)]
+            return [_added_index(c, table, kind)]
         if c.accept("INDEX", "KEY"):
             return [_added_index(c, table)]
         c.accept("COLUMN")
@@ -429,7 +557,7 @@ def _alter_spec(spec: list[Token], table: str, text: str, added: list[str]) -> l
         if words & {"REFERENCES"}:
             raise c.refuse(f"ADD COLUMN {name.name} REFERENCES adds a foreign key; not supported by a schema swap")
         added.append(name.name)
-        return [Expectation(table, column=name.name)]
+        return [Expectation(table, column=name.name, column_type=_declared_type(c.rest()))]
     if c.accept("DROP"):
         if c.accept("INDEX", "KEY"):
             c.accept_seq("IF", "EXISTS")
@@ -470,16 +598,19 @@ def _alter_spec(spec: list[Token], table: str, text: str, added: list[str]) -> l
     raise c.refuse(f"ALTER TABLE clause {head.text!r} is not supported by a schema swap")
 
 
-def _added_index(c: _Cursor, table: str) -> Expectation:
+def _added_index(c: _Cursor, table: str, declared: str | None = None) -> Expectation:
     c.accept_seq("IF", "NOT", "EXISTS")
     nxt = c.peek()
     name = None
     if _is_ident(nxt) and nxt.upper not in ("USING",):
         name = c.take().name
-    cols = _index_columns(c.rest())
-    if not cols:
+    parts = _index_parts(c.rest())
+    if not parts:
         raise c.refuse("expected the index's column list")
-    return Expectation(table, index=name) if name else Expectation(table, index_columns=cols)
+    definition = IndexDef(parts, kind=_index_kind(c.rest(), declared))
+    if name:
+        return Expectation(table, index=name, index_def=definition)
+    return Expectation(table, index_columns=tuple(p.column for p in parts), index_def=definition)
 
 
 # -- undo statements --------------------------------------------------------------------

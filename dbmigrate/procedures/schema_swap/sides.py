@@ -13,7 +13,7 @@ from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.procedures.kit.warmup import warm, warm_ready as kit_warm_ready
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
-from dbmigrate.procedures.schema_swap.expect import ddl_applied, expectation_holds
+from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied, expectation_holds
 from dbmigrate.procedures.schema_swap.run import current_primary, params_of, plan_names, resources_of, server_of
 
 
@@ -49,6 +49,14 @@ def apply_ddl(ctx: RunContext, side: str) -> str:
     p = params_of(ctx)
     server = server_of(ctx, side)
     insp = Inspector(server)
+    # A name already taken by another definition is neither "already done" nor something the
+    # statement can create: say so before the first statement runs.
+    clashes = [what for d in p.statements() for what in conflicts(insp, d)]
+    if clashes:
+        raise DbmigrateError(f"{side} already has a different definition under the same name: "
+                             + "; ".join(clashes) + "; nothing changed on it",
+                             hint=f"drop or rename that index or column on {side} (binlog off), or name the new one "
+                                  f"differently in the playbook, then resume")
     own_before = insp.own_gtids()
     done, skipped = [], 0
     session = server.dedicated()
