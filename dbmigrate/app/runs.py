@@ -112,7 +112,7 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
         for subscriber in subscribers:
             bus.subscribe(subscriber)
         unsubscribe = bus.subscribe(journal.record, critical=True)
-        _install_provisioners()
+        _install_provisioners(playbook)
         resources = _prepare(playbook, RunState(journal, run_id))
         try:
             ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
@@ -209,7 +209,7 @@ def _drive_with_resources(
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
     run_id = run["id"]
-    _install_provisioners()
+    _install_provisioners(playbook)
     resources = _prepare(playbook, RunState(journal, run_id), old_gone=(mode == "takeover"))
     try:
         ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
@@ -251,9 +251,12 @@ def _fault_injection(bus: EventBus) -> Iterator[None]:
         unsubscribe()
 
 
-def _install_provisioners() -> None:
+def _install_provisioners(playbook: Playbook) -> None:
     """Instances planned on sandbox hosts (rehearsals) are created by the sandbox provisioner;
-    procedures only know the protocol."""
+    procedures only know the protocol. Only a consolidation plans instances: the others do not
+    load the plan's modules."""
+    if playbook.procedure != "consolidate":
+        return
     from dbmigrate.rehearsal.provision import install
 
     install()

@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 
 from dbmigrate.app.errors import exit_code_of_run
-from dbmigrate.app.reports import run_with_report, write_run_report
 from dbmigrate.app.runs import (
     SignalStop,
     mark_orphans,
@@ -83,6 +82,8 @@ def run_command(
             outcome = start_run(playbook, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
                                 assume_yes=yes, dry_run=dry_run, journal_path=journal, cancel=stop.cancel)
         else:
+            from dbmigrate.app.reports import run_with_report  # the report's modules only when asked for
+
             outcome, written = run_with_report(playbook, report, subscribers=_subscribers(json_lines, stop),
                                                approver=console_approver(), assume_yes=yes, dry_run=dry_run,
                                                journal_path=journal, cancel=stop.cancel)
@@ -176,6 +177,8 @@ def runs_report_command(
     """Write the evidence report of a run: charts and before/after tables from what it journaled."""
     with Journal(resolve_journal_path(journal)) as j:
         run_id = j.resolve_run_id(run)
+    from dbmigrate.app.reports import write_run_report
+
     written = write_run_report(run_id, out or Path(f"report-{run_id}.html"), journal)
     _say_report(written, json_out)
 

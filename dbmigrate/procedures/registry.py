@@ -93,9 +93,12 @@ def known() -> list[str]:
 
 
 def get(name: str) -> ProcedureEntry:
-    names = known()
+    from dbmigrate.procedures import load_builtin
+
+    load_builtin(name)
     entry = _REGISTRY.get(name)
     if entry is None:
+        names = known()
         listed = ", ".join(names) if names else "(none registered)"
         raise UsageError(f"unknown procedure '{name}'; known procedures: {listed}")
     return entry

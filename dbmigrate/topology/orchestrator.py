@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote
-
-import httpx
 
 from dbmigrate.db.flavor import detect
 from dbmigrate.exceptions import ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact, register_secret
 from dbmigrate.topology.discovery import Cluster, Node, assess, normalize_address
 from dbmigrate.topology.probe import ServerFacts
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class OrchestratorError(DbmigrateError):
@@ -38,6 +40,8 @@ class OrchestratorClient:
     def __init__(self, url: str, *, timeout: float = 10.0, takeover_timeout: float = 60.0,
                  user: str | None = None, password: str | None = None,
                  transport: httpx.BaseTransport | None = None):
+        import httpx  # only where an inventory names orchestrator: it costs every start otherwise
+
         self.url = url.rstrip("/")
         self.takeover_timeout = takeover_timeout
         user = user if user is not None else os.environ.get("ORCHESTRATOR_USER")
@@ -60,6 +64,8 @@ class OrchestratorClient:
         self.close()
 
     def _get(self, path: str, timeout: float | None = None) -> Any:
+        import httpx
+
         what = f"orchestrator {self.url}{path}"
         try:
             r = self._http.get(path, timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
