@@ -53,14 +53,28 @@ def stats(values: list[float]) -> dict:
     return {"n": len(v), "min": round(v[0], 3), "p50": round(statistics.median(v), 3), "max": round(v[-1], 3)}
 
 
-def time_version(runs: int) -> list[float]:
-    out = []
-    subprocess.run(dbmigrate_cmd() + ["--version"], check=True, stdout=subprocess.DEVNULL, env=installed_env())
+def timed(args: list[str]) -> tuple[float, float, int, str]:
+    """Wall time, CPU time (user + system, the process alone: what a loaded machine does not
+    inflate as much), exit code and output of one run of the command."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(dbmigrate_cmd() + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=installed_env())
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, usage.ru_utime + usage.ru_stime, p.returncode, out
+
+
+def time_version(runs: int) -> tuple[list[float], list[float]]:
+    walls, cpus = [], []
+    timed(["--version"])
     for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(dbmigrate_cmd() + ["--version"], check=True, stdout=subprocess.DEVNULL, env=installed_env())
-        out.append(time.perf_counter() - t0)
-    return out
+        wall, cpu, code, out = timed(["--version"])
+        if code != 0:
+            raise SystemExit(f"dbmigrate --version failed: {out}")
+        walls.append(wall)
+        cpus.append(cpu)
+    return walls, cpus
 
 
 def imported_modules(command: list[str]) -> int:
@@ -90,17 +104,15 @@ def first_statements(runs: int, say) -> tuple[list[float], list[float]]:
                "params": {"candidate": f"{name}-2"}}
         pb = state.path / "startup.yaml"
         pb.write_text(yaml.safe_dump(doc, sort_keys=False))
-        firsts, walls = [], []
+        firsts, walls, cpus = [], [], []
         for i in range(-1, runs):  # run -1 fills the cache of compiled modules and is not counted
             for s in servers.values():
                 s.execute("TRUNCATE TABLE mysql.general_log")
             mine = {n: s.session_id for n, s in servers.items()}
             t0 = time.time()
-            p = subprocess.run(dbmigrate_cmd() + ["run", str(pb), "--dry-run", "--yes"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=installed_env())
-            walls.append(time.time() - t0)
-            if p.returncode != 0:
-                raise SystemExit(f"the dry run failed (exit {p.returncode}): {p.stdout.strip()[-1500:]}")
+            wall, cpu, code, out = timed(["run", str(pb), "--dry-run", "--yes"])
+            if code != 0:
+                raise SystemExit(f"the dry run failed (exit {code}): {out.strip()[-1500:]}")
             seen = []
             for n, s in servers.items():
                 v = s.scalar("SELECT MIN(UNIX_TIMESTAMP(event_time)) FROM mysql.general_log "
@@ -110,14 +122,16 @@ def first_statements(runs: int, say) -> tuple[list[float], list[float]]:
             if not seen:
                 raise SystemExit("no statement of the dry run reached the general log")
             if i < 0:
-                walls.pop()
                 continue
             firsts.append(min(seen) - t0)
-            say(f"run {i + 1}: first statement {firsts[-1] * 1000:.0f} ms after exec, dry run {walls[-1]:.2f} s")
+            walls.append(wall)
+            cpus.append(cpu)
+            say(f"run {i + 1}: first statement {firsts[-1] * 1000:.0f} ms after exec, dry run {wall:.2f} s "
+                f"({cpu:.2f} s of CPU)")
         for s in servers.values():
             s.execute("SET GLOBAL general_log = 0")
             s.close()
-        return firsts, walls
+        return firsts, walls, cpus
     finally:
         boxes.down(name)
 
@@ -135,10 +149,11 @@ def main() -> int:
     os.environ.setdefault("DBMIGRATE_JOURNAL", str(Path(os.environ["DBMIGRATE_HOME"]) / "journal.sqlite"))
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
     load_before = os.getloadavg()[0]
-    version = time_version(args.runs)
-    firsts, walls = first_statements(args.runs, say)
+    version, version_cpu = time_version(args.runs)
+    firsts, walls, cpus = first_statements(args.runs, say)
     out = {"load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-           "version_s": stats(version), "run_first_statement_s": stats(firsts), "dry_run_wall_s": stats(walls),
+           "version_s": stats(version), "version_cpu_s": stats(version_cpu),
+           "run_first_statement_s": stats(firsts), "dry_run_wall_s": stats(walls), "dry_run_cpu_s": stats(cpus),
            "modules_loaded": {c: imported_modules([c]) for c in ("run", "digest", "tui")},
            "targets": {"version_s": TARGET_VERSION_S, "first_statement_s": TARGET_FIRST_STATEMENT_S},
            "ratio_to_target": {"version": round(statistics.median(version) / TARGET_VERSION_S, 2),
@@ -147,12 +162,13 @@ def main() -> int:
         print(json.dumps(out, indent=2))
     else:
         v, f, w = out["version_s"], out["run_first_statement_s"], out["dry_run_wall_s"]
+        vc, wc = out["version_cpu_s"], out["dry_run_cpu_s"]
         print(f"load average (1 min) before / after: {out['load_average_1min']}")
         print(f"dbmigrate --version: p50 {v['p50']} s, min {v['min']} s, max {v['max']} s "
-              f"({out['ratio_to_target']['version']}x the {TARGET_VERSION_S} s target)")
+              f"({out['ratio_to_target']['version']}x the {TARGET_VERSION_S} s target); CPU p50 {vc['p50']} s")
         print(f"dbmigrate run (dry run): first statement p50 {f['p50']} s, min {f['min']} s, max {f['max']} s after "
               f"exec ({out['ratio_to_target']['first_statement']}x the {TARGET_FIRST_STATEMENT_S} s target); "
-              f"whole dry run p50 {w['p50']} s")
+              f"whole dry run p50 {w['p50']} s, CPU p50 {wc['p50']} s")
         print("modules loaded per command: " + ", ".join(f"{c} {n}" for c, n in out["modules_loaded"].items()))
     return 0
 
