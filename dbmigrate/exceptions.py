@@ -70,3 +70,17 @@ class Refused(DbmigrateError):
 
 class RefusedWait(WaitTimeout, Refused):
     """A bounded wait before any change ran out: nothing was changed."""
+
+
+class NotUndone(DbmigrateError):
+    """An undo that leaves its step's change in place (e.g. DDL without undo statements): the
+    rollback goes on, and the run names the step, its server and statements as not undone."""
+
+
+class CommandFailed(DbmigrateError):
+    """A command that ran and ends with a non-zero exit code for a reason it states (a check that
+    found a problem, a run that failed or was refused): the same error line and record as any error."""
+
+    def __init__(self, exit_code: int, message: str, hint: str | None = None):
+        super().__init__(message, hint)
+        self.exit_code = exit_code

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dbmigrate.exceptions import DbmigrateError
+from typing import Any
+
+from dbmigrate.exceptions import CommandFailed, DbmigrateError
 from dbmigrate.redact import redact
 
 INTERRUPTED = 130
@@ -39,6 +41,13 @@ class Failure:
     exit_code: int
     message: str
     hint: str | None = None
+
+
+def run_failed(outcome: Any) -> CommandFailed:
+    """A run that did not succeed, as the command's error: its summary (why it ended so and what it
+    left) and its hint, with the run's exit code."""
+    hint = outcome.error.hint if outcome.error is not None else None
+    return CommandFailed(exit_code_of_run(outcome.status), outcome.summary, hint)
 
 
 def failure_of(exc: BaseException) -> Failure | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from dbmigrate.exceptions import CommandFailed
 from dbmigrate.cli.common import console, print_json
 from dbmigrate.console_table import Col, show, styled
 from dbmigrate.app.checks import preflight
@@ -45,4 +46,7 @@ def check(inventory: Path = typer.Option(..., "--inventory", "-i", help="Invento
         failed = [r.name for r in results if not r.ok]
         console.print("[green]all gates pass[/]" if ok else f"[bold red]{len(failed)} gate(s) failed:[/] {', '.join(failed)}")
     if not ok:
-        raise typer.Exit(1)
+        failed = [r for r in results if not r.ok]
+        raise CommandFailed(1, f"{len(failed)} preflight gate(s) failed: "
+                               + "; ".join(f"{r.name}: {r.reason}" for r in failed),
+                            hint="fix what each failed gate names, then check again")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
+from dbmigrate.exceptions import CommandFailed
 from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.cli.common import console, print_json
@@ -45,4 +46,6 @@ def checksum(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inve
         for e in report.errors:
             console.print(f"[red]{escape(e)}[/]")
     if not report.ok:
-        raise typer.Exit(1)
+        bad = [name for name in report.diffs] + list(report.errors)
+        raise CommandFailed(1, "pt-table-checksum found differences or errors: " + "; ".join(map(str, bad)),
+                            hint="see the table above; resync the differing tables before any cutover")

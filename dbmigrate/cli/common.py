@@ -54,6 +54,11 @@ def guarded(command: Callable[..., None], name: str | None = None) -> Callable[.
             command(*args, **kwargs)
         except typer.Exit as exc:
             code = exc.exit_code
+            record = jsonout.current()
+            if code and record is not None and not record.counts.get("error"):
+                # Commands state their reason with CommandFailed; this is the safety net.
+                record.error(Failure(code, f"{record.command} exited with code {code}",
+                                     "see the records above for what it found"))
             raise
         except (Exception, KeyboardInterrupt) as exc:
             failure = failure_of(exc)

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from rich.markup import escape
 
-from dbmigrate.app.errors import exit_code_of_run
+from dbmigrate.exceptions import CommandFailed
+from dbmigrate.app.errors import run_failed
 from dbmigrate.cli.common import console, err_console, guarded, print_json
 from dbmigrate.exceptions import UsageError
 
@@ -137,7 +138,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"{moved} of {len(result.shards)} shard(s) served by their new instance; "
                           f"{len(result.problems)} problem(s)")
         if result.problems:
-            raise typer.Exit(1)
+            raise CommandFailed(1, f"{len(result.problems)} problem(s): " + "; ".join(map(str, result.problems)),
+                                hint="fix each problem, then: dbmigrate consolidate status again")
 
     @group.command("run")
     @guarded
@@ -178,9 +180,7 @@ def register(app: typer.Typer) -> None:
         outcome = start_run(playbook, params_update=update, subscribers=[subscriber], approver=console_approver(),
                             assume_yes=yes, dry_run=dry_run)
         if not outcome.ok:
-            if outcome.error is not None and outcome.error.hint:
-                console.print(f"hint: {outcome.error.hint}", markup=False)
-            raise typer.Exit(exit_code_of_run(outcome.status))
+            raise run_failed(outcome)
 
     @group.command("throttle")
     @guarded
@@ -214,7 +214,8 @@ def register(app: typer.Typer) -> None:
         from dbmigrate.app.consolidate import rollback_server
 
         if not yes and not typer.confirm(f"Route {server}'s shards back to it (after it applied their writes)?"):
-            raise typer.Exit(1)
+            raise CommandFailed(1, f"not confirmed: {server}'s shards were not routed back",
+                                hint="nothing changed; run again and confirm, or pass --yes")
         console.print(rollback_server(run, server), markup=False)
 
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from dbmigrate.exceptions import CommandFailed
 from dbmigrate.app import digest_capture as capture_use
 from dbmigrate.cli.common import console, err_console, print_json
 from dbmigrate.console_table import emit
@@ -124,7 +125,8 @@ def evaluate(
     else:
         console.print(decision_text(decision))
     if decision.rollback:
-        raise typer.Exit(3)
+        raise CommandFailed(3, "the policy calls for a rollback: " + "; ".join(map(str, decision.reasons)),
+                            hint="compare the digests (dbmigrate digest compare) to see which queries regressed")
 
 
 @cmd.command("restore")

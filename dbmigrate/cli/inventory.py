@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
+from dbmigrate.exceptions import CommandFailed
 from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.cli.common import console, err_console, print_json
@@ -60,7 +61,8 @@ def check(file: Path = typer.Argument(..., help="Inventory YAML."),
     for f in failed:
         err_console.print(f"[bold red]error:[/] {escape(f.name)}: {escape(f.error)}", highlight=False, soft_wrap=True)
     if failed:
-        raise typer.Exit(1)
+        raise CommandFailed(1, f"{len(failed)} server(s) failed: " + "; ".join(f"{f.name}: {f.error}" for f in failed),
+                            hint="fix each server named above, then check again")
 
 
 @cmd.command("validate")

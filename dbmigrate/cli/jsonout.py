@@ -63,6 +63,7 @@ class JsonSession:
             self.run["run_id"] = event.run_id
         elif isinstance(event, RunFinished):
             self.run["status"] = event.status
+            self.run["reason"] = event.summary  # the run's own sentence: why it ended so, what it left
         self.write({"record": "event", **event_to_dict(event)})
 
     def error(self, failure: Failure) -> None:

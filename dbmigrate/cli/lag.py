@@ -9,6 +9,7 @@ import typer
 from rich.live import Live
 from rich.console import RenderableType
 
+from dbmigrate.exceptions import CommandFailed
 from dbmigrate.app import lag as lag_use
 from dbmigrate.sparkline import sparkline
 from dbmigrate.cli.common import console, print_json
@@ -76,7 +77,8 @@ def watch(inventory: Path = typer.Option(..., "--inventory", "-i", help="Invento
             else:
                 emit(console, lag_table(samples, {}, limit_ms, target.title, console.width))
             if not all(s.ok for s in samples):
-                raise typer.Exit(1)
+                raise CommandFailed(1, "; ".join(f"{s.name}: {s.reason}" for s in samples if not s.ok),
+                                    hint="lag over the limit or replication stopped: see the table above")
             return
         _live(target, interval, limit_ms, count)
 

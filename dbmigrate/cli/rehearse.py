@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from dbmigrate.exceptions import CommandFailed
 from dbmigrate.cli.common import console, err_console, print_json
 
 cmd = typer.Typer(help="Rehearse procedures on a throwaway local sandbox of real servers, under load.",
@@ -73,7 +74,8 @@ def promote(
                           f"dbmigrate sandbox down {report['sandbox']} removes it", markup=False)
     expected = report["rolled_back"] if regress else (report["run_status"] == "done" and not report["rolled_back"])
     if report["lost_writes"] or not expected:
-        raise typer.Exit(1)
+        raise CommandFailed(1, rehearsal_failure(report, regress),
+                            hint="see the report above; rehearse again with --keep to inspect the sandbox")
 
 
 def render_report(r: dict) -> None:
@@ -153,7 +155,9 @@ def schema_swap(
         else:
             render_swap(report)
         if not succeeded(report):
-            raise typer.Exit(1)
+            raise CommandFailed(1, f"the schema swap rehearsal failed: run {report.get('run_status')}: "
+                                   f"{report.get('summary') or 'see the report'}",
+                                hint="rehearse again with --keep to inspect the sandbox")
 
     guarded(go)()
 
@@ -213,7 +217,8 @@ def consolidate(
         else:
             render_consolidation(report)
         if not report["ok"]:
-            raise typer.Exit(1)
+            raise CommandFailed(1, "the consolidation rehearsal failed: " + consolidation_failure(report),
+                                hint="rehearse again with --keep to inspect the sandbox")
 
     guarded(go)()
 
@@ -246,3 +251,29 @@ def render_consolidation(r: dict) -> None:
     console.print(f"run {r['run_id']} {r['run_status']}; acknowledged writes {r['acknowledged_writes']}, lost "
                   f"{r['lost_writes']}; checksum differences {r['checksum_differences']}; misrouted shards "
                   f"{r['misrouted_shards']}; {r['elapsed_s']} s")
+
+
+def rehearsal_failure(report: dict, regress: bool) -> str:
+    """Why a promote rehearsal did not end as expected, in one line."""
+    why = []
+    if report["lost_writes"]:
+        why.append(f"{report['lost_writes']} acknowledged write(s) lost")
+    if regress and not report["rolled_back"]:
+        why.append(f"the guard did not roll back (run {report['run_status']})")
+    elif not regress and (report["run_status"] != "done" or report["rolled_back"]):
+        why.append(f"run {report['run_status']}" + (", rolled back" if report["rolled_back"] else ""))
+    return "the promote rehearsal failed: " + "; ".join(why)
+
+
+def consolidation_failure(report: dict) -> str:
+    """Which of a consolidation rehearsal's conditions failed, in one line."""
+    counts = ("lost_writes", "checksum_differences", "misrouted_shards", "old_servers_not_replicating_back")
+    why = [f"{k.replace('_', ' ')}: {report[k]}" for k in counts if report.get(k)]
+    if report.get("run_status") != "done":
+        why.append(f"run {report.get('run_status')}: {report.get('summary')}")
+    if not report.get("rollback"):
+        why.append("rolling one old server back did not happen")
+    if report.get("ports_not_as_planned"):
+        why.append(f"ports not as planned: {report['ports_not_as_planned']}")
+    why += [str(p) for p in (report.get("status") or {}).get("problems", [])]
+    return "; ".join(why) or "see the report"

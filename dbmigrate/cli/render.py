@@ -35,6 +35,7 @@ _STATUS_MARK = {
     "skipped": "[dim]↷[/]",
     "dry-run": "[cyan]≈[/]",
     "undone": "[yellow]↶[/]",
+    "not_undone": "[bold yellow]≠[/]",
     "failed": "[bold red]✗[/]",
     "interrupted": "[bold red]![/]",
 }
@@ -199,6 +200,10 @@ def render_run_detail(detail: dict[str, Any], console: Console) -> None:
                      what, _ms(row["duration_ms"])])
     show(console, [Col("#", keep=True, right=True), Col("phase", keep=True), Col("step"), Col("status", keep=True),
                    Col("what happened"), Col("time", keep=True, right=True)], rows, title="steps")
+    for row in detail.get("not_undone", []):
+        console.print(f"[bold yellow]not undone[/]: step {escape(row['step'])} left its change in place:")
+        for st in row["left"] or [{"server": "", "sql": row["sentence"]}]:
+            console.print(f"  {escape(st['server'] or '-')}: {escape(st['sql'])}")
     for gate in detail["gates"]:
         mark = "[green]✓[/]" if gate["ok"] else "[red]✗[/]"
         console.print(f"gate {mark} {gate['name']} before {gate['phase']} ({gate['decided_by']}): "

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from dbmigrate.app.errors import exit_code_of_run
+from dbmigrate.app.errors import run_failed
 from dbmigrate.app.runs import (
     SignalStop,
     mark_orphans,
@@ -52,11 +52,8 @@ def _signals(rollback: bool = False) -> SignalStop:
 
 
 def _finish(outcome: RunOutcome) -> None:
-    if outcome.ok:
-        return
-    if outcome.error is not None and outcome.error.hint:
-        err_console.print(f"hint: {outcome.error.hint}", markup=False)
-    raise typer.Exit(exit_code_of_run(outcome.status))
+    if not outcome.ok:
+        raise run_failed(outcome)
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve manual gates (scripted runs).")]

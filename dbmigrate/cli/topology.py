@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from dbmigrate.exceptions import CommandFailed
 from dbmigrate.cli.common import console, print_json
 from dbmigrate.config import load_inventory
 from dbmigrate.db import credentials as creds_mod
@@ -71,7 +72,8 @@ def show(inventory: Path = typer.Option(None, "--inventory", "-i", help="Invento
         else:
             console.print(cluster_tree(c))
     if c.problems:
-        raise typer.Exit(1)
+        raise CommandFailed(1, f"{len(c.problems)} problem(s): " + "; ".join(map(str, c.problems)),
+                            hint="see the tree above")
 
 
 @cmd.command("wire")

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dbmigrate.exceptions import CommandFailed
 from dbmigrate.cli.common import console, err_console, print_json
 from dbmigrate.config import Inventory, load_inventory
 from dbmigrate.exceptions import GateFailed, UsageError
@@ -144,7 +145,7 @@ def _check(inv: Inventory, target: str, tables: list[str], ratio: float, json_ou
     if json_out:
         print_json({"ok": ok, "reason": reason, "details": details})
         if not ok:
-            raise typer.Exit(1)
+            raise CommandFailed(1, f"{target} is not warm: {reason}", hint="warm it, then check again")
         return
     if not ok:
         raise GateFailed(reason, hint="warm it: dbmigrate warm --method dump-load|replay|scan ...")

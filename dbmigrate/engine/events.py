@@ -52,7 +52,7 @@ class StepStarted(Event):
 
 # Statuses a finished step can have; "interrupted" is set when the operator
 # pressed Ctrl-C mid-step (a SIGKILL leaves the journal row at "started").
-STEP_STATUSES = ("done", "skipped", "failed", "undone", "dry-run", "interrupted")
+STEP_STATUSES = ("done", "skipped", "failed", "undone", "not_undone", "dry-run", "interrupted")
 
 
 @dataclass(frozen=True, kw_only=True)

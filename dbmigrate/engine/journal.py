@@ -241,6 +241,7 @@ class Journal:
             "metrics": metrics,
             "logs": self._rows("SELECT * FROM logs WHERE run_id=? ORDER BY id", (run_id,)),
             "state": self.all_state(run_id),
+            "not_undone": self.not_undone(run_id),
         }
 
     # ------------------------------------------------------------------ steps
@@ -308,6 +309,27 @@ class Journal:
             elif row["action"] == "undo" and row["status"] in ("undone", "skipped"):
                 done.pop(key, None)
         return list(done.values())
+
+    def not_undone(self, run_id: str) -> list[dict[str, Any]]:
+        """Steps whose latest undo left their change in place, with what they left: the statements
+        their forward execution sent (server, sql), newest step first."""
+        latest: dict[tuple[str, str], dict[str, Any]] = {}
+        forward: dict[tuple[str, str], int] = {}
+        for row in self._rows("SELECT id, phase, name, action, status, sentence FROM steps WHERE run_id=? "
+                              "ORDER BY id", (run_id,)):
+            key = (row["phase"], row["name"])
+            if row["action"] == "run" and row["status"] in ("done", "failed", "interrupted"):
+                forward[key] = row["id"]
+            elif row["action"] == "undo":
+                latest[key] = row
+        out = []
+        for key, row in reversed(list(latest.items())):
+            if row["status"] != "not_undone":
+                continue
+            left = self._rows("SELECT server, sql FROM statements WHERE run_id=? AND step_id=? AND dry_run=0 "
+                              "ORDER BY id", (run_id, forward.get(key, -1)))
+            out.append({"phase": key[0], "step": key[1], "sentence": row["sentence"], "left": left})
+        return out
 
     def unfinished_steps(self, run_id: str) -> list[dict[str, Any]]:
         """Steps whose latest forward execution started but did not end done (killed, failed,

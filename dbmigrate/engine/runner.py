@@ -26,7 +26,7 @@ from dbmigrate.engine.events import (
 from dbmigrate.engine.hooks import HookFailed, HookRunner
 from dbmigrate.engine.journal import FINISHED_OK
 from dbmigrate.engine.step import AutoGate, Gate, ManualGate, Phase, Procedure, RunContext, Step
-from dbmigrate.exceptions import DbmigrateError, GateFailed, Refused, SafetyError
+from dbmigrate.exceptions import DbmigrateError, GateFailed, NotUndone, Refused, SafetyError
 
 # Asked for each manual gate; returns approved or (approved, reason).
 Approver = Callable[[GateWaiting], "bool | tuple[bool, str]"]
@@ -67,6 +67,19 @@ def explain(exc: BaseException) -> str:
     if isinstance(exc, DbmigrateError):
         return exc.message
     return f"{type(exc).__name__}: {exc}"
+
+
+def not_undone_sentence(rows: list[dict[str, Any]], limit: int = 3) -> str:
+    """'not undone (left in place): step 'X' (server: statement; ...)' for the journal's not-undone
+    steps; empty when every step was undone."""
+    if not rows:
+        return ""
+    parts = []
+    for row in rows:
+        left = [f"{s['server']}: {s['sql']}" for s in row["left"]]
+        shown = "; ".join(left[:limit]) + (f"; +{len(left) - limit} more" if len(left) > limit else "")
+        parts.append(f"step '{row['step']}' ({shown or row['sentence']})")
+    return "not undone (left in place): " + ", ".join(parts)
 
 
 def _elapsed_ms(started: float) -> float:
@@ -173,8 +186,14 @@ class Runner:
             rolled_back, rollback_summary = self._undo_completed(procedure, ctx)
             status = "rolled_back" if rolled_back else "rollback_failed"
             summary = f"{summary}; rollback: {rollback_summary}"
-            error.hint = ("the completed steps were undone; fix the cause and start a new run" if rolled_back
-                          else f"fix the failing undo, then: dbmigrate rollback {ctx.run_id}")
+            left = not_undone_sentence(ctx.journal.not_undone(ctx.run_id))
+            if not rolled_back:
+                error.hint = f"fix the failing undo, then: dbmigrate rollback {ctx.run_id}"
+            elif left:
+                error.hint = (f"the other completed steps were undone, but NOT {left}; "
+                              f"fix the cause and start a new run")
+            else:
+                error.hint = "the completed steps were undone; fix the cause and start a new run"
         self._final_hooks("on_failure", ctx)
         ctx.emit(RunFinished(status=status, summary=summary))
         return RunOutcome(ctx.run_id, status, summary, error)
@@ -411,7 +430,7 @@ class Runner:
 
     def _undo_completed(self, procedure: Procedure, ctx: RunContext) -> tuple[bool, str]:
         """Undo completed, not yet undone steps, newest first; stop at the first failure."""
-        undone = 0
+        undone = not_undone = 0
         for row in reversed(self._to_undo(procedure, ctx)):
             found = procedure.find_step(row["phase"], row["name"])
             if found is None:
@@ -426,6 +445,13 @@ class Runner:
             self.current = step.name
             try:
                 sentence = step.undo(ctx)
+            except NotUndone as exc:
+                # Its change stays: said as such, never counted as undone; the rollback goes on.
+                self.current = None
+                ctx.emit(StepFinished(**where, status="not_undone", sentence=f"not undone: {exc.message}",
+                                      duration_ms=_elapsed_ms(started)))
+                not_undone += 1
+                continue
             except Exception as exc:
                 ctx.emit(StepFinished(**where, status="failed", error=explain(exc), duration_ms=_elapsed_ms(started)))
                 return False, f"undo of '{step.name}' failed: {explain(exc)}; {undone} step(s) undone before it"
@@ -437,4 +463,7 @@ class Runner:
             ctx.emit(StepFinished(**where, status="undone", sentence=sentence or f"undid {step.name}",
                                   duration_ms=_elapsed_ms(started)))
             undone += 1
-        return True, f"undid {undone} step(s)" if undone else "nothing to undo"
+        said = f"undid {undone} step(s)" if undone else "nothing to undo"
+        if not_undone:
+            said += f"; {not_undone_sentence(ctx.journal.not_undone(ctx.run_id))}"
+        return True, said

@@ -127,6 +127,72 @@ def test_ddl_that_breaks_row_replication_is_refused_before_anything_changes(clus
     assert readers(inv) == readers_before
 
 
+def inventory_variant(state, name: str, *, repl_password: str | None = None, admin_socket: str | None = None) -> Path:
+    """A copy of the sandbox's inventory with one thing wrong (its credentials in a file of its own)."""
+    doc = yaml.safe_load(state.inventory_file.read_text())
+    spec = doc["clusters"][NAME]
+    if repl_password is not None:
+        lines = (state.path / "credentials.cnf").read_text().splitlines()
+        group, out = None, []
+        for line in lines:
+            group = line.strip()[1:-1] if line.strip().startswith("[") else group
+            out.append(f'password="{repl_password}"' if group == "client-repl" and line.startswith("password")
+                       else line)
+        cnf = state.path / f"{name}.cnf"
+        cnf.write_text("\n".join(out) + "\n")
+        cnf.chmod(0o600)
+        spec["replication_credentials"]["defaults_file"] = cnf.name
+    if admin_socket is not None:
+        spec["router"]["admin_socket"] = admin_socket
+    path = state.path / f"{name}-inventory.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+GOOD_DDL = ["ALTER TABLE app.orders ADD COLUMN early1 VARCHAR(32) NULL", "CREATE INDEX idx_early1 ON app.orders (early1)"]
+
+
+@pytest.mark.parametrize("wrong, expected", [
+    ("replication password", "replication_login"),
+    ("router socket", "admin socket"),
+    ("DDL", "Unknown data type: 'VARCHR'"),
+])
+def test_a_swap_that_a_later_phase_would_refuse_is_refused_before_any_change(cluster, cli, wrong, expected):
+    """Every check a later phase makes (the switchover's logins and router, the DDL on the live
+    schema) runs before the first change: exit 5, and no server, no reader pool changed."""
+    state, inv = cluster
+    shape_before = {n: create_table(inv, n) for n in SERVERS}
+    readers_before = readers(inv)
+    params: dict = {"ddl": GOOD_DDL, "candidate": f"{NAME}-2"}
+    slug = wrong.replace(" ", "-")
+    if wrong == "replication password":
+        params["inventory"] = str(inventory_variant(state, slug, repl_password="not-the-password"))
+    elif wrong == "router socket":
+        params["inventory"] = str(inventory_variant(state, slug, admin_socket=str(state.path / "no-such.sock")))
+    else:
+        params["ddl"] = ["ALTER TABLE app.orders ADD COLUMN early1 VARCHR(32) NULL"]
+    inventory = params.pop("inventory", None)
+    pb = playbook(state, params, f"early-{slug}")
+    if inventory:
+        doc = yaml.safe_load(pb.read_text())
+        doc["inventory"] = inventory
+        pb.write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = cli("run", str(pb), "--yes", "--json", timeout=180)
+    assert r.returncode == 5, (r.returncode, r.stdout[-3000:], r.stderr)
+    finished = jsonlines.events(r.stdout)[-1]
+    assert finished["event"] == "RunFinished" and finished["status"] == "refused", finished
+    assert finished["summary"].startswith("refused before any change") and expected in finished["summary"]
+    error = next(x for x in jsonlines.records(r.stdout) if x["record"] == "error")
+    assert error["exit_code"] == 5 and error["message"] == finished["summary"] and error["hint"]
+    assert "error: refused before any change" in r.stderr
+    assert not [e for e in jsonlines.events(r.stdout) if e["event"] == "StepStarted"]  # no step ran at all
+    assert {n: create_table(inv, n) for n in SERVERS} == shape_before
+    assert readers(inv) == readers_before
+    for n in SERVERS:  # the scratch copies are gone
+        with inv.open(n) as s:
+            assert not s.query("SHOW DATABASES LIKE '\\_dbmigrate\\_ddl\\_check'"), n
+
+
 def test_swap_under_load_switches_back_and_loses_nothing(cluster):
     state, inv = cluster
     ids = server_ids(inv)
@@ -206,7 +272,9 @@ def test_swap_keeping_the_new_primary_from_the_command_line(cluster, cli):
     assert errant.ok, errant.reason
 
 
-def test_failed_verification_stops_and_puts_the_side_back(cluster):
+def test_failed_verification_stops_and_puts_the_side_back(cluster, cli):
+    """A DDL applied without undo_ddl is not undone, and every account of the run says so: the
+    summary, the hint, the --json error and summary records, and runs show --json."""
     state, inv = cluster
     readers_before = readers(inv)
     primary = kit.writers(kit.shape(inv, NAME))[0]
@@ -214,17 +282,34 @@ def test_failed_verification_stops_and_puts_the_side_back(cluster):
     pb = playbook(state, {"ddl": ["ALTER TABLE app.orders ADD COLUMN note3 INT NULL"],
                           "verify": [{"table": "app.orders", "index": "no_such_column"}],  # an index: preflight refuses unknown columns
                           "primary": "skip"}, "bad-verify")
-    outcome = start_run(pb, assume_yes=True)
-    assert outcome.status == "rolled_back", outcome.summary
-    assert f"verification failed on {sides[0]}" in outcome.summary and "no_such_column" in outcome.summary
+    r = cli("run", str(pb), "--yes", "--json", timeout=180)
+    assert r.returncode == 1, (r.stdout[-3000:], r.stderr)
+    summary = jsonlines.summary(r.stdout)
+    assert summary["status"] == "rolled_back", summary
+    left = f"not undone (left in place): step 'apply DDL on {sides[0]} (binlog off)' ({sides[0]}: "
+    assert f"verification failed on {sides[0]}" in summary["reason"] and "no_such_column" in summary["reason"]
+    assert left in summary["reason"] and "ADD COLUMN note3 INT NULL" in summary["reason"], summary["reason"]
+    error = next(x for x in jsonlines.records(r.stdout) if x["record"] == "error")
+    assert error["exit_code"] == 1 and left in error["message"] and left in error["hint"], error
+    assert "NOT" in error["hint"] and not error["hint"].startswith("the completed steps were undone")
+    stderr = " ".join(r.stderr.split())
+    assert "error: " in stderr and f"hint: {' '.join(error['hint'].split())}" in stderr
     assert readers(inv) == readers_before  # the side is back in the pool
     assert "`note3`" in create_table(inv, sides[0])  # no undo_ddl: the schema stays, and the run says so
     assert "`note3`" not in create_table(inv, sides[1])  # the run stopped before the next side
     assert "`note3`" not in create_table(inv, primary)
-    with Journal(resolve_journal_path()) as j:
-        undos = [s for s in j.run_detail(outcome.run_id)["steps"] if s.get("action") == "undo"]
-    said = " | ".join(s["sentence"] or "" for s in undos)
-    assert "schema left as is" in said and "back in the reader pool" in said, said
+    shown = cli("runs", "show", summary["run_id"], "--json")
+    assert shown.returncode == 0, shown.stderr
+    detail = jsonlines.result(shown.stdout)
+    assert [(n["step"], [x["server"] for x in n["left"]]) for n in detail["not_undone"]] == \
+        [(f"apply DDL on {sides[0]} (binlog off)", [sides[0]])], detail["not_undone"]
+    assert "ADD COLUMN note3 INT NULL" in detail["not_undone"][0]["left"][0]["sql"]
+    undos = {s["name"]: s for s in detail["steps"] if s.get("action") == "undo"}
+    assert undos[f"apply DDL on {sides[0]} (binlog off)"]["status"] == "not_undone"
+    assert undos[f"take {sides[0]} out of the reader pool"]["status"] == "undone"
+    human = cli("runs", "show", summary["run_id"])
+    assert f"not undone: step apply DDL on {sides[0]} (binlog off) left its change in place" in \
+        " ".join(human.stdout.split()), human.stdout
 
 
 def test_an_index_of_the_same_name_on_other_columns_is_not_taken_as_done(cluster):
@@ -244,7 +329,9 @@ def test_an_index_of_the_same_name_on_other_columns_is_not_taken_as_done(cluster
     try:
         pb = playbook(state, {"ddl": ["ALTER TABLE app.fx ADD INDEX fx_c (c)"], "primary": "skip"}, "same-name")
         outcome = start_run(pb, assume_yes=True)
-        assert outcome.status == "rolled_back", outcome.summary
+        # found by the preflight, before the side leaves the pool
+        assert outcome.status == "refused", outcome.summary
+        assert outcome.summary.startswith("refused before any change")
         assert "app.fx has index fx_c (c) (it is (k))" in outcome.summary, outcome.summary
         assert "KEY `fx_c` (`k`)" in create_table(inv, sides[0], "app.fx")  # as it was
         for n in (sides[1], primary):

@@ -19,7 +19,8 @@ from dbmigrate.engine import (
     StepFinished,
 )
 from dbmigrate.cli.render import JsonLinesRenderer
-from dbmigrate.exceptions import GateFailed, SafetyError
+from dbmigrate.engine.runner import not_undone_sentence
+from dbmigrate.exceptions import GateFailed, NotUndone, SafetyError
 from tests.unit.test_engine_support import World, new_context, two_phase_procedure
 
 
@@ -183,6 +184,46 @@ def test_rollback_on_failure_undoes_completed_steps_newest_first(journal):
     assert world.undos() == ["undo:a"]  # b has nothing to undo, c was skipped, d failed, e never ran
     assert statuses(journal, ctx.run_id, "undo") == [("b", "skipped"), ("a", "undone")]
     assert world.state == {"b": True, "c": True}
+
+
+def test_a_step_whose_undo_leaves_its_change_is_reported_not_undone_everywhere(journal):
+    """An undo that cannot remove its change says so: listed "not undone" with server and statement
+    in the step, the summary, the hint and runs show; the rollback goes on with the other steps."""
+    world = World()
+
+    def alter(ctx):
+        ctx.record_statement("db-2", "ALTER TABLE app.t ADD COLUMN c INT")
+        return "altered db-2"
+
+    def keep(ctx):
+        raise NotUndone("schema left as is on db-2: no undo_ddl given")
+
+    procedure = Procedure("demo", [Phase("one", [world.step("a"), FunctionStep("alter db-2", alter, undo=keep)]),
+                                   Phase("two", [world.step("d", fail=True)])], rollback_on_failure=True)
+    ctx = new_context(journal)
+    outcome = Runner().run(procedure, ctx)
+    assert outcome.status == "rolled_back" and world.undos() == ["undo:a"]
+    assert statuses(journal, ctx.run_id, "undo") == [("alter db-2", "not_undone"), ("a", "undone")]
+    said = "not undone (left in place): step 'alter db-2' (db-2: ALTER TABLE app.t ADD COLUMN c INT)"
+    assert outcome.summary.endswith("rollback: undid 1 step(s); " + said), outcome.summary
+    assert said in outcome.error.hint and "NOT" in outcome.error.hint
+    assert not outcome.error.hint.startswith("the completed steps were undone")
+    detail = journal.run_detail(ctx.run_id)
+    assert detail["not_undone"] == [{"phase": "one", "step": "alter db-2",
+                                     "sentence": "not undone: schema left as is on db-2: no undo_ddl given",
+                                     "left": [{"server": "db-2", "sql": "ALTER TABLE app.t ADD COLUMN c INT"}]}]
+    assert said in detail["summary"]
+    # still not undone: a later rollback tries again and says so again
+    again = Runner(assume_yes=True).rollback(procedure, new_context(journal, run_id=ctx.run_id))
+    assert said in again.summary
+
+
+def test_the_not_undone_sentence_names_each_step_and_caps_its_statements():
+    rows = [{"step": "s", "sentence": "x", "left": [{"server": "a", "sql": f"Q{i}"} for i in range(5)]},
+            {"step": "t", "sentence": "not undone: kept", "left": []}]
+    assert not_undone_sentence(rows) == ("not undone (left in place): step 's' (a: Q0; a: Q1; a: Q2; +2 more), "
+                                         "step 't' (not undone: kept)")
+    assert not_undone_sentence([]) == ""
 
 
 def test_a_gate_refusal_before_any_change_is_refused_not_rolled_back(journal):

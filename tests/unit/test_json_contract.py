@@ -125,6 +125,11 @@ def test_an_exit_code_other_than_an_error_is_in_the_summary(tmp_path):
     assert r.exit_code == 3, (r.stdout, r.stderr)
     records = check_contract(r, "digest evaluate")
     assert records[-1]["exit_code"] == 3 and jsonlines.result(r.stdout)["rollback"] is True
+    # a non-zero exit that is no error of input is still said: the reason and a hint, on stdout and stderr
+    errors = [x for x in records if x["record"] == "error"]
+    assert len(errors) == 1 and errors[0]["exit_code"] == 3, records
+    assert errors[0]["message"].startswith("the policy calls for a rollback: ") and errors[0]["hint"]
+    assert f"error: {errors[0]['message']}" in " ".join(r.stderr.split())
 
 
 def test_lists_are_results_too(tmp_path):
@@ -149,3 +154,60 @@ def test_an_error_the_argument_parser_finds_is_a_record_too(argv, message):
     assert lines[0]["command"] == " ".join(a for a in argv[:2] if not a.startswith("-"))
     assert lines[1]["exit_code"] == 2
     assert f"error: {message}" in r.stderr
+
+
+def _raw_exits(tree) -> list[int]:
+    """Lines that raise typer.Exit with an exit code other than 0: an exit without a stated reason."""
+    import ast
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            f = node.exc.func
+            if isinstance(f, ast.Attribute) and f.attr == "Exit" and node.exc.args:
+                arg = node.exc.args[0]
+                if not (isinstance(arg, ast.Constant) and arg.value == 0):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_no_command_with_json_exits_non_zero_without_a_reason():
+    """Every non-zero exit of a command with --json is an error (CommandFailed or another
+    DbmigrateError), which the one boundary writes as an `error` record with its reason and hint
+    and as the same line on stderr. Only the boundary itself turns errors into exit codes."""
+    import ast
+    import inspect
+
+    checked = set()
+    for command in typer.main.get_command(app).commands.values():
+        for sub in getattr(command, "commands", {command.name: command}).values():
+            if not any("--json" in p.opts for p in sub.params):
+                continue
+            module = inspect.getmodule(inspect.unwrap(sub.callback))
+            if module in checked:
+                continue
+            checked.add(module)
+            raw = _raw_exits(ast.parse(inspect.getsource(module)))
+            assert not raw, f"{module.__name__} exits without a reason at line(s) {raw}: raise CommandFailed"
+    assert len(checked) >= 10
+
+
+def test_an_exit_without_an_error_record_still_gets_one(tmp_path):
+    """The boundary's safety net: a bare non-zero typer.Exit under --json is an error record too."""
+    from dbmigrate.cli.common import guarded
+
+    extra = typer.Typer()
+
+    @extra.command()
+    @guarded
+    def probe(json_out: bool = typer.Option(False, "--json")) -> None:
+        raise typer.Exit(7)
+
+    @extra.command()
+    def other() -> None:
+        pass
+
+    r = CliRunner().invoke(extra, ["probe", "--json"])
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.exit_code == 7 and [x["record"] for x in records] == ["error", "summary"]
+    assert records[0]["exit_code"] == 7 and records[0]["message"] and records[0]["hint"]

@@ -326,3 +326,28 @@ def test_schema_swap_preflight_names_a_typo_in_verify_columns_and_warm_tables():
     columns = {"app.orders": ["id", "note"], "app.orderz": [], "app.custmers": []}
     assert missing_names(p, columns) == ["table app.orderz does not exist", "table app.custmers does not exist",
                                          "column app.orders.notte does not exist and the DDL does not add it"]
+
+
+@pytest.mark.parametrize("statement, expected", [
+    ("ALTER TABLE app.orders ADD COLUMN c INT", "ALTER TABLE `s`.`app__orders` ADD COLUMN c INT"),
+    ("ALTER TABLE `app`.`orders` ADD INDEX i (a)", "ALTER TABLE `s`.`app__orders` ADD INDEX i (a)"),
+    ("CREATE INDEX i ON app . orders (a)", "CREATE INDEX i ON `s`.`app__orders` (a)"),
+    ("DROP INDEX i ON app.orders", "DROP INDEX i ON `s`.`app__orders`"),
+    ("CREATE TABLE app.orders LIKE app.orders_tpl", "CREATE TABLE `s`.`app__orders` LIKE app.orders_tpl"),
+    # a longer name that starts with the table's is not the table
+    ("ALTER TABLE app.orders ADD COLUMN orders_app INT", "ALTER TABLE `s`.`app__orders` ADD COLUMN orders_app INT"),
+])
+def test_a_statement_is_retargeted_at_its_scratch_copy(statement, expected):
+    assert schema_ddl.retarget(statement, "app.orders", "`s`.`app__orders`") == expected
+
+
+def test_retargeting_a_statement_that_does_not_name_the_table_is_refused():
+    with pytest.raises(schema_ddl.DdlRefused, match="cannot find app.orders"):
+        schema_ddl.retarget("ALTER TABLE app.orders2 ADD COLUMN c INT", "app.orders", "`s`.`x`")
+
+
+def test_scratch_copies_are_named_by_schema_and_table_within_64_characters():
+    from dbmigrate.db.scratch import scratch_name
+
+    assert scratch_name("app", "orders") == "app__orders"
+    assert len(scratch_name("a" * 40, "b" * 40)) == 64

@@ -203,6 +203,11 @@ def tokenize(sql: str) -> list[Token]:
     return out
 
 
+def short(sql: str, limit: int = 120) -> str:
+    """One line of at most `limit` characters, for messages."""
+    return _short(sql, limit)
+
+
 def _short(sql: str, limit: int = 120) -> str:
     one = " ".join(sql.split())
     return one if len(one) <= limit else one[:limit - 3] + "..."
@@ -663,3 +668,19 @@ def row_compatible(source: list[tuple[str, str]], target: list[tuple[str, str]])
             return False, f"position {i + 1} is {tcol} {ttyp} here but {col} {typ} on the source"
     extra = [c for c, _ in target[len(source):]]
     return True, f"same {len(source)} leading column(s)" + (f", extra trailing: {', '.join(extra)}" if extra else "")
+
+
+def retarget(statement: str, table: str, target: str) -> str:
+    """The statement with its first mention of `table` (schema.table, bare or `quoted`)
+    replaced by `target` (already quoted): the same change, aimed at a scratch copy."""
+    schema, name = table.split(".", 1)
+
+    def either(part: str) -> str:
+        quoted = "`" + re.escape(part.replace("`", "``")) + "`"
+        return f"(?:{quoted}|(?<![\\w$`]){re.escape(part)}(?![\\w$]))"
+
+    pattern = re.compile(either(schema) + r"\s*\.\s*" + either(name))
+    found = pattern.search(statement)
+    if found is None:
+        raise DdlRefused(f"cannot find {table} in: {_short(statement)}")
+    return statement[:found.start()] + target + statement[found.end():]

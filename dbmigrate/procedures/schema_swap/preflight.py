@@ -5,13 +5,22 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from dbmigrate import gates
+from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.scratch import ScratchSchema
 from dbmigrate.engine.step import RunContext
-from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.exceptions import DbmigrateError, SafetyError
+from dbmigrate.procedures.kit.preflight import PreflightLimits, evaluate_preflight
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
+from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 from dbmigrate.procedures.schema_swap.readers import router_of
 from dbmigrate.procedures.schema_swap.run import params_of, resources_of, server_of
+
+
+def switchover_limits(p: SchemaSwapParams) -> PreflightLimits:
+    """The limits of the primary's switchover: checked at the start and again before the fence."""
+    return PreflightLimits(max_lag_ms=p.max_lag_ms, max_trx_age_s=p.max_trx_age_s)
 
 
 def missing_names(p: SchemaSwapParams, columns: dict[str, list[str]]) -> list[str]:
@@ -31,8 +40,45 @@ def missing_names(p: SchemaSwapParams, columns: dict[str, list[str]]) -> list[st
     return bad
 
 
+def ddl_valid_on(server: Server, statements: list[schema_ddl.Ddl]) -> tuple[bool, str]:
+    """Each statement not yet in place on `server`, in order, on empty copies of its tables in a
+    scratch schema (binlog off, dropped afterwards): the server's own verdict on types, names and
+    algorithms, before any side leaves the pool. Proves it wrote no GTID of its own."""
+    insp = Inspector(server)
+    pending = [(i, d) for i, d in enumerate(statements, 1) if not ddl_applied(insp, d)]
+    if not pending:
+        return True, f"every statement is already in place on {server.name}"
+    own_before = insp.own_gtids()
+    bad: list[str] = []
+    with ScratchSchema(server) as scratch:
+        copies: dict[str, str] = {}
+        for i, d in pending:
+            if d.table not in copies:
+                schema, name = d.table.split(".", 1)
+                if d.kind == "create-table":
+                    copies[d.table] = scratch.qualified(schema, name)
+                else:
+                    why = scratch.try_copy(schema, name)
+                    if why:
+                        bad.append(f"statement {i}: cannot copy {d.table}'s definition: {why}")
+                        continue
+                    copies[d.table] = scratch.qualified(schema, name)
+            why = scratch.try_statement(schema_ddl.retarget(d.statement, d.table, copies[d.table]))
+            if why:
+                bad.append(f"statement {i} ({schema_ddl.short(d.statement, 60)}) fails: {why}")
+    if insp.own_gtids() != own_before:
+        raise SafetyError(f"{server.name} binlogged the DDL check on its scratch schema (its own GTIDs changed)",
+                          hint=f"inspect {server.name}'s binlog before any switchover")
+    if bad:
+        return False, f"on a scratch copy on {server.name}: " + "; ".join(bad)
+    return True, (f"{len(pending)} statement(s) valid on scratch copies of their tables on {server.name} "
+                  f"(binlog off, dropped)")
+
+
 def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
-    """Everything checked at once, before any change: the operator sees every reason."""
+    """Everything checked at once, before any change: the operator sees every reason. That
+    includes every check a later phase will make: the DDL on the live schema and, when the
+    primary's side goes through a switchover, the switchover's whole preflight."""
     r = resources_of(ctx)
     p = params_of(ctx)
     primary = server_of(ctx, r.primary)
@@ -101,9 +147,27 @@ def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
         readers = rt.current().readers
         return True, f"{rt.describe()}: readers {', '.join(readers) or 'none'}"
 
+    def ddl_valid() -> tuple[bool, str]:
+        # A name another definition holds on any server would stop the run half-way; the
+        # server's own verdict on each statement comes from scratch copies on the first side.
+        clashes = [f"{s.name}: {what}" for s in [*sides, primary] for d in p.statements()
+                   for what in conflicts(Inspector(s), d)]
+        if clashes:
+            return False, ("a different definition already holds the same name: " + "; ".join(clashes)
+                           + " (drop or rename it, or name the new one differently)")
+        return ddl_valid_on(sides[0], p.statements())
+
+    def switchover() -> tuple[bool, str]:
+        ok, reason, _ = evaluate_preflight(ctx, r.inventory, r.candidate, switchover_limits(p))
+        return ok, (f"the switchover to {r.candidate} would pass: {reason}" if ok else
+                    f"the switchover to {r.candidate} would be refused: {reason}")
+
     checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = [
         ("row_binlog", row_binlog), ("replication_running", replication), ("lag", lag),
-        ("errant_gtids", errant), ("tables", tables), ("names", names), ("router", router)]
+        ("errant_gtids", errant), ("tables", tables), ("names", names), ("router", router),
+        ("ddl_valid", ddl_valid)]
+    if p.primary == "switchover" and not r.primary_altered:
+        checks.append(("switchover_preflight", switchover))
     details: dict[str, Any] = {}
     failed = []
     for name, fn in checks:

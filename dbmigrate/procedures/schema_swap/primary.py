@@ -6,9 +6,10 @@ from __future__ import annotations
 from dbmigrate.engine.step import Phase, RunContext
 from dbmigrate.procedures.kit import cutover as kit_cutover
 from dbmigrate.procedures.kit.cutover import Cutover
-from dbmigrate.procedures.kit.preflight import PreflightLimits, preflight_gate
+from dbmigrate.procedures.kit.preflight import preflight_gate
 from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings, switch_back
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
+from dbmigrate.procedures.schema_swap.preflight import switchover_limits
 from dbmigrate.procedures.schema_swap.run import params_of, plan_names, resources_of
 
 
@@ -38,8 +39,8 @@ def switchover_phase(ctx: RunContext, params: SchemaSwapParams, primary: str, ca
     """The kit's cutover, as promote runs it, with an already altered replica as the candidate."""
     cut = primary_cutover(params, primary, candidate)
     steps = [*kit_cutover.cutover_steps(cut), kit_cutover.verify_step(cut)]
-    limits = PreflightLimits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s)
-    gate = preflight_gate("promote preflight", lambda c: resources_of(c).inventory, lambda c: candidate, limits)
+    gate = preflight_gate("promote preflight", lambda c: resources_of(c).inventory, lambda c: candidate,
+                          switchover_limits(params))
     return Phase("switchover", steps, gates=[gate])
 
 

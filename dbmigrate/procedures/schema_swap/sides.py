@@ -9,7 +9,7 @@ from dbmigrate import gates
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import RunContext
-from dbmigrate.exceptions import DbmigrateError, SafetyError
+from dbmigrate.exceptions import DbmigrateError, NotUndone, SafetyError
 from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.procedures.kit.warmup import warm, warm_ready as kit_warm_ready
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
@@ -96,8 +96,10 @@ def describe_ddl(ctx: RunContext, side: str) -> list[tuple[str, str]]:
 def undo_ddl(ctx: RunContext, side: str) -> str:
     p = params_of(ctx)
     if not p.undo_ddl:
-        return (f"schema left as is on {side}: no undo_ddl given (the change stays; ROW replication from the "
-                "unaltered primary tolerates it)")
+        raise NotUndone(f"schema left as is on {side}: no undo_ddl given (the change stays; ROW replication from "
+                        "the unaltered primary tolerates it)",
+                        hint=f"to remove it: give undo_ddl and run dbmigrate rollback {ctx.run_id}, or apply the "
+                             f"inverse statements on {side} with the binlog off")
     session = server_of(ctx, side).dedicated()
     session.read_timeout = int(p.ddl_timeout_s) + 5
     try:
