@@ -76,7 +76,10 @@ class Pauser:
         if self.done:
             return
         self.done = True
-        self.marker.write_text(f"{os.getpid()} {self.point}\n")
+        # Written aside and renamed: whoever sees the marker reads it whole, never empty.
+        tmp = self.marker.with_name(self.marker.name + ".tmp")
+        tmp.write_text(f"{os.getpid()} {self.point}\n")
+        tmp.replace(self.marker)
         deadline = time.monotonic() + self.max_s
         # Signals arrive here: SIGINT raises KeyboardInterrupt out of the sleep.
         while self.marker.exists() and time.monotonic() < deadline:
