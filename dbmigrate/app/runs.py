@@ -19,6 +19,7 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 from dbmigrate import faultpoint
 from dbmigrate.db import connection
+from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, InDoubt
 from dbmigrate.db.lease import SqlLease
 from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.app.paths import check_journal
@@ -210,6 +211,43 @@ def _drive_with_resources(
 ) -> RunOutcome:
     run_id = run["id"]
     _install_provisioners(playbook)
+    with _statements_in_doubt(journal, run_id):
+        return _drive_prepared(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed, cancel)
+
+
+IN_DOUBT_KEY = "in_doubt"
+
+
+@contextmanager
+def _statements_in_doubt(journal: Journal, run_id: str) -> Iterator[None]:
+    """Statements this run gave up on stay in doubt across processes: the journal keeps every
+    unsettled one, and a resume or rollback settles them before deciding anything."""
+    IN_DOUBT.clear()
+    IN_DOUBT.load([InDoubt.from_dict(d) for d in journal.get_state(run_id, IN_DOUBT_KEY, []) or []])
+
+    def keep(doubts: list[InDoubt]) -> None:
+        journal.set_state(run_id, IN_DOUBT_KEY, [d.as_dict() for d in doubts])
+
+    stop = IN_DOUBT.add_listener(keep)
+    try:
+        yield
+    finally:
+        stop()
+        IN_DOUBT.clear()
+
+
+def _drive_prepared(
+    playbook: Playbook,
+    journal: Journal,
+    run: dict[str, Any],
+    mode: str,
+    bus: EventBus,
+    approver: Approver | None,
+    assume_yes: bool,
+    warn_changed: bool,
+    cancel: threading.Event | None = None,
+) -> RunOutcome:
+    run_id = run["id"]
     resources = _prepare(playbook, RunState(journal, run_id), old_gone=(mode == "takeover"))
     try:
         ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,

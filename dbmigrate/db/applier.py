@@ -40,15 +40,28 @@ class Applier:
         for sql in self.flavor.set_read_only_sql(on, lock_wait_timeout if on else None):
             self._send(sql)
 
-    def fence_and_read_binlog_pos(self, lock_wait_timeout: float) -> str | None:
+    def fence_and_read_binlog_pos(self, lock_wait_timeout: float, expiry_s: float | None = None) -> str | None:
         """read_only=ON (bounded like set_read_only) and the binlog position read right after it,
         in one round trip: inside a fenced window each round trip is write downtime. Returns
-        the position; None in dry-run (nothing sent, the statements are recorded)."""
+        the position; None in dry-run (nothing sent, the statements are recorded).
+
+        With `expiry_s`, the same request first schedules the fence's expiry on the server
+        (`cancel_fence_expiry` before the candidate opens): a tool that freezes or dies inside
+        the window, or a fence that lands after the tool gave up on it, cannot hold the server
+        read-only for longer than that."""
+        statements = [*(self.flavor.fence_expiry_sql(expiry_s) if expiry_s else []),
+                      *self.flavor.set_read_only_sql(True, lock_wait_timeout)]
         if self.dry_run:
-            self.set_read_only(True, lock_wait_timeout)
+            for sql in statements:
+                self._send(sql)
             return None
-        return self.server.scalar_after(self.flavor.set_read_only_sql(True, lock_wait_timeout),
-                                        self.flavor.gtid_binlog_pos_sql()) or ""
+        return self.server.scalar_after(statements, self.flavor.gtid_binlog_pos_sql()) or ""
+
+    def cancel_fence_expiry(self) -> None:
+        """Drop the fence's scheduled expiry (nothing replicates). Before a candidate opens, and
+        whenever the fenced server is unfenced by the tool itself."""
+        for sql in self.flavor.cancel_fence_expiry_sql():
+            self._send(sql)
 
     def stop_replica(self) -> None:
         self._send(self.flavor.stop_replica_sql())

@@ -20,6 +20,7 @@ from mysql.connector import errorcode
 
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, for_server
+from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, SETTLE_GONE_S, InDoubt, settle_on
 from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact
@@ -48,12 +49,24 @@ class QueryError(DbmigrateError):
     def __init__(self, message: str, errno: int | None = None, hint: str | None = None):
         super().__init__(message, hint)
         self.errno = errno
+        # Set when the statement was a change given up on (timeout, lost connection): it may
+        # still be executed until its session is ended (db/in_doubt.py).
+        self.in_doubt: InDoubt | None = None
 
 
 class Unresponsive(QueryError):
     """A server did not answer within the bound of the wait in progress (frozen, overloaded,
     or its network gone). The session is closed: a late answer can never be mistaken for
     the reply to a later statement."""
+
+
+class InDoubtUnsettled(Unresponsive):
+    """A statement this process gave up on may still be executed on the server, and its session
+    could not be ended: nothing read from that server can be trusted until it is."""
+
+    def __init__(self, message: str, doubt: InDoubt, hint: str | None = None):
+        super().__init__(message, errno=None, hint=hint)
+        self.doubt = doubt
 
 
 # mysql-connector's errno for a socket read/write that timed out.
@@ -82,6 +95,7 @@ class Server:
     _waiter: "Server | None" = field(default=None, init=False, repr=False)
     _watcher: "Server | None" = field(default=None, init=False, repr=False)
     _deadline: float | None = field(default=None, init=False, repr=False)  # time.monotonic()
+    _settling: bool = field(default=False, init=False, repr=False)  # the session that ends doubtful ones
 
     @property
     def address(self) -> str:
@@ -222,6 +236,7 @@ class Server:
         retried = False
         while True:
             self._check_time_left(shown)
+            self._settle_doubts()
             conn = self.connect()
             bound = self.remaining()
             started = time.perf_counter()
@@ -242,11 +257,15 @@ class Server:
                 errno = getattr(e, "errno", None)
                 if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
                                                           mysql.connector.errors.WriteTimeoutError)):
+                    doubt = self._give_up(conn, sql, shown)
                     self.close()  # the answer may still come: never read it as another statement's
                     waited = bound if bound is not None else self.read_timeout
-                    raise Unresponsive(f"{self.name} ({self.address}) did not answer within {waited:.1f}s in: {shown}",
+                    err = Unresponsive(f"{self.name} ({self.address}) did not answer within {waited:.1f}s in: {shown}"
+                                       + (f"; in doubt until session {doubt.session_id} is ended" if doubt else ""),
                                        errno=errno,
-                                       hint=f"is {self.name} frozen or overloaded? check it by hand") from None
+                                       hint=f"is {self.name} frozen or overloaded? check it by hand")
+                    err.in_doubt = doubt
+                    raise err from None
                 lost = errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR) or \
                     isinstance(e, mysql.connector.errors.OperationalError) and not conn.is_connected()
                 if lost and fetch and not retried and self._is_read(sql):
@@ -254,15 +273,60 @@ class Server:
                     retried = True
                     self.close()
                     continue
+                doubt = self._give_up(conn, sql, shown) if lost else None
                 if lost:
                     self.close()
-                raise QueryError(f"{self.name} ({self.address}): {redact(getattr(e, 'msg', str(e)))} [{errno}] in: {shown}",
-                                 errno=errno) from None
+                err = QueryError(f"{self.name} ({self.address}): {redact(getattr(e, 'msg', str(e)))} [{errno}] in: {shown}"
+                                 + (f"; in doubt until session {doubt.session_id} is ended" if doubt else ""),
+                                 errno=errno)
+                err.in_doubt = doubt
+                raise err from None
             finally:
                 ms = (time.perf_counter() - started) * 1000
                 log.debug("%s %.1fms %s", self.name, ms, shown)
                 for fn in list(_listeners):
                     fn(self.name, shown, ms)
+
+    # -- statements in doubt (see db/in_doubt.py) ------------------------------
+    def _give_up(self, conn: Any, sql: str, shown: str) -> InDoubt | None:
+        """A change sent on `conn` got no answer: record it as in doubt (reads are not)."""
+        if self._is_read(sql) or self._settling:
+            return None
+        try:
+            session = int(conn.connection_id)
+        except (TypeError, ValueError, AttributeError):
+            return None
+        doubt = InDoubt(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
+                        statement=shown, at=time.time())
+        IN_DOUBT.add(doubt)
+        log.warning("%s: gave up on %s: in doubt until session %d is ended", self.name, shown, session)
+        return doubt
+
+    def _settle_doubts(self) -> None:
+        """Before any statement to a server with a statement in doubt: end that statement's
+        session from a fresh one and see it gone, so that what is read next is final."""
+        if self._settling or not IN_DOUBT.pending(self.address):
+            return
+        twin = self.dedicated()
+        twin._settling, twin.retries = True, 0
+        left = self.remaining()
+        bound = self.connect_timeout + SETTLE_GONE_S
+        doubt = None
+        try:
+            with twin.bounded(bound if left is None else max(0.05, min(bound, left))):
+                for doubt in IN_DOUBT.pending(self.address):
+                    said = settle_on(twin, doubt)
+                    IN_DOUBT.settled(doubt)
+                    log.warning("%s: %s; %s is no longer in doubt", self.name, said, doubt.statement)
+        except DbmigrateError as e:
+            assert doubt is not None
+            raise InDoubtUnsettled(
+                f"{doubt.said()} was given up on and may still be executed; it stays in doubt until that "
+                f"session is ended, and it cannot be ended now: {e.message}", doubt,
+                hint=f"when {self.name} answers again, the next command ends that session first "
+                     f"(or by hand: KILL CONNECTION {doubt.session_id} on {self.name})") from None
+        finally:
+            twin.close()
 
     def _check_time_left(self, shown: str) -> None:
         left = self.remaining()
@@ -312,6 +376,7 @@ class Server:
     def stream(self, sql: str, params: tuple | list | None = None, batch: int = 5000) -> Iterator[dict[str, Any]]:
         """A read whose rows arrive in batches instead of all at once (log tables can hold
         hundreds of thousands of rows). Not retried: a lost connection raises QueryError."""
+        self._settle_doubts()
         conn = self.connect()
         cur = conn.cursor(dictionary=True, buffered=False)
         try:

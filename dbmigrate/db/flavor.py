@@ -108,6 +108,10 @@ class Flavor:
     def ddl_without_binlog_sql(self, statement: str) -> list[str]: raise NotImplementedError
     def replication_grants(self) -> str: raise NotImplementedError
 
+    # -- the fence's expiry: a one-time EVENT that unfences the server unless cancelled --
+    def fence_expiry_sql(self, seconds: float) -> list[str]: raise NotImplementedError
+    def cancel_fence_expiry_sql(self) -> list[str]: raise NotImplementedError
+
     # -- this server's own transactions (errant-GTID checks around local changes) --
     def server_identity_sql(self) -> str: raise NotImplementedError
     def own_gtids(self, state: str, identity: str) -> list[str]: raise NotImplementedError
@@ -256,6 +260,20 @@ class MariaDB(Flavor):
     def prepare_as_replica_sql(self) -> list[str]:
         # A former primary has an empty gtid_slave_pos: start from what it wrote itself.
         return ["SET GLOBAL gtid_slave_pos=@@GLOBAL.gtid_binlog_pos"]
+
+    # The event lives in the `mysql` schema (always there), is neither binlogged nor replicated
+    # (sql_log_bin=0), and is PRESERVEd once it has fired: a NOT PRESERVE event drops itself
+    # with a binlogged DROP EVENT, which stops every replica (the event exists only here).
+    # read_only does not stop the tool's account (READ ONLY ADMIN), so the cancel works fenced.
+    FENCE_EXPIRY_EVENT = "mysql.dbmigrate_fence_expiry"
+
+    def fence_expiry_sql(self, seconds: float) -> list[str]:
+        return [f"SET STATEMENT sql_log_bin=0 FOR CREATE OR REPLACE EVENT {self.FENCE_EXPIRY_EVENT} ON SCHEDULE "
+                f"AT CURRENT_TIMESTAMP + INTERVAL {max(1, int(round(seconds)))} SECOND ON COMPLETION PRESERVE "
+                f"DO SET GLOBAL read_only=OFF"]
+
+    def cancel_fence_expiry_sql(self) -> list[str]:
+        return [f"SET STATEMENT sql_log_bin=0 FOR DROP EVENT IF EXISTS {self.FENCE_EXPIRY_EVENT}"]
 
     def ddl_without_binlog_sql(self, statement: str) -> list[str]:
         # One statement: the setting cannot outlive it, even if the connection is
@@ -519,6 +537,24 @@ class MySQL(Flavor):
 
     def prepare_as_replica_sql(self) -> list[str]:
         return []  # auto-position needs no seeding
+
+    # Written from the MySQL 8.0/8.4 manual, not run here (no MySQL server on these machines).
+    # Events may not live in the `mysql` schema on 8.x: the tool's own schema, created unlogged.
+    # super_read_only refuses DDL from every account, so the cancel lifts it for its DROP EVENT
+    # and puts back what was there (read_only stays ON throughout: no application write).
+    FENCE_EXPIRY_EVENT = "dbmigrate.fence_expiry"
+
+    def fence_expiry_sql(self, seconds: float) -> list[str]:
+        return ["SET SESSION sql_log_bin=0", "CREATE DATABASE IF NOT EXISTS dbmigrate",
+                f"DROP EVENT IF EXISTS {self.FENCE_EXPIRY_EVENT}",
+                f"CREATE EVENT {self.FENCE_EXPIRY_EVENT} ON SCHEDULE AT CURRENT_TIMESTAMP + INTERVAL "
+                f"{max(1, int(round(seconds)))} SECOND ON COMPLETION PRESERVE DO SET GLOBAL read_only=OFF",
+                "SET SESSION sql_log_bin=1"]
+
+    def cancel_fence_expiry_sql(self) -> list[str]:
+        return ["SET @dbmigrate_sro=@@GLOBAL.super_read_only", "SET SESSION sql_log_bin=0",
+                "SET GLOBAL super_read_only=OFF", f"DROP EVENT IF EXISTS {self.FENCE_EXPIRY_EVENT}",
+                "SET GLOBAL super_read_only=@dbmigrate_sro", "SET SESSION sql_log_bin=1"]
 
     def ddl_without_binlog_sql(self, statement: str) -> list[str]:
         # SET_VAR cannot set sql_log_bin: the three statements must share one session

@@ -124,6 +124,10 @@ class Inspector:
     def read_only(self) -> bool:
         return str(self.variable("read_only")) in ("1", "ON")
 
+    def event_scheduler_on(self) -> bool:
+        """Does this server run scheduled events (the fence's expiry is one)?"""
+        return str(self.variable("event_scheduler")).upper() in ("ON", "1")
+
     def read_only_at(self) -> tuple[bool, float]:
         """(read_only, the server's clock when it answered, Unix seconds): on one host the
         servers share a clock, so answers from several servers can be put on one timeline."""

@@ -80,6 +80,8 @@ class FakeServer:
     sessions: list[Session] = field(default_factory=list)
     open_trx: set[int] = field(default_factory=set)  # session ids inside a transaction
     bypass_users: set[str] = field(default_factory=set)  # accounts that bypass read_only
+    event_scheduler: bool = True
+    expiry_at: float | None = None  # clock time when a scheduled fence expiry fires (None: none)
 
     @property
     def address(self) -> str:
@@ -224,6 +226,9 @@ class FakeInspector:
     def read_only(self) -> bool:
         return self._server().read_only
 
+    def event_scheduler_on(self) -> bool:
+        return self._server().event_scheduler
+
     def gtid_mode_problem(self) -> str | None:
         s = self._server()
         return None if s.flavor.name != "mysql" or s.gtid_mode == "ON" else f"gtid_mode={s.gtid_mode}"
@@ -327,11 +332,34 @@ class FakeApplier:
         if s is not None:
             s.read_only = on
 
-    def fence_and_read_binlog_pos(self, lock_wait_timeout: float) -> str | None:
-        """The real applier sends both in one request; here the fence, then the position read."""
-        self.set_read_only(True, lock_wait_timeout)
+    def fence_and_read_binlog_pos(self, lock_wait_timeout: float, expiry_s: float | None = None) -> str | None:
+        """The real applier sends all in one request; here the expiry, the fence, then the position read."""
         s = self._live()
+        if expiry_s:
+            self.topo.sent.append((self.name, f"fence expiry in {expiry_s:g}s"))
+            if s is not None:
+                self._schedule_expiry(s, expiry_s)
+        self.set_read_only(True, lock_wait_timeout)
         return None if s is None else s.position()
+
+    def _schedule_expiry(self, s: FakeServer, expiry_s: float) -> None:
+        at = s.expiry_at = self.topo.clock.monotonic() + expiry_s
+
+        def fire() -> None:
+            if s.expiry_at == at and s.up:  # not cancelled nor replaced since
+                s.expiry_at = None
+                others = [n for n in self.topo.writable() if n != self.name]
+                assert not others, f"{self.name}'s fence expired while {others} is writable: two primaries"
+                s.read_only = False
+                self.topo.sent.append((self.name, "fence expired: read_only=OFF"))
+
+        self.topo.clock.at(expiry_s, fire)
+
+    def cancel_fence_expiry(self) -> None:
+        s = self._live()
+        self.topo.sent.append((self.name, "cancel fence expiry"))
+        if s is not None:
+            s.expiry_at = None
 
     def stop_replica(self) -> None:
         s = self._live()

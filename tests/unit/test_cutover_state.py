@@ -26,6 +26,10 @@ class FakeSwitchover:
 
     old, new = "p1", "r1"
     applied_at_fence = None  # no fenced catch-up budget: the catch-up step waits
+    fence_expires_at = None  # no expiry scheduled
+
+    def require_fence_holds(self, expires_at) -> None:
+        pass
 
     def __init__(self, ctx_of: "list[RunContext]"):
         self.ctx_of = ctx_of
@@ -52,7 +56,7 @@ class FakeSwitchover:
         self.calls.append(f"catchup {pos}")
         return f"r1 applied {pos}"
 
-    def open_candidate(self, stop_replica: bool = True) -> str:
+    def open_candidate(self, stop_replica: bool = True, sealed: bool = False) -> str:
         self.seen_opened_before_open = CutoverState.load(self.ctx_of[0].state).candidate_opened
         self.calls.append("open")
         return "r1 writable"

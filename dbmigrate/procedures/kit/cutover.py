@@ -26,6 +26,7 @@ class CutoverState(TypedState):
     FLAT_KEYS = {"fence_pos": "fence_pos", "candidate_opened": "candidate_opened", "switched_at": "switched_at"}
 
     fence_pos: Optional[str] = None  # the old primary's final position; None: not fenced by this run
+    fence_expires_at: Optional[float] = None  # wall clock when the fence's expiry fires on the old primary
     candidate_opened: bool = False  # journaled before read_only=OFF: after a crash it may be writable
     switched_at: Optional[float] = None  # wall clock when the router sent writes to the new primary
     bypass_users: Optional[list[str]] = None  # accounts that bypass read_only, read before the fence
@@ -86,7 +87,7 @@ def fence(cut: Cutover, ctx: RunContext, sw: Switchover | None = None,
     sw = sw or cut.sw(ctx)
     sentence, pos = sw.fence(before_retry)
     with CutoverState.edit(ctx.state) as s:
-        s.fence_pos, s.applied_pos = pos, sw.applied_at_fence
+        s.fence_pos, s.applied_pos, s.fence_expires_at = pos, sw.applied_at_fence, sw.fence_expires_at
     ctx.set_hook_env("FENCE_POSITION", pos)
     return sentence
 
@@ -145,6 +146,8 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     # the old primary after the fence: the candidate must have those too before it opens.
     st = state(ctx)  # loaded once: this runs inside the fenced window
     fence_pos, known = st.fence_pos or "", st.bypass_users
+    if not ctx.dry_run:
+        sw.require_fence_holds(st.fence_expires_at)
     # still fenced, bypassing sessions ended: the position it reads is final
     said, now = sw.seal_old(set(known) if known is not None else None) if not ctx.dry_run else ("", fence_pos)
     if now != fence_pos:
@@ -154,7 +157,7 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     st.candidate_opened = True
     st.save(ctx.state)
     try:
-        return said + sw.open_candidate(stop_replica=False)
+        return said + sw.open_candidate(stop_replica=False, sealed=True)
     finally:
         ctx.release_fenced_window()
 

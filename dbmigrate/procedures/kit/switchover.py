@@ -44,6 +44,12 @@ QUERY_INTERRUPTED = 1317  # the fence statement ended by KILL QUERY
 # The convergence loop polls slowly while the candidate is more than this many times the limit behind.
 FAR_TIMES = 4
 
+# What the fence's expiry leaves beyond the fence and catch-up bounds (the seal and the open).
+FENCE_EXPIRY_MARGIN_S = 3.0
+# The candidate is not opened when the old primary's fence expires within this long: the event
+# scheduler fires on whole seconds (CURRENT_TIMESTAMP is truncated), up to a second early.
+FENCE_EXPIRY_GUARD_S = 2.0
+
 # The catch-up's first, short wait; only past it is the candidate's replication status read.
 FIRST_CATCHUP_WAIT_S = 0.05
 
@@ -125,6 +131,21 @@ class SwitchoverSettings:
     kill_app_sessions: bool = True  # end remaining app sessions on the fenced server
     replica_timeout_s: float = 30.0  # bound for repointing each other replica
     admin_users: tuple[str, ...] = ()  # sessions never killed (the tool's own, replication)
+    # The fence expires on the server by itself (a one-time EVENT scheduled in the fence's own
+    # request, cancelled just before the candidate opens), so a tool that freezes or dies inside
+    # the window, or a fence that lands after the tool gave up on it, holds the server read-only
+    # for at most this long. None: fence_timeout_s + catchup_timeout_s + FENCE_EXPIRY_MARGIN_S.
+    fence_expiry_s: float | None = None
+    # require: refuse a server whose event scheduler is off (preflight says so); if_available:
+    # fence without the expiry there; off: never schedule it.
+    fence_expiry: str = "require"
+
+    def expiry_s(self) -> float:
+        if self.fence_expiry == "off":
+            return 0.0
+        if self.fence_expiry_s is not None:
+            return self.fence_expiry_s
+        return self.fence_timeout_s + self.catchup_timeout_s + FENCE_EXPIRY_MARGIN_S
 
 
 @dataclass
@@ -195,6 +216,9 @@ class Switchover:
         # The final position the candidate was seen to apply within the fenced catch-up budget:
         # the catch-up step need not ask again inside the window.
         self.applied_at_fence: str | None = None
+        # Wall clock by which the last fence this instance set expires on the server (None: no expiry).
+        self.fence_expires_at: float | None = None
+        self._expiry_usable: dict[str, bool] = {}  # per server: its event scheduler runs
 
     # -- helpers -------------------------------------------------------------
     def server(self, name: str) -> Server:
@@ -301,6 +325,7 @@ class Switchover:
         self.insp(self.old).open_sessions(self.s.fence_timeout_s)
         self.insp(self.new).open_sessions(self.s.catchup_timeout_s)
         self._require_gtid_mode()
+        self._expiry_for(self.old)  # read now: not inside the window
         self._window_ready = True
         # Grants (and roles' grants) are read now: inside the window only the sessions are.
         bypass = self.bypass_users()
@@ -387,6 +412,7 @@ class Switchover:
         if applied:
             self.applied_at_fence = position
             return f"; {self.new} applied it in {waited_ms:.1f} ms"
+        self._cancel_expiry(self.old)
         self.apply(self.old).set_read_only(False)
         raise RefusedWait(f"{self.new} did not apply {self.old}'s final position {position} within the fenced "
                           f"catch-up budget of {budget * 1000:g} ms (waited {waited_ms:.1f} ms): unfenced "
@@ -401,13 +427,53 @@ class Switchover:
             raise SafetyError(f"{self.old} runs with {problem}",
                               hint="switchovers need gtid_mode=ON and enforce_gtid_consistency=ON")
 
+    # -- the fence's expiry (a frozen tool cannot hold the cluster read-only) ----------
+    def _expiry_for(self, name: str) -> float:
+        """Seconds of expiry for a fence of `name`, 0 for none; refuses per fence_expiry."""
+        if self.s.fence_expiry == "off":
+            return 0.0
+        if self.dry_run:
+            return self.s.expiry_s()
+        usable = self._expiry_usable.get(name)
+        if usable is None:
+            usable = self._expiry_usable[name] = self.insp(name).event_scheduler_on()
+        if usable:
+            return self.s.expiry_s()
+        if self.s.fence_expiry == "require":
+            raise SafetyError(f"{name} runs with event_scheduler=OFF: its fence could not expire by itself, and a "
+                              f"tool that froze inside the window would hold it read-only",
+                              hint=f"turn the event scheduler on at {name} (event_scheduler=ON, also in its config), or set "
+                                   f"fence_expiry: if_available in the playbook to fence without the bound")
+        self.log(f"{name} runs with event_scheduler=OFF: fencing without an expiry (fence_expiry: if_available)",
+                 "warning")
+        return 0.0
+
+    def _cancel_expiry(self, name: str) -> None:
+        """Drop the expiry of a fence of `name` (a no-op where none was scheduled)."""
+        if self.s.fence_expiry != "off":
+            self.apply(name).cancel_fence_expiry()
+
+    def require_fence_holds(self, expires_at: float | None) -> None:
+        """Refuse to open the candidate when the old primary's fence expires (or expired) before
+        the open can have landed: the expiry would make the old primary writable beside it."""
+        if expires_at is None or self.dry_run:
+            return
+        left = expires_at - self.clock.now()
+        if left < FENCE_EXPIRY_GUARD_S:
+            raise SafetyError(f"the fence of {self.old} expires by itself in {max(left, 0.0):.1f}s (or has): not "
+                              f"opening {self.new} beside it",
+                              hint=f"the run undoes the switchover; if it stopped, dbmigrate rollback RUN; raise "
+                                   f"fence_expiry_s if the window legitimately lasts longer")
+
     def _set_read_only_watched(self, watch: "FenceWatch | None") -> str | None:
         """read_only=ON and, in the same round trip, the final position (None when it was not
         read: dry-run, or a watchdog's KILL QUERY that reached the read after the fence held)."""
+        expiry = self._expiry_for(self.old)
         try:
             with watch or _NoWatch():
                 try:
-                    return self.apply(self.old).fence_and_read_binlog_pos(self.s.fence_timeout_s)
+                    self.fence_expires_at = self.clock.now() + expiry if expiry else None
+                    return self.apply(self.old).fence_and_read_binlog_pos(self.s.fence_timeout_s, expiry or None)
                 finally:
                     if watch is not None:
                         watch.mark("fence returned")
@@ -419,6 +485,8 @@ class Switchover:
             if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
                 raise
             if not self.insp(self.old).read_only():
+                # Not fenced: the expiry scheduled with the fence must not fire on a later fence.
+                self._cancel_expiry(self.old)
                 raise watch.refusal(self.old) from None
             return None
 
@@ -459,6 +527,9 @@ class Switchover:
 
     def _seal_old(self, bypass: set[str]) -> tuple[str, str]:
         insp = self.insp(self.old)
+        # Before the read that proves the fence holds: once the expiry is dropped, nothing but
+        # an operator can unfence the old primary, so "still fenced" stays true through the open.
+        self._cancel_expiry(self.old)
         if not bypass:
             # No account can write past read_only: one round trip, no session list, inside the window.
             fenced, pos = insp.read_only_and_binlog_pos()
@@ -500,7 +571,8 @@ class Switchover:
         cand_writable = self.writable_or_none(self.new) if candidate_writable is ... else candidate_writable
         if cand_writable is None:
             if not candidate_known_closed:
-                raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable",
+                raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable (its "
+                                  f"open may still land): {self.old} stays fenced",
                                   hint=f"check {self.new} by hand: set read_only=ON there and bring its writes to "
                                        f"{self.old} (replicate until caught up) before {self.old} takes writes again")
             cand_writable = False
@@ -509,6 +581,7 @@ class Switchover:
         if cand_writable:
             raise SafetyError(f"refusing to unfence {self.old}: {self.new} is writable (two primaries)",
                               hint="roll the switchover back instead: dbmigrate rollback RUN")
+        self._cancel_expiry(self.old)
         self.apply(self.old).set_read_only(False)
         return f"unfenced {self.old} (read_only=OFF): it takes writes again"
 
@@ -549,7 +622,7 @@ class Switchover:
         st = self.insp(self.new).replica_status()
         return self.writable(self.new) and (st is None or st.sql_running != "Yes")
 
-    def open_candidate(self, stop_replica: bool = True) -> str:
+    def open_candidate(self, stop_replica: bool = True, sealed: bool = False) -> str:
         """Inside the fenced window, bounded like the catch-up: a candidate that stops answering
         fails the step (and, since it may have taken the statements, the old stays fenced).
 
@@ -557,6 +630,13 @@ class Switchover:
         after the router flip: once the old primary is sealed (read-only, no session that
         bypasses it, its final position applied here) its replication has nothing left to send."""
         t0 = self.clock.monotonic()
+        if not sealed and not self.dry_run:
+            # The old primary's fence may carry an expiry (a switch back fenced it): dropped, then
+            # seen still fenced, before the candidate opens.
+            self.require_fence_holds(self.fence_expires_at)
+            with self.topo.bounded(self.s.fence_timeout_s, self.old):
+                self._cancel_expiry(self.old)
+                self._require_still_fenced(self.insp(self.old).read_only())
         a = self.apply(self.new)
         with self.topo.bounded(self.s.catchup_timeout_s, self.new):
             if stop_replica:
