@@ -55,6 +55,7 @@ class Limits:
     # lag then comes from an existing heartbeat or from GTID distance.
     write_heartbeat: bool = True
     allow_read_only_bypass: tuple[str, ...] = ()  # accounts whose sessions are ended before the open
+    fence_expiry: str = "require"  # require | if_available | off (see SwitchoverSettings)
 
 
 # ---- grant parsing (pure) -----------------------------------------------------
@@ -198,6 +199,25 @@ def app_fence_rule(user: str, grants_by_host: dict[str, list[str]], bypass: set[
         return GateResult(False, f"application user '{user}' bypasses read_only on {server}: " + "; ".join(
             f"@{h} has {', '.join(p)}" for h, p in holders.items()), details)
     return GateResult(True, f"read_only fences '{user}' on {server} (none of {', '.join(sorted(bypass))})", details)
+
+
+def fence_expiry_rule(policy: str, scheduler_on: dict[str, bool]) -> GateResult:
+    """The fence expires by itself only where the event scheduler runs (the old primary, and the
+    candidate, which a switch back fences)."""
+    if policy == "off":
+        return GateResult(True, "fence expiry off (fence_expiry: off): a tool frozen inside the window holds the "
+                                "cluster read-only until it resumes", {"policy": policy})
+    off = sorted(name for name, on in scheduler_on.items() if not on)
+    if not off:
+        return GateResult(True, f"the fence expires by itself on {', '.join(sorted(scheduler_on))} "
+                                f"(event_scheduler=ON)", {"policy": policy})
+    if policy == "if_available":
+        return GateResult(True, f"warning: event_scheduler=OFF on {', '.join(off)}: fences there do not expire by "
+                                f"themselves (fence_expiry: if_available)", {"policy": policy, "off": off})
+    return GateResult(False, f"event_scheduler=OFF on {', '.join(off)}: the fence could not expire by itself, and a "
+                             f"tool frozen inside the window would hold the cluster read-only; turn the event "
+                             f"scheduler on (also in the config), or set fence_expiry: if_available",
+                      {"policy": policy, "off": off})
 
 
 def disk_rule(path: str, free_bytes: int, need_bytes: int) -> GateResult:
@@ -431,6 +451,9 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
         ("read_only_bypass", lambda: bypass_sessions_gate(primary.server, repl_user(),
                                                            limits.allow_read_only_bypass)),
         ("app_user_fenced", lambda: app_fence_gate([primary.server, cand.server], app_user())),
+        ("fence_expiry", lambda: fence_expiry_rule(limits.fence_expiry, {
+            primary.address: Inspector(primary.server).event_scheduler_on(),
+            cand.address: Inspector(cand.server).event_scheduler_on()})),
         ("disk", lambda: disk_gate(host_for(inventory, inventory.server_name(cand_spec)), cand_spec.datadir,
                                    need_bytes())),
         # The path, not the config: what a run will use, tried now.

@@ -18,6 +18,7 @@ class PreflightLimits:
     max_trx_age_s: float
     lag_wait_s: float = 30.0  # how long lag (and only lag) may take to settle
     allow_read_only_bypass: tuple[str, ...] = ()  # accounts allowed to hold sessions on the old primary
+    fence_expiry: str = "require"  # require | if_available | off
 
 
 def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, limits: PreflightLimits) -> GateVerdict:
@@ -28,7 +29,8 @@ def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, limits: 
     the journal shows all of them.
     """
     checks = gates.Limits(max_lag_ms=limits.max_lag_ms, max_trx_age_s=limits.max_trx_age_s,
-                          write_heartbeat=not ctx.dry_run, allow_read_only_bypass=limits.allow_read_only_bypass)
+                          write_heartbeat=not ctx.dry_run, allow_read_only_bypass=limits.allow_read_only_bypass,
+                          fence_expiry=limits.fence_expiry)
     deadline = ctx.clock.monotonic() + (0 if ctx.dry_run else limits.lag_wait_s)
     waited = 0.0
     while True:

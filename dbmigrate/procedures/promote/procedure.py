@@ -65,6 +65,13 @@ class PromoteParams(BaseModel):
                                        "waits up to catchup_timeout_s)")
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer "
                                                                "before taking it as down")
+    fence_expiry: Literal["require", "if_available", "off"] = Field(
+        "require", description="the fence expires on the server by itself (a scheduled event, dropped before the "
+                               "candidate opens), so a frozen tool cannot hold the cluster read-only: require refuses "
+                               "a server whose event_scheduler is OFF; if_available fences there without it")
+    fence_expiry_s: Optional[float] = Field(
+        None, gt=1, le=600, description="when the fence expires by itself; default fence_timeout_s + "
+                                        "catchup_timeout_s + 3")
     drain_timeout_s: float = Field(2, ge=0, le=60)
     kill_app_sessions: bool = True
     allow_read_only_bypass: list[str] = Field(
@@ -88,7 +95,8 @@ def settings_of(p: PromoteParams) -> SwitchoverSettings:
                               on_fence_blocked=p.on_fence_blocked, probe_timeout_s=p.probe_timeout_s,
                               fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s,
                               fenced_catchup_budget_s=p.fenced_catchup_budget_s,
-                              fence_calm_wait_s=p.fence_calm_wait_s)
+                              fence_calm_wait_s=p.fence_calm_wait_s, fence_expiry=p.fence_expiry,
+                              fence_expiry_s=p.fence_expiry_s)
 
 
 def plan_names(ctx: RunContext, params: PromoteParams) -> tuple[str, str]:
@@ -131,7 +139,8 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
         prepare_steps.append(extras.warm_step(params.warm))
     limits = PreflightLimits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s,
                              lag_wait_s=params.lag_wait_s,
-                             allow_read_only_bypass=tuple(params.allow_read_only_bypass))
+                             allow_read_only_bypass=tuple(params.allow_read_only_bypass),
+                             fence_expiry=params.fence_expiry)
     gate = preflight_gate("preflight", lambda c: required(c, PromoteResources).inventory,
                           lambda c: required(c, PromoteResources).new, limits)
     phases = [

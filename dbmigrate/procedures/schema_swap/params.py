@@ -76,6 +76,8 @@ class SchemaSwapParams(BaseModel):
     fenced_catchup_budget_s: Optional[float] = Field(None, gt=0, le=10, description="as in promote")
     fence_calm_wait_s: float = Field(0.5, ge=0, le=60, description="as in promote")
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer")
+    fence_expiry: Literal["require", "if_available", "off"] = Field("require", description="as in promote")
+    fence_expiry_s: Optional[float] = Field(None, gt=1, le=600, description="as in promote")
     replica_timeout_s: float = Field(30, gt=0, le=3600)
     verify_timeout_s: float = Field(10, gt=0, le=600)
 

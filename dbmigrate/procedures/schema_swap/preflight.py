@@ -20,7 +20,7 @@ from dbmigrate.procedures.schema_swap.run import params_of, resources_of, server
 
 def switchover_limits(p: SchemaSwapParams) -> PreflightLimits:
     """The limits of the primary's switchover: checked at the start and again before the fence."""
-    return PreflightLimits(max_lag_ms=p.max_lag_ms, max_trx_age_s=p.max_trx_age_s)
+    return PreflightLimits(max_lag_ms=p.max_lag_ms, max_trx_age_s=p.max_trx_age_s, fence_expiry=p.fence_expiry)
 
 
 def missing_names(p: SchemaSwapParams, columns: dict[str, list[str]]) -> list[str]:

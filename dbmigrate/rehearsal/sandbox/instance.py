@@ -85,6 +85,9 @@ def render_config(spec: InstanceSpec) -> str:
         # Every instance starts read-only, as production servers should: a restarted
         # replica must not take writes, and a primary is made writable on purpose.
         "read_only": "ON",
+        # The fence's expiry is a scheduled event: a tool frozen inside a cutover's window cannot
+        # hold the server read-only past it (production servers need the same setting).
+        "event_scheduler": "ON",
         "server_id": spec.server_id,
         "report_host": "127.0.0.1",
         "report_port": spec.port,
