@@ -24,7 +24,8 @@ from types import SimpleNamespace
 from typing import Callable, Iterator
 
 from dbmigrate.db.applier import Applier
-from dbmigrate.db.connection import QueryError, Unresponsive
+from dbmigrate.db.connection import InDoubtUnsettled, QueryError, Unresponsive
+from dbmigrate.db.in_doubt import InDoubt
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, MariaDB, ReplicaStatus
 from dbmigrate.db.gtid import MariaGtid
@@ -81,6 +82,11 @@ class FakeServer:
     open_trx: set[int] = field(default_factory=set)  # session ids inside a transaction
     bypass_users: set[str] = field(default_factory=set)  # accounts that bypass read_only
     event_scheduler: bool = True
+    # Partitioned: connections hang like a frozen server's, and a change sent meanwhile is in
+    # doubt: it lands when the network heals (its packets were only delayed) unless its session
+    # was ended first. `doubts` holds those changes (statement, effect).
+    partitioned: bool = False
+    doubts: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
     expiry_at: float | None = None  # clock time when a scheduled fence expiry fires (None: none)
 
     @property
@@ -134,7 +140,9 @@ class FakeTopology(Topology):
     # -- the model ----------------------------------------------------------
     def reach(self, name: str) -> FakeServer:
         s = self.servers[name]
-        if s.up and s.frozen:
+        if s.doubts:
+            self._settle(s)
+        if s.up and (s.frozen or s.partitioned):
             # The statement waits for an answer that never comes: until the bound, or the read timeout.
             deadline = self.deadlines.get(name, self.clock.monotonic() + self.read_timeout_s)
             self.clock.advance(max(0.0, deadline - self.clock.monotonic()))
@@ -143,6 +151,43 @@ class FakeTopology(Topology):
             raise ConnectionFailed(f"cannot reach {name} ({s.host}:{s.port}): Connection refused",
                                    hint="is the server running and listening on that address?")
         return s
+
+    # -- statements in doubt (the real handle's rule, db/in_doubt.py) ---------------
+    def _settle(self, s: FakeServer) -> None:
+        """Before any statement to a server with a change in doubt: end that change's session
+        (it then never lands), or fail as the real handle does when it cannot."""
+        if s.up and not s.frozen and not s.partitioned:
+            self.sent.append((s.name, "KILL CONNECTION <in doubt: " + "; ".join(sql for sql, _ in s.doubts) + ">"))
+            s.doubts.clear()
+            return
+        statement = s.doubts[0][0]
+        doubt = InDoubt(s.name, s.address, 7, TOOL_USER, statement, 0.0)
+        raise InDoubtUnsettled(f"{doubt.said()} was given up on and may still be executed; it stays in doubt until "
+                               f"that session is ended, and it cannot be ended now", doubt)
+
+    def in_doubt(self, name: str, sql: str, effect: Callable[[], None]) -> None:
+        """A change sent to a partitioned server: costs the bound, then is given up on, in doubt."""
+        s = self.servers[name]
+        s.doubts.append((sql, effect))
+        self.sent.append((name, sql + " <no answer>"))
+        deadline = self.deadlines.get(name, self.clock.monotonic() + self.read_timeout_s)
+        self.clock.advance(max(0.0, deadline - self.clock.monotonic()))
+        err = Unresponsive(f"{name} ({s.address}) did not answer in: {sql}", errno=3024)
+        err.in_doubt = InDoubt(name, s.address, 7, TOOL_USER, sql, 0.0)
+        raise err
+
+    def heal(self, name: str, lands_after_s: float) -> None:
+        """The partition ends; changes still in doubt land `lands_after_s` later (retransmits)."""
+        s = self.servers[name]
+        s.partitioned = False
+
+        def land() -> None:
+            pending, s.doubts = s.doubts, []
+            for sql, effect in pending:
+                self.sent.append((name, sql + " <landed late>"))
+                effect()
+
+        self.clock.at(lands_after_s, land)
 
     def send(self, name: str, sql: str) -> int:
         self.reach(name)
@@ -324,7 +369,24 @@ class FakeApplier:
             raise QueryError(f"{self.name}: This operation cannot be performed as you have a running slave ''; "
                              "run STOP SLAVE '' first", errno=1198)
 
+    def _partitioned(self) -> FakeServer | None:
+        s = self.topo.servers[self.name]
+        if self.dry_run or not s.partitioned:
+            return None
+        if s.doubts:
+            self.topo.reach(self.name)  # raises: an earlier change there is still in doubt
+        return s
+
+    def _set(self, s: FakeServer, on: bool) -> None:
+        others = [n for n in self.topo.writable() if n != self.name]
+        assert on or not others, f"{self.name} made writable while {others} is writable: two primaries"
+        s.read_only = on
+
     def set_read_only(self, on: bool, lock_wait_timeout: float | None = None) -> None:
+        cut_off = self._partitioned()
+        if cut_off is not None:
+            self.topo.in_doubt(self.name, f"SET GLOBAL read_only={'ON' if on else 'OFF'}",
+                               lambda: self._set(cut_off, on))
         s = self._live()
         others = [n for n in self.topo.writable() if n != self.name]
         assert s is None or on or not others, f"{self.name} made writable while {others} is writable: two primaries"
@@ -334,6 +396,15 @@ class FakeApplier:
 
     def fence_and_read_binlog_pos(self, lock_wait_timeout: float, expiry_s: float | None = None) -> str | None:
         """The real applier sends all in one request; here the expiry, the fence, then the position read."""
+        cut_off = self._partitioned()
+        if cut_off is not None:
+            def fence_lands() -> None:
+                if expiry_s:
+                    self._schedule_expiry(cut_off, expiry_s)
+                self._set(cut_off, True)
+
+            self.topo.in_doubt(self.name, "fence" + (f" with expiry in {expiry_s:g}s" if expiry_s else ""),
+                               fence_lands)
         s = self._live()
         if expiry_s:
             self.topo.sent.append((self.name, f"fence expiry in {expiry_s:g}s"))
