@@ -128,7 +128,9 @@ def instance_config(inst: PlannedInstance) -> dict[str, str]:
     """The option group `[mariadbd.NAME]` that makes this instance what the plan says."""
     cfg = {"port": str(inst.port), "datadir": inst.datadir,
            "innodb_buffer_pool_size": f"{inst.buffer_pool_mb}M", "read_only": "ON",
-           "log_bin": "mysql-bin", "binlog_format": "ROW", "log_slave_updates": "1"}
+           "log_bin": "mysql-bin", "binlog_format": "ROW", "log_slave_updates": "1",
+           # a fence of this instance (a rollback's) expires by itself: a scheduled event
+           "event_scheduler": "ON"}
     if inst.server_id:
         cfg["server_id"] = str(inst.server_id)
     if inst.socket:
