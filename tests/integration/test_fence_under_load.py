@@ -13,6 +13,8 @@ import time
 import pymysql
 import pytest
 
+from dbmigrate.engine.events import StepStarted
+
 from dbmigrate.app.runs import start_run
 from dbmigrate.config import load_inventory
 from dbmigrate.db.applier import Applier
@@ -170,13 +172,23 @@ def test_the_fence_waits_outside_the_window_for_a_moment_with_no_row_lock_wait(b
     state, inv = kit.topology(boxes, name)
     v = kit.start_verifier(inv, name)
     with RowLockChain(inv, name, f"{name}-1") as chain:
-        timer = chain.release_after(0.3)
-        outcome = start_run(kit.playbook(state, name, {"fence_calm_wait_s": 5}), assume_yes=True)
-        timer.join()
+        timers: list[threading.Timer] = []
+
+        def release_once_converging(event: object) -> None:
+            # Counted from the fence step's start, not the run's: a loaded machine may spend
+            # longer than the release delay in preflight, and the chain would be gone before it.
+            if isinstance(event, StepStarted) and event.name.startswith("fence ") and not timers:
+                timers.append(chain.release_after(0.3))
+
+        outcome = start_run(kit.playbook(state, name, {"fence_calm_wait_s": 5}), assume_yes=True,
+                            subscribers=[release_once_converging])
+        for timer in timers:
+            timer.join()
     assert outcome.status == "done", outcome.summary
+    assert timers, "the fence step never started"
     assert chain.t2_error is None
     fence = kit.fence_sentence(outcome.run_id)
-    assert "attempt" not in fence and f"ms for no row-lock wait on {name}-1" in fence
+    assert "attempt" not in fence and f"ms for no row-lock wait on {name}-1" in fence, fence
     waited_ms = float(fence.split("; waited ")[1].split(" ms for no row-lock wait")[0])
     assert 0 < waited_ms < 5000, fence
     assert kit.writers(kit.shape(inv, name)) == [f"{name}-new"]
