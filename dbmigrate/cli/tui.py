@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from dbmigrate.app.errors import exit_code_of_run
-from dbmigrate.cli.common import console
+from dbmigrate.cli.common import console, guarded
+from dbmigrate.exceptions import UsageError
 
 
+def needs_terminal(stdin=None, stdout=None) -> None:
+    """Without a terminal the screen would write escape codes into a pipe or a file until killed."""
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    missing = [name for name, stream in (("stdin", stdin), ("stdout", stdout))
+               if not (hasattr(stream, "isatty") and stream.isatty())]
+    if missing:
+        raise UsageError(f"dbmigrate tui needs an interactive terminal, and its {' and '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not one",
+                         hint="run it from a terminal (ssh -t, tmux), or script the run with: "
+                              "dbmigrate run PLAYBOOK --yes")
+
+
+@guarded
 def tui_command(
     playbook: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
     journal: Annotated[Optional[Path], typer.Option("--journal", help="Journal file (default: the playbook's "
@@ -24,10 +40,11 @@ def tui_command(
     lag_limit_ms: Annotated[float, typer.Option("--lag-limit-ms", min=1, help="Lag above this shows red.")] = 1000.0,
 ) -> None:
     """Open an interactive cutover session: g start, y/n at gates, a abort, r roll back, q quit."""
+    needs_terminal()
     from dbmigrate.tui.app import CutoverApp  # Textual loads only for this command
 
     app = CutoverApp(playbook, journal_path=journal, autostart=start, dry_run=dry_run, monitor=monitor,
-                     monitor_interval_s=interval, lag_limit_ms=lag_limit_ms)
+                     monitor_interval_s=interval, lag_limit_ms=lag_limit_ms, handle_signals=True)
     app.run()
     # The screen is gone: leave the outcome in the terminal's scrollback.
     outcome = app.outcome
@@ -40,6 +57,8 @@ def tui_command(
     elif app.error:
         console.print(f"error: {app.error}", markup=False, highlight=False)
         raise typer.Exit(1)
+    elif app.stopped_by:
+        raise typer.Exit(128 + signal.Signals[app.stopped_by].value)
 
 
 def register(app: typer.Typer) -> None:

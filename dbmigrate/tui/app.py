@@ -10,6 +10,8 @@ Nothing in this module talks to a server on the UI thread.
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import threading
 import time
 from pathlib import Path
@@ -19,11 +21,12 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Footer, Header, RichLog
+from textual.widgets import Footer, Header
 from textual.worker import get_current_worker
 
 from dbmigrate.app.errors import failure_of
 from dbmigrate.app.runs import plan_playbook, resolve_journal_path, rollback_run, start_run
+from dbmigrate.app.session import journal_note
 from dbmigrate.engine.events import (Event, GateDecided, GateWaiting, Log, Metric, RunFinished, StepFinished,
                                      StepStarted)
 from dbmigrate.engine.runner import RunOutcome, explain
@@ -34,12 +37,8 @@ from dbmigrate.tui.board import RunBoard
 from dbmigrate.tui.gatekeeper import GateKeeper
 from dbmigrate.tui.messages import ClusterSampled, EngineEvent, GateAsked, RunEnded
 from dbmigrate.app.monitor import ClusterMonitor
-from dbmigrate.tui.widgets import GateModal, LagPanel, LatencyPanel, StepList, WarmPanel
-
-QUIT_CONFIRM_S = 5.0  # the second `q` must come within this many seconds
-KEYS_HELP = ("keys: g start the run · y approve / n (Enter) decline at a gate · a abort (decline the gate, or "
-             "stop after the running step) · r roll a finished run back · q quit (twice while a run is in "
-             "progress: it stops at the next step boundary, then the session closes) · ? these keys")
+from dbmigrate.tui.widgets import EventLog, GateModal, KeysScreen, LagPanel, LatencyPanel, StepList, WarmPanel
+from dbmigrate.tui.widgets.keys import QUIT_CONFIRM_S, keys_line
 # A new run is offered only after a run that left nothing changed behind it.
 RESTARTABLE = ("idle", "did not start", "rolled_back", "refused", "cancelled", "declined")
 
@@ -65,6 +64,7 @@ class CutoverApp(App[None]):
         monitor: bool = True,
         monitor_interval_s: float = 1.0,
         lag_limit_ms: float = 1000.0,
+        handle_signals: bool = False,
     ) -> None:
         super().__init__()
         # Plan and playbook errors surface before the screen takes over the terminal.
@@ -89,6 +89,9 @@ class CutoverApp(App[None]):
         self._quit_armed_at: float | None = None
         self.stopping = False  # the operator quit during a run: close once it has stopped
         self._stop_monitor = threading.Event()
+        self.handle_signals = handle_signals  # SIGHUP/SIGTERM stop the run (the command line's session)
+        self.stopped_by: str | None = None  # the signal that stopped the session, if one did
+        self._saved_handlers: dict[int, object] = {}
 
     # ------------------------------------------------------------------ layout
 
@@ -98,21 +101,26 @@ class CutoverApp(App[None]):
             with VerticalScroll(id="left"):
                 yield StepList(self.board, id="steps")
             with Vertical(id="right"):
-                yield LagPanel(self.lag_limit_ms, id="lag")
-                yield LatencyPanel(id="latency")
+                yield LagPanel(self.lag_limit_ms, self.monitor_interval_s, id="lag")
+                yield LatencyPanel(self.monitor_interval_s, id="latency")
                 yield WarmPanel(id="warm")
-                yield RichLog(id="log", wrap=True, markup=False, highlight=False)
+                yield EventLog(id="log")
         yield Footer()
 
     def on_mount(self) -> None:
         self.sub_title = f"{self.board.procedure_name} on {self.cluster} · {self.playbook_path.name}"
-        self.query_one("#left").border_title = "plan"
-        self.query_one("#log", RichLog).border_title = "log"
+        self.query_one("#log", EventLog).border_title = "log (Tab, ↑↓, PgUp/PgDn)"
+        self.query_one("#left").border_title = "plan (Tab, ↑↓, PgUp/PgDn)"
         if self.monitor_enabled:
             self._monitor()
         else:
             why = "the playbook names no inventory" if self.inventory_path is None else "monitoring is off"
             self.query_one(LagPanel).off(f"{why}: no lag or latency samples")
+        if self.handle_signals:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGHUP, signal.SIGTERM):
+                self._saved_handlers[signum] = signal.getsignal(signum)
+                loop.add_signal_handler(signum, self.stop_on_signal, signum)
         self.say(f"playbook {self.playbook_path} · journal {self.journal_path}")
         if self.autostart:
             self.action_start()
@@ -120,6 +128,11 @@ class CutoverApp(App[None]):
             self.say("press g to start the run")
 
     def on_unmount(self) -> None:
+        if self.handle_signals:
+            loop = asyncio.get_running_loop()
+            for signum, handler in self._saved_handlers.items():
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, handler)  # the command's own handlers again, not the default
         self._stop_monitor.set()
         if self.busy == "run":
             self.cancel.set()  # the session is gone: stop before the next step
@@ -204,12 +217,42 @@ class CutoverApp(App[None]):
         self._quit_armed_at = now
         step = self.board.running_step()
         what = f"step '{step.name}' is running" if step else f"a {self.busy} is in progress"
-        self.notify(f"{what}: press q again to quit (the run stops before its next step)",
-                    severity="warning", timeout=QUIT_CONFIRM_S)
+        self.notify(f"{what}: press q again within {QUIT_CONFIRM_S:g} s to quit (the run stops before its "
+                    f"next step)", severity="warning", timeout=QUIT_CONFIRM_S)
+
+    def stop_on_signal(self, signum: int) -> None:
+        """SIGHUP (the terminal is gone) or SIGTERM: stop the run as `dbmigrate run` does on SIGTERM
+        (the running step finishes, a cutover in progress is undone), say so in the journal,
+        and close the session once the run has stopped. No one is there to answer a gate."""
+        name = signal.Signals(signum).name
+        why = f"{name} (the terminal was lost)" if signum == signal.SIGHUP else name
+        self.stopped_by = name
+        if self.busy is None:
+            self.exit()
+            return
+        if self.busy == "run":
+            self.cancel.set()
+        self.gates.refuse_all(f"stopped by {why}")
+        if isinstance(self.screen, GateModal):
+            self.screen.dismiss((False, f"stopped by {why}"))
+        step = self.board.running_step()
+        where = f"after step '{step.name}'" if step else "at the next step boundary"
+        undo = ", then undoes its completed steps" if self.board.rollback_on_failure and self.busy == "run" else ""
+        line = f"{why}: the session stops the {self.busy} {where}{undo}, as on SIGTERM"
+        self.stopping = True
+        self.say(line, "warning")
+        if self.board.run_id:
+            try:
+                journal_note(self.board.run_id, line, journal_path=self.journal_path)
+            except Exception as exc:  # the stop itself must go on
+                self.say(f"could not note the signal in the journal: {explain(exc)}", "error")
 
     def action_keys(self) -> None:
-        self.say(KEYS_HELP)
-        self.notify(KEYS_HELP, title="keys", timeout=15)
+        if isinstance(self.screen, KeysScreen):
+            self.screen.dismiss(None)
+            return
+        self.say(keys_line())
+        self.push_screen(KeysScreen())
 
     # ------------------------------------------------------------------ workers
 
@@ -341,4 +384,4 @@ class CutoverApp(App[None]):
         style = {"warning": "yellow", "error": "bold red", "debug": "dim"}.get(level, "")
         stamp = time.strftime("%H:%M:%S")
         self.event_log.append(line)
-        self.query_one("#log", RichLog).write(Text(f"{stamp} {line}", style=style))
+        self.query_one("#log", EventLog).add(Text(f"{stamp} {line}", style=style))

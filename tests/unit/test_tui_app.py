@@ -12,7 +12,7 @@ from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures import registry
 from dbmigrate.tui.app import CutoverApp
-from dbmigrate.tui.widgets import GateModal, LagPanel, LatencyPanel, StepList, WarmPanel
+from dbmigrate.tui.widgets import GateModal, KeysScreen, LagPanel, LatencyPanel, StepList, WarmPanel
 from tests.unit.test_engine_support import FakeLockServer
 
 pytestmark = pytest.mark.asyncio
@@ -301,14 +301,22 @@ async def test_question_mark_shows_the_keys_also_inside_the_gate_dialog(demo):
     app = new_app(demo)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")
-        await pilot.pause(0.05)
+        await until(pilot, lambda: isinstance(app.screen, KeysScreen), what="the keys list")
+        shown = app.screen.plain
+        for key in ("g ", "y ", "n, Enter, Esc", "a ", "r ", "q ", "Tab / Shift+Tab", "PgUp PgDn", "Home End"):
+            assert key in shown, key
+        assert "move between panels" in shown and "twice within 5 s" in shown
         assert sum("g start the run" in line for line in app.event_log) == 1
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, KeysScreen), what="the keys list to close")
         await pilot.press("g")
         await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog")
         await pilot.press("question_mark")
-        await pilot.pause(0.05)
+        await until(pilot, lambda: isinstance(app.screen, KeysScreen), what="the keys list over the gate")
         assert sum("g start the run" in line for line in app.event_log) == 2
-        assert isinstance(app.screen, GateModal)  # help does not answer the gate
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, GateModal), what="the gate dialog again")
+        assert app.busy == "run"  # help does not answer the gate
         await pilot.press("n")
         await until(pilot, lambda: app.busy is None, what="the run to end")
 

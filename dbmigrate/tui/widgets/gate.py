@@ -1,6 +1,13 @@
-"""The manual gate dialog: the gate's prompt, what the automatic gates said, approve or decline."""
+"""The manual gate dialog: the gate's prompt, what the automatic gates said, approve or decline.
+
+On a small terminal the verdicts do not fit: the checks that failed or warned come
+first, the text scrolls with the keys people try (arrows, PageUp/PageDown, Home/End)
+whatever has the focus, and the dialog says so on a line that never scrolls away.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -11,6 +18,47 @@ from textual.widgets import Button, Static
 
 from dbmigrate.engine.events import GateWaiting
 from dbmigrate.tui.board import GateRow
+
+SCROLL_HINT = "scroll: ↑↓ PgUp/PgDn Home/End · y approve · n/Enter decline · ? keys"
+
+
+def verdict_rank(verdict: dict[str, Any]) -> int:
+    """0 failed, 1 warned, 2 passed: what needs the operator's eyes comes first."""
+    if not verdict.get("ok", True):
+        return 0
+    warned = verdict.get("warn") or verdict.get("level") == "warning" or \
+        str(verdict.get("reason", "")).lower().startswith("warning")
+    return 1 if warned else 2
+
+
+MARKS = {0: ("✗", "bold red"), 1: ("!", "bold yellow"), 2: ("✓", "green")}
+
+
+def gate_text(waiting: GateWaiting, verdicts: list[GateRow]) -> Text:
+    """The dialog's body: prompt, then each automatic gate with its checks, failed and warned first."""
+    where = f"before phase '{waiting.phase}'" if waiting.phase != "rollback" else "rollback"
+    body = Text()
+    body.append(f"gate {waiting.gate} ({where})\n", style="bold")
+    body.append(waiting.prompt + "\n", style="bold yellow")
+    if not verdicts:
+        return body
+    checks = [(gate, name, v) for gate in verdicts for name, v in gate.details.items()
+              if isinstance(v, dict) and "reason" in v]
+    counts = [sum(1 for *_, v in checks if verdict_rank(v) == r) for r in (0, 1, 2)]
+    body.append(f"\nautomatic gates so far: {len(verdicts)} gate(s), {len(checks)} check(s): "
+                f"{counts[0]} failed, {counts[1]} warned, {counts[2]} passed\n", style="bold")
+    ordered = sorted(verdicts, key=lambda g: 0 if g.status != "passed" else 1)
+    for gate in ordered:
+        ok = gate.status == "passed"
+        body.append(f"{'✓' if ok else '✗'} gate {gate.name}: ", style="green" if ok else "bold red")
+        body.append(gate.reason + "\n")
+        mine = sorted(((name, v) for g, name, v in checks if g is gate), key=lambda nv: verdict_rank(nv[1]))
+        for name, verdict in mine:
+            mark, style = MARKS[verdict_rank(verdict)]
+            body.append(f"  {mark} ", style=style)
+            body.append(f"{name}: ", style="bold" if verdict_rank(verdict) < 2 else "")
+            body.append(f"{verdict['reason']}\n", style="" if verdict_rank(verdict) < 2 else "dim")
+    return body
 
 
 class GateModal(ModalScreen[tuple[bool, str]]):
@@ -24,36 +72,38 @@ class GateModal(ModalScreen[tuple[bool, str]]):
         Binding("a", "abort", "abort run"),
         Binding("q", "app.quit", "quit"),
         Binding("question_mark", "app.keys", "keys"),
+        # Whatever has the focus (a button), these scroll the verdicts.
+        Binding("up", "scroll('up')", show=False, priority=True),
+        Binding("down", "scroll('down')", show=False, priority=True),
+        Binding("pageup", "scroll('page_up')", show=False, priority=True),
+        Binding("pagedown", "scroll('page_down')", show=False, priority=True),
+        Binding("home", "scroll('home')", show=False, priority=True),
+        Binding("end", "scroll('end')", show=False, priority=True),
     ]
 
     def __init__(self, waiting: GateWaiting, verdicts: list[GateRow]) -> None:
         super().__init__()
         self.waiting = waiting
         self.verdicts = verdicts
+        self.body = gate_text(waiting, verdicts)
 
     def compose(self) -> ComposeResult:
-        where = f"before phase '{self.waiting.phase}'" if self.waiting.phase != "rollback" else "rollback"
-        body = Text()
-        body.append(f"gate {self.waiting.gate} ({where})\n\n", style="bold")
-        body.append(self.waiting.prompt + "\n", style="bold yellow")
-        if self.verdicts:
-            body.append("\nautomatic gates so far:\n", style="bold")
-            for gate in self.verdicts:
-                ok = gate.status == "passed"
-                body.append(f"  {'✓' if ok else '✗'} {gate.name}: ", style="green" if ok else "bold red")
-                body.append(gate.reason + "\n")
-                for check, verdict in gate.details.items():
-                    if isinstance(verdict, dict) and "reason" in verdict:
-                        mark = "✓" if verdict.get("ok") else "✗"
-                        body.append(f"      {mark} {check}: {verdict['reason']}\n", style="dim")
-        # The buttons are docked at the dialog's bottom and the text scrolls above them, so on a
-        # small terminal (80x24) a long list of verdicts never pushes them off the screen.
+        # The buttons and the key line are docked at the dialog's bottom and the text scrolls
+        # above them, so on a small terminal (80x24) a long list never pushes them off screen.
         with Vertical(id="gate-dialog"):
-            with Horizontal(id="gate-buttons"):
-                yield Button("approve (y)", id="approve", variant="success")
-                yield Button("decline (n)", id="decline", variant="error")
+            with Vertical(id="gate-foot"):
+                yield Static(Text(SCROLL_HINT, style="bold"), id="gate-keys")
+                with Horizontal(id="gate-buttons"):
+                    yield Button("approve (y)", id="approve", variant="success")
+                    yield Button("decline (n)", id="decline", variant="error")
             with VerticalScroll(id="gate-scroll"):
-                yield Static(body, id="gate-text")
+                yield Static(self.body, id="gate-text")
+
+    def action_scroll(self, how: str) -> None:
+        scroll = self.query_one("#gate-scroll", VerticalScroll)
+        {"up": scroll.scroll_up, "down": scroll.scroll_down, "page_up": scroll.scroll_page_up,
+         "page_down": scroll.scroll_page_down, "home": scroll.scroll_home,
+         "end": scroll.scroll_end}[how](animate=False)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "approve":
