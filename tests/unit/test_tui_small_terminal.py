@@ -16,7 +16,7 @@ from dbmigrate.procedures import registry
 from dbmigrate.tui.app import CutoverApp
 from dbmigrate.tui.widgets import EventLog, GateModal, LagPanel, LatencyPanel, StepList
 from tests.unit.test_engine_support import FakeLockServer
-from tests.unit.tui_screen import read_by_paging, screen_rows, squash, until
+from tests.unit.tui_screen import compact, read_by_paging, screen_rows, squash, until
 
 pytestmark = pytest.mark.asyncio
 
@@ -84,10 +84,10 @@ async def test_every_check_of_the_gate_can_be_reached_and_read_at_80x24(quiet, k
         first = squash("\n".join(rows))
         assert "✗ space_ids" in first and "! binlog_row_image" in first, first
         assert first.index("space_ids") < first.index("binlog_row_image")
-        seen = squash(await read_by_paging(pilot, scroll, key))
-        assert "Fence db-1 and promote db-2 now?" in seen
+        seen = compact(await read_by_paging(pilot, scroll, key))
+        assert compact("Fence db-1 and promote db-2 now?") in seen
         for name, verdict in CHECKS.items():
-            assert squash(f"{name}: {verdict['reason']}") in seen, name
+            assert compact(f"{name}: {verdict['reason']}") in seen, name
         await pilot.press("end")
         await pilot.pause(0.05)
         assert scroll.scroll_y == scroll.max_scroll_y
@@ -108,7 +108,7 @@ async def test_the_log_wraps_long_lines_and_loses_no_text_at_80x24_and_132x43(qu
             log = app.query_one(EventLog)
             width = log.scrollable_content_region.width
             assert all(len(row) <= width for row in log.shown_lines())
-            assert squash(line) in squash(" ".join(log.shown_lines())), size
+            assert compact(line) in compact("".join(log.shown_lines())), size
             # Seen on the screen itself: the last rows of the log pane hold the line's end.
             region = log.content_region
             rows = screen_rows(app)[region.y:region.bottom]

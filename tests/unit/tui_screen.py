@@ -44,3 +44,9 @@ async def read_by_paging(pilot, scroll: VerticalScroll, key: str = "pagedown", l
     else:
         raise AssertionError(f"{key} never reached the end of the pane")
     return "\n".join(seen[i] for i in sorted(seen))
+
+
+def compact(text: str) -> str:
+    """Without any whitespace: a wrapped line reads the same whether the wrap fell on a space
+    or inside a long word (a path)."""
+    return re.sub(r"\s+", "", text)
