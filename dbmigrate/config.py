@@ -97,11 +97,34 @@ class SshAccess(Strict):
         return self
 
 
+class DockerAccess(Strict):
+    """The server runs in a container: its files and programs through `docker exec` into it."""
+
+    kind: Literal["docker"]
+    container: str = Field(description="the container's name or id")
+    engine: Optional[str] = Field(None, description="the Docker Engine's address (unix:///path/docker.sock, "
+                                                    "tcp://...); default: DOCKER_HOST, else the system's socket")
+
+    @field_validator("container")
+    @classmethod
+    def _container(cls, v: str) -> str:
+        from dbmigrate.hosts.docker import check_container_name
+
+        return check_container_name(v)
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: Optional[str]) -> Optional[str]:
+        from dbmigrate.hosts.docker import check_engine
+
+        return check_engine(v)
+
+
 def _access_shorthand(v):
     return {"kind": v} if isinstance(v, str) else v
 
 
-Access = Annotated[Union[LocalAccess, SshAccess, NoAccess], Field(discriminator="kind"),
+Access = Annotated[Union[LocalAccess, SshAccess, NoAccess, DockerAccess], Field(discriminator="kind"),
                    BeforeValidator(_access_shorthand)]
 
 
@@ -150,6 +173,7 @@ class HAProxyRouterSpec(Strict):
     reader_backend: Optional[str] = "readers"
     writer_port: Optional[int] = None
     reader_port: Optional[int] = None
+    address: str = Field("127.0.0.1", description="where applications reach the writer and reader ports")
     state_file: Optional[str] = Field(None, description="HAProxy's server-state-file: dumped after every route change")
 
 

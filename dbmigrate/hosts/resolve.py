@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 
 from dbmigrate.hosts.base import Host
+from dbmigrate.hosts.docker import DockerHost
 from dbmigrate.hosts.local import LocalHost
 from dbmigrate.hosts.none import NoAccessHost
 from dbmigrate.hosts.ssh import SshHost, SshSettings
@@ -92,6 +93,8 @@ def host_for_access(inventory, name: str, address: str, ip: str, access) -> Host
         return LocalHost(label)
     if access.kind == "none":
         return NoAccessHost(label)
+    if access.kind == "docker":
+        return DockerHost(f"{name} in container {access.container}", access.container, access.engine)
     settings = SshSettings(
         address=access.address or address, user=access.user, port=access.port,
         identity_file=_path(inventory.base, access.identity_file), jump_host=access.jump_host,
