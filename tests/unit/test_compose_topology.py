@@ -1,7 +1,7 @@
-"""The docker compose rehearsal topology and its inventory describe the same servers.
+"""docker-compose.yml, HAProxy's configuration and the shipped compose inventory describe the
+same servers: one loopback address per server, all on one port, HAProxy on an address of its own.
 
-No Docker engine runs where these tests run, so this checks the files against each
-other; the servers themselves are exercised through the local sandbox."""
+The servers themselves run in tests/integration/test_compose_rehearsals.py."""
 
 from __future__ import annotations
 
@@ -14,36 +14,57 @@ from dbmigrate.config import load_inventory
 from dbmigrate.playbook import load_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = re.compile(r"\$\{(\w+):-([^}]+)\}")
 
 
 def _compose():
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
+def _defaults(text: str) -> str:
+    """A compose value with its variables at their defaults."""
+    return DEFAULT.sub(lambda m: m.group(2), text)
+
+
+def _flags(svc) -> dict[str, str]:
+    return dict((_defaults(f).lstrip("-").split("=", 1) + [""])[:2] for f in svc["command"])
+
+
 def test_compose_servers_match_the_inventory():
-    services = _compose()["services"]
-    ports = {}
+    services = {n: s for n, s in _compose()["services"].items() if n != "haproxy"}
+    inv = load_inventory(ROOT / "playbooks/compose/inventory.yaml")
+    servers = inv.cluster("compose").servers
+    assert set(services) == set(servers)
     for name, svc in services.items():
-        if name == "haproxy":
-            continue
-        flags = dict((f.lstrip("-").split("=", 1) + [""])[:2] for f in svc["command"])
-        ports[int(flags["port"])] = flags
-        assert flags["report-port"] == flags["port"]
+        flags = _flags(svc)
+        assert flags["report-port"] == flags["port"] == str(servers[name].port)
+        assert flags["bind-address"] == flags["report-host"] == servers[name].host
         for needed in ("log-bin", "binlog-format", "log-slave-updates", "gtid-strict-mode", "server-id", "read-only"):
             assert needed in flags, (name, needed)
         assert svc["network_mode"] == "host"
-    assert len({f["server-id"] for f in ports.values()}) == len(ports)  # unique server ids
-    inv = load_inventory(ROOT / "playbooks/compose/inventory.yaml")
-    assert {s.port for s in inv.cluster("compose").servers.values()} == set(ports)
+        assert servers[name].access.kind == "docker"
+    assert len({_flags(s)["server-id"] for s in services.values()}) == len(services)
+    assert len({_flags(s)["bind-address"] for s in services.values()}) == len(services)  # a host each
+
+
+def test_images_default_to_the_official_ones():
+    services = _compose()["services"]
+    assert _defaults(services["db1"]["image"]) == "mariadb:10.11"
+    assert _defaults(services["haproxy"]["image"]) == "haproxy:2.6"
+    assert services["db1"]["healthcheck"]["test"][1] == "healthcheck.sh"  # the official image's script
 
 
 def test_haproxy_config_matches_the_inventory():
-    cfg = (ROOT / "compose/haproxy.cfg").read_text()
+    cfg = (ROOT / "compose/haproxy/haproxy.cfg").read_text()
+    env = _compose()["services"]["haproxy"]["environment"]
+    addr = {k: _defaults(v) for k, v in env.items()}
+    cfg = re.sub(r"\$\{(\w+)\}", lambda m: addr[m.group(1)], cfg).replace('"', "")
     inv = load_inventory(ROOT / "playbooks/compose/inventory.yaml")
     router = inv.cluster("compose").router
-    assert f"127.0.0.1:{router.writer_port}" in cfg and f"127.0.0.1:{router.reader_port}" in cfg
-    writer_servers = re.findall(r"server \w+ 127\.0\.0\.1:(\d+)", cfg.split("\nbackend writer")[1].split("\nbackend")[0])
-    assert {int(p) for p in writer_servers} == {s.port for s in inv.cluster("compose").servers.values()}
+    assert f"bind {router.address}:{router.writer_port}" in cfg and f"bind {router.address}:{router.reader_port}" in cfg
+    writer = cfg.split("\nbackend writer")[1].split("\nbackend")[0]
+    found = set(re.findall(r"server \w+ ([\d.]+:\d+)", writer))
+    assert found == {f"{s.host}:{s.port}" for s in inv.cluster("compose").servers.values()}
     assert "/run/haproxy/admin.sock" in cfg and router.admin_socket.endswith("compose/run/admin.sock")
 
 

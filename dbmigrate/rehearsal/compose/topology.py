@@ -1,0 +1,416 @@
+"""A rehearsal topology from docker-compose.yml: every server a container of its own.
+
+`ComposeTopology.up` picks free loopback addresses (one per server, each on port
+3306, HAProxy on one of its own), starts the compose project with those
+addresses and the rehearsal's images, waits for every server to be healthy,
+creates the accounts and the replication links, puts HAProxy's writer on the
+primary and writes an inventory in which every server is reached through the
+`docker` access kind. `down` removes every container, volume and file of it.
+
+The directory of a topology (under DBMIGRATE_HOME/compose/NAME) holds
+`topology.json`, `credentials.cnf` (0600), `inventory.yaml` and `run/`
+(HAProxy's admin socket and server-state file, bind-mounted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import Server
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError, SandboxError, UsageError, WaitTimeout
+from dbmigrate.home import home
+from dbmigrate.rehearsal.compose.cli import ComposeCli
+from dbmigrate.rehearsal.compose.engine import Engine
+from dbmigrate.rehearsal.compose.images import Images, project_root
+from dbmigrate.rehearsal.sandbox import accounts as acc
+from dbmigrate.topology.wire import create_account, wait_replicating
+
+SERVER_PORT = 3306
+READER_PORT = 3307
+HEALTHY_TIMEOUT_S = 180
+SERVICES = ("db1", "db2", "db3", "db4")
+PREFIX_ENV = "DBMIGRATE_COMPOSE_ADDRESSES"  # e.g. 127.61.7: servers at .11-.14, HAProxy at .10
+
+Progress = Callable[[str], None]
+
+
+def topologies_dir() -> Path:
+    return home() / "compose"
+
+
+@dataclass
+class TopologyState:
+    name: str
+    project: str
+    dir: str
+    engine_address: str
+    engine_owned: bool
+    compose: list[str]
+    addresses: dict[str, str]  # service -> loopback address
+    servers: dict[str, str]  # inventory server name -> service
+    primary: str
+    containers: dict[str, str] = field(default_factory=dict)  # service -> container name
+    keep: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    @property
+    def inventory_file(self) -> Path:
+        return self.path / "inventory.yaml"
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.path / "credentials.cnf"
+
+    def save(self) -> None:
+        tmp = self.path / "topology.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(self.path / "topology.json")
+
+    @classmethod
+    def load(cls, path: Path) -> "TopologyState":
+        return cls(**json.loads((path / "topology.json").read_text()))
+
+
+def project_name(name: str) -> str:
+    """Compose project names are lower case."""
+    return f"dbm-{name.lower()}"
+
+
+def kept_topologies() -> list[TopologyState]:
+    """Topologies an earlier run left up with --keep."""
+    out = []
+    for d in sorted(topologies_dir().glob("*/topology.json")):
+        try:
+            out.append(TopologyState.load(d.parent))
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+def refuse_kept() -> None:
+    kept = kept_topologies()
+    if kept:
+        names = ", ".join(k.name for k in kept)
+        raise UsageError(f"compose topologies left from an earlier run are still there: {names}",
+                         hint="remove them first: " + "; ".join(f"dbmigrate rehearse down {k.name}" for k in kept))
+
+
+# -- addresses ---------------------------------------------------------------------
+
+def bindable(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((address, port))
+            return True
+        except OSError:
+            return False
+
+
+def pick_addresses(services: tuple[str, ...]) -> dict[str, str]:
+    """service -> a free loopback address (port 3306 free on it); "haproxy" -> one for HAProxy.
+
+    A prefix in DBMIGRATE_COMPOSE_ADDRESSES (127.X.Y) is used as given and refused when taken;
+    otherwise a random 127.X.Y is tried until every address is free."""
+    forced = os.environ.get(PREFIX_ENV, "").strip()
+    if forced:
+        parts = forced.split(".")
+        if len(parts) != 3 or parts[0] != "127" or not all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
+            raise UsageError(f"{PREFIX_ENV}={forced!r} is not a loopback prefix like 127.61.7")
+        addresses = _layout(forced, services)
+        taken = _taken(addresses)
+        if taken:
+            raise SandboxError(f"{taken[0]} is already taken by another process",
+                               hint=f"free it, or set {PREFIX_ENV} to another 127.X.Y (or unset it to pick free ones)")
+        return addresses
+    rng = random.Random()
+    for _ in range(50):
+        prefix = f"127.{rng.randint(64, 254)}.{rng.randint(1, 254)}"
+        addresses = _layout(prefix, services)
+        if not _taken(addresses):
+            return addresses
+    raise SandboxError("found no free loopback addresses for the topology (port 3306 taken everywhere tried)",
+                       hint=f"set {PREFIX_ENV}=127.X.Y to a prefix whose addresses are free")
+
+
+def _layout(prefix: str, services: tuple[str, ...]) -> dict[str, str]:
+    out = {svc: f"{prefix}.{11 + i}" for i, svc in enumerate(services)}
+    out["haproxy"] = f"{prefix}.10"
+    return out
+
+
+def _taken(addresses: dict[str, str]) -> list[str]:
+    taken = []
+    for svc, addr in addresses.items():
+        ports = (SERVER_PORT, READER_PORT) if svc == "haproxy" else (SERVER_PORT,)
+        taken += [f"{addr}:{p}" for p in ports if not bindable(addr, p)]
+    return taken
+
+
+# -- the topology --------------------------------------------------------------------
+
+class ComposeTopology:
+    """Up, reach and remove one compose topology on `engine`."""
+
+    def __init__(self, engine: Engine, images: Images, progress: Progress | None = None):
+        self.engine = engine
+        self.images = images
+        self.say = progress or (lambda m: None)
+        self.cli = ComposeCli.find(engine)
+
+    def env(self, state: TopologyState, root_password: str) -> dict[str, str]:
+        e = self.engine.env()
+        e.update({
+            "DBMIGRATE_MARIADB_IMAGE": self.images.mariadb,
+            "DBMIGRATE_HAPROXY_IMAGE": self.images.haproxy,
+            "DBMIGRATE_ROOT_PASSWORD": root_password,
+            "DBMIGRATE_PORT": str(SERVER_PORT),
+            "DBMIGRATE_HAPROXY_ADDRESS": state.addresses["haproxy"],
+            "DBMIGRATE_HAPROXY_RUN": str(state.path / "run"),
+        })
+        for svc in SERVICES:
+            e[f"DBMIGRATE_{svc.upper()}_ADDRESS"] = state.addresses.get(svc, "127.0.0.1")
+        return e
+
+    def up(self, name: str, servers: dict[str, str], *, keep: bool = False) -> TopologyState:
+        """Start `servers` (inventory name -> compose service; the first is the primary, the
+        others replicate from it) and HAProxy; returns the recorded state."""
+        refuse_kept()
+        services = tuple(servers.values())
+        base = topologies_dir() / name
+        if base.exists():
+            raise UsageError(f"a compose topology named {name} exists at {base}",
+                             hint=f"choose another --name, or remove it: dbmigrate rehearse down {name}")
+        addresses = pick_addresses(SERVICES)
+        addresses = {k: v for k, v in addresses.items() if k in services or k == "haproxy"}
+        base.mkdir(parents=True)
+        (base / "run").mkdir()
+        os.chmod(base, 0o700)
+        primary = next(iter(servers))
+        state = TopologyState(name=name, project=project_name(name), dir=str(base),
+                              engine_address=self.engine.address, engine_owned=self.engine.owned,
+                              compose=self.cli.argv, addresses=addresses, servers=dict(servers), primary=primary,
+                              keep=keep)
+        accounts = acc.new_accounts()
+        acc.write_option_file(state.credentials_file, accounts)
+        root_password = _new_password()
+        _append_root(state.credentials_file, root_password)
+        state.save()
+        t0 = time.monotonic()
+        try:
+            self.say(f"compose up {state.project} with {self.cli.describe()}: "
+                     + ", ".join(f"{n} ({servers[n]}) on {addresses[servers[n]]}:{SERVER_PORT}" for n in servers)
+                     + f", HAProxy on {addresses['haproxy']}")
+            self.cli.run(state.project, ["up", "-d", "--no-build", *services, "haproxy"],
+                         self.env(state, root_password), what="compose up")
+            state.containers = self._containers(state, (*services, "haproxy"))
+            state.save()
+            self._wait_healthy(state, services)
+            state.timings["up_healthy_s"] = round(time.monotonic() - t0, 1)
+            self.say(f"every server healthy {state.timings['up_healthy_s']:.1f}s after compose up")
+            root = Credentials("root", root_password)
+            self._wire(state, accounts, root)
+            self._route(state)
+            self.write_inventory(state)
+            state.timings["ready_s"] = round(time.monotonic() - t0, 1)
+            state.save()
+        except BaseException:
+            self.down(state)
+            raise
+        return state
+
+    # -- start-up ------------------------------------------------------------------
+    def _containers(self, state: TopologyState, services: tuple[str, ...]) -> dict[str, str]:
+        out = {}
+        for svc in services:
+            names = self.engine.text("ps", "-a", "--filter", f"label=com.docker.compose.project={state.project}",
+                                     "--filter", f"label=com.docker.compose.service={svc}",
+                                     "--format", "{{.Names}}").split()
+            if len(names) != 1:
+                raise SandboxError(f"compose project {state.project} has {len(names)} containers for {svc}")
+            out[svc] = names[0]
+        return out
+
+    def _wait_healthy(self, state: TopologyState, services: tuple[str, ...]) -> None:
+        deadline = time.monotonic() + HEALTHY_TIMEOUT_S
+        pending = list(services)
+        while pending:
+            for svc in list(pending):
+                container = state.containers[svc]
+                status = self.engine.text("inspect", "--format",
+                                          "{{.State.Status}} {{.State.ExitCode}} "
+                                          "{{if .State.Health}}{{.State.Health.Status}}{{end}}", container).split()
+                if status and status[0] in ("exited", "dead"):
+                    raise SandboxError(f"container {container} exited during start-up (exit {status[1]}): "
+                                       f"{self.last_log_lines(container)}",
+                                       hint=f"the whole log: docker logs {container} (the topology was removed)")
+                if len(status) > 2 and status[2] == "healthy":
+                    pending.remove(svc)
+            if pending and time.monotonic() > deadline:
+                c = state.containers[pending[0]]
+                raise SandboxError(f"{c} was not healthy within {HEALTHY_TIMEOUT_S} s: {self.last_log_lines(c)}")
+            if pending:
+                time.sleep(0.25)
+        # HAProxy has no healthcheck: it is up when its admin socket answers (see _route).
+        hap = state.containers["haproxy"]
+        status = self.engine.text("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", hap).split()
+        if status and status[0] != "running":
+            raise SandboxError(f"container {hap} exited during start-up (exit {status[1]}): "
+                               f"{self.last_log_lines(hap)}")
+
+    def last_log_lines(self, container: str, lines: int = 3) -> str:
+        res = self.engine.run("logs", "--tail", "20", container, check=False)
+        text = (res.stdout + res.stderr).decode(errors="replace").strip().splitlines()
+        text = [t.strip() for t in text if t.strip()][-lines:]
+        return " | ".join(text) or "(no log lines)"
+
+    def root_server(self, state: TopologyState, name: str, root: Credentials) -> Server:
+        return Server(name, state.addresses[state.servers[name]], SERVER_PORT, root, connect_timeout=5)
+
+    def _wire(self, state: TopologyState, accounts: dict, root: Credentials) -> None:
+        """Accounts on the primary (replicas receive them), then every other server replicates from it."""
+        with self.root_server(state, state.primary, root) as p:
+            applier = Applier(p)
+            for schema in acc.APP_SCHEMAS:
+                applier.create_schema(schema)
+            for account in acc.bootstrap_accounts(accounts):
+                create_account(applier, account)
+            applier.set_read_only(False)
+            pos = Inspector(p).gtid_binlog_pos()
+        repl = accounts["repl"]
+        source = state.addresses[state.servers[state.primary]]
+        for name in state.servers:
+            if name == state.primary:
+                continue
+            with self.root_server(state, name, root) as r:
+                applier = Applier(r)
+                applier.set_read_only(True)
+                applier.change_source(source, SERVER_PORT, Credentials(repl.user, repl.password))
+                applier.start_replica()
+                try:
+                    wait_replicating(r, state.primary, pos, 60, interval=0.05)
+                except WaitTimeout:
+                    raise SandboxError(f"{name} did not catch up with {state.primary} within 60 s") from None
+                except DbmigrateError as e:
+                    raise SandboxError(e.message) from None
+        self.say(f"accounts on {state.primary}; {', '.join(n for n in state.servers if n != state.primary)} "
+                 f"replicate from it")
+
+    def _route(self, state: TopologyState) -> None:
+        """HAProxy's writer is the primary, readers the replicas (runtime API, then the state file)."""
+        from dbmigrate.routing.base import RouterError
+        from dbmigrate.routing.haproxy import HAProxyRouter, wait_for_socket
+
+        sock = str(state.path / "run" / "admin.sock")
+        hap = state.containers["haproxy"]
+        try:
+            wait_for_socket(sock, timeout=30, alive=lambda: self._running(hap))
+        except RouterError as e:
+            raise SandboxError(f"HAProxy ({hap}) did not start: {e.message} {self.last_log_lines(hap)}") from None
+        router = HAProxyRouter(state.name, sock, "writer", "readers", str(state.path / "run" / "server-state"))
+        primary = state.servers[state.primary]
+        started = set(state.servers.values())
+        cmds = [f"set server writer/{svc} state maint" for svc in SERVICES if svc != primary]
+        cmds += [f"set server readers/{svc} state maint" for svc in SERVICES if svc == primary or svc not in started]
+        router.admin.run(cmds)
+        router.save_state()
+
+    def _running(self, container: str) -> bool:
+        res = self.engine.run("inspect", "--format", "{{.State.Running}}", container, check=False)
+        return res.returncode == 0 and res.stdout.decode().strip() == "true"
+
+    # -- inventory ------------------------------------------------------------------
+    def write_inventory(self, state: TopologyState) -> Path:
+        """Servers by their own addresses; HAProxy's servers are named after the compose services,
+        which is how the router finds them by address, not by name."""
+        servers: dict[str, Any] = {}
+        for name, svc in state.servers.items():
+            servers[name] = {
+                "host": state.addresses[svc], "port": SERVER_PORT,
+                "role": "primary" if name == state.primary else "replica",
+                "host_name": state.containers[svc], "datadir": "/var/lib/mysql",
+                "access": {"kind": "docker", "container": state.containers[svc], "engine": state.engine_address},
+            }
+        run = state.path / "run"
+        cluster = {
+            "replication_credentials": {"defaults_file": "credentials.cnf", "group": "client-repl"},
+            "app_credentials": {"defaults_file": "credentials.cnf", "group": "client-app"},
+            "servers": servers,
+            "router": {"kind": "haproxy", "admin_socket": str(run / "admin.sock"), "writer_backend": "writer",
+                       "reader_backend": "readers", "writer_port": SERVER_PORT, "reader_port": READER_PORT,
+                       "address": state.addresses["haproxy"], "state_file": str(run / "server-state")},
+        }
+        doc = {"version": 1,
+               "defaults": {"credentials": {"defaults_file": "credentials.cnf", "group": "client-admin"}},
+               "clusters": {state.name: cluster}}
+        text = ("# written by dbmigrate rehearse --compose: every server is a container, its files reached "
+                "through `docker exec`\n" + yaml.safe_dump(doc, sort_keys=False))
+        tmp = state.inventory_file.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(state.inventory_file)
+        return state.inventory_file
+
+    # -- facts ------------------------------------------------------------------------
+    def pid(self, state: TopologyState, name: str) -> int | None:
+        """The server's process id on this machine (a container's processes are the host's)."""
+        res = self.engine.run("inspect", "--format", "{{.State.Pid}}", state.containers[state.servers[name]],
+                              check=False)
+        text = res.stdout.decode().strip()
+        return int(text) if res.returncode == 0 and text.isdigit() and int(text) > 0 else None
+
+    # -- down -------------------------------------------------------------------------
+    def down(self, state: TopologyState) -> list[str]:
+        """Remove the project's containers, volumes and files; returns what could not be removed."""
+        env = self.env(state, "unused")
+        res = self.cli.run(state.project, ["down", "-v", "--remove-orphans", "--timeout", "10"], env,
+                           what="compose down", check=False)
+        left = self.leftovers(state.project)
+        if left:  # compose could not: remove by label
+            ids = self.engine.text("ps", "-aq", "--filter", f"label=com.docker.compose.project={state.project}").split()
+            if ids:
+                self.engine.run("rm", "-f", "-v", *ids, check=False, timeout=120)
+            left = self.leftovers(state.project)
+        if res.returncode != 0 and left:
+            self.say(f"compose down failed: {res.stderr.strip()[-300:]}")
+        shutil.rmtree(state.path, ignore_errors=True)
+        return left
+
+    def leftovers(self, project: str) -> list[str]:
+        """Containers, networks and volumes of the compose project that still exist."""
+        label = f"label=com.docker.compose.project={project}"
+        found = [f"container {c}" for c in self.engine.text("ps", "-a", "--filter", label,
+                                                             "--format", "{{.Names}}").split()]
+        found += [f"network {n}" for n in self.engine.text("network", "ls", "--filter", label,
+                                                           "--format", "{{.Name}}").split()]
+        found += [f"volume {v}" for v in self.engine.text("volume", "ls", "--filter", label,
+                                                          "--format", "{{.Name}}").split()]
+        return found
+
+
+def _new_password() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(18)
+
+
+def _append_root(path: Path, password: str) -> None:
+    from dbmigrate.db.credentials import quote_option_value
+
+    with open(path, "a") as f:
+        f.write(f"\n[client-root]\nuser=root\npassword={quote_option_value(password)}\n")
