@@ -36,6 +36,7 @@ EXAMPLES = {
     "consolidate status": "dbmigrate consolidate status --plan plan.yaml --inventory inventory.yaml --cluster shards",
     "rehearse consolidate": "dbmigrate rehearse consolidate --remote --json",
     "rehearse schema-swap": "dbmigrate rehearse schema-swap --name weekly-ddl",
+    "rehearse down": "dbmigrate rehearse down rehearsal-1a2b",
     "consolidate run": "dbmigrate consolidate run playbooks/consolidate-shards.yaml --throttle 50 --concurrency 4",
     "consolidate throttle": "dbmigrate consolidate throttle last --mb-s 20",
     "consolidate rollback": "dbmigrate consolidate rollback last --server db-07",

@@ -15,6 +15,12 @@ cmd = typer.Typer(help="Rehearse procedures on a throwaway local sandbox of real
                   no_args_is_help=True)
 
 
+COMPOSE_HELP = ("Run against the containers of docker-compose.yml instead of local processes: every server a "
+                "container with its own filesystem on a loopback address of its own, its files reached only "
+                "through `docker exec`. Uses a running Docker Engine, else starts one of its own and stops it "
+                "afterwards; images are built from Debian's packages when missing (cached).")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(cmd, name="rehearse")
 
@@ -36,6 +42,7 @@ def promote(
                                 "(a mount namespace, as root) and reaches their files only over ssh."),
     report_file: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report (charts, tables) "
                                                "to this file and the same numbers as JSON beside it."),
+    compose: bool = typer.Option(False, "--compose", help=COMPOSE_HELP),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
     from dbmigrate.app.reports import model_of_run
@@ -50,11 +57,15 @@ def promote(
         from dbmigrate.rehearsal.sandbox.manager import check_name
 
         check_name(name)
+    if compose and remote:
+        from dbmigrate.exceptions import UsageError
+
+        raise UsageError("--compose and --remote are two ways to give every server a host of its own: choose one")
 
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
     subscribers = [] if json_out else [ConsoleRenderer(console)]
     report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep, subscribers=subscribers,
-                              regress=regress, guard=guard or regress, remote=remote, name=name)
+                              regress=regress, guard=guard or regress, remote=remote, name=name, compose=compose)
     model = model_of_run(report["run_id"])
     tables = all_tables(model)
     report["tables"] = [t.to_dict() for t in tables]
@@ -68,7 +79,9 @@ def promote(
         if report_file is not None:
             console.print(f"report: {report['report_files'][0]} (numbers: {report['report_files'][1]})",
                           markup=False)
-        if keep:
+        if keep and compose:
+            print_kept_compose(report)
+        elif keep:
             console.print(f"sandbox {report['sandbox']} kept as the run left it (promote done, primary "
                           f"{report['new_primary']}): dbmigrate sandbox status {report['sandbox']}; "
                           f"dbmigrate sandbox down {report['sandbox']} removes it", markup=False)
@@ -76,6 +89,24 @@ def promote(
     if report["lost_writes"] or not expected:
         raise CommandFailed(1, rehearsal_failure(report, regress),
                             hint="see the report above; rehearse again with --keep to inspect the sandbox")
+
+
+def print_kept_compose(report: dict) -> None:
+    kept = (report.get("compose") or {}).get("kept") or []
+    console.print(f"compose topology {report['sandbox']} kept as the run left it:", markup=False)
+    for line in kept:
+        console.print(f"  {line}", markup=False)
+
+
+def render_compose(r: dict) -> None:
+    c = r.get("compose")
+    if not c:
+        return
+    execs = c.get("docker_execs") or {}
+    console.print(f"compose: {c['compose']}, engine {c['engine']['version']} "
+                  f"({'already running' if not c['engine']['started_by_the_run'] else 'started for this run, left running with the kept topology' if c.get('kept') else 'started for this run, stopped after it'})"
+                  f"; servers' files reached only through docker exec: "
+                  + ", ".join(f"{k} {v}" for k, v in execs.items()), markup=False)
 
 
 def render_report(r: dict) -> None:
@@ -109,6 +140,7 @@ def render_report(r: dict) -> None:
         console.print("hosts reached over ssh; instances' directories "
                       + (f"hidden from the tool ({len(rem['hidden'])})" if rem.get("hidden")
                          else f"[yellow]visible[/] ({rem.get('not_hidden_because')})"))
+    render_compose(r)
     if r.get("rollback_s") is not None:
         console.print(f"rollback complete {r['rollback_s']} s after the new primary took traffic")
     console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: "
@@ -277,3 +309,13 @@ def consolidation_failure(report: dict) -> str:
         why.append(f"ports not as planned: {report['ports_not_as_planned']}")
     why += [str(p) for p in (report.get("status") or {}).get("problems", [])]
     return "; ".join(why) or "see the report"
+
+
+@cmd.command("down")
+def down(name: str = typer.Argument(..., help="The topology's name (as printed by --keep).")):
+    """Remove a compose topology left by `rehearse ... --compose --keep`: its containers, volumes and
+    files, and the Docker Engine the rehearsal started for it."""
+    from dbmigrate.rehearsal.compose.run import teardown
+
+    teardown(name, progress=lambda m: console.print(f"[dim]… {m}[/]"))
+    console.print(f"removed compose topology {name}", markup=False)

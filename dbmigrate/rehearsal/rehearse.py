@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -56,7 +57,7 @@ def start_workload(inv, cluster: str, bench, read_port: int, load_seconds: int) 
     from dbmigrate.rehearsal.readload import ReadLoad
     from dbmigrate.rehearsal.verify.writer import ZeroLossVerifier
 
-    reads = ReadLoad("127.0.0.1", read_port, inv.app_credentials(cluster))
+    reads = ReadLoad(inv.cluster(cluster).router.address, read_port, inv.app_credentials(cluster))
     reads.start()
     verifier = background = None
     try:
@@ -172,7 +173,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                      subscribers=(), playbook_extra: dict[str, Any] | None = None, regress: bool = False,
                      guard: bool = True, remote: bool = False,
                      before_cutover: Callable[[Any, str, str], None] | None = None,
-                     name: str | None = None) -> dict[str, Any]:
+                     name: str | None = None, compose: bool = False) -> dict[str, Any]:
     from dbmigrate.app.evidence import ClusterSampler
     from dbmigrate.app.runs import start_run
     from dbmigrate.rehearsal.sandbox import haproxy
@@ -183,26 +184,38 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
     name = name or f"rehearsal-{secrets.token_hex(2)}"
     remote_info: dict[str, Any] = {}
     t0 = time.monotonic()
-    state = boxes.up(name, replicas=2)
+    candidate = f"{name}-new"
+    if compose:
+        from dbmigrate.rehearsal.compose.run import ComposeRun
+
+        state = topo = ComposeRun(name, {f"{name}-1": "db1", f"{name}-2": "db2", f"{name}-3": "db3",
+                                         candidate: "db4"}, progress=say, keep=keep).up()
+        pid_of: Callable[[str], int | None] = topo.pid
+    else:
+        topo = None
+        state = boxes.up(name, replicas=2)
+        pid_of = lambda n: boxes.find(name).instance(n).pid()  # noqa: E731
     verifier = background = reads = None
     try:
-        candidate = f"{name}-new"
-        boxes.add_instance(name, candidate, replica_of=f"{name}-1", buffer_pool_mb=256)
-        haproxy.start(boxes, name)
-        if remote:
-            from dbmigrate.rehearsal.sandbox import sshd
+        if not compose:
+            boxes.add_instance(name, candidate, replica_of=f"{name}-1", buffer_pool_mb=256)
+            haproxy.start(boxes, name)
+            if remote:
+                from dbmigrate.rehearsal.sandbox import sshd
 
-            sshd.start_for_sandbox(boxes, name)
-        state = boxes.find(name)
+                sshd.start_for_sandbox(boxes, name)
+            state = boxes.find(name)
         inv = load_inventory(state.inventory_file)
-        say(f"sandbox {name}: primary {name}-1, replicas {name}-2 {name}-3, candidate {candidate}, HAProxy in front"
+        say(f"{'compose topology' if compose else 'sandbox'} {name}: primary {name}-1, replicas {name}-2 {name}-3, "
+            f"candidate {candidate}, HAProxy in front"
+            f"{', every server a container of its own' if compose else ''}"
             f"{', every instance on a host of its own behind sshd' if remote else ''} ({time.monotonic() - t0:.1f}s)")
         shape_before = replication_shape(inv, name)
 
         bench = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000, threads=2)
         bench.prepare()
         say(f"sysbench oltp_write_only for {load_seconds}s on the old primary")
-        load_before, cpu_before = measure_cpu(state.instance(f"{name}-1").pid(), f"{name}-1",
+        load_before, cpu_before = measure_cpu(pid_of(f"{name}-1"), f"{name}-1",
                                               lambda: bench.run(time_s=load_seconds))
 
         from dbmigrate.rehearsal.readload import create_orders
@@ -281,7 +294,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         verifier = None
         say(f"sysbench oltp_write_only for {load_seconds}s on the new primary")
         load_after, cpu_after = measure_cpu(
-            state.instance(primary).pid(), primary,
+            pid_of(primary), primary,
             lambda: Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000,
                                          threads=2).run(time_s=load_seconds))
         record_promote_evidence(outcome.run_id, acks=acks, verify=report, read_samples=read_samples,
@@ -314,9 +327,16 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                            if rolled_back and guard_info.get("switched_at") else None),
             "elapsed_s": round(time.monotonic() - t0, 1),
             **({"remote": remote_info} if remote else {}),
+            **({"compose": topo.facts()} if topo is not None else {}),
         }
     finally:
         stop_workload(background, verifier, reads)
         if not keep:
-            boxes.down(name)
+            if topo is not None:
+                left = topo.down()
+                if left and sys.exc_info()[0] is None:  # never hide the error that ended the run
+                    raise SandboxError(f"the compose rehearsal left {', '.join(left)} behind",
+                                       hint="remove them with docker rm -f / docker network rm")
+            else:
+                boxes.down(name)
             shutil.rmtree(home() / "ops" / name, ignore_errors=True)

@@ -153,14 +153,14 @@ class Sysbench:
         self.extra_args = list(extra_args)
 
     @classmethod
-    def for_cluster(cls, inventory, cluster: str, host: str = "127.0.0.1", **kw) -> "Sysbench":
+    def for_cluster(cls, inventory, cluster: str, host: str | None = None, **kw) -> "Sysbench":
         spec = inventory.cluster(cluster)
         creds = inventory.app_credentials(cluster)
         if creds is None:
             raise UsageError(f"cluster {cluster} has no app_credentials in {inventory.path}",
                              hint="load runs as the application user, so that read_only fences it")
         if spec.router is not None and spec.router.kind == "haproxy" and spec.router.writer_port:
-            return cls(host, spec.router.writer_port, creds, **kw)
+            return cls(host or spec.router.address, spec.router.writer_port, creds, **kw)
         primary = spec.primary_hint() or next(iter(spec.servers))
         s = spec.servers[primary]
         return cls(s.host, s.port, creds, **kw)

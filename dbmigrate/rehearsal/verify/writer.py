@@ -80,7 +80,7 @@ class ZeroLossVerifier:
         self._crash: BaseException | None = None
 
     @classmethod
-    def for_cluster(cls, inventory, cluster: str, host: str = "127.0.0.1", **kw) -> "ZeroLossVerifier":
+    def for_cluster(cls, inventory, cluster: str, host: str | None = None, **kw) -> "ZeroLossVerifier":
         """Writes through the cluster's HAProxy writer port, as the cluster's application user."""
         spec = inventory.cluster(cluster)
         router = spec.router
@@ -91,7 +91,7 @@ class ZeroLossVerifier:
         if creds is None:
             raise UsageError(f"cluster {cluster} has no app_credentials in {inventory.path}",
                              hint="the verifier writes as the application user, so that read_only fences it")
-        return cls(host, router.writer_port, creds, **kw)
+        return cls(host or router.address, router.writer_port, creds, **kw)
 
     # -- connection ----------------------------------------------------------
     def _connect(self) -> tuple[Any, int | None]:
