@@ -419,6 +419,13 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
                           {"primary": primary.address, "candidate": cand.address,
                            "replicas": [n.address for n in others]}, "topology")]
     reachable = [n for n in replicas if n.reachable]
+    listed = {normalize_address(s.host, s.port): n for n, s in inventory.cluster(cluster).servers.items()}
+    if primary.address not in listed:
+        # Found by following the replicas: the inventory names another address for it.
+        results.append(GateResult(
+            False, f"the replicas replicate from {primary.address}, which cluster {cluster} in the inventory does "
+                   f"not list (it lists {', '.join(f'{n} at {a}' for a, n in listed.items())}): is a host or port "
+                   f"wrong there?", {"primary": primary.address, "listed": listed}, "inventory_matches"))
 
     def repl_user() -> str:
         return inventory.replication_credentials(cluster).user
@@ -460,7 +467,7 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
         ("servers_answer", lambda: servers_answer_gate(inventory, cluster)),
         ("router", router),
         ("replication_login", lambda: replication_login_gate(
-            inventory, cluster, [primary.address, cand_addr])),
+            inventory, cluster, [a for a in (primary.address, cand_addr) if a in listed])),
     ]
     results += [_guard(name, fn) for name, fn in gates]
     return results

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from dbmigrate.exceptions import CommandFailed
@@ -126,9 +127,11 @@ def render_report(r: dict) -> None:
     t.add_row("latency p95 ms", f"{lb.get('latency_p95_ms') or 0:.2f}", f"{la.get('latency_p95_ms') or 0:.2f}")
     console.print(t)
     lost = r["lost_writes"]
-    console.print(f"new primary: [bold]{r['new_primary']}[/]  old primary replicating from it: "
-                  f"{'[green]yes[/]' if r['old_primary_replicating'] else '[red]no[/]'}")
-    console.print(f"fenced window (longest gap between acknowledged writes): [bold]{r['fenced_ms']} ms[/]")
+    console.print(primary_sentence(r))
+    console.print(f"fenced window (longest gap between acknowledged writes across the cutover, fence to router "
+                  f"switch): [bold]{r['fenced_ms'] if r['fenced_ms'] is not None else 'no cutover'}"
+                  f"{' ms' if r['fenced_ms'] is not None else ''}[/]")
+    console.print(f"other write gaps (outside the cutover): {escape(other_gaps_sentence(r['other_write_gaps']))}")
     if r.get("digest"):
         console.print(f"pt-query-digest before -> after: {r['digest']['avg']}; {r['digest']['p95']}")
     if r.get("guard"):
@@ -309,6 +312,22 @@ def consolidation_failure(report: dict) -> str:
         why.append(f"ports not as planned: {report['ports_not_as_planned']}")
     why += [str(p) for p in (report.get("status") or {}).get("problems", [])]
     return "; ".join(why) or "see the report"
+
+
+def primary_sentence(r: dict) -> str:
+    """Who is primary after the rehearsal; after the guard's rollback that is the original one again."""
+    if r["rolled_back"]:
+        return (f"primary after the rollback: [bold]{r['new_primary']}[/] (the original: {r['candidate']} was "
+                f"promoted, then the cutover was rolled back)")
+    return (f"new primary: [bold]{r['new_primary']}[/]  old primary replicating from it: "
+            f"{'[green]yes[/]' if r['old_primary_replicating'] else '[red]no[/]'}")
+
+
+def other_gaps_sentence(gaps: list) -> str:
+    """'3012.4 ms during collect baseline digest; ...', or that there was none worth naming."""
+    if not gaps:
+        return "none worth naming"
+    return "; ".join(f"{g['ms']} ms during {', '.join(g['steps'])}" for g in gaps)
 
 
 @cmd.command("down")

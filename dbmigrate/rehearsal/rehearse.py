@@ -96,6 +96,17 @@ def wait_applied(inv, cluster: str, replica: str, timeout: float = 30) -> None:
             raise RuntimeError(f"{replica} did not apply {pos} within {timeout}s")
 
 
+def _write_gaps(run_id: str, acks) -> dict[str, Any]:
+    """The fenced window from the cutover's own window, other write gaps apart with their step."""
+    from dbmigrate.app.runs import resolve_journal_path
+    from dbmigrate.engine.journal import Journal
+    from dbmigrate.rehearsal.write_gaps import write_gaps
+
+    with Journal(resolve_journal_path()) as j:
+        steps = j.step_rows(run_id)
+    return write_gaps(acks, steps)
+
+
 def _guard_facts(run_id: str) -> dict[str, Any]:
     """What the guard decided, read back from the run's journal."""
     from dbmigrate.app.runs import resolve_journal_path
@@ -313,7 +324,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             "old_primary_replicating": bool(not rolled_back and old["replicating"] and old["source"] == candidate),
             "lost_writes": report.lost_total,
             "acknowledged_writes": report.acknowledged,
-            "fenced_ms": round(report.max_gap_ms or 0.0, 1),
+            **_write_gaps(outcome.run_id, acks),
             "verifier": report.to_dict(),
             "topology_before": shape_before,
             "topology_after": shape_after,

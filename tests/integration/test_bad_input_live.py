@@ -29,3 +29,51 @@ def test_capture_refuses_and_leaves_the_slow_log_alone(demo, demo_inventory, cli
     assert len(r.stderr.strip().splitlines()) <= 2
     assert slow_log_settings(demo_inventory, name) == before
     assert existing.read_text() == "# an operator's own slow log\n"
+
+
+def _variant(demo, name: str, *, admin_password: str | None = None, port_of: tuple[str, int] | None = None):
+    """A copy of the shared sandbox's inventory with one thing wrong."""
+    import yaml
+
+    doc = yaml.safe_load(demo.inventory_file.read_text())
+    if admin_password is not None:
+        group, out = None, []
+        for line in (demo.path / "credentials.cnf").read_text().splitlines():
+            group = line.strip()[1:-1] if line.strip().startswith("[") else group
+            out.append(f'password="{admin_password}"' if group == "client-admin" and line.startswith("password")
+                       else line)
+        cnf = demo.path / f"{name}.cnf"
+        cnf.write_text("\n".join(out) + "\n")
+        cnf.chmod(0o600)
+        doc["defaults"]["credentials"]["defaults_file"] = cnf.name
+    if port_of is not None:
+        doc["clusters"][demo.name]["servers"][port_of[0]]["port"] = port_of[1]
+    path = demo.path / f"{name}-inventory.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_a_wrong_admin_password_in_run_says_so_and_names_the_credentials(demo, cli, tmp_path):
+    import yaml
+
+    inv = _variant(demo, "bad-admin", admin_password="not-the-password")
+    pb = tmp_path / "promote.yaml"
+    pb.write_text(yaml.safe_dump({"procedure": "promote", "inventory": str(inv), "cluster": demo.name,
+                                  "params": {"candidate": f"{demo.name}-2"}}))
+    r = cli("run", str(pb), "--yes")
+    assert r.returncode != 0, r.stdout + r.stderr
+    err = " ".join(r.stderr.split())
+    assert "the tool could not log in" in err and "access denied" in err, err
+    assert "hint: check the password in" in err and "client-admin" in err, err
+    assert "no writable primary found in the cluster" not in err
+
+
+def test_check_with_a_wrong_primary_port_says_where_the_replicas_replicate_from(demo, cli):
+    primary = demo.instances[f"{demo.name}-1"].port
+    inv = _variant(demo, "bad-port", port_of=(f"{demo.name}-1", 1))
+    r = cli("check", "-i", str(inv), "-c", demo.name, "--candidate", f"{demo.name}-2")
+    assert r.returncode == 1, r.stdout + r.stderr
+    err = " ".join(r.stderr.split())
+    assert (f"inventory_matches: the replicas replicate from 127.0.0.1:{primary}, which cluster {demo.name} in the "
+            f"inventory does not list (it lists {demo.name}-1 at 127.0.0.1:1") in err, err
+    assert "unknown server" not in err

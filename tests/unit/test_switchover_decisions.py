@@ -629,6 +629,37 @@ def test_find_primary_refuses_two_writable_primaries_naming_both():
     assert refused.value.hint == "set read_only=ON on the one that must not take writes before any switchover"
 
 
+def test_a_writable_standalone_server_is_named_as_no_replica_of_the_cluster():
+    topo = cluster()
+    topo.link("db3", None)
+    topo.servers["db3"].read_only = False
+    with pytest.raises(DbmigrateError) as refused:
+        find_primary(topo.servers, topo.inspector, topo.address)
+    assert refused.value.message == ("db3 is writable but not a replica of this cluster: it replicates from nobody "
+                                     "and no server replicates from it (the primary is db1, which its replicas "
+                                     "follow)")
+    assert refused.value.hint == "make db3 a read-only replica of db1, or remove it from the cluster in the inventory"
+
+
+def test_a_refused_login_is_said_as_such_with_the_credentials_to_check():
+    from dbmigrate.exceptions import AuthFailed
+
+    topo = cluster()
+
+    def inspector(name):
+        if name == "db1":
+            raise AuthFailed("db1 (127.0.0.1:3301) refused user 'dbm_admin': access denied",
+                             hint="check the password in creds.cnf[client-admin]")
+        return topo.inspector(name)
+
+    topo.servers["db2"].read_only = topo.servers["db3"].read_only = True
+    with pytest.raises(DbmigrateError) as refused:
+        find_primary(topo.servers, inspector)
+    assert refused.value.message == ("no writable primary found: the tool could not log in: db1 (127.0.0.1:3301) "
+                                     "refused user 'dbm_admin': access denied")
+    assert refused.value.hint == "check the password in creds.cnf[client-admin]"
+
+
 # -- the fake itself: it must refuse what the servers refuse ------------------------------
 
 def test_fake_refuses_a_second_writable_server_and_a_source_change_on_a_running_replica():
