@@ -111,6 +111,24 @@ class Playbook:
         p = Path(value).expanduser()
         return p if p.is_absolute() else (self.base_dir / p).resolve()
 
+    def load_inventory(self) -> Any:
+        """The playbook's inventory, with its cluster checked; None when it names none. One rule
+        for relative paths: in a playbook, from the playbook's directory (said when not found)."""
+        from dbmigrate.config import load_inventory
+
+        path = self.inventory_path
+        if path is None:
+            return None
+        if not path.exists():
+            raise self.error_at(("inventory",), f"{path}: no such file",
+                                hint=f"a relative path in a playbook is from the playbook's directory "
+                                     f"({self.base_dir.resolve()}), not from the current directory")
+        inventory = load_inventory(path)
+        if self.cluster not in inventory.clusters:
+            raise self.error_at(("cluster",), f"'{self.cluster}' is not a cluster of {path}",
+                                hint=f"clusters there: {', '.join(inventory.clusters) or 'none'}")
+        return inventory
+
     def error_at(self, loc: tuple[str | int, ...], message: str, hint: str | None = None) -> ConfigError:
         return error_at(self.path, self.locate, loc, message, hint)
 

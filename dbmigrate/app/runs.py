@@ -49,8 +49,10 @@ def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None
 
 
 def plan_playbook(playbook_path: Path) -> Procedure:
-    """Build the procedure of a playbook without touching any server."""
+    """Build the procedure of a playbook without touching any server; its inventory file and
+    cluster are read and checked (a plan of a cluster that is not there is no plan)."""
     playbook = load_playbook(playbook_path)
+    playbook.load_inventory()
     with Journal(":memory:") as scratch:
         ctx = RunContext(run_id="plan", procedure=playbook.procedure, cluster=playbook.cluster,
                          journal=scratch, bus=EventBus(), dry_run=True, params=playbook.params)

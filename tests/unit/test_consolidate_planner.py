@@ -134,15 +134,19 @@ def test_sizes_from_csv_and_yaml_with_units(tmp_path):
 
 
 @pytest.mark.parametrize("text, suffix, expected", [
-    ("server,shard,bytes\ndb-1,s1,12X\n", ".csv", "s.csv:2: shard s1 on db-1: bytes: not a size (got '12X')"),
-    ("server,shard,bytes\ndb-1,s1,5\ndb-2,s1,6\n", ".csv", "s.csv:3: shard s1 is listed twice (also on db-1, line 2)"),
-    ("server,bytes\ndb-1,5\n", ".csv", "s.csv:1: the header names no column shard"),
-    ("server,shard,bytes\ndb-1,s1\n", ".csv", "s.csv:2: 2 values for 3 columns"),
+    ("server,shard,bytes,qps\ndb-1,s1,12X,1\n", ".csv", "s.csv:2: shard s1 on db-1: bytes: not a size (got '12X')"),
+    ("server,shard,bytes,qps\ndb-1,s1,5,1\ndb-2,s1,6,1\n", ".csv", "s.csv:3: shard s1 is listed twice (also on db-1, line 2)"),
+    ("server,bytes,qps\ndb-1,5,1\n", ".csv", "s.csv:1: the header names no column shard"),
+    ("server,shard,bytes,qps\ndb-1,s1,1\n", ".csv", "s.csv:2: 3 values for 4 columns"),
     ("server,shard,bytes,qps\ndb-1,s1,5,-3\n", ".csv", "s.csv:2: shard s1 on db-1: qps: "),
-    ("shards:\n  - {server: a, shard: s1, bytes: 1}\n  - {server: a, shard: 'bad name', bytes: 1}\n", ".yaml",
+    ("shards:\n  - {server: a, shard: s1, bytes: 1, qps: 1}\n  - {server: a, shard: 'bad name', bytes: 1, qps: 1}\n", ".yaml",
      "s.yaml:3: shard bad name on a: shard: not a schema name"),
-    ("shards:\n  - {server: a, shard: s1, bytes: 1, colour: red}\n", ".yaml", "s.yaml:2: shard s1 on a: colour: unknown field"),
+    ("shards:\n  - {server: a, shard: s1, bytes: 1, qps: 1, colour: red}\n", ".yaml", "s.yaml:2: shard s1 on a: colour: unknown field"),
     ("shards: {a: 1}\n", ".yaml", "s.yaml:1: a sizes file is a list of rows"),
+    # no qps: refused, never planned as 0 queries per second
+    ("server,shard,bytes,working_set\ndb-1,s1,5,1\n", ".csv", "s.csv:1: the header names no column qps"),
+    ("shards:\n  - {server: a, shard: s1, bytes: 1}\n", ".yaml",
+     "s.yaml:2: shard s1 on a: qps: missing (the shard's measured queries per second; 0 for an idle one)"),
 ])
 def test_a_bad_sizes_file_is_one_line_naming_file_line_and_field(tmp_path, text, suffix, expected):
     path = tmp_path / f"s{suffix}"
@@ -155,7 +159,7 @@ def test_a_bad_sizes_file_is_one_line_naming_file_line_and_field(tmp_path, text,
 
 def test_cli_refuses_a_bad_sizes_file_with_exit_2_before_planning(tmp_path):
     sizes, hosts = tmp_path / "s.csv", tmp_path / "h.yaml"
-    sizes.write_text("server,shard,bytes\ndb-1,s1,lots\n")
+    sizes.write_text("server,shard,bytes,qps\ndb-1,s1,lots,1\n")
     hosts.write_text("hosts: {h1: {cores: 4, memory_gb: 8, disk_gb: 100}}\n")
     out = tmp_path / "plan.json"
     r = CliRunner().invoke(app, ["consolidate", "plan", "--sizes", str(sizes), "--hosts", str(hosts),

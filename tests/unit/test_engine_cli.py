@@ -181,6 +181,35 @@ def test_plan_shows_phases_steps_and_gates_without_connecting(app, tmp_path, loc
     assert lock_server.next_connection == 10  # prepare_resources was not called
 
 
+def test_plan_refuses_a_missing_inventory_and_says_where_relative_paths_start(app, tmp_path):
+    (tmp_path / "plays").mkdir()
+    (tmp_path / "plays" / "demo.yaml").write_text("procedure: demo\ncluster: main\ninventory: inv.yaml\n")
+    (tmp_path / "inv.yaml").write_text("clusters: {}\n")  # beside the current directory, not the playbook
+    result = invoke(app, "plan", "plays/demo.yaml")
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.split())
+    assert f"plays/demo.yaml:3: inventory: {tmp_path / 'plays' / 'inv.yaml'}: no such file" in said, said
+    assert (f"hint: a relative path in a playbook is from the playbook's directory ({tmp_path / 'plays'}), "
+            f"not from the current directory") in said
+
+
+def test_plan_refuses_a_cluster_the_inventory_does_not_have(app, tmp_path):
+    (tmp_path / "inv.yaml").write_text(textwrap.dedent("""
+        version: 1
+        defaults: {credentials: {password_env: DBM_PW, user: admin}}
+        clusters:
+          main: {servers: {db-1: {host: 127.0.0.1, port: 3306}}}
+        """).lstrip())
+    (tmp_path / "demo.yaml").write_text("procedure: demo\ncluster: mian\ninventory: inv.yaml\n")
+    result = invoke(app, "plan", "demo.yaml")
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.split())
+    assert f"demo.yaml:2: cluster: 'mian' is not a cluster of {tmp_path / 'inv.yaml'}" in said, said
+    assert "hint: clusters there: main" in said
+    (tmp_path / "demo.yaml").write_text("procedure: demo\ncluster: main\ninventory: inv.yaml\n")
+    assert invoke(app, "plan", "demo.yaml").exit_code == 0
+
+
 def test_unknown_run_is_a_usage_error(app):
     result = invoke(app, "runs", "show", "20990101")
     assert result.exit_code == 2 and "no run '20990101'" in result.stderr

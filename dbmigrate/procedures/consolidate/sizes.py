@@ -58,7 +58,7 @@ class SizeRow(BaseModel):
     shard: str = Field(pattern=_NAME)
     bytes: Size
     working_set: Optional[Size] = None
-    qps: float = Field(0.0, ge=0)
+    qps: float = Field(ge=0)  # required: a plan for 0 qps sizes no CPU at all
 
 
 def _rows_from_yaml(path: Path, text: str) -> list[tuple[int | None, dict]]:
@@ -78,10 +78,12 @@ def _rows_from_csv(path: Path, text: str) -> list[tuple[int | None, dict]]:
         raise ConfigError(f"{path}: no rows", hint="first line: server,shard,bytes,working_set,qps")
     header_line, header = lines[0]
     columns = [ALIASES.get(c.strip().lower(), c.strip().lower()) for c in header]
-    missing = [c for c in ("server", "shard", "bytes") if c not in columns]
+    missing = [c for c in ("server", "shard", "bytes", "qps") if c not in columns]
     if missing:
+        # Without qps the planner would size CPU for 0 queries per second: no silent default.
         raise ConfigError(f"{path}:{header_line}: the header names no column {', '.join(missing)}",
-                          hint="first line: server,shard,bytes,working_set,qps")
+                          hint="first line: server,shard,bytes,working_set,qps (qps: the shard's measured queries "
+                               "per second, 0 for an idle one)")
     out = []
     for n, row in lines[1:]:
         if len(row) != len(columns):
@@ -141,7 +143,7 @@ def load_sizes(path: str | Path, working_set_fraction: float = 0.25) -> list[Sha
 def _explain(field: str, err: dict) -> str:
     kind = err.get("type", "")
     if kind == "missing":
-        return "missing"
+        return "missing" + (" (the shard's measured queries per second; 0 for an idle one)" if field == "qps" else "")
     if kind == "extra_forbidden":
         return "unknown field"
     if field in ("bytes", "working_set") and kind in ("int_parsing", "int_type", "int_from_float"):

@@ -28,11 +28,10 @@ T = TypeVar("T")
 
 
 def inventory_of(playbook: Any) -> "Inventory":
-    from dbmigrate.config import load_inventory
-
-    if playbook.inventory_path is None:
+    inventory = playbook.load_inventory()
+    if inventory is None:
         raise UsageError("the playbook names no inventory", hint="add `inventory: path/to/inventory.yaml`")
-    return load_inventory(playbook.inventory_path)
+    return inventory
 
 
 def router_of(inv: "Inventory", cluster: str) -> Any:
