@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dbmigrate.app.runs import act_on_run, resolve_journal_path
-from dbmigrate.engine.events import Subscriber
+from dbmigrate.engine.events import Log, Subscriber
 from dbmigrate.engine.journal import Journal
 from dbmigrate.exceptions import UsageError
 
@@ -22,8 +22,9 @@ def rollback_server(run_ref: str, server: str, *, subscribers: Iterable[Subscrib
 
 
 def set_throttle(run_ref: str, *, mb_s: float | None = None, pause: bool | None = None,
-                 journal_path: Path | None = None) -> dict[str, Any]:
-    """Change the pace of a live run's copies (read by them within a second)."""
+                 journal_path: Path | None = None, by: str = "consolidate throttle") -> dict[str, Any]:
+    """Change the pace of a live run's copies (read by them within a second); the change is a
+    line of the run's journal, saying who made it (`by`)."""
     from dbmigrate.procedures.consolidate.resources import LIVE_THROTTLE_KEY
 
     if mb_s is None and pause is None:
@@ -42,4 +43,9 @@ def set_throttle(run_ref: str, *, mb_s: float | None = None, pause: bool | None 
         if pause is not None:
             live["paused"] = pause
         journal.set_state(run_id, LIVE_THROTTLE_KEY, live)
+        cap = live.get("mb_s")
+        pace = "no cap" if not cap else f"capped at {cap:g} MB/s"
+        journal.record(Log(run_id=run_id, level="info", message=f"throttle set by {by}: copies "
+                           + ("paused" if live.get("paused") else f"running, {pace}")
+                           + (f" ({pace} when resumed)" if live.get("paused") else "")))
         return {"run_id": run_id, "throttle_mb_s": live.get("mb_s"), "paused": bool(live.get("paused"))}

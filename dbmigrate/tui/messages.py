@@ -48,3 +48,13 @@ class ClusterSampled(Message):
         super().__init__()
         self.sample = sample
         self.error = error
+
+
+class ServerRolledBack(Message):
+    """One old server of a consolidation was put back (its sentence), or could not be (error)."""
+
+    def __init__(self, server: str, sentence: str | None, error: str | None) -> None:
+        super().__init__()
+        self.server = server
+        self.sentence = sentence
+        self.error = error

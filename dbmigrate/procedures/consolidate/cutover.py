@@ -273,4 +273,5 @@ def rollback_one(ctx: RunContext, source: str) -> str:
     sentence = undo_cutover(ctx, source)
     with edit_state(ctx) as st:
         st.servers[source] = {"stage": "rollback", "status": "done", "text": sentence, "s": 0, "at": ctx.clock.now()}
+    ctx.metric("fleet_server_s", 0, "s", server=source, stage="rollback", status="done", text=sentence)
     return f"{source} rolled back: {sentence}"

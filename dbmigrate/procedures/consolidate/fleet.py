@@ -105,6 +105,12 @@ def run_lanes(lanes: list[list[str]], work: Callable[[str], str], *, concurrency
     return result
 
 
+def server_event(ctx: RunContext, server: str, stage: str, status: str, text: str, secs: float) -> None:
+    """One old server's stage began or ended (started, done, failed, skipped): a metric of the
+    seconds it took, labelled, so a live board follows every server without parsing sentences."""
+    ctx.metric("fleet_server_s", round(secs, 2), "s", server=server, stage=stage, status=status, text=text)
+
+
 def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[RunContext, str], str], *,
                done: Callable[[RunContext, str], bool], blocked: Callable[[RunContext, str], str | None],
                undo: Callable[[RunContext], str], describe: Callable[[RunContext], list],
@@ -130,12 +136,17 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[R
                 st.servers[server] = {"stage": stage, "status": status, "text": text, "s": round(secs, 2),
                                       "at": ctx.clock.now()}
             ctx.log(f"{stage} {server}: {status}: {text}", "info" if status == "done" else "warning")
+            server_event(ctx, server, stage, status, text, secs)
+
+        def started(server: str) -> str:
+            server_event(ctx, server, stage, "started", "", 0.0)
+            return work(ctx, server)
 
         def stopped() -> str | None:
             asked = stop_between_servers and ctx.cancel is not None and ctx.cancel.is_set()
             return "not started: the operator asked the run to stop" if asked else None
 
-        r = run_lanes(lanes_of(plan), lambda s: work(ctx, s), concurrency=fleet.concurrency,
+        r = run_lanes(lanes_of(plan), started, concurrency=fleet.concurrency,
                       on_failure=fleet.on_failure, already_done=lambda s: done(ctx, s),
                       blocked=lambda s: blocked(ctx, s), record=record, stopped=stopped)
         summary = (f"{stage}: {len(r.done)} old server(s) done"

@@ -260,7 +260,13 @@ def _watcher(ctx: RunContext, inst: PlannedInstance, source: str, shards: list[s
 
 def _report(ctx: RunContext, inst: PlannedInstance, source: str, text: str, figures: dict) -> None:
     ctx.log(f"seed {inst.name} from {source}: {text}")
-    ctx.metric("seed_rate_mb_s", figures["rate_mb_s"], "MB/s", instance=inst.name, source=source)
+    # The figures ride along as labels: a live board shows % done, ETA and the source's p99.9.
+    total = figures.get("total_bytes")
+    labels = {"bytes": str(figures["bytes"]), "total_bytes": "" if total is None else str(total),
+              "eta_s": "" if figures["eta_s"] is None else str(figures["eta_s"]),
+              "source_p999_ms": "" if figures["source_p999_ms"] is None else f"{figures['source_p999_ms']:.1f}",
+              "throttle": str(figures["throttle"]), "paused_s": str(figures["paused_s"])}
+    ctx.metric("seed_rate_mb_s", figures["rate_mb_s"], "MB/s", instance=inst.name, source=source, **labels)
 
 
 def probe_for(ctx: RunContext, source: str, shards: list[str]):

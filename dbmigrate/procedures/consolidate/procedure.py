@@ -124,7 +124,11 @@ def cutover_fleet(plan, params: ConsolidateParams):
         if src in state_of(ctx).fencing:  # an earlier attempt stopped part way (the tool was killed)
             ctx.log(f"the cutover of {src} began earlier in this run and did not finish: putting it back "
                     f"before starting again: {undo_cutover(ctx, src)}", "warning")
-        ok, reason, _ = source_caught_up(ctx, params_of(ctx), src)
+        ok, reason, details = source_caught_up(ctx, params_of(ctx), src)
+        for conn, d in details.items():  # how far behind each of its connections was, for a live board
+            if isinstance(d, dict) and d.get("seconds_behind") is not None:
+                ctx.metric("catchup_lag_ms", float(d["seconds_behind"]) * 1000, "ms", source=src,
+                           connection=conn)
         if not ok:
             raise ConsolidateRefused(f"not fenced: {reason}", hint="nothing changed on it; resume once it keeps up")
         sentence = cutover(ctx, src)

@@ -1,0 +1,124 @@
+"""The consolidation board's widgets: the old servers (a table that scrolls, what needs the
+operator on top), the selected server's whole story, the throttle line and the target hosts."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, DataTable, Static
+
+from dbmigrate.tui.fleet import FleetBoard
+from dbmigrate.tui.widgets.panels import fit
+
+STAGE_STYLE = {"failed": "bold red", "stalled": "bold red", "paused": "bold yellow", "seeding": "cyan",
+               "catching up": "cyan", "cutting over": "bold cyan", "rolling back": "bold yellow",
+               "seeded": "green", "waiting": "dim", "rolled back": "yellow", "seed undone": "yellow",
+               "cut over": "bold green"}
+
+
+class FleetTable(DataTable):
+    """One row per old server; ↑↓ select it (the line below tells its whole story)."""
+
+    COLUMNS = ("old server", "stage", "figures", "to instance@host", "shards")
+    BINDINGS = [Binding("home", "scroll_top", "first server", show=False),
+                Binding("end", "scroll_bottom", "last server", show=False)]
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        for label in self.COLUMNS:
+            self.add_column(label, key=label)
+
+    def show(self, board: FleetBoard) -> None:
+        selected = self.selected
+        self.clear()
+        for row in board.ordered():
+            style = STAGE_STYLE.get(row.stage, "")
+            self.add_row(Text(row.name, style="bold"), Text(row.stage, style=style),
+                         Text(row.figures(), style=style if row.stage in ("failed", "stalled") else ""),
+                         row.target_text(), f"{len(row.shards)}: {', '.join(row.shards)}", key=row.name)
+        if selected is not None and selected in board.rows:
+            self.move_cursor(row=self.get_row_index(selected), animate=False)
+
+    @property
+    def selected(self) -> str | None:
+        if self.row_count == 0:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        except Exception:
+            return None
+        return key.value if key is not None else None
+
+
+class FleetInfo(Static):
+    """A few lines of text cropped to the width (never wrapping into the next widget)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.text = Text()
+
+    def set(self, text: Text) -> None:
+        self.text = text
+        self.update(fit(text.copy(), max(10, self.content_region.width or 80)))
+
+    def on_resize(self, event) -> None:
+        self.set(self.text)
+
+    @property
+    def plain(self) -> str:
+        return self.text.plain
+
+
+class FleetDetail(Static):
+    """The selected server's whole story, wrapped (it is the place to read it all)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.text = Text()
+
+    def set(self, text: Text) -> None:
+        self.text = text
+        self.update(text)
+
+    @property
+    def plain(self) -> str:
+        return self.text.plain
+
+
+def fleet_widgets() -> ComposeResult:
+    table = FleetTable(id="fleet")
+    table.border_title = "old servers (↑↓ select · b roll back · +/- throttle · p pause)"
+    yield table
+    yield FleetDetail(id="fleet-detail")
+    yield FleetInfo(id="fleet-throttle")
+    yield FleetInfo(id="fleet-hosts")
+
+
+class ConfirmModal(ModalScreen[bool]):
+    """A yes/no question naming what will happen; Enter lands on no."""
+
+    AUTO_FOCUS = "#confirm-no"
+    BINDINGS = [Binding("y", "answer(True)", "yes"), Binding("n", "answer(False)", "no"),
+                Binding("escape", "answer(False)", "no", show=False)]
+
+    def __init__(self, title: str, body: str) -> None:
+        super().__init__()
+        self.title_text, self.body = title, body
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-dialog"):
+            yield Static(Text(self.title_text, style="bold"), id="confirm-title")
+            yield Static(self.body, id="confirm-text")
+            with Horizontal(id="gate-buttons"):
+                yield Button("yes (y)", id="confirm-yes", variant="warning")
+                yield Button("no (n)", id="confirm-no", variant="primary")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm-yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
