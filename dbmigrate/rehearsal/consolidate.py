@@ -24,7 +24,7 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import yaml
 
@@ -56,16 +56,40 @@ def _shards(name: str) -> dict[str, list[str]]:
             for k, (old, n) in enumerate(zip(_old_names(name), SHARDS_PER_OLD), 1)}
 
 
+class Driver(Protocol):
+    """Who runs the playbook and puts one old server back: the command line's use cases by
+    default; a terminal session's keys in its live test (the rest of the rehearsal is the same)."""
+
+    def run(self, playbook: Path) -> Any: ...  # a RunOutcome: run_id, status, summary
+
+    def roll_back(self, run_id: str, server: str) -> str: ...
+
+
+class DirectDriver:
+    def __init__(self, subscribers=()) -> None:
+        self.subscribers = subscribers
+
+    def run(self, playbook: Path) -> Any:
+        from dbmigrate.app.runs import start_run
+
+        return start_run(playbook, subscribers=self.subscribers, assume_yes=True)
+
+    def roll_back(self, run_id: str, server: str) -> str:
+        from dbmigrate.app.consolidate import rollback_server
+
+        return rollback_server(run_id, server, subscribers=self.subscribers)
+
+
 def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = False, rows: int = 2000,
                          throttle_mb_s: float = 0, keep: bool = False, subscribers=(),
-                         name: str | None = None) -> dict[str, Any]:
-    from dbmigrate.app.consolidate import rollback_server
+                         name: str | None = None, driver: Driver | None = None) -> dict[str, Any]:
     from dbmigrate.app.consolidate_provision import ProvisionRequest, provision
     from dbmigrate.app.consolidate_status import consolidation_status
-    from dbmigrate.app.runs import resolve_journal_path, start_run
+    from dbmigrate.app.runs import resolve_journal_path
     from dbmigrate.engine.journal import Journal
 
     say = progress or (lambda m: None)
+    driver = driver or DirectDriver(subscribers)
     boxes = Sandboxes(progress=say)
     name = name or f"consol-{secrets.token_hex(2)}"
     t0 = time.monotonic()
@@ -121,7 +145,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         say(f"{len(writers)} shard writers running through the DSN file")
 
         playbook = _playbook(state.path, name, plan_file, throttle_mb_s)
-        outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+        outcome = driver.run(playbook)
         say(f"run {outcome.run_id}: {outcome.status}: {outcome.summary}")
         with Journal(resolve_journal_path()) as j:
             st = ConsolidateState.load(j.all_state(outcome.run_id))
@@ -135,7 +159,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         rolled = olds[-1]
         rollback_sentence = None
         if outcome.status == "done":
-            rollback_sentence = rollback_server(outcome.run_id, rolled, subscribers=subscribers)
+            rollback_sentence = driver.roll_back(outcome.run_id, rolled)
             say(rollback_sentence)
             for sh in shards[rolled]:
                 w = writers[sh]
