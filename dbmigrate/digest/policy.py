@@ -11,6 +11,9 @@ A playbook embeds the policy, e.g.
 and the guard calls `evaluate(policy, baseline, current)` with the digest taken
 before the cutover and one taken in the guard window after it.
 
+After a cutover the guard judges each second as it arrives (digest/sequential.py) and the
+whole window at its end. A guard that cannot judge says so and acts by `blind`.
+
 Rules never fire on thin evidence: below `min_samples` queries on either side the
 decision is "insufficient samples", and a metric that a digest cannot provide
 (p99 of a plain pt-query-digest file) is reported, not guessed.
@@ -54,6 +57,13 @@ class GuardPolicy(BaseModel):
     min_samples: int = Field(200, ge=1, description="fewer queries than this on either side: no decision")
     min_class_samples: int = Field(20, ge=1, description="a class needs this many queries on both sides to count")
     rules: list[Rule] = Field(..., min_length=1)
+    false_rollback_rate: float = Field(
+        0.001, gt=0, lt=0.5, description="the sequential test's evidence threshold is ln(1/rate): lower rolls back "
+                                         "on more evidence only")
+    blind: Literal["rollback", "pause", "warn"] = Field(
+        "pause", description="when the guard cannot judge (too few of the application's queries captured): "
+                             "roll back, pause the run for a decision (resume keeps the cutover, rollback undoes "
+                             "it), or warn and keep it")
 
 
 @dataclass
@@ -94,7 +104,7 @@ def evaluate(policy: GuardPolicy, baseline: Digest, current: Digest) -> Decision
     fired: list[str] = []
     passed: list[str] = []
     for i, rule in enumerate(policy.rules):
-        outcome = _evaluate_rule(policy, rule, baseline, current)
+        outcome = evaluate_rule(policy, rule, baseline, current)
         outcome["rule"] = i
         numbers["rules"].append(outcome)
         (fired if outcome["fired"] else passed).append(outcome["reason"])
@@ -103,7 +113,8 @@ def evaluate(policy: GuardPolicy, baseline: Digest, current: Digest) -> Decision
     return Decision(False, passed, numbers)
 
 
-def _evaluate_rule(policy: GuardPolicy, rule: Rule, baseline: Digest, current: Digest) -> dict[str, Any]:
+def evaluate_rule(policy: GuardPolicy, rule: Rule, baseline: Digest, current: Digest) -> dict[str, Any]:
+    """One rule on two digests: its numbers, whether it fired, and why."""
     what = rule.describe()
     if rule.scope == "overall":
         b, a = getattr(baseline, rule.metric), getattr(current, rule.metric)

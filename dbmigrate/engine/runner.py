@@ -248,6 +248,11 @@ class Runner:
         self.current = step.name
         try:
             sentence = step.run(ctx)
+        except RunPaused as exc:
+            # The step stopped the run for a decision (what it did stays): resume or roll back.
+            self.current = None
+            finish("failed", error=explain(exc))
+            raise
         except Refused as exc:
             self.current = None
             finish("refused", error=explain(exc))  # changed nothing: not a step to undo

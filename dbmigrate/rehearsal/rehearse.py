@@ -122,14 +122,16 @@ def _guard_facts(run_id: str) -> dict[str, Any]:
 
 
 def _digest_before_after(baseline_file: str | None, windows: int) -> dict[str, Any] | None:
-    """pt-query-digest before (old primary, before the fence) and after (the guard's last window)."""
+    """pt-query-digest before (old primary, before the fence) and after (the guard's window)."""
     if not baseline_file or not windows:
         return None
     from dbmigrate.digest.compare import compare
     from dbmigrate.digest.model import Digest
     from dbmigrate.digest.report import comparison_json, comparison_markdown, overall_sentence
 
-    after_file = Path(baseline_file).with_name(f"guard-{windows}.digest.json")
+    after_file = Path(baseline_file).with_name("guard.digest.json")  # the guard's whole window
+    if not after_file.exists():
+        after_file = Path(baseline_file).with_name(f"guard-{windows}.digest.json")
     if not after_file.exists():
         return None
     cmp = compare(Digest.load(baseline_file), Digest.load(after_file))

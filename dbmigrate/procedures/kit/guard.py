@@ -30,7 +30,8 @@ from dbmigrate.db import slow_log_table
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.procedures.kit.resources import RESOURCES
-from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.exceptions import DbmigrateError, Refused
+from dbmigrate.digest import sequential
 from dbmigrate.digest import window as capture
 
 
@@ -40,13 +41,15 @@ class GuardState(TypedState):
     KEY = "guard"
     FLAT_KEYS = {"baseline_window": "baseline_window", "guard_window": "guard_window",
                  "baseline_digest": "baseline_digest", "guard_decisions": "guard_decisions",
-                 "guard_tripped": "guard_tripped"}
+                 "guard_tripped": "guard_tripped", "baseline_log": "baseline_log", "guard_blind": "guard_blind"}
 
     baseline_window: Optional[dict[str, Any]] = None  # saved server settings while a window is open
     guard_window: Optional[dict[str, Any]] = None
     baseline_digest: Optional[str] = None  # file of the baseline digest
     guard_decisions: list[dict[str, Any]] = Field(default_factory=list)
     guard_tripped: Optional[dict[str, Any]] = None
+    baseline_log: Optional[str] = None  # the baseline's statements (local slow-log text) for the per-second test
+    guard_blind: Optional[dict[str, Any]] = None  # why the guard could not judge, and what it did
 
     def window(self, key: WindowKey) -> dict[str, Any] | None:
         return getattr(self, key)
@@ -62,6 +65,39 @@ def _save_window(ctx: RunContext, key: WindowKey, saved: dict[str, Any]) -> None
 
 class GuardTripped(DbmigrateError):
     """The latency guard decided to roll the cutover back."""
+
+
+def _tool_users(ctx: RunContext, role: str) -> list[str]:
+    """The accounts the tool connects as: their sessions are never the application's."""
+    return [_server(ctx, role).credentials.user]
+
+
+def _app_entries(path: str | Path, tool_users: list[str]) -> list[sequential.Entry]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return sequential.applications(sequential.parse_slow_log(f), tool_users)
+
+
+def _act_blind(ctx: RunContext, policy: GuardPolicy, why: str, when: str) -> str:
+    """A guard that cannot judge says so and does what the policy's `blind` says, never a silent pass."""
+    message = (f"the latency guard is blind {when}: {why}. Sessions connected before the window opened, "
+               f"and sessions that set their own long_query_time, are not logged")
+    with GuardState.edit(ctx.state) as s:
+        s.guard_blind = {"why": why, "when": when, "action": policy.blind, "at": ctx.clock.now()}
+    if policy.blind == "warn":
+        ctx.log(f"{message}; going on without its judgement (blind: warn)", "warning")
+        return f"{message} (blind: warn)"
+    if policy.blind == "pause":
+        from dbmigrate.engine.runner import RunPaused
+
+        raise RunPaused(f"{message} (blind: pause)",
+                        hint=f"to go on without the guard's judgement: dbmigrate resume {ctx.run_id}; "
+                             f"to undo: dbmigrate rollback {ctx.run_id}")
+    if when == "before the cutover":
+        raise Refused(f"{message} (blind: rollback): not cutting over without a guard",
+                         hint="capture the application's traffic (reconnect its pool after the window opens, or "
+                              "lengthen baseline_seconds), or set the guard's blind: warn to cut over without it")
+    raise GuardTripped(f"{message} (blind: rollback)",
+                       hint="the cutover is being rolled back through the reverse replication")
 
 
 def policy_of(ctx: RunContext) -> GuardPolicy | None:
@@ -178,10 +214,20 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
         digest = capture.digest_slow_log(local_log, out, duration_s=seconds,
                                          source={"kind": "baseline", "server": role_name(ctx, "old")})
         capture.release_table_window(_server(ctx, "old"), saved)
+        app = len(_app_entries(local_log, _tool_users(ctx, "old")))
         with GuardState.edit(ctx.state) as s:
             s.baseline_digest = str(out)
+            s.baseline_log = str(local_log)
         ctx.metric("baseline_queries", digest.query_count)
-        return f"baseline: {digest.query_count} queries in {len(digest.classes)} classes on {role_name(ctx, 'old')}"
+        sentence = (f"baseline: {digest.query_count} queries in {len(digest.classes)} classes on "
+                    f"{role_name(ctx, 'old')} ({app} of the application's)")
+        policy = policy_of(ctx)
+        if policy is not None and app < policy.min_samples:
+            # Known before any fence: the guard would watch nothing. Said now, acted on by policy.
+            return sentence + "; " + _act_blind(
+                ctx, policy, f"the baseline holds {app} of the application's queries, fewer than the policy's "
+                             f"min_samples {policy.min_samples}", "before the cutover")
+        return sentence
 
     return FunctionStep("collect baseline digest", run,
                         check=_baseline_collected,
@@ -207,6 +253,11 @@ def _iso_to_ts(text: str | None) -> float | None:
 # -- the guard ---------------------------------------------------------------------
 
 def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
+    """Watch the new primary for `policy.window_s`: each sample (every `sample_s`, the first at
+    once) is judged as it arrives by the sequential test, which rolls back as soon as the
+    evidence passes the policy; at the end the whole window is digested and judged too.
+    A guard that judged nothing acts by the policy's `blind`."""
+
     def run(ctx: RunContext) -> str:
         if ctx.dry_run:
             return f"would watch {policy.window_s:g}s of traffic on the new primary against the baseline"
@@ -220,56 +271,96 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
         if not saved or saved.get("restored"):
             raise DbmigrateError("the guard's slow-log window on the new primary is not open",
                                  hint="resume the run: the 'open guard window' step reopens it")
+        tool_users = _tool_users(ctx, "new")
+        baseline_entries = (_app_entries(state.baseline_log, tool_users)
+                            if state.baseline_log and Path(state.baseline_log).exists() else [])
+        judge = sequential.SequentialGuard(policy, baseline_entries, baseline.duration_s or 1.0)
         table = capture.is_table_window(saved)
         base_file = str(saved.get("window_file") or "")
         since = saved.get("since")
         clock = ctx.clock
         started = clock.monotonic()
+        whole = _digest_dir(ctx) / "guard.slow.log"
         decisions: list[dict[str, Any]] = []
         i = 0
         rotated = ""
+        last = started
         try:
-            while clock.monotonic() - started < policy.window_s:
-                i += 1
-                period = min(sample_s, policy.window_s - (clock.monotonic() - started))
-                clock.sleep(max(0.0, period))
-                if table:
-                    # The table keeps growing: each window is cut by the server's clock.
-                    until = slow_log_table.server_now(server)
-                    local_log = _take(ctx, "new", saved, f"guard-{i}", since=since, until=until)
-                    since = until
-                else:
-                    current = Inspector(server).slow_query_log_file()
-                    # Rotate: sessions keep long_query_time=0, new entries go to the next file.
-                    rotated = f"{base_file.removesuffix('.slow.log')}.{i}.slow.log"
-                    Applier(server).set_global("slow_query_log_file", rotated)
-                    local_log = _take(ctx, "new", saved, f"guard-{i}", file=current)
-                digest = capture.digest_slow_log(local_log, _digest_dir(ctx) / f"guard-{i}.digest.json",
-                                                 duration_s=period, source={"kind": "guard", "server": server.name})
-                decision = evaluate(policy, baseline, digest)
-                record = {"window": i, "queries": digest.query_count, "rollback": decision.rollback,
-                          "insufficient": decision.insufficient, "reasons": decision.reasons,
-                          "numbers": decision.numbers, "at": clock.now()}
-                decisions.append(record)
-                with GuardState.edit(ctx.state) as s:
-                    s.guard_decisions = decisions
-                ctx.metric("guard_window_queries", digest.query_count, window=str(i))
-                ctx.log(f"guard window {i}: {'; '.join(decision.reasons) or 'within policy'}")
-                if decision.rollback:
+            with open(whole, "w", encoding="utf-8") as whole_log:
+                while True:
+                    i += 1
+                    if table:
+                        # The table keeps growing: each sample is cut by the server's clock.
+                        until = slow_log_table.server_now(server)
+                        local_log = _take(ctx, "new", saved, f"guard-{i}", since=since, until=until)
+                        since = until
+                    else:
+                        current = Inspector(server).slow_query_log_file()
+                        # Rotate: sessions keep long_query_time=0, new entries go to the next file.
+                        rotated = f"{base_file.removesuffix('.slow.log')}.{i}.slow.log"
+                        Applier(server).set_global("slow_query_log_file", rotated)
+                        local_log = _take(ctx, "new", saved, f"guard-{i}", file=current)
+                    now = clock.monotonic()
+                    text = Path(local_log).read_text(encoding="utf-8", errors="replace")
+                    Path(local_log).unlink(missing_ok=True)
+                    whole_log.write(text)
+                    entries = sequential.applications(sequential.parse_slow_log(text.splitlines()), tool_users)
+                    second = judge.observe(entries, max(now - last, 0.001))
+                    last = now
+                    record = second.record(clock.now())
+                    decisions.append(record)
                     with GuardState.edit(ctx.state) as s:
-                        s.guard_tripped = record
-                    raise GuardTripped("latency guard: " + "; ".join(decision.reasons),
-                                       hint="the cutover is being rolled back through the reverse replication")
+                        s.guard_decisions = decisions
+                    ctx.metric("guard_window_queries", second.queries, window=str(i))
+                    ctx.log(f"guard sample {i} ({second.queries} queries): "
+                            f"{'; '.join(second.reasons) or 'within policy'}")
+                    if second.rollback:
+                        with GuardState.edit(ctx.state) as s:
+                            s.guard_tripped = record
+                        raise GuardTripped("latency guard: " + "; ".join(second.reasons),
+                                           hint="the cutover is being rolled back through the reverse replication")
+                    left = policy.window_s - (clock.monotonic() - started)
+                    if left <= 0:
+                        break
+                    clock.sleep(min(sample_s, left))
         finally:
             close_window(ctx, "new", "guard_window")
             capture.release_table_window(server, saved)
-            if rotated:  # written after the last window was judged: the tool's own file, not needed
+            if rotated:  # written after the last sample was read: the tool's own file, not needed
                 host_for(ctx.resources[RESOURCES].inventory, server.name).remove(rotated)
-        judged = [d for d in decisions if not d["insufficient"]]
-        return (f"guard watched {policy.window_s:g}s on {server.name}: {len(judged)} of {len(decisions)} window(s) "
-                f"judged, no regression past the policy")
+        # The whole window, judged as one (the report's before/after comparison comes from it).
+        digest = capture.digest_slow_log(whole, _digest_dir(ctx) / "guard.digest.json",
+                                         duration_s=clock.monotonic() - started,
+                                         source={"kind": "guard", "server": server.name})
+        whole.unlink(missing_ok=True)
+        decision = evaluate(policy, baseline, digest)
+        record = {"window": "all", "queries": digest.query_count, "rollback": decision.rollback,
+                  "insufficient": decision.insufficient, "reasons": decision.reasons, "numbers": decision.numbers,
+                  "at": clock.now()}
+        decisions.append(record)
+        with GuardState.edit(ctx.state) as s:
+            s.guard_decisions = decisions
+        ctx.log(f"guard, the whole {policy.window_s:g}s: {'; '.join(decision.reasons) or 'within policy'}")
+        if decision.rollback:
+            with GuardState.edit(ctx.state) as s:
+                s.guard_tripped = record
+            raise GuardTripped("latency guard: " + "; ".join(decision.reasons),
+                               hint="the cutover is being rolled back through the reverse replication")
+        if judge.judged_seconds == 0 and decision.insufficient:
+            why = judge.blind or (f"{digest.query_count} of the application's queries in {policy.window_s:g}s on "
+                                  f"{server.name}; no sample and not the whole window could be judged")
+            return _act_blind(ctx, policy, why, "after the cutover")
+        return (f"guard watched {policy.window_s:g}s on {server.name}: {judge.judged_seconds} of {judge.index} "
+                f"sample(s) judged ({judge.judged_queries} queries), no regression past the policy")
 
-    return FunctionStep("latency guard", run, undo=lambda c: close_window(c, "new", "guard_window"))
+    def accepted_blind(ctx: RunContext) -> bool:
+        """A run paused because the guard was blind after the cutover: resuming it is the
+        operator's decision to keep the cutover without the guard's judgement."""
+        blind = GuardState.load(ctx.state).guard_blind
+        return bool(blind) and blind.get("when") == "after the cutover" and blind.get("action") == "pause"
+
+    return FunctionStep("latency guard", run, check=accepted_blind,
+                        undo=lambda c: close_window(c, "new", "guard_window"))
 
 
 def guard_enabled(ctx: RunContext) -> bool:

@@ -82,7 +82,8 @@ class PromoteParams(BaseModel):
     read_share: float = Field(0.0, ge=0, le=1, description="share of reads moved to the candidate first")
     warm: Optional[WarmSpec] = None
     baseline_seconds: float = Field(10, gt=0, le=3600, description="baseline digest length on the old primary (with a guard)")
-    guard_sample_s: float = Field(5, gt=0, le=3600, description="length of each guard window after the cutover")
+    guard_sample_s: float = Field(1, gt=0, le=3600, description="how often the guard reads the new primary's "
+                                                                  "traffic and judges it (one sample of its sequential test)")
     checksum_databases: list[str] = Field(default_factory=list,
                                           description="pt-table-checksum these databases; the candidate must match")
 
