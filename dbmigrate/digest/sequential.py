@@ -234,8 +234,10 @@ class SequentialGuard:
                 m, sigma = limit / 2, self.sigmas[i]
                 self.sums[i] = max(0.0, self.sums[i] + (2 * m / sigma ** 2) * (z - limit))
             change = f"{(math.exp(z) - 1) * 100:+.0f}%" if z is not None else "no data"
-            rules.append({"rule": i, "z": z, "sum": round(self.sums[i], 2), "sigma": round(self.sigmas[i], 3),
-                          "threshold": round(self.threshold, 2)})
+            rules.append({"rule": i, "metric": rule.metric, "scope": rule.scope,
+                          "change_pct": (math.exp(z) - 1) * 100 if z is not None else None,
+                          "limit_pct": rule.max_regression_pct, "z": z, "sum": round(self.sums[i], 2),
+                          "sigma": round(self.sigmas[i], 3), "threshold": round(self.threshold, 2)})
             line = (f"{rule.describe()} {change} (limit +{rule.max_regression_pct:g}%, evidence "
                     f"{self.sums[i]:.1f} of {self.threshold:.1f})")
             (tripped if self.sums[i] >= self.threshold else reasons).append(line)

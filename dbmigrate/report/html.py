@@ -233,6 +233,8 @@ def guard_lines(windows: list[dict[str, Any]]) -> tuple[list[Line], list[Limit]]
     names: dict[int, str] = {}
     limits: dict[float, str] = {}
     for w in windows:
+        if not isinstance(w.get("window"), (int, float)):
+            continue  # the whole window's verdict (a table row), not a point of the per-sample chart
         for i, rule in enumerate((w.get("numbers") or {}).get("rules") or []):
             names.setdefault(i, f"rule {i + 1}: {rule.get('metric')} {rule.get('scope', '')}".strip())
             per_rule.setdefault(i, []).append((float(w["window"]), rule.get("change_pct")))

@@ -123,7 +123,9 @@ def _guard_digest(state: dict[str, Any], windows: int, notes: list[str]) -> dict
     from dbmigrate.digest.compare import compare
     from dbmigrate.digest.model import Digest
 
-    after = Path(baseline).with_name(f"guard-{windows}.digest.json")
+    after = Path(baseline).with_name("guard.digest.json")  # the guard's whole window
+    if not after.exists():
+        after = Path(baseline).with_name(f"guard-{windows}.digest.json")
     missing = [str(p) for p in (Path(baseline), after) if not p.exists()]
     if missing:
         notes.append(f"digest files of this run are gone ({', '.join(missing)}): no before/after per query class")

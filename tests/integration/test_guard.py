@@ -38,6 +38,7 @@ def test_regression_rolls_back_within_30s_without_loss(cli):
     report = jsonlines.result(r.stdout)
     assert report["rolled_back"] is True
     assert report["lost_writes"] == 0
+    assert report["guard"], (report["run_status"], report.get("guard_windows"))  # the guard decided, not a failure
     assert report["guard"]["rollback"] is True and report["guard"]["reasons"]
     assert report["rollback_s"] is not None and report["rollback_s"] < 30
     assert report["new_primary"].endswith("-1")  # back on the old primary
