@@ -39,8 +39,8 @@ TOOL_TAG = TAG.strip()
 # A baseline of a few seconds understates how much one second varies; below this spread
 # (in ln units, about +/-25%) the test would trust it too much.
 SIGMA_FLOOR = 0.25
-# No single second decides alone: one sample adds at most this share of the threshold, so a
-# rollback needs two seconds past the limit. One slow second is what a shared host, a
+# No single second decides alone: one second of samples adds at most this share of the
+# threshold, so a rollback needs two seconds past the limit. One slow second is what a shared host, a
 # checkpoint or a pool's reconnects cause on a healthy primary (seen: +965% p95 for one second
 # of a clean cutover on a loaded 2-core machine); a lost index stays slow.
 MAX_STEP_SHARE = 0.6
@@ -238,7 +238,9 @@ class SequentialGuard:
             limit = math.log(1 + rule.max_regression_pct / 100)
             if z is not None:
                 m, sigma = limit / 2, self.sigmas[i]
-                step = min((2 * m / sigma ** 2) * (z - limit), MAX_STEP_SHARE * self.threshold)
+                # The cap is per second observed: a first sample that covers the 2 s since the
+                # flip weighs as two.
+                step = min((2 * m / sigma ** 2) * (z - limit), MAX_STEP_SHARE * self.threshold * max(1.0, seconds))
                 self.sums[i] = max(0.0, self.sums[i] + step)
             change = f"{(math.exp(z) - 1) * 100:+.0f}%" if z is not None else "no data"
             rules.append({"rule": i, "metric": rule.metric, "scope": rule.scope,

@@ -147,3 +147,10 @@ def test_digest_of_parsed_entries_has_exact_percentiles():
 def test_the_blind_policy_defaults_to_a_decision_not_a_pass():
     assert POLICY.blind == "pause"
     assert GuardPolicy.model_validate({**POLICY.model_dump(), "blind": "rollback"}).blind == "rollback"
+
+
+def test_a_first_sample_covering_two_seconds_since_the_flip_weighs_as_two():
+    rng = random.Random(4)
+    guard = SequentialGuard(POLICY, baseline(rng), 8)
+    two_seconds = second(2000, rng, read_ms=40) + second(2001, rng, read_ms=40)
+    assert guard.observe(two_seconds, seconds=2.0).rollback

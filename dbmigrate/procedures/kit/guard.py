@@ -29,6 +29,7 @@ from dbmigrate.hosts import host_for, slow_log_source
 from dbmigrate.db import slow_log_table
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.procedures.kit.cutover import CutoverState
 from dbmigrate.procedures.kit.resources import RESOURCES
 from dbmigrate.exceptions import DbmigrateError, Refused
 from dbmigrate.digest import sequential
@@ -284,7 +285,9 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
         decisions: list[dict[str, Any]] = []
         i = 0
         rotated = ""
-        last = started
+        # The first sample holds everything since the router flip: it weighs as that many seconds.
+        switched_at = CutoverState.load(ctx.state).switched_at
+        last = started - max(0.0, clock.now() - switched_at) if switched_at else started
         try:
             with open(whole, "w", encoding="utf-8") as whole_log:
                 while True:
