@@ -37,7 +37,9 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -133,8 +135,12 @@ class Moments:
     # Every step's start and end (any phase), each convergence and each attempt given up.
     events: list[tuple[float, str]] = field(default_factory=list)
 
+    # Where the run is another process, an event's time is its own `at` (wall, ms), carried over
+    # to this machine's monotonic clock (the writer's acks are on it); in process, now.
+    time_of: Any = None
+
     def __call__(self, event) -> None:
-        now = time.monotonic()
+        now = self.time_of(event) if self.time_of else time.monotonic()
         if isinstance(event, (StepStarted, StepFinished)) and event.action == "run":
             self.events.append((now, f"{event.phase}: {event.name} "
                                      f"{'started' if isinstance(event, StepStarted) else event.status}"))
@@ -213,6 +219,71 @@ def playbook(state, name: str, candidate: str, via: str, budget_s: float | None 
     return path
 
 
+def run_as_operator(pb: Path, moments: "Moments") -> tuple[Any, float, float, float]:
+    """`dbmigrate run PB --yes --json` in a process of its own, as an operator starts it: its
+    start-up and CPU count. Returns (outcome, exec time, exit time (monotonic), CPU seconds)."""
+    import subprocess
+
+    from dbmigrate.engine import events as ev
+
+    offset = time.time() - time.monotonic()
+    moments.time_of = lambda e: datetime.fromisoformat(e.at.replace("Z", "+00:00")).timestamp() - offset
+    exe = Path(sys.executable).with_name("dbmigrate")
+    t0 = time.monotonic()
+    # As installed: compiled modules cached (in the bench's home), not compiled at every start.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(Path(os.environ["DBMIGRATE_HOME"]) / "pycache")
+    p = subprocess.Popen([str(exe), "run", str(pb), "--yes", "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, env=env)
+    lines = p.stdout.read().splitlines()
+    _, status, usage = os.wait4(p.pid, 0)
+    t1 = time.monotonic()
+    run_id, final = "", None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        kind = rec.pop("event", None)
+        rec.pop("record", None)
+        cls = getattr(ev, kind or "", None)
+        if not isinstance(cls, type):
+            continue
+        fields = {k: v for k, v in rec.items() if k in cls.__dataclass_fields__}
+        event = cls(**fields)
+        run_id = run_id or event.run_id
+        moments(event)
+        if isinstance(event, ev.RunFinished):
+            final = event
+    outcome = type("Outcome", (), {"run_id": run_id, "status": final.status if final else "unknown",
+                                   "summary": final.summary if final else f"exit {os.waitstatus_to_exitcode(status)}"})
+    return outcome, t0, t1, usage.ru_utime + usage.ru_stime
+
+
+def phase_of(t: float, exec_at: float, moments: "Moments") -> str:
+    """Which part of the tool's run a moment lay in."""
+    for s, e in moments.windows():
+        if s <= t <= e:
+            return "fenced window"
+    started = [(when, what) for when, what in moments.events if what.endswith(" started")]
+    if not started or t < started[0][0]:
+        return "start-up (exec to the first step)"
+    last = max((x for x in started if x[0] <= t), default=started[0])
+    return last[1].split(":")[0]
+
+
+def outside_window_gaps(acks, span: tuple[float, float], windows: list[tuple[float, float]]) -> list[tuple]:
+    """The writer's gaps during the tool's run that touch no fenced window: (ms, start, end)."""
+    out = []
+    for prev, cur in zip(acks, acks[1:]):
+        if cur.mono < span[0] or prev.mono > span[1]:
+            continue
+        if any(cur.mono >= s and prev.mono <= e for s, e in windows):
+            continue
+        out.append(((cur.mono - prev.mono) * 1000, prev.mono, cur.mono))
+    return out
+
+
 def journaled_cutover(run_id: str) -> dict:
     with Journal(resolve_journal_path()) as j:
         return (j.get_state(run_id, "cutover", {}) or {}).get("data") or {}
@@ -225,7 +296,8 @@ def fence_sentence(run_id: str) -> str:
 
 
 def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier, rate: int | None,
-              spans: list[tuple[float, float]], budget_s: float | None = FENCED_CATCHUP_BUDGET_S) -> dict:
+              spans: list[tuple[float, float]], budget_s: float | None = FENCED_CATCHUP_BUDGET_S,
+              operator: bool = True) -> dict:
     # Debian's sysbench 1.0.20 dies on reconnect after a flip (upstream #527): one per round.
     bg = load.start_background(time_s=60, rate=rate)
     time.sleep(1.0)
@@ -233,10 +305,16 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     error_times_before = len(verifier.error_times())
     moments = Moments()
     t0 = time.monotonic()
-    # Progress rendered as `dbmigrate run` renders it (to a null device): its cost is the tool's.
-    console = ConsoleRenderer(Console(file=DEVNULL, force_terminal=True, width=160, highlight=False, soft_wrap=True))
-    outcome = start_run(playbook(state, name, target, via, budget_s), assume_yes=True, subscribers=[moments, console])
-    t1 = time.monotonic()
+    cpu_s = None
+    if operator and via == "dbmigrate":
+        outcome, t0, t1, cpu_s = run_as_operator(playbook(state, name, target, via, budget_s), moments)
+    else:
+        # Progress rendered as `dbmigrate run` renders it (to a null device): its cost is the tool's.
+        console = ConsoleRenderer(Console(file=DEVNULL, force_terminal=True, width=160, highlight=False,
+                                          soft_wrap=True))
+        outcome = start_run(playbook(state, name, target, via, budget_s), assume_yes=True,
+                            subscribers=[moments, console])
+        t1 = time.monotonic()
     spans.append((t0, t1))
     time.sleep(0.3)
     try:
@@ -249,7 +327,23 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     windows, whole = moments.windows(), moments.from_first_convergence()
     errors = {k: n - errors_before.get(k, 0) for k, n in verifier.errors.items() if n - errors_before.get(k, 0)}
     cut = journaled_cutover(outcome.run_id)
+    outside = outside_window_gaps(acks, (t0, t1), windows)
+    in_windows = [((cur.mono - prev.mono) * 1000, prev.mono, cur.mono) for prev, cur in zip(acks, acks[1:])
+                  if any(cur.mono >= s and prev.mono <= e for s, e in windows)]
+    worst = max(outside + in_windows, default=None)
     return {
+        # Every gap of the writer that overlaps the tool's whole call, from exec to exit.
+        "gap_ms_whole_call": round(worst[0], 1) if worst else None,
+        "gap_whole_call_where": {"phase": phase_of(worst[1], t0, moments), "from_ms_after_exec": round(
+            (worst[1] - t0) * 1000), "events_in_gap": [what for when, what in moments.events
+                                                        if worst[1] - 0.01 <= when <= worst[2] + 0.01],
+                                 "writer_errors": [kind for when, kind in verifier.error_times(error_times_before)
+                                                   if worst[1] <= when <= worst[2]]} if worst else None,
+        "outside_window_gaps_ms": [round(g[0], 2) for g in outside],
+        "outside_window_max_where": ({"phase": phase_of(m[1], t0, moments), "ms": round(m[0], 1),
+                                      "from_ms_after_exec": round((m[1] - t0) * 1000)}
+                                     if (m := max(outside, default=None)) else None),
+        "tool_cpu_s": round(cpu_s, 3) if cpu_s is not None else None,
         "via": via, "target": target, "status": outcome.status,
         "refused": outcome.summary if outcome.status != "done" else None,
         # A round that did not switch still counts what the writer saw while it tried.
@@ -293,9 +387,30 @@ def gaps_without_cutover(acks, spans: list[tuple[float, float]], names: dict[int
         if prev.server_id != cur.server_id:
             continue
         by_server.setdefault(names.get(prev.server_id, str(prev.server_id)), []).append((cur.mono - prev.mono) * 1000)
-    return {name: {"gaps": len(g), "p50": round(statistics.median(g), 2), "p99": round(pct(g, 99), 1),
-                   "max": round(max(g), 1), "over_10_ms": sum(x > 10 for x in g)}
-            for name, g in sorted(by_server.items())}
+    out = {name: {"gaps": len(g), "p50": round(statistics.median(g), 2), "p99": round(pct(g, 99), 1),
+                  "max": round(max(g), 1), "over_10_ms": sum(x > 10 for x in g)}
+           for name, g in sorted(by_server.items())}
+    pooled = [x for g in by_server.values() for x in g]
+    if pooled:
+        out["all"] = {"gaps": len(pooled), "p50": round(statistics.median(pooled), 2),
+                      "p99": round(pct(pooled, 99), 1), "max": round(max(pooled), 1),
+                      "over_10_ms": sum(x > 10 for x in pooled)}
+    return out
+
+
+def outside_window_summary(rounds: list[dict], without: dict) -> dict | None:
+    """The writer's gaps during the tool's runs outside their fenced windows, beside the same
+    writer's gaps with no tool running (same run): p99 and max, and their ratios."""
+    gaps = [g for r in rounds for g in r.get("outside_window_gaps_ms") or []]
+    base = without.get("all")
+    if not gaps or not base:
+        return None
+    p99, mx = pct(gaps, 99), max(gaps)
+    return {"gaps": len(gaps), "p50": round(statistics.median(gaps), 2), "p99": round(p99, 1), "max": round(mx, 1),
+            "no_tool_p99": base["p99"], "no_tool_max": base["max"],
+            "p99_ratio": round(p99 / max(base["p99"], 0.001), 2), "max_ratio": round(mx / max(base["max"], 0.001), 2),
+            "worst": max((r["outside_window_max_where"] for r in rounds if r.get("outside_window_max_where")),
+                         key=lambda w: w["ms"], default=None)}
 
 
 def summary(rounds: list[dict], via: str) -> dict:
@@ -339,7 +454,7 @@ def discover(state, name: str, url: str) -> None:
 
 def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rate: int | None = None,
               candidate_buffer_pool_mb: int | None = None,
-              budget_s: float | None = FENCED_CATCHUP_BUDGET_S) -> dict:
+              budget_s: float | None = FENCED_CATCHUP_BUDGET_S, operator: bool = True) -> dict:
     boxes = Sandboxes()
     name = f"bench{os.getpid() % 10000}"
     boxes.up(name, 2)
@@ -369,7 +484,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         where = 0  # index in targets of the current primary's successor
         for i in range(rounds * len(vias)):
             via = vias[(i // 2) % len(vias)]  # two rounds (there and back) per tool, alternating
-            r = one_round(state, name, targets[where], via, load, verifier, rate, spans, budget_s)
+            r = one_round(state, name, targets[where], via, load, verifier, rate, spans, budget_s, operator)
             done.append(r)
             if r["status"] == "done":
                 where = 1 - where
@@ -380,6 +495,10 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         verifier.wait_for_acks(len(verifier.acks) + 20)
         names = {i.server_id: n for n, i in state.instances.items()}
         without_cutover = gaps_without_cutover(verifier.acks, spans, names)
+        outside = outside_window_summary(done, without_cutover)
+        whole = [r["gap_ms_whole_call"] for r in done if r.get("gap_ms_whole_call") is not None]
+        over_30 = [{"round": i + 1, "gap_ms": r["gap_ms_whole_call"], **(r["gap_whole_call_where"] or {})}
+                   for i, r in enumerate(done) if (r.get("gap_ms_whole_call") or 0) > 30]
         report = verifier.check(catch_up_timeout_s=60)
         writer = targets[1 - where]  # the primary after the last round
         out = {"lagging": lagging, "load_rate_tps": rate, "fenced_catchup_budget_s": budget_s, "candidate_buffer_pool_mb": candidate_buffer_pool_mb
@@ -391,7 +510,16 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                # counts its not-yet-applied writes here too.
                "missing_by_server": {n: len(ids) for n, ids in report.lost.items() if ids},
                "caught_up": report.caught_up,
-               "writer_gap_ms_without_cutover": without_cutover}
+               "writer_gap_ms_without_cutover": without_cutover,
+               # The tool's whole call (exec to exit), outside its fenced windows, against no tool at all.
+               "outside_window": outside,
+               "gap_ms_whole_call": {"p50": round(statistics.median(whole), 1) if whole else None,
+                                     "max": max(whole) if whole else None, "rounds": len(whole)},
+               "rounds_over_30_ms_whole_call": over_30,
+               "tool_cpu_s_p50": statistics.median(c) if (c := [r["tool_cpu_s"] for r in done
+                                                                 if r.get("tool_cpu_s") is not None]) else None,
+               "tool_started_as": "dbmigrate run (its own process)" if operator else "start_run in the bench's process",
+               "load_average_1min": round(os.getloadavg()[0], 2)}
         if len(vias) == 2:
             a, b = (x["gap_ms"]["p50"] for x in out["results"])
             out["p50_ratio_vs_orchestrator"] = round(a / max(b, 0.001), 3) if a and b else None
@@ -429,6 +557,22 @@ def render(out: dict) -> None:
         if r["via"] == "dbmigrate" and g["p50"] is not None:
             print(f"{'':>12}  targets: p50 <= {TARGET_P50_MS} ms ({g['p50'] / TARGET_P50_MS:.2f}x), "
                   f"max <= {TARGET_MAX_MS} ms ({g['max'] / TARGET_MAX_MS:.2f}x)")
+    o = out.get("outside_window")
+    if o:
+        print(f"writer's gaps during the tool's runs ({out['tool_started_as']}), outside the fenced windows: "
+              f"p50 {o['p50']} ms, p99 {o['p99']} ms, max {o['max']} ms; with no tool running: p99 {o['no_tool_p99']} "
+              f"ms, max {o['no_tool_max']} ms; ratio p99 {o['p99_ratio']}x, max {o['max_ratio']}x (target <= 1.2x)")
+        if o["worst"]:
+            print(f"  the longest outside the window: {o['worst']['ms']} ms in {o['worst']['phase']}, "
+                  f"{o['worst']['from_ms_after_exec']} ms after exec")
+    w = out.get("gap_ms_whole_call") or {}
+    if w.get("rounds"):
+        print(f"longest gap overlapping the tool's whole call: p50 {w['p50']} ms, max {w['max']} ms over {w['rounds']} "
+              f"rounds (target max <= {TARGET_MAX_MS} ms); tool CPU per run p50 {out.get('tool_cpu_s_p50')} s")
+    for r in out.get("rounds_over_30_ms_whole_call") or []:
+        print(f"  round {r['round']}: {r['gap_ms']} ms in {r.get('phase')} ({r.get('from_ms_after_exec')} ms after exec)"
+              f"; events: {', '.join(r.get('events_in_gap') or []) or 'none'}"
+              f"; writer errors: {', '.join(r.get('writer_errors') or []) or 'none'}")
     for server, w in out["writer_gap_ms_without_cutover"].items():
         print(f"writer's gap with no cutover running, {server} the primary: p50 {w['p50']} ms, p99 {w['p99']} ms, "
               f"max {w['max']} ms ({w['over_10_ms']} of {w['gaps']} over 10 ms)")
@@ -448,6 +592,9 @@ def main() -> int:
                          "which saturates 2 cores)")
     ap.add_argument("--candidate-buffer-pool-mb", type=int, default=None,
                     help=f"the candidate's buffer pool (default {BUFFER_POOL_MB}, {LAGGING_BUFFER_POOL_MB} with --lagging)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the promotion inside the bench's process (start_run) instead of as `dbmigrate run`: "
+                         "without the tool's start-up")
     ap.add_argument("--fenced-catchup-budget-ms", type=float, default=FENCED_CATCHUP_BUDGET_S * 1000,
                     help="the playbook's fenced_catchup_budget_s, in ms (0: none, the catch-up step waits)")
     args = ap.parse_args()
@@ -467,7 +614,7 @@ def main() -> int:
         say("orchestrator: skipped (ORCHESTRATOR_URL is not set: no orchestrator to compare with)")
     out = run_bench(args.rounds, args.lagging, url, say, rate=args.rate,
                     candidate_buffer_pool_mb=args.candidate_buffer_pool_mb,
-                    budget_s=args.fenced_catchup_budget_ms / 1000 or None)
+                    budget_s=args.fenced_catchup_budget_ms / 1000 or None, operator=not args.in_process)
     if not url:
         out["orchestrator"] = "skipped: ORCHESTRATOR_URL is not set"
     if args.json:

@@ -23,6 +23,7 @@ from dbmigrate.engine.events import (
     StepFinished,
     StepStarted,
 )
+from dbmigrate import priority
 from dbmigrate.engine.hooks import HookFailed, HookRunner
 from dbmigrate.engine.journal import FINISHED_OK
 from dbmigrate.engine.step import AutoGate, Gate, ManualGate, Phase, Procedure, RunContext, Step
@@ -113,10 +114,12 @@ class Runner:
         unsubscribe = ctx.bus.subscribe(ctx.journal.record, critical=True)
         if ctx.cancel is None:
             ctx.cancel = self.cancel
+        priority.begin_run()  # the tool yields the cores until its first fenced window
         try:
             return self._forward(procedure, ctx, resume)
         finally:
             ctx.release_fenced_window()  # a window that ended in a failure released nothing
+            priority.end_run()
             unsubscribe()
 
     def _forward(self, procedure: Procedure, ctx: RunContext, resume: bool) -> RunOutcome:

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
+from dbmigrate import priority
 from dbmigrate.engine import collector
 from dbmigrate.engine.events import Event, Log, Metric
 from dbmigrate.engine.wait import Clock
@@ -289,7 +290,8 @@ class RunContext:
     def hold_for_fenced_window(self) -> None:
         """From just before a fence until the candidate opens, nothing of the tool's own pauses
         the window: the garbage collector is held off, displays get their events when it
-        closes (the journal at once). `release_fenced_window` ends it; the runner does too."""
+        closes (the journal at once), the process has its full CPU priority back. `release_fenced_window` ends it; the runner does too."""
+        priority.inside_window()
         collector.hold()
         self.bus.hold()
 
