@@ -37,6 +37,10 @@ def main() -> None:
 
         print(version_line())
         return
+    if next((a for a in argv if not a.startswith("-")), None) in ("run", "resume"):
+        from dbmigrate import priority
+
+        priority.begin_run()  # its start-up too yields the cores (see dbmigrate.priority)
     # No pydantic plugins are used: skip their discovery, a scan of every installed package's metadata.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from dbmigrate.app.errors import failure_of

@@ -228,9 +228,13 @@ class SlowLogWindow:
     """
 
     def __init__(self, server: Server, *, log_file: str | None = None, persist: Persist | None = None,
-                 applier: Applier | None = None, clock: Clock | None = None, source: str = "file"):
+                 applier: Applier | None = None, clock: Clock | None = None, source: str = "file",
+                 sample: int = 1):
         if source not in ("file", "table"):
             raise UsageError(f"a slow-log window goes to a file or the table, not {source!r}")
+        if sample < 1:
+            raise UsageError(f"a slow-log window logs 1 in N statements with N >= 1, not {sample}")
+        self.sample = sample
         self.source = source
         self.server = server
         self.inspector = Inspector(server)
@@ -270,6 +274,13 @@ class SlowLogWindow:
         else:
             log_file = self.log_file or self.default_log_file(current)
             window = self.server.flavor.slow_log_window_settings(log_file, current)
+        if self.sample > 1:
+            # Sampled: the server writes 1 in N statements (less of the primary's time spent
+            # logging under load); latencies stay comparable, counts and rates are 1/N.
+            if "log_slow_rate_limit" not in window:
+                raise UsageError(f"{self.server.name} ({self.server.flavor.name}) cannot sample its slow log "
+                                 "(no log_slow_rate_limit)", hint="capture without sampling")
+            window["log_slow_rate_limit"] = self.sample
         order = list(reversed(list(window)))  # undo in reverse: long_query_time first, the file last
         self.saved_settings = {
             "kind": SAVED_KIND, "version": 1, "server": self.server.name, "address": self.server.address,
@@ -340,7 +351,7 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
                    saved_settings_file: str | Path | None = None, persist: Persist | None = None,
                    log_file: str | None = None, reader: SlowLogReader | None = None,
                    progress: Progress | None = None, clock: Clock | None = None,
-                   source: str = "file") -> CaptureResult:
+                   source: str = "file", sample: int = 1) -> CaptureResult:
     """Open a slow-log window on `server` for `seconds`, restore, digest. The saved
     settings go to `saved_settings_file` (default: next to the digest) and to `persist`."""
     if not math.isfinite(seconds) or not 0 < seconds <= MAX_WINDOW_S:
@@ -370,7 +381,7 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
     if source == "table" and log_file:
         raise UsageError("a window read from the slow-log table has no file of its own",
                          hint="drop --server-log-file, or declare file access for the server")
-    window = SlowLogWindow(server, log_file=log_file, persist=persist_all, clock=clock, source=source)
+    window = SlowLogWindow(server, log_file=log_file, persist=persist_all, clock=clock, source=source, sample=sample)
     restored: list[str] = []
     # open() is inside the try: an interrupt that lands just after the last SET
     # must still restore (open() itself undoes a half-applied window).
@@ -398,7 +409,8 @@ def capture_window(server: Server, seconds: float, out: str | Path | None = None
     where = str(window.log_file) if source == "file" else "mysql.slow_log"
     source_meta = {"kind": "window", "server": server.name, "address": server.address, "slow_log": where,
               "captured_at": window.saved_settings["opened_at"] if window.saved_settings else _now_iso(),
-              "seconds": round(window.duration_s or 0, 3), "sessions_before": window.sessions_before}
+              "seconds": round(window.duration_s or 0, 3), "sessions_before": window.sessions_before,
+              "sampled_1_in": sample}
     digest = digest_slow_log(local_log, out, duration_s=window.duration_s, source=source_meta)
     if source == "table":
         local_log.unlink(missing_ok=True)  # rebuilt from the table: the digest is what is kept

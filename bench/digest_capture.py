@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""What a digest capture costs the primary: its throughput and the application's longest write
+stall, with no capture, with a full capture (long_query_time=0, every statement logged) and
+with a sampled one (log_slow_rate_limit: 1 in N statements logged), on one primary.
+
+The load: sysbench oltp_write_only, 2 threads, unthrottled (its transactions per second are
+the throughput figure), and the application's writer in a process of its own through HAProxy
+(one write every ~1 ms; its longest gap between acknowledgements is the stall figure).
+Phases alternate (none, full, sampled, none, full, sampled, ...) so that drift of a shared
+machine spreads over all of them. The digest itself (pt-query-digest of the captured log)
+runs after each phase, not during it: it runs where the tool runs, and its time is reported
+beside.
+
+Targets: a capture costs <= 5% of the throughput and no write stall over 10 ms.
+
+    python bench/digest_capture.py [--seconds 10] [--repeat 2] [--sample 10] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+TARGET_THROUGHPUT_COST_PCT, TARGET_STALL_MS = 5.0, 10.0
+
+
+def longest_gap_ms(acks, start: float, end: float) -> float:
+    best = 0.0
+    for prev, cur in zip(acks, acks[1:]):
+        if cur.mono >= start and prev.mono <= end:
+            best = max(best, (cur.mono - prev.mono) * 1000)
+    return best
+
+
+def run_bench(seconds: float, repeat: int, sample: int, say) -> dict:
+    from dbmigrate.config import load_inventory
+    from dbmigrate.digest.window import SlowLogWindow, digest_slow_log, LocalFileReader
+    from dbmigrate.rehearsal.sandbox import haproxy
+    from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+    from dbmigrate.rehearsal.sysbench import Sysbench
+    from writer_process import WriterProcess
+
+    boxes = Sandboxes()
+    name = f"digcap{os.getpid() % 10000}"
+    boxes.up(name, 0, buffer_pool_mb=128)
+    writer = None
+    try:
+        haproxy.start(boxes, name)
+        state = boxes.find(name)
+        inv = load_inventory(state.inventory_file)
+        load = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000, threads=2)
+        load.prepare()
+        writer = WriterProcess(state.inventory_file, name, interval_s=0.001, retry_pause_s=0.0005)
+        writer.start()
+        writer.wait_for_acks(50)
+        kinds = ["none", "full", f"sampled 1/{sample}"]
+        phases: list[dict] = []
+        work = Path(os.environ["DBMIGRATE_HOME"]) / "digest-bench"
+        work.mkdir(parents=True, exist_ok=True)
+        for r in range(repeat):
+            for kind in kinds:
+                server = inv.open(f"{name}-1")
+                window = None
+                if kind != "none":
+                    window = SlowLogWindow(server, sample=1 if kind == "full" else sample)
+                    window.open()
+                t0 = time.monotonic()
+                result = load.run(time_s=int(seconds))
+                t1 = time.monotonic()
+                logged = digest_s = None
+                if window is not None:
+                    window.close()
+                    local = LocalFileReader().fetch(window.log_file, work)
+                    started = time.monotonic()
+                    digest = digest_slow_log(local, work / "capture.digest.json", duration_s=t1 - t0)
+                    digest_s = round(time.monotonic() - started, 2)
+                    logged = digest.query_count
+                    local.unlink(missing_ok=True)
+                server.close()
+                time.sleep(0.3)
+                stall = longest_gap_ms(writer.acks, t0, t1)
+                phases.append({"kind": kind, "round": r + 1, "tps": round(result.tps, 1), "longest_write_stall_ms":
+                               round(stall, 1), "statements_logged": logged, "digest_s": digest_s})
+                say(f"{kind:>16} (round {r + 1}): {result.tps:.0f} tps, longest write stall {stall:.1f} ms"
+                    + (f", {logged} statements logged, digested in {digest_s} s" if logged is not None else ""))
+        report = writer.check(catch_up_timeout_s=30)
+        writer = None
+        by_kind = {}
+        for kind in kinds:
+            mine = [p for p in phases if p["kind"] == kind]
+            by_kind[kind] = {"tps": round(statistics.median(p["tps"] for p in mine), 1),
+                             "longest_write_stall_ms": max(p["longest_write_stall_ms"] for p in mine),
+                             "statements_logged": ([p["statements_logged"] for p in mine]
+                                                   if kind != "none" else None),
+                             "digest_s": [p["digest_s"] for p in mine] if kind != "none" else None}
+        base = by_kind["none"]["tps"]
+        for kind in kinds[1:]:
+            by_kind[kind]["throughput_cost_pct"] = round((base - by_kind[kind]["tps"]) / base * 100, 1) if base else None
+        return {"seconds": seconds, "repeat": repeat, "sample": sample, "by_kind": by_kind, "phases": phases,
+                "lost_writes": report.lost_total, "load_average_1min": round(os.getloadavg()[0], 2)}
+    finally:
+        if writer is not None:
+            writer.kill()
+        boxes.down(name)
+
+
+def render(out: dict) -> None:
+    for kind, k in out["by_kind"].items():
+        cost = k.get("throughput_cost_pct")
+        print(f"{kind:>16}: {k['tps']} tps (median)"
+              + (f", {cost}% below no capture (target <= {TARGET_THROUGHPUT_COST_PCT}%)" if cost is not None else "")
+              + f"; longest write stall {k['longest_write_stall_ms']} ms (target <= {TARGET_STALL_MS} ms)"
+              + (f"; logged {k['statements_logged']}, digested in {k['digest_s']} s" if k["statements_logged"] else ""))
+    print(f"lost writes: {out['lost_writes']}; load average at the end: {out['load_average_1min']}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--sample", type=int, default=10)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if "DBMIGRATE_HOME" not in os.environ:  # a private home, removed at the end
+        os.environ["DBMIGRATE_HOME"] = tempfile.mkdtemp(prefix="dbm-bench-")
+        import atexit
+
+        atexit.register(shutil.rmtree, os.environ["DBMIGRATE_HOME"], ignore_errors=True)
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    out = run_bench(args.seconds, args.repeat, args.sample, say)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        render(out)
+    return 0 if out["lost_writes"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
