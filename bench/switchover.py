@@ -387,28 +387,28 @@ def gaps_without_cutover(acks, spans: list[tuple[float, float]], names: dict[int
         if prev.server_id != cur.server_id:
             continue
         by_server.setdefault(names.get(prev.server_id, str(prev.server_id)), []).append((cur.mono - prev.mono) * 1000)
-    out = {name: {"gaps": len(g), "p50": round(statistics.median(g), 2), "p99": round(pct(g, 99), 1),
-                  "max": round(max(g), 1), "over_10_ms": sum(x > 10 for x in g)}
-           for name, g in sorted(by_server.items())}
-    pooled = [x for g in by_server.values() for x in g]
-    if pooled:
-        out["all"] = {"gaps": len(pooled), "p50": round(statistics.median(pooled), 2),
-                      "p99": round(pct(pooled, 99), 1), "max": round(max(pooled), 1),
-                      "over_10_ms": sum(x > 10 for x in pooled)}
-    return out
+    return {name: {"gaps": len(g), "p50": round(statistics.median(g), 2), "p99": round(pct(g, 99), 1),
+                   "max": round(max(g), 1), "over_10_ms": sum(x > 10 for x in g)}
+            for name, g in sorted(by_server.items())}
 
 
-def outside_window_summary(rounds: list[dict], without: dict) -> dict | None:
+def no_tool_gaps(acks, spans: list[tuple[float, float]], margin_s: float = 0.05) -> list[float]:
+    """The writer's gaps (ms) while no run of the tool was going on, whichever server wrote."""
+    return [(cur.mono - prev.mono) * 1000 for prev, cur in zip(acks, acks[1:])
+            if not any(start - margin_s <= cur.mono and prev.mono <= end + margin_s for start, end in spans)]
+
+
+def outside_window_summary(rounds: list[dict], base_gaps: list[float]) -> dict | None:
     """The writer's gaps during the tool's runs outside their fenced windows, beside the same
     writer's gaps with no tool running (same run): p99 and max, and their ratios."""
     gaps = [g for r in rounds for g in r.get("outside_window_gaps_ms") or []]
-    base = without.get("all")
-    if not gaps or not base:
+    if not gaps or not base_gaps:
         return None
     p99, mx = pct(gaps, 99), max(gaps)
+    b99, bmax = pct(base_gaps, 99), max(base_gaps)
     return {"gaps": len(gaps), "p50": round(statistics.median(gaps), 2), "p99": round(p99, 1), "max": round(mx, 1),
-            "no_tool_p99": base["p99"], "no_tool_max": base["max"],
-            "p99_ratio": round(p99 / max(base["p99"], 0.001), 2), "max_ratio": round(mx / max(base["max"], 0.001), 2),
+            "no_tool_gaps": len(base_gaps), "no_tool_p99": round(b99, 1), "no_tool_max": round(bmax, 1),
+            "p99_ratio": round(p99 / max(b99, 0.001), 2), "max_ratio": round(mx / max(bmax, 0.001), 2),
             "worst": max((r["outside_window_max_where"] for r in rounds if r.get("outside_window_max_where")),
                          key=lambda w: w["ms"], default=None)}
 
@@ -495,7 +495,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         verifier.wait_for_acks(len(verifier.acks) + 20)
         names = {i.server_id: n for n, i in state.instances.items()}
         without_cutover = gaps_without_cutover(verifier.acks, spans, names)
-        outside = outside_window_summary(done, without_cutover)
+        outside = outside_window_summary(done, no_tool_gaps(verifier.acks, spans))
         whole = [r["gap_ms_whole_call"] for r in done if r.get("gap_ms_whole_call") is not None]
         over_30 = [{"round": i + 1, "gap_ms": r["gap_ms_whole_call"], **(r["gap_whole_call_where"] or {})}
                    for i, r in enumerate(done) if (r.get("gap_ms_whole_call") or 0) > 30]

@@ -69,3 +69,13 @@ def test_the_windows_are_the_fence_attempts_not_the_pauses_between_them(monkeypa
     c = acks((1.0, 1), (1.009, 1), (1.2, 1), (1.29, 1), (1.299, 1), (1.316, 2))
     assert max(bench.gap_in(c, *w) for w in m.windows()) == pytest.approx(17.0)
     assert bench.gap_in(c, *m.from_first_convergence()) == pytest.approx(191.0)
+
+
+def test_outside_window_gaps_are_the_runs_gaps_that_touch_no_window():
+    a = acks((0.0, 1), (0.1, 1), (0.2, 1), (0.4, 1), (0.41, 2), (0.6, 2), (1.5, 2))
+    # The run: 0.05 .. 0.7; its window 0.35 .. 0.45 (the 0.2 -> 0.4 and 0.4 -> 0.41 gaps touch it).
+    out = bench.outside_window_gaps(a, (0.05, 0.7), [(0.35, 0.45)])
+    assert [round(g[0]) for g in out] == [100, 100, 900]  # 0.6 -> 1.5 starts inside the run, so it counts
+    assert bench.no_tool_gaps(a, [(0.05, 0.7)], margin_s=0.0) == []
+    summary = bench.outside_window_summary([{"outside_window_gaps_ms": [1.0, 2.0, 30.0]}], [1.0, 2.0, 10.0])
+    assert summary["max"] == 30.0 and summary["no_tool_max"] == 10.0 and summary["max_ratio"] == 3.0
