@@ -1,7 +1,8 @@
 """Faults of the network and of the tool's process, for real: the harness's iptables
 partitions on loopback drop (not refuse) packets and are gone afterwards, and a statement
 sent into a partition reaches its server after the partition heals, long after its
-sender gave up on it."""
+sender gave up on it.
+"""
 
 from __future__ import annotations
 
@@ -145,3 +146,4 @@ def test_one_connection_partitioned_by_its_client_port(listener):
     finally:
         a.close()
         b.close()
+
