@@ -1,7 +1,15 @@
-"""Faults of the network and of the tool's process, for real: the harness's iptables
-partitions on loopback drop (not refuse) packets and are gone afterwards, and a statement
-sent into a partition reaches its server after the partition heals, long after its
-sender gave up on it.
+"""Faults of the network and of the tool's process, for real.
+
+The harness's iptables partitions on loopback drop (not refuse) packets and are gone
+afterwards, and a statement sent into a partition reaches its server after the partition
+heals, long after its sender gave up on it. Then promotes on a real sandbox under load
+meet exactly that: the candidate partitioned from its open (`read_only=OFF`) for 4.6 s
+of its 5 s bound, whole port or only the tool's own connection; the old primary
+partitioned 3.5 s from its fence; the tool frozen 40 s right after the fence. Each is
+judged until 30 s after the tool (and the operator's one command) exited, with a watcher
+reading @@read_only every 10 ms on every server over unix sockets as the application's
+account: no acknowledged write lost, never two writable servers, no stretch without a
+writable server longer than the bound, healthy after at most one `rollback`.
 """
 
 from __future__ import annotations
@@ -14,7 +22,8 @@ import time
 
 import pytest
 
-from dbmigrate.rehearsal.faultmatrix import netfault
+from dbmigrate.rehearsal.faultmatrix import FaultCluster, netfault, run_scenario
+from dbmigrate.rehearsal.faultmatrix.scenarios import issue_reproductions
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("iptables"),
@@ -147,3 +156,30 @@ def test_one_connection_partitioned_by_its_client_port(listener):
         a.close()
         b.close()
 
+
+# -- promotes meeting a partition or a frozen tool ---------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster(boxes):
+    c = FaultCluster(boxes, "nf")
+    yield c
+    c.down()
+    assert netfault.remove_leftovers() == 0, "a fault rule outlived its scenario"
+
+
+@pytest.mark.parametrize("scenario", [pytest.param(s, id=s.id) for s in issue_reproductions()])
+def test_promote_meets_a_delaying_network_or_a_frozen_tool(cluster, scenario):
+    r = run_scenario(cluster, scenario)
+    summary = (f"{r.id}: {'; '.join(r.why) or 'ok'}; run {r.run_status}, operator {r.action} -> {r.action_status}; "
+               f"monitor {r.details.get('monitor', {})}; run: {r.details.get('run_output_tail', '')[-600:]}; "
+               f"recovery: {r.details.get('recovery_output_tail', '')[-400:]}")
+    assert r.details.get("fault_started"), f"the fault never began: {summary}"
+    assert r.details.get("judged_after_exit_s") == 30, summary
+    assert _our_rules() == [], summary
+    assert r.acknowledged > 0, summary
+    assert r.lost_total == 0, summary
+    assert r.two_writable == 0, summary
+    assert r.longest_no_writer_ms <= r.bound_ms, summary
+    assert r.healthy, summary
+    assert r.action in ("nothing", "rollback"), summary
+    assert r.why == [], summary
