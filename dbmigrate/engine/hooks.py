@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from dbmigrate.engine.events import HookFinished
 from dbmigrate.redact import redact
-from dbmigrate.tools.hook_program import run_hook_program
+from dbmigrate.hosts.hook_program import run_hook_program
 from dbmigrate.exceptions import DbmigrateError
 
 if TYPE_CHECKING:
