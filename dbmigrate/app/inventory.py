@@ -35,3 +35,9 @@ def check_inventory(path: Path, cluster: str | None = None) -> list[tuple[str, S
 def _behind(src: ServerFacts, rep: ServerFacts) -> dict[str, int]:
     fl = detect(rep.version or src.version)
     return fl.behind(src.gtid_binlog_pos, rep.gtid_executed)
+
+
+def validate_inventory(path: Path) -> tuple[int, int]:
+    """The file alone, no connection: (clusters, servers) once it is valid."""
+    inv = load_inventory(path)
+    return len(inv.clusters), sum(len(c.servers) for c in inv.clusters.values())

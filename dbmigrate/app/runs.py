@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Iterator
 
@@ -28,10 +29,15 @@ from dbmigrate.engine.journal import Journal, current_holder, default_journal_pa
 from dbmigrate.engine.lease import Lease
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
-from dbmigrate.engine.step import Procedure, RunContext, RunState
+from dbmigrate.engine.step import AutoGate, ManualGate, Procedure, RunContext, RunState
 from dbmigrate.exceptions import SafetyError, UsageError
 from dbmigrate.playbook import Playbook, load_playbook
 from dbmigrate.procedures.contract import Prepared
+
+# What front ends read of a run: the procedure a plan shows (phases, steps, gates) and a run's outcome.
+__all__ = ["AutoGate", "ManualGate", "PlaybookInfo", "Procedure", "RunOutcome", "SignalStop", "act_on_run",
+           "describe_playbook", "explain", "list_runs", "mark_orphans", "plan_playbook", "resolve_journal_path",
+           "resolve_run", "resume_run", "rollback_run", "run_detail", "start_run"]
 
 
 def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None = None) -> Path:
@@ -42,6 +48,41 @@ def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None
     if playbook is not None and playbook.journal_path is not None:
         return check_journal(playbook.journal_path)
     return check_journal(default_journal_path())
+
+
+def list_runs(journal_path: Path | None = None, limit: int = 20) -> list[dict[str, Any]]:
+    """Recent runs, newest first; those whose process is gone are shown orphaned."""
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        return mark_orphans(journal.list_runs(limit))
+
+
+def run_detail(run_ref: str, journal_path: Path | None = None) -> dict[str, Any]:
+    """One run: steps, gates, hooks and statements sent."""
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        return journal.run_detail(journal.resolve_run_id(run_ref))
+
+
+def resolve_run(run_ref: str, journal_path: Path | None = None) -> str:
+    """The full id of a run named by a unique prefix or 'last'."""
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        return journal.resolve_run_id(run_ref)
+
+
+@dataclass(frozen=True)
+class PlaybookInfo:
+    """What a front end shows of a playbook before anything runs (validated on reading)."""
+
+    path: Path
+    procedure: str
+    cluster: str
+    inventory_path: Path | None
+    journal_path: Path  # where its runs are journaled: --journal, its `journal:`, or the default
+
+
+def describe_playbook(playbook_path: Path, journal_path: Path | None = None) -> PlaybookInfo:
+    playbook = load_playbook(playbook_path)
+    return PlaybookInfo(playbook.path, playbook.procedure, playbook.cluster, playbook.inventory_path,
+                        resolve_journal_path(journal_path, playbook))
 
 
 def plan_playbook(playbook_path: Path) -> Procedure:

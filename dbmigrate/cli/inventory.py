@@ -12,8 +12,7 @@ from dbmigrate.exceptions import CommandFailed
 from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.cli.common import console, err_console, print_json
-from dbmigrate.config import load_inventory
-from dbmigrate.app.inventory import check_inventory
+from dbmigrate.app.inventory import check_inventory, validate_inventory
 
 cmd = typer.Typer(help="Inventory files: validate and check against the servers.", no_args_is_help=True)
 
@@ -68,6 +67,5 @@ def check(file: Path = typer.Argument(..., help="Inventory YAML."),
 @cmd.command("validate")
 def validate(file: Path = typer.Argument(...)):
     """Validate the file only (no connections)."""
-    inv = load_inventory(file)
-    n = sum(len(c.servers) for c in inv.clusters.values())
-    console.print(f"[green]ok[/]: {len(inv.clusters)} cluster(s), {n} server(s)")
+    clusters, servers = validate_inventory(file)
+    console.print(f"[green]ok[/]: {clusters} cluster(s), {servers} server(s)")

@@ -9,11 +9,10 @@ import os
 
 import typer
 
-from dbmigrate.app.paths import check_home
+from dbmigrate.app.paths import check_home_if_set
 from dbmigrate.app.provisioning import provision_sandbox_hosts_with
 from dbmigrate import version_line
 from dbmigrate.exceptions import DbmigrateError
-from dbmigrate.home import home
 from dbmigrate.cli import common, jsonout
 from dbmigrate.cli.examples import add_examples
 from dbmigrate.console_table import fit_to_output
@@ -40,11 +39,10 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and
     common.state["debug"] = debug or bool(os.environ.get("DBMIGRATE_DEBUG"))
     fit_to_output(common.console)
     common.state["pending_error"] = None
-    if os.environ.get("DBMIGRATE_HOME"):
-        try:
-            check_home(home())
-        except DbmigrateError as exc:  # raised inside the command's boundary, so --json reports it as a record
-            common.state["pending_error"] = exc
+    try:
+        check_home_if_set()
+    except DbmigrateError as exc:  # raised inside the command's boundary, so --json reports it as a record
+        common.state["pending_error"] = exc
     if common.state["debug"]:
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
 

@@ -109,6 +109,8 @@ FRONT_END_MAY_IMPORT = ("dbmigrate.app", "dbmigrate.console_table", "dbmigrate.e
 FRONT_ENDS = ("dbmigrate.cli", "dbmigrate.tui")
 # The commands that rehearse drive the rehearsal package (sandboxes, load, verifier).
 REHEARSAL_COMMANDS = ("dbmigrate.cli.rehearse", "dbmigrate.cli.sandbox")
+# Beyond that, one command opens the other front end: `dbmigrate tui`.
+FRONT_END_EXTRA = {name: ("dbmigrate.rehearsal",) for name in REHEARSAL_COMMANDS} | {"dbmigrate.cli.tui": ("dbmigrate.tui",)}
 
 
 def front_end_violations(modules: dict[str, Module]) -> list[str]:
@@ -117,11 +119,18 @@ def front_end_violations(modules: dict[str, Module]) -> list[str]:
         own = next((f for f in FRONT_ENDS if _under(mod.name, f)), None)
         if own is None:
             continue
-        allowed = FRONT_END_MAY_IMPORT + (own,) + (("dbmigrate.rehearsal",) if mod.name in REHEARSAL_COMMANDS else ())
+        allowed = FRONT_END_MAY_IMPORT + (own,) + FRONT_END_EXTRA.get(mod.name, ())
         for target, line, _top in mod.imports:
-            if _under(target, "dbmigrate") and target != "dbmigrate" and not any(_under(target, a) for a in allowed):
+            if not _under(target, "dbmigrate") or _of_root_package(target, modules):
+                continue
+            if not any(_under(target, a) for a in allowed):
                 out.append(f"{mod.path}:{line} imports {target} (a front end calls app/ only)")
     return sorted(set(out))
+
+
+def _of_root_package(target: str, modules: dict[str, Module]) -> bool:
+    """The root package itself or a name it defines (the version), not one of its modules."""
+    return target == "dbmigrate" or (target.rpartition(".")[0] == "dbmigrate" and target not in modules)
 
 
 def rehearsal_violations(modules: dict[str, Module]) -> list[str]:
@@ -149,10 +158,10 @@ _PROCESS_CALLS = {("os", n) for n in ("system", "popen", "fork", "forkpty", "pos
                  {("asyncio", "create_subprocess_exec"), ("asyncio", "create_subprocess_shell")}
 
 
-def process_violations(modules: dict[str, Module]) -> list[str]:
+def process_violations(modules: dict[str, Module], allowed: list["Allowed"]) -> list[str]:
     out = []
     for mod in modules.values():
-        if any(_under(mod.name, p) for p in MAY_START_PROCESSES):
+        if any(_under(mod.name, p) for p in MAY_START_PROCESSES) or any(a.path == mod.path for a in allowed):
             continue
         for target, line, _top in mod.imports:
             if any(_under(target, m) for m in _PROCESS_MODULES) or tuple(target.split(".")) in _PROCESS_CALLS:
@@ -276,9 +285,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def package_of(mod: Module) -> str:
-    """The package a module belongs to (a top-level module of dbmigrate stands for itself)."""
-    package = mod.name if mod.path.endswith("__init__.py") else mod.name.rpartition(".")[0]
-    return mod.name if package.count(".") == 0 else package
+    """The component a module belongs to: a package of dbmigrate (a module at the top stands for
+    itself), and under procedures/ each procedure's package and the kit on their own."""
+    package = (mod.name if mod.path.endswith("__init__.py") else mod.name.rpartition(".")[0]).split(".")
+    if len(package) == 1:
+        return mod.name
+    depth = 3 if package[1] == "procedures" and len(package) >= 3 else 2
+    return ".".join(package[:depth])
 
 
 def package_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
