@@ -12,10 +12,22 @@ per server, moments with two writable servers (2w), the longest time with no wri
 the bound the playbook allows for both (ms), healthy, the operator's action, how the run ended
 (done, rolled_back, refused), verdict.
 
-    python bench/faults.py [--list] [--only PATTERNS] [--fast] [--json]
+Faults of the network and of the tool's process (rows `*/partition-*`, `*/freeze-tool/*`):
+for each statement that changes a role (promote: fence, open; schema swap: fence, open and
+the switch back's fence and open), the old primary's port, the candidate's port, or only
+the connection that carried the statement dropped with iptables from that statement's first
+packet for 0.5x, 1x and 1.5x its bound, then healed; the tool frozen (SIGSTOP) right after
+the statement for 2x its bound, then continued; the candidate's replication connection cut
+before the fence; a table-copying DDL and a 200,000-row transaction in flight at the fence.
+The watcher reads @@read_only every 10 ms over unix sockets (a partition does not blind it)
+and every row is judged until --after-exit seconds after the tool and the operator's
+command exited (default 30): a statement given up on may still land.
 
---only takes comma-separated ids or globs: `--only 'promote/kill9/*'`, `--only '*/in-fence/*'`.
-The whole matrix takes about half an hour on 2 cores; --fast is the test suite's subset.
+    python bench/faults.py [--list] [--only PATTERNS] [--fast] [--json] [--after-exit S]
+
+--only takes comma-separated ids or globs: `--only 'promote/kill9/*'`, `--only '*/in-fence/*'`,
+`--only '*/partition-*,*/freeze-tool/*'`. The whole matrix takes about three hours on 2 cores
+(mostly the 30 s after each exit); --fast is the test suite's subset of the process faults.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ import sys
 import tempfile
 import time
 
-from dbmigrate.rehearsal.faultmatrix import FaultCluster, all_scenarios, run_scenario, select
+from dbmigrate.rehearsal.faultmatrix import FaultCluster, all_scenarios, netfault, run_scenario, select
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 
@@ -39,12 +51,12 @@ def lost_cell(r) -> str:
 
 
 def table(results) -> str:
-    head = (f"{'scenario':<46} {'lost/server':<12} {'2w':>2} {'no-writer':>9} {'app gap':>7} {'bound':>6} "
+    head = (f"{'scenario':<56} {'lost/server':<12} {'2w':>2} {'no-writer':>9} {'app gap':>7} {'bound':>6} "
             f"{'healthy':>7} {'operator':<8} {'end':<12} verdict")
     rows = [head, "-" * len(head)]
     for r in results:
         gap = f"{r.writer_gap_ms:.0f}" if r.writer_gap_ms is not None else "-"
-        rows.append(f"{r.id:<46} {lost_cell(r):<12} {r.two_writable:>2} {r.longest_no_writer_ms:>9.0f} {gap:>7} "
+        rows.append(f"{r.id:<56} {lost_cell(r):<12} {r.two_writable:>2} {r.longest_no_writer_ms:>9.0f} {gap:>7} "
                     f"{r.bound_ms:>6.0f} {'yes' if r.healthy else 'NO':>7} {r.action:<8} {r.end or '-':<12} {r.verdict}")
         if r.verdict == "FAIL":
             rows.append(f"{'':<4}why: {'; '.join(r.why)[:400]}")
@@ -62,6 +74,8 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated scenario ids or glob patterns")
     ap.add_argument("--fast", action="store_true", help="only the subset the test suite runs")
     ap.add_argument("--json", action="store_true", help="one JSON document with every result")
+    ap.add_argument("--after-exit", type=float, default=30.0,
+                    help="seconds each row is still judged after the tool and the operator's command exited")
     args = ap.parse_args()
     picked = select(all_scenarios(), args.only, args.fast)
     if args.list:
@@ -81,16 +95,19 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         for sc in picked:
-            r = run_scenario(cluster, sc, say)
+            r = run_scenario(cluster, sc, say, after_exit_s=args.after_exit)
             results.append(r)
             say(f"  {r.verdict} in {r.duration_s:.0f}s: lost {r.lost_total}, two-writable {r.two_writable}, "
                 f"no-writer {r.longest_no_writer_ms:.0f} ms, app gap {r.writer_gap_ms} ms, bound {r.bound_ms:.0f} ms, healthy {r.healthy}, "
                 f"operator {r.action}" + (f"; {'; '.join(r.why)[:300]}" if r.why else ""))
     finally:
         cluster.down()
+        left = netfault.remove_leftovers()
+        if left:
+            say(f"removed {left} fault rule(s) a scenario left behind")
     if args.json:
-        print(json.dumps({"results": [r.to_dict() for r in results], "seconds": round(time.monotonic() - t0)},
-                         indent=2))
+        print(json.dumps({"results": [r.to_dict() for r in results], "seconds": round(time.monotonic() - t0),
+                          "judged_after_exit_s": args.after_exit}, indent=2))
     else:
         print(table(results))
         print(f"{len(results)} scenario(s) in {time.monotonic() - t0:.0f} s")

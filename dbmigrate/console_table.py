@@ -7,6 +7,8 @@ terminal, rows are printed as records (one `header: value` line each) instead of
 a table that would have to cut them. Every cell is plain text: a `[/]` in a
 server or cluster name is printed, never parsed as markup.
 
+Cells may hold a sparkline: one block character per value of a series.
+
 Output that is not a terminal (a pipe, a file) gets `PIPE_WIDTH` columns unless
 COLUMNS says otherwise (`fit_to_output`), so nothing is ever cut for width there.
 """
@@ -145,3 +147,19 @@ def _records(cols: Sequence[Col], body: list[list[Text]], title: str | None, cap
     if caption:
         lines.append(Text(caption, style="dim"))
     return _Unwrapped(lines)
+
+
+# -- sparklines -------------------------------------------------------------------------
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float | None], top: float) -> str:
+    """One character per value, scaled to `top`; '·' for an unknown value."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append("·")
+        else:
+            out.append(BARS[min(len(BARS) - 1, int(len(BARS) * max(0.0, v) / top)) if top > 0 else 0])
+    return "".join(out)

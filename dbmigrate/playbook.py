@@ -98,6 +98,13 @@ class Playbook:
         return self.path.parent
 
     @property
+    def guard_section(self) -> GuardSection | None:
+        return self.spec.guard
+
+    def line_of(self, loc: tuple[str | int, ...]) -> int:
+        return self.locate(loc)
+
+    @property
     def inventory_path(self) -> Path | None:
         return self._relative(self.spec.inventory)
 
@@ -139,7 +146,8 @@ class Playbook:
     def build(self, ctx: RunContext) -> Procedure:
         """Build the procedure and attach the playbook's gates to its phases."""
         # Procedures may read playbook-level sections (e.g. the guard policy) at build time.
-        ctx.resources.setdefault("playbook", self)
+        if ctx.playbook is None:
+            ctx.playbook = self
         procedure = self.entry.build(ctx, self.params)
         phases = [p.name for p in procedure.phases]
         for i, gate in enumerate(self.spec.gates):

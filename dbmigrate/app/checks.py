@@ -7,6 +7,8 @@ from pathlib import Path
 from dbmigrate.config import load_inventory
 from dbmigrate.gates import GateResult, Limits, run_preflight
 
+__all__ = ["GateResult", "Limits", "preflight"]
+
 
 def preflight(inventory: Path, cluster: str, candidate: str, limits: Limits) -> list[GateResult]:
     return run_preflight(load_inventory(inventory), cluster, candidate, limits)

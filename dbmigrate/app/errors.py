@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dbmigrate.exceptions import CommandFailed, DbmigrateError
-from dbmigrate.redact import redact
+from dbmigrate.redact import redact  # front ends show server messages through it
 
 INTERRUPTED = 130
 PAUSED = 4  # a run stopped at a gate that pauses: nothing undone, resume or roll back by decision

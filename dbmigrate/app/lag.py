@@ -14,6 +14,8 @@ from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.lag import HeartbeatTable, HeartbeatWriter, LagSample, heartbeat_age_ms, read_heartbeat, sample_lag
 from dbmigrate.topology.find import discover_inventory
 
+__all__ = ["LagSample", "LagTarget", "open_lag_target", "sample_once", "watch"]
+
 
 @dataclass
 class LagTarget:

@@ -65,3 +65,19 @@ def check_journal(path: Path) -> Path:
             raise UsageError(f"journal {path} is an SQLite database of another program, not a dbmigrate journal",
                              hint="name the journal file dbmigrate wrote, or a new file")
     return path
+
+
+def check_home_if_set() -> None:
+    """$DBMIGRATE_HOME, when the environment names one, is usable (else one clear line)."""
+    if os.environ.get("DBMIGRATE_HOME"):
+        from dbmigrate.home import home
+
+        check_home(home())
+
+
+def remove_secret_files() -> None:
+    """Remove the private defaults files handed to child programs (they hold passwords): on a
+    signal that ends the tool, before anything else."""
+    from dbmigrate.db.credentials import remove_private_files
+
+    remove_private_files()

@@ -12,8 +12,11 @@ from dbmigrate.engine.journal import Journal
 from dbmigrate.engine.runner import RunOutcome
 from dbmigrate.playbook import load_playbook
 from dbmigrate.report.model import ReportModel, from_journal
-from dbmigrate.report.tables import SeedTable, all_tables
+from dbmigrate.report.tables import SeedTable, all_tables, rich_table
 from dbmigrate.report.write import check_report_path, write_report
+
+__all__ = ["all_tables", "check_report_path", "model_of_run", "rich_table", "run_with_report", "write_report",
+           "write_run_report"]
 
 
 def write_run_report(run_ref: str, path: Path, journal_path: Path | None = None
@@ -47,3 +50,4 @@ def run_with_report(playbook_path: Path, report: Path, *, journal_path: Path | N
 def model_of_run(run_ref: str, journal_path: Path | None = None) -> ReportModel:
     with Journal(resolve_journal_path(journal_path)) as journal:
         return from_journal(journal, run_ref)
+

@@ -6,7 +6,6 @@ TUI, rehearsals and benchmarks all drive runs the same way.
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import socket
@@ -14,6 +13,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Iterator
 
@@ -23,19 +23,21 @@ from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, InDoubt
 from dbmigrate.db.lease import SqlLease
 from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.app.paths import check_journal
+from dbmigrate.app.provisioning import install_provisioners
 from dbmigrate.engine.events import Event, EventBus, Log, RunStarted, StepFinished, StepStarted, Subscriber
 from dbmigrate.engine.journal import Journal, current_holder, default_journal_path, new_run_id
 from dbmigrate.engine.lease import Lease
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
-from dbmigrate.engine.step import Procedure, RunContext, RunState
+from dbmigrate.engine.step import AutoGate, ManualGate, Procedure, RunContext, RunState
 from dbmigrate.exceptions import SafetyError, UsageError
 from dbmigrate.playbook import Playbook, load_playbook
+from dbmigrate.procedures.contract import Prepared
 
-# Resource keys under which prepare_resources hands over the dedicated lock session and
-# the servers (with the primary's name) that carry the cluster lease.
-LOCK_SESSION = "lock_session"
-LEASE_SERVERS = "lease_servers"
+# What front ends read of a run: the procedure a plan shows (phases, steps, gates) and a run's outcome.
+__all__ = ["AutoGate", "ManualGate", "PlaybookInfo", "Procedure", "RunOutcome", "SignalStop", "act_on_run",
+           "describe_playbook", "explain", "list_runs", "mark_orphans", "plan_playbook", "resolve_journal_path",
+           "resolve_run", "resume_run", "rollback_run", "run_detail", "start_run"]
 
 
 def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None = None) -> Path:
@@ -48,6 +50,41 @@ def resolve_journal_path(explicit: Path | None = None, playbook: Playbook | None
     return check_journal(default_journal_path())
 
 
+def list_runs(journal_path: Path | None = None, limit: int = 20) -> list[dict[str, Any]]:
+    """Recent runs, newest first; those whose process is gone are shown orphaned."""
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        return mark_orphans(journal.list_runs(limit))
+
+
+def run_detail(run_ref: str, journal_path: Path | None = None) -> dict[str, Any]:
+    """One run: steps, gates, hooks and statements sent."""
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        return journal.run_detail(journal.resolve_run_id(run_ref))
+
+
+def resolve_run(run_ref: str, journal_path: Path | None = None) -> str:
+    """The full id of a run named by a unique prefix or 'last'."""
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        return journal.resolve_run_id(run_ref)
+
+
+@dataclass(frozen=True)
+class PlaybookInfo:
+    """What a front end shows of a playbook before anything runs (validated on reading)."""
+
+    path: Path
+    procedure: str
+    cluster: str
+    inventory_path: Path | None
+    journal_path: Path  # where its runs are journaled: --journal, its `journal:`, or the default
+
+
+def describe_playbook(playbook_path: Path, journal_path: Path | None = None) -> PlaybookInfo:
+    playbook = load_playbook(playbook_path)
+    return PlaybookInfo(playbook.path, playbook.procedure, playbook.cluster, playbook.inventory_path,
+                        resolve_journal_path(journal_path, playbook))
+
+
 def plan_playbook(playbook_path: Path) -> Procedure:
     """Build the procedure of a playbook without touching any server; its inventory file and
     cluster are read and checked (a plan of a cluster that is not there is no plan)."""
@@ -55,7 +92,7 @@ def plan_playbook(playbook_path: Path) -> Procedure:
     playbook.load_inventory()
     with Journal(":memory:") as scratch:
         ctx = RunContext(run_id="plan", procedure=playbook.procedure, cluster=playbook.cluster,
-                         journal=scratch, bus=EventBus(), dry_run=True, params=playbook.params)
+                         journal=scratch, bus=EventBus(), dry_run=True, params=playbook.params, playbook=playbook)
         return playbook.build(ctx)
 
 
@@ -115,19 +152,20 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
         for subscriber in subscribers:
             bus.subscribe(subscriber)
         unsubscribe = bus.subscribe(journal.record, critical=True)
-        _install_provisioners(playbook)
-        resources = _prepare(playbook, RunState(journal, run_id))
+        install_provisioners(playbook.procedure)
+        prepared = _prepare(playbook, RunState(journal, run_id))
         try:
             ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
-                             bus=bus, dry_run=False, resources=resources, params=playbook.params)
+                             bus=bus, dry_run=False, resources=prepared.resources, params=playbook.params,
+                             playbook=playbook)
             procedure = playbook.build(ctx)
-            with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id):
+            with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id):
                 sentence = action(ctx)
             ctx.log(sentence)
             return sentence
         finally:
             unsubscribe()
-            _close_resources(resources)
+            _close(prepared)
 
 
 def resume_run(run_ref: str, *, without_old_primary: bool = False, **kwargs: Any) -> RunOutcome:
@@ -212,7 +250,7 @@ def _drive_with_resources(
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
     run_id = run["id"]
-    _install_provisioners(playbook)
+    install_provisioners(playbook.procedure)
     with _statements_in_doubt(journal, run_id):
         return _drive_prepared(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed, cancel)
 
@@ -250,10 +288,11 @@ def _drive_prepared(
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
     run_id = run["id"]
-    resources = _prepare(playbook, RunState(journal, run_id), old_gone=(mode == "takeover"))
+    prepared = _prepare(playbook, RunState(journal, run_id), old_gone=(mode == "takeover"))
     try:
         ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
-                         bus=bus, dry_run=run["dry_run"], resources=resources, params=playbook.params)
+                         bus=bus, dry_run=run["dry_run"], resources=prepared.resources, params=playbook.params,
+                         playbook=playbook)
         if warn_changed:
             warning = Log(run_id=run_id, level="warning",
                           message=f"playbook {playbook.path} changed since the run started; using the current one")
@@ -261,13 +300,13 @@ def _drive_prepared(
             journal.record_log(warning)
         procedure = playbook.build(ctx)
         runner = Runner(approver=approver, assume_yes=assume_yes, hooks=playbook.hook_runner(), cancel=cancel)
-        with _cluster_lock(procedure, resources, playbook.cluster, journal, run_id, run["dry_run"]) as lock:
+        with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id, run["dry_run"]) as lock:
             runner.stop_check = getattr(lock, "stop_reason", None)
             if mode == "rollback":
                 return runner.rollback(procedure, ctx)
             return runner.run(procedure, ctx, resume=(mode in ("resume", "takeover")))
     finally:
-        _close_resources(resources)
+        _close(prepared)
 
 
 @contextmanager
@@ -291,60 +330,36 @@ def _fault_injection(bus: EventBus) -> Iterator[None]:
         unsubscribe()
 
 
-def _install_provisioners(playbook: Playbook) -> None:
-    """Instances planned on sandbox hosts (rehearsals) are created by the sandbox provisioner;
-    procedures only know the protocol. Only a consolidation plans instances: the others do not
-    load the plan's modules."""
-    if playbook.procedure != "consolidate":
-        return
-    from dbmigrate.rehearsal.provision import install
-
-    install()
+def _prepare(playbook: Playbook, state: RunState, old_gone: bool = False) -> Prepared:
+    """Open the procedure's resources; the run state lets a resumed run use facts journaled
+    before a crash (e.g. which server was primary)."""
+    if old_gone and not playbook.entry.takeover:
+        raise UsageError(f"a {playbook.procedure} run cannot be completed without its old primary",
+                         hint="--without-old-primary completes promote runs")
+    return playbook.entry.prepare_resources(playbook, state, old_gone=old_gone)
 
 
-def _prepare(playbook: Playbook, state: RunState, old_gone: bool = False) -> dict[str, Any]:
-    """Open the procedure's resources; preparers that take the run state get it, so that
-    a resumed run can use facts journaled before a crash (e.g. which server was primary)."""
-    prepare = playbook.entry.prepare_resources
-    if old_gone:
-        if "old_gone" not in inspect.signature(prepare).parameters:
-            raise UsageError(f"a {playbook.procedure} run cannot be completed without its old primary",
-                             hint="--without-old-primary completes promote runs")
-        return prepare(playbook, state, old_gone=True)
-    if len(inspect.signature(prepare).parameters) >= 2:
-        return prepare(playbook, state)
-    return prepare(playbook)
-
-
-def _cluster_lock(procedure: Procedure, resources: dict[str, Any], cluster: str, journal: Journal,
+def _cluster_lock(procedure: Procedure, prepared: Prepared, cluster: str, journal: Journal,
                   run_id: str, dry_run: bool = False) -> ContextManager[Any]:
     if not procedure.needs_lock:
         return nullcontext()
-    session = resources.get(LOCK_SESSION)
-    if session is None:
+    if prepared.lock_session is None:
         raise SafetyError(
-            f"procedure '{procedure.name}' needs the cluster lock but its resources have no '{LOCK_SESSION}'",
+            f"procedure '{procedure.name}' needs the cluster lock but its preparer opened no lock session",
             hint="the procedure's prepare_resources must open a dedicated session to the primary",
         )
     lease = None
-    if resources.get(LEASE_SERVERS) is not None and not dry_run:  # a dry-run writes nothing, not even a lease
-        servers, primary = resources[LEASE_SERVERS]
-        lease = Lease(SqlLease(servers, primary), cluster, run_id, holder=current_holder(),
+    if prepared.lease_servers is not None and not dry_run:  # a dry-run writes nothing, not even a lease
+        where = prepared.lease_servers
+        lease = Lease(SqlLease(where.servers, where.primary), cluster, run_id, holder=current_holder(),
                       host=socket.gethostname(), pid=os.getpid())
-    return ClusterLock(SqlNamedLocks(session), cluster, journal, run_id, lease)
+    return ClusterLock(SqlNamedLocks(prepared.lock_session), cluster, journal, run_id, lease)
 
 
-def _close_resources(resources: dict[str, Any]) -> None:
-    """What prepare_resources opened, the run closes (newest first); closing the lock session frees GET_LOCK."""
-    for value in reversed(list(resources.values())):
-        close = getattr(value, "close", None)
-        if callable(close):
-            try:
-                close()
-            except Exception as exc:  # closing must not mask the run's outcome
-                print(f"warning: closing {value!r} failed: {exc}", file=sys.stderr)
-
-
+def _close(prepared: Prepared) -> None:
+    """What the preparer opened, the run closes; closing the lock session frees GET_LOCK."""
+    for value, exc in prepared.close():  # closing must not mask the run's outcome
+        print(f"warning: closing {value!r} failed: {exc}", file=sys.stderr)
 
 
 class SignalStop:

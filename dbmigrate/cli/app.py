@@ -22,9 +22,9 @@ def _stop_on(signum: int, _frame) -> None:
     """SIGTERM/SIGHUP: remove the private defaults files (they hold passwords) at once,
     then unwind like Ctrl-C so that children are killed and `finally` blocks run."""
     from dbmigrate.app.errors import Terminated
-    from dbmigrate.db.credentials import remove_private_files
+    from dbmigrate.app.paths import remove_secret_files
 
-    remove_private_files()
+    remove_secret_files()
     raise Terminated(signum, signal.Signals(signum).name)
 
 

@@ -11,8 +11,7 @@ import typer
 from dbmigrate.exceptions import CommandFailed
 from dbmigrate.cli.common import console, print_json
 from dbmigrate.console_table import Col, show, styled
-from dbmigrate.app.checks import preflight
-from dbmigrate.gates import GateResult, Limits
+from dbmigrate.app.checks import GateResult, Limits, preflight
 
 
 def register(app: typer.Typer) -> None:

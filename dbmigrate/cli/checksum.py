@@ -10,7 +10,6 @@ from dbmigrate.exceptions import CommandFailed
 from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.cli.common import console, print_json
-from dbmigrate.config import load_inventory
 
 
 def register(app: typer.Typer) -> None:
@@ -22,19 +21,10 @@ def checksum(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inve
              databases: str = typer.Option(..., "--databases", "-d", help="Comma-separated databases to checksum."),
              json_out: bool = typer.Option(False, "--json")):
     """Compare every replica's data with the primary's (pt-table-checksum); exit 1 when any differ."""
-    from dbmigrate.procedures.kit.roles import find_primary_of
-    from dbmigrate.tools.pt_connect import table_checksum
+    from dbmigrate.app.checksum import checksum_cluster
 
-    inv = load_inventory(inventory)
-    servers = {n: inv.open(n) for n in inv.cluster(cluster).servers}
-    try:
-        primary = find_primary_of(servers)
-        report = table_checksum(servers[primary], [s for n, s in servers.items() if n != primary],
-                                [d.strip() for d in databases.split(",") if d.strip()])
-        replicas = [n for n in servers if n != primary]
-    finally:
-        for s in servers.values():
-            s.close()
+    outcome = checksum_cluster(inventory, cluster, [d.strip() for d in databases.split(",") if d.strip()])
+    primary, replicas, report = outcome.primary, outcome.replicas, outcome.report
     if json_out:
         print_json({"primary": primary, **report.to_dict()})
     else:

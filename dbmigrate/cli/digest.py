@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from dbmigrate.exceptions import CommandFailed
-from dbmigrate.app import digest_capture as capture_use
+from dbmigrate.app import digests
 from dbmigrate.cli.common import console, err_console, print_json
 from dbmigrate.console_table import emit
 from dbmigrate.exceptions import UsageError
@@ -39,19 +38,11 @@ def capture(
     json_out: bool = typer.Option(False, "--json", help="Print the digest as JSON."),
 ):
     """Capture a digest: long_query_time=0 for N seconds on a server (settings restored), or digest a slow log."""
-    from dbmigrate.digest.report import digest_table
-    from dbmigrate.digest import window as proc
-
-    # before anything is read or connected: a bad number never opens a window
-    if not math.isfinite(seconds) or not 0 < seconds <= proc.MAX_WINDOW_S:
-        raise UsageError(f"--seconds {seconds:g}: a capture window lasts between 0 and {proc.MAX_WINDOW_S:g} seconds",
-                         hint="e.g. --seconds 30")
+    digests.check_window(seconds)
     if slow_log is not None:
-        target = out or proc.default_digest_file(slow_log.stem)
-        d = proc.digest_slow_log(slow_log, target)
-        sentence = f"digested {d.query_count} queries in {len(d.classes)} classes from {slow_log}; digest in {target}"
+        d, sentence = digests.digest_file(slow_log, out)
     else:
-        result = capture_use.capture(inventory, server, seconds, out, saved_settings=saved_settings,
+        result = digests.capture(inventory, server, seconds, out, saved_settings=saved_settings,
                                      log_file=log_file, progress=None if json_out else _progress)
         d, sentence = result.digest, result.sentence()
         if result.sessions_before and not json_out:
@@ -60,7 +51,7 @@ def capture(
     if json_out:
         print_json(d.to_dict())
         return
-    emit(console, digest_table(d, width=console.width))
+    emit(console, digests.digest_table(d, width=console.width))
     console.print(sentence)
 
 
@@ -68,10 +59,7 @@ def capture(
 def show(digest_file: Path = typer.Argument(..., help="A digest file (dbmigrate or pt-query-digest JSON)."),
          limit: int = typer.Option(20, "--limit")):
     """Show one digest: classes by share of query time."""
-    from dbmigrate.digest.model import Digest
-    from dbmigrate.digest.report import digest_table
-
-    emit(console, digest_table(Digest.load(digest_file), limit, console.width))
+    emit(console, digests.digest_table(digests.load_digest(digest_file), limit, console.width))
 
 
 @cmd.command("compare")
@@ -85,24 +73,15 @@ def compare(
     limit: int = typer.Option(30, "--limit", help="Classes shown (JSON has them all)."),
 ):
     """Compare two digests per query class and overall (▲ worse, ▼ better)."""
-    from dbmigrate.digest.compare import Noise, compare as do_compare
-    from dbmigrate.digest.model import Digest
-    from dbmigrate.digest import report
-
     if json_out and markdown:
         raise UsageError("choose one of --json and --markdown")
-    base, current = Digest.load(before), Digest.load(after)
-    for path, d in ((before, base), (after, current)):
-        if d.query_count == 0:
-            raise UsageError(f"{path} holds no query: there is nothing to compare",
-                             hint="capture again while the application sends queries")
-    cmp = do_compare(base, current, Noise(noise_pct, noise_us))
+    cmp = digests.compare_files(before, after, noise_pct, noise_us)
     if json_out:
-        print_json(report.comparison_json(cmp))
+        print_json(digests.comparison_json(cmp))
     elif markdown:
-        typer.echo(report.comparison_markdown(cmp, limit), nl=False)
+        typer.echo(digests.comparison_markdown(cmp, limit), nl=False)
     else:
-        for part in report.comparison_renderable(cmp, limit, width=console.width).renderables:
+        for part in digests.comparison_renderable(cmp, limit, width=console.width).renderables:
             emit(console, part)
 
 
@@ -114,16 +93,12 @@ def evaluate(
     json_out: bool = typer.Option(False, "--json"),
 ):
     """What the latency guard would decide for these two digests (exit 3 when it would roll back)."""
-    from dbmigrate.digest.model import Digest
-    from dbmigrate.digest.policy import evaluate as do_evaluate, load_policy
-    from dbmigrate.digest.report import decision_text
-
-    decision = do_evaluate(load_policy(policy_file), Digest.load(baseline), Digest.load(current))
+    decision = digests.evaluate_files(policy_file, baseline, current)
     if json_out:
         print_json({"rollback": decision.rollback, "insufficient": decision.insufficient,
                     "reasons": decision.reasons, "numbers": decision.numbers})
     else:
-        console.print(decision_text(decision))
+        console.print(digests.decision_text(decision))
     if decision.rollback:
         raise CommandFailed(3, "the policy calls for a rollback: " + "; ".join(map(str, decision.reasons)),
                             hint="compare the digests (dbmigrate digest compare) to see which queries regressed")
@@ -138,18 +113,11 @@ def restore(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the statements, change nothing."),
 ):
     """Put back the slow-log settings saved before a capture window (after a crash of the tool)."""
-    from dbmigrate.digest import window as proc
-
-    saved = proc.load_saved_settings(from_file)
-    if saved.get("restored_at") and not force:
-        raise UsageError(f"{from_file} was already restored at {saved['restored_at']}",
-                         hint="settings may have changed since; pass --force to apply them again anyway")
-    name, changed, planned = capture_use.restore(inventory, server, saved, dry_run=dry_run)
+    name, changed, planned = digests.restore_from_file(inventory, server, from_file, force=force, dry_run=dry_run)
     if dry_run:
         for sql in planned:
             console.print(sql, highlight=False)
         return
-    proc.mark_restored(from_file, saved)
     if changed:
         console.print(f"[green]restored on {name}:[/] " + "; ".join(changed), highlight=False)
     else:

@@ -12,8 +12,7 @@ from dbmigrate.exceptions import CommandFailed
 from dbmigrate.console_table import Col, show, styled
 
 from dbmigrate.cli.common import console, err_console, print_json
-from dbmigrate.config import load_inventory
-from dbmigrate.app.inventory import check_inventory
+from dbmigrate.app.inventory import check_inventory, validate_inventory
 
 cmd = typer.Typer(help="Inventory files: validate and check against the servers.", no_args_is_help=True)
 
@@ -36,6 +35,7 @@ def check(file: Path = typer.Argument(..., help="Inventory YAML."),
             d["cluster"] = cname
             d["behind"] = f.__dict__.get("behind", {})
             d["lag_transactions"] = sum(d["behind"].values()) if d["behind"] else (0 if f.is_replica else None)
+            d["missing_privileges"] = f.__dict__.get("missing_privileges", {})
             servers.append(d)
         print_json({"inventory": str(file), "ok": not failed, "servers": servers})
     else:
@@ -58,6 +58,9 @@ def check(file: Path = typer.Argument(..., help="Inventory YAML."),
             table.append([f.name, cname, f.address, f.flavor, f.version.split("-")[0], f.role,
                           "ON" if f.read_only else "OFF", f.gtid_executed or "-", repl, lag])
         show(console, cols, table, title=f"inventory {file}")
+    if not json_out:
+        for line in privilege_lines(rows):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     for f in failed:
         err_console.print(f"[bold red]error:[/] {escape(f.name)}: {escape(f.error)}", highlight=False, soft_wrap=True)
     if failed:
@@ -68,6 +71,18 @@ def check(file: Path = typer.Argument(..., help="Inventory YAML."),
 @cmd.command("validate")
 def validate(file: Path = typer.Argument(...)):
     """Validate the file only (no connections)."""
-    inv = load_inventory(file)
-    n = sum(len(c.servers) for c in inv.clusters.values())
-    console.print(f"[green]ok[/]: {len(inv.clusters)} cluster(s), {n} server(s)")
+    clusters, servers = validate_inventory(file)
+    console.print(f"[green]ok[/]: {clusters} cluster(s), {servers} server(s)")
+
+
+def privilege_lines(rows) -> list[str]:
+    """One line per server whose accounts lack one of the least privileges (docs/operations/privileges.md)."""
+    out = []
+    for _, f in rows:
+        missing = f.__dict__.get("missing_privileges") or {}
+        said = [f"{account} account lacks {', '.join(privs)}" for account, privs in missing.items() if privs]
+        if said:
+            out.append(f"privileges: {f.name}: " + "; ".join(said) + " (see docs/operations/privileges.md)")
+    if not out and any(f.__dict__.get("missing_privileges") for _, f in rows):
+        out.append("privileges: the admin and replication accounts hold every privilege the tool needs")
+    return out

@@ -11,11 +11,10 @@ from rich.console import RenderableType
 
 from dbmigrate.exceptions import CommandFailed
 from dbmigrate.app import lag as lag_use
-from dbmigrate.sparkline import sparkline
+from dbmigrate.app.lag import LagSample
 from dbmigrate.cli.common import console, print_json
-from dbmigrate.console_table import Col, build, emit, styled
+from dbmigrate.console_table import Col, build, emit, sparkline, styled
 from dbmigrate.exceptions import UsageError
-from dbmigrate.lag import LagSample
 
 cmd = typer.Typer(help="Replication lag: heartbeat (ms), GTID distance, Seconds_Behind_Master.", no_args_is_help=True)
 

@@ -46,11 +46,9 @@ def promote(
     compose: bool = typer.Option(False, "--compose", help=COMPOSE_HELP),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
-    from dbmigrate.app.reports import model_of_run
+    from dbmigrate.app.reports import all_tables, check_report_path, model_of_run, write_report
     from dbmigrate.cli.render import ConsoleRenderer
     from dbmigrate.rehearsal.rehearse import rehearse_promote
-    from dbmigrate.report.tables import all_tables
-    from dbmigrate.report.write import check_report_path, write_report
 
     if report_file is not None:
         report_file = check_report_path(report_file)  # before a sandbox is built
@@ -152,7 +150,7 @@ def render_report(r: dict) -> None:
 
 
 def print_tables(tables) -> None:
-    from dbmigrate.report.tables import rich_table
+    from dbmigrate.app.reports import rich_table
 
     for t in tables:
         console.print(rich_table(t))

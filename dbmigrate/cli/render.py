@@ -28,7 +28,7 @@ from dbmigrate.engine.events import (
     StepStarted,
     event_to_dict,
 )
-from dbmigrate.engine.step import AutoGate, ManualGate, Procedure
+from dbmigrate.app.runs import AutoGate, ManualGate, Procedure
 
 _STATUS_MARK = {
     "done": "[green]✓[/]",

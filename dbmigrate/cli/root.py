@@ -9,10 +9,10 @@ import os
 
 import typer
 
-from dbmigrate.app.paths import check_home
+from dbmigrate.app.paths import check_home_if_set
+from dbmigrate.app.provisioning import provision_sandbox_hosts_with
 from dbmigrate import version_line
 from dbmigrate.exceptions import DbmigrateError
-from dbmigrate.home import home
 from dbmigrate.cli import common, jsonout
 from dbmigrate.cli.examples import add_examples
 from dbmigrate.console_table import fit_to_output
@@ -39,11 +39,10 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks and
     common.state["debug"] = debug or bool(os.environ.get("DBMIGRATE_DEBUG"))
     fit_to_output(common.console)
     common.state["pending_error"] = None
-    if os.environ.get("DBMIGRATE_HOME"):
-        try:
-            check_home(home())
-        except DbmigrateError as exc:  # raised inside the command's boundary, so --json reports it as a record
-            common.state["pending_error"] = exc
+    try:
+        check_home_if_set()
+    except DbmigrateError as exc:  # raised inside the command's boundary, so --json reports it as a record
+        common.state["pending_error"] = exc
     if common.state["debug"]:
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
 
@@ -63,6 +62,12 @@ def _guard_all(group: typer.Typer, prefix: str = "") -> None:
             _guard_all(sub.typer_instance, prefix + sub.name + " ")
 
 
+def _sandbox_provisioner():
+    from dbmigrate.cli.sandbox import sandbox_provisioner
+
+    return sandbox_provisioner()
+
+
 def build(commands: list[str] | None = None) -> typer.Typer:
     """The application with the modules of these top-level commands registered (all by default).
     Every command group adds its commands with register(app); a missing module is an error."""
@@ -77,6 +82,9 @@ def build(commands: list[str] | None = None) -> typer.Typer:
         add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     )
     built.callback()(_root)
+    # A consolidation run from this command line creates the instances its plan puts on a
+    # sandbox host in that sandbox; loaded only when such a run starts.
+    provision_sandbox_hosts_with(_sandbox_provisioner)
     for module in modules:
         importlib.import_module(f"dbmigrate.cli.{module}").register(built)
     _guard_all(built)

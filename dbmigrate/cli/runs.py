@@ -16,12 +16,14 @@ from rich.console import Console
 
 from dbmigrate.app.errors import run_failed
 from dbmigrate.app.runs import (
+    RunOutcome,
     SignalStop,
-    mark_orphans,
+    list_runs,
     plan_playbook,
-    resolve_journal_path,
+    resolve_run,
     resume_run,
     rollback_run,
+    run_detail,
     start_run,
 )
 from dbmigrate.cli.common import console, err_console, guarded, print_json
@@ -35,8 +37,6 @@ from dbmigrate.cli.render import (
     render_runs_table,
 )
 from dbmigrate.engine.events import Subscriber
-from dbmigrate.engine.journal import Journal
-from dbmigrate.engine.runner import RunOutcome
 
 
 
@@ -140,8 +140,7 @@ def runs_ls_command(
     limit: Annotated[int, typer.Option("--limit", "-n", help="How many recent runs.")] = 20,
 ) -> None:
     """List recent runs, newest first."""
-    with Journal(resolve_journal_path(journal)) as j:
-        runs = mark_orphans(j.list_runs(limit))
+    runs = list_runs(journal, limit)
     if json_out:
         print_json(runs)
     else:
@@ -155,8 +154,7 @@ def runs_show_command(
     journal: JournalOpt = None,
 ) -> None:
     """Show one run: steps, gates, hooks and statements sent."""
-    with Journal(resolve_journal_path(journal)) as j:
-        detail = j.run_detail(j.resolve_run_id(run))
+    detail = run_detail(run, journal)
     if json_out:
         print_json(detail)
     else:
@@ -172,8 +170,7 @@ def runs_report_command(
     journal: JournalOpt = None,
 ) -> None:
     """Write the evidence report of a run: charts and before/after tables from what it journaled."""
-    with Journal(resolve_journal_path(journal)) as j:
-        run_id = j.resolve_run_id(run)
+    run_id = resolve_run(run, journal)
     from dbmigrate.app.reports import write_run_report
 
     written = write_run_report(run_id, out or Path(f"report-{run_id}.html"), journal)
@@ -182,7 +179,7 @@ def runs_report_command(
 
 def _say_report(written, json_out: bool) -> None:
     """Where the report went, and its tables; on stderr with --json so stdout stays machine-readable."""
-    from dbmigrate.report.tables import rich_table
+    from dbmigrate.app.reports import rich_table
 
     html_path, json_path, tables = written
     out = Console(stderr=True, highlight=False, soft_wrap=True) if json_out else Console(highlight=False,

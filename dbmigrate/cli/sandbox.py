@@ -18,6 +18,14 @@ def register(app: typer.Typer) -> None:
     app.add_typer(cmd, name="sandbox")
 
 
+def sandbox_provisioner():
+    """Who creates the instances a consolidation plan puts on a sandbox host: that sandbox
+    (as `sandbox add-instance` does)."""
+    from dbmigrate.rehearsal.provision import SandboxProvisioner
+
+    return SandboxProvisioner()
+
+
 def _progress(msg: str) -> None:
     console.print(f"[dim]… {msg}[/]")
 

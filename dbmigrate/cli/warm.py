@@ -10,35 +10,17 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dbmigrate.app.warm import WarmCheck, WarmRequest, WarmResult, fmt_ratio, parse_tables, prepare_warm, warm_check
 from dbmigrate.exceptions import CommandFailed
 from dbmigrate.cli.common import console, err_console, print_json
-from dbmigrate.config import Inventory, load_inventory
-from dbmigrate.exceptions import GateFailed, UsageError
-from dbmigrate.warm import methods as warm_proc
-from dbmigrate.warm.copier import HostCopier
-from dbmigrate.warm.measure import fmt_ratio
+from dbmigrate.exceptions import GateFailed
 
 
 def register(app: typer.Typer) -> None:
     app.command("warm")(warm)
 
 
-def _tables(arg: Optional[str]) -> list[str]:
-    return [t.strip() for t in (arg or "").split(",") if t.strip()]
-
-
-def _plan(inv: Inventory, slow_log: Optional[Path], source_name: Optional[str], required: bool):
-    if slow_log:
-        return warm_proc.replay_plan_from_file(slow_log)
-    if source_name:
-        with inv.open(source_name) as source:
-            return warm_proc.replay_plan_from_server(source, copier=HostCopier.for_inventory(inv))
-    if required:
-        raise UsageError("replay needs a digest: give --slow-log FILE or --from SERVER (its slow log is digested)")
-    return None
-
-
-def _show(result: warm_proc.WarmResult, target_hit_ratio: Optional[float]) -> None:
+def _show(result: WarmResult, target_hit_ratio: Optional[float]) -> None:
     t = Table(title=f"warm-up of {result.target} ({result.method}"
                     f"{' from ' + result.source if result.source else ''}, {result.seconds:.1f}s)")
     for col in ("", "before", "after"):
@@ -85,30 +67,13 @@ def warm(
     json_out: bool = typer.Option(False, "--json", help="Print the result record as JSON."),
 ):
     """Warm TARGET's InnoDB buffer pool (dump-load, replay or scan) and measure the gain."""
-    if method not in warm_proc.METHODS:
-        raise UsageError(f"unknown method '{method}'", hint=f"use one of: {', '.join(warm_proc.METHODS)}")
-    if target_hit_ratio is not None and not 0 < target_hit_ratio <= 1:
-        raise UsageError("--target-hit-ratio is a fraction, e.g. 0.99")
-    if source and source == target:
-        raise UsageError("--from and --target name the same server")
-    inv = load_inventory(inventory)
-    _, tspec = inv.find_server(target)
-    sspec = inv.find_server(source)[1] if source else None
-    wanted = _tables(tables)
-
+    req = WarmRequest(inventory=inventory, target=target, source=source, method=method, slow_log=slow_log,
+                      tables=parse_tables(tables), seconds=seconds, target_hit_ratio=target_hit_ratio,
+                      threads=threads, per_table=per_table)
     if check:
-        return _check(inv, target, wanted, target_hit_ratio or 0.99, json_out)
+        return _check(target, warm_check(req, target_hit_ratio or 0.99), json_out)
 
-    # Everything that can be refused is checked before the progress bar starts.
-    if method == "dump-load" and not source:
-        raise UsageError("dump-load needs --from SERVER (the server whose pages are loaded)")
-    plan = None
-    if method == "replay" or slow_log or (method == "scan" and not wanted):
-        plan = _plan(inv, slow_log, None if method == "dump-load" else source, required=method == "replay")
-    if method == "scan" and not wanted and plan is None:
-        raise UsageError("scan needs --tables schema.table,... (or --slow-log FILE / --from SERVER to scan the "
-                         "tables its queries read)")
-
+    run = prepare_warm(req)  # everything that can be refused is checked before the progress bar starts
     out: Console = err_console if json_out else console
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), TextColumn("{task.fields[msg]}"), console=out, transient=json_out) as bar:
@@ -117,36 +82,19 @@ def warm(
         def on_progress(fraction: float, message: str) -> None:
             bar.update(task, completed=fraction, msg=message[:70])
 
-        common = dict(seconds=seconds, threads=threads, per_table=per_table, on_progress=on_progress)
-        with inv.open(target) as tgt:
-            if method == "dump-load":
-                with inv.open(source) as src:
-                    result = warm_proc.dump_load(src, tgt, plan=plan, source_datadir=sspec.datadir,
-                                                 target_datadir=tspec.datadir,
-                                                 copier=HostCopier.for_inventory(inv), **common)
-            elif method == "replay":
-                result = warm_proc.replay(tgt, plan, tables=wanted or None, target_hit_ratio=target_hit_ratio,
-                                          **common)
-            else:
-                if not wanted:
-                    wanted, _ = warm_proc.expand_numbered_tables(tgt, plan.hot_tables())
-                result = warm_proc.scan(tgt, wanted, target_hit_ratio=target_hit_ratio, **common)
+        result = run(on_progress)
     if json_out:
         print_json(result.to_dict())
     else:
         _show(result, target_hit_ratio)
 
 
-def _check(inv: Inventory, target: str, tables: list[str], ratio: float, json_out: bool) -> None:
-    if not tables:
-        raise UsageError("--check needs --tables schema.table,... to probe")
-    with inv.open(target) as tgt:
-        ok, reason, details = warm_proc.warm_gate(tgt, ratio, tables=tables)
+def _check(target: str, verdict: WarmCheck, json_out: bool) -> None:
     if json_out:
-        print_json({"ok": ok, "reason": reason, "details": details})
-        if not ok:
-            raise CommandFailed(1, f"{target} is not warm: {reason}", hint="warm it, then check again")
+        print_json({"ok": verdict.ok, "reason": verdict.reason, "details": verdict.details})
+        if not verdict.ok:
+            raise CommandFailed(1, f"{target} is not warm: {verdict.reason}", hint="warm it, then check again")
         return
-    if not ok:
-        raise GateFailed(reason, hint="warm it: dbmigrate warm --method dump-load|replay|scan ...")
-    console.print(f"[green]warm:[/] {reason}")
+    if not verdict.ok:
+        raise GateFailed(verdict.reason, hint="warm it: dbmigrate warm --method dump-load|replay|scan ...")
+    console.print(f"[green]warm:[/] {verdict.reason}")

@@ -108,6 +108,21 @@ class Flavor:
     def ddl_without_binlog_sql(self, statement: str) -> list[str]: raise NotImplementedError
     def replication_grants(self) -> str: raise NotImplementedError
 
+    # -- the least privileges of the tool's accounts (docs/operations/privileges.md) --
+    TOOL_PRIVILEGES: dict[str, tuple[tuple[str, tuple[str, ...], str], ...]] = {}
+
+    def tool_privileges(self, account: str) -> tuple[tuple[str, tuple[str, ...], str], ...]:
+        """(privilege, other privileges that also grant it, what needs it) for `admin` or `replication`."""
+        return self.TOOL_PRIVILEGES[account]
+
+    def missing_privileges(self, account: str, granted: set[str]) -> list[str]:
+        """The global privileges `account` needs that `granted` (from SHOW GRANTS, on *.*) lacks."""
+        have = {" ".join(g.replace("_", " ").split()).upper() for g in granted}
+        if have & {"ALL", "ALL PRIVILEGES"}:
+            return []
+        return [name for name, also, _ in self.tool_privileges(account)
+                if not {" ".join(x.replace("_", " ").split()).upper() for x in (name, *also)} & have]
+
     # -- the fence's expiry: a one-time EVENT that unfences the server unless cancelled --
     def fence_expiry_sql(self, seconds: float) -> list[str]: raise NotImplementedError
     def cancel_fence_expiry_sql(self) -> list[str]: raise NotImplementedError
@@ -370,6 +385,36 @@ class MariaDB(Flavor):
 
     def read_only_and_binlog_pos_sql(self) -> str:
         return "SELECT @@GLOBAL.read_only AS ro, @@GLOBAL.gtid_binlog_pos AS pos"
+
+    # Measured on 10.11 (each statement the tool sends, tried by an account without the privilege):
+    # SUPER no longer covers READ_ONLY ADMIN; it still covers the others it is listed beside.
+    TOOL_PRIVILEGES = {
+        "admin": (
+            ("SELECT", (), "read mysql.user, SHOW GRANTS of other accounts, information_schema"),
+            ("PROCESS", (), "every session (drain, long transactions), information_schema.INNODB_TRX"),
+            ("READ_ONLY ADMIN", (), "SET GLOBAL read_only (the fence and the open), DDL on read-only replicas"),
+            ("SUPER", (), "SET GLOBAL of the slow log, event_scheduler and the buffer pool dump/load"),
+            ("CONNECTION ADMIN", ("SUPER",), "KILL the application's sessions"),
+            ("REPLICATION SLAVE ADMIN", ("SUPER",), "STOP/START SLAVE, CHANGE MASTER, gtid_slave_pos"),
+            ("SLAVE MONITOR", ("REPLICA MONITOR", "SUPER"), "SHOW SLAVE STATUS"),
+            ("BINLOG MONITOR", ("SUPER",), "SHOW MASTER STATUS, the binlog position"),
+            ("REPLICATION MASTER ADMIN", (), "SHOW SLAVE HOSTS (topology discovery)"),
+            ("BINLOG ADMIN", ("SUPER",), "sql_log_bin=0 for DDL that must not replicate (schema swap, grants)"),
+            ("CREATE", (), "heartbeat, lease and scratch schemas; CREATE TABLE and CREATE INDEX of a schema swap"),
+            ("DROP", (), "the scratch schema of the DDL check; DROP INDEX of a schema swap"),
+            ("ALTER", (), "ALTER TABLE of a schema swap"),
+            ("INDEX", (), "CREATE INDEX and DROP INDEX of a schema swap"),
+            ("INSERT", (), "heartbeat and cluster lease rows"),
+            ("UPDATE", (), "heartbeat and cluster lease rows"),
+            ("DELETE", (), "heartbeat and cluster lease rows"),
+            ("EVENT", (), "the fence's server-side expiry"),
+            ("RELOAD", (), "mariadb-backup and pt-table-checksum (per their manuals)"),
+            ("LOCK TABLES", (), "mariadb-backup (per its manual)"),
+        ),
+        "replication": (
+            ("REPLICATION SLAVE", ("REPLICATION REPLICA",), "replicas read the binlog (the login check only logs in)"),
+        ),
+    }
 
     def replication_grants(self) -> str:
         # 10.5+ split REPLICATION CLIENT: SLAVE MONITOR shows replica status, BINLOG MONITOR the binlogs.
@@ -636,6 +681,35 @@ class MySQL(Flavor):
 
     def read_only_and_binlog_pos_sql(self) -> str:
         return "SELECT @@GLOBAL.read_only AS ro, @@GLOBAL.gtid_executed AS pos"
+
+    # From the MySQL 8.0 manual (not measured on this machine): dynamic privileges instead of SUPER.
+    TOOL_PRIVILEGES = {
+        "admin": (
+            ("SELECT", (), "read mysql.user, SHOW GRANTS of other accounts, performance_schema"),
+            ("PROCESS", (), "every session (drain, long transactions), information_schema.INNODB_TRX"),
+            ("SYSTEM_VARIABLES_ADMIN", ("SUPER",), "SET GLOBAL read_only and super_read_only, the slow log, "
+                                                   "event_scheduler, the buffer pool dump/load"),
+            ("CONNECTION_ADMIN", ("SUPER",), "KILL the application's sessions; write while read_only is on"),
+            ("REPLICATION_SLAVE_ADMIN", ("SUPER",), "STOP/START REPLICA, CHANGE REPLICATION SOURCE"),
+            ("REPLICATION CLIENT", (), "SHOW REPLICA STATUS, SHOW BINARY LOG STATUS"),
+            ("REPLICATION SLAVE", ("REPLICATION REPLICA",), "SHOW REPLICAS (topology discovery)"),
+            ("SESSION_VARIABLES_ADMIN", ("SYSTEM_VARIABLES_ADMIN", "SUPER"),
+             "sql_log_bin=0 for DDL that must not replicate"),
+            ("CREATE", (), "heartbeat, lease and scratch schemas; CREATE TABLE and CREATE INDEX of a schema swap"),
+            ("DROP", (), "the scratch schema of the DDL check; DROP INDEX of a schema swap"),
+            ("ALTER", (), "ALTER TABLE of a schema swap"),
+            ("INDEX", (), "CREATE INDEX and DROP INDEX of a schema swap"),
+            ("INSERT", (), "heartbeat and cluster lease rows"),
+            ("UPDATE", (), "heartbeat and cluster lease rows"),
+            ("DELETE", (), "heartbeat and cluster lease rows"),
+            ("EVENT", (), "the fence's server-side expiry"),
+            ("RELOAD", (), "pt-table-checksum (per its manual)"),
+            ("LOCK TABLES", (), "backups (per their manuals)"),
+        ),
+        "replication": (
+            ("REPLICATION SLAVE", ("REPLICATION REPLICA",), "replicas read the binlog (the login check only logs in)"),
+        ),
+    }
 
     def replication_grants(self) -> str:
         # SLAVE MONITOR and BINLOG MONITOR are MariaDB's; REPLICATION CLIENT covers both here.

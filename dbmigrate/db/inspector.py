@@ -229,6 +229,11 @@ class Inspector:
             return 0.0, None
         return float(rows[0]["age_s"] or 0), rows[0]
 
+    def own_grants(self) -> list[str]:
+        """SHOW GRANTS of the account this session logged in as."""
+        rows = self.server.query("SHOW GRANTS FOR CURRENT_USER()")
+        return [next(iter(r.values())) for r in rows]
+
     def grants(self, user: str, host: str = "%") -> list[str]:
         rows = self.server.query("SHOW GRANTS FOR %s@%s", (user, host))
         return [next(iter(r.values())) for r in rows]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from dbmigrate.engine.events import HookFinished
 from dbmigrate.redact import redact
+from dbmigrate.hosts.hook_program import run_hook_program
 from dbmigrate.exceptions import DbmigrateError
 
 if TYPE_CHECKING:
@@ -131,25 +130,9 @@ class HookRunner:
 
     def _run_one(self, command: HookCommand, kind: str, ctx: "RunContext", phase: str | None) -> HookFinished:
         started = time.monotonic()
-        status, exit_code, out, err = "ok", None, "", ""
-        try:
-            # Own session so a timeout kills the hook's children too (they hold our pipes).
-            proc = subprocess.Popen(
-                command.argv, env=self.environment(ctx, kind, phase), cwd=self.cwd,
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, start_new_session=True,
-            )
-        except OSError as exc:
-            status, err = "failed", f"cannot execute {command.argv[0]}: {exc.strerror or exc}"
-        else:
-            try:
-                out, err = proc.communicate(timeout=self.timeout_s)
-                exit_code = proc.returncode
-                status = "ok" if exit_code == 0 else "failed"
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                out, err = proc.communicate()
-                status = "timeout"
+        done = run_hook_program(command.argv, env=self.environment(ctx, kind, phase), cwd=self.cwd,
+                                timeout_s=self.timeout_s)
+        status, exit_code, out, err = done.status, done.exit_code, done.stdout, done.stderr
         return HookFinished(
             run_id=ctx.run_id, hook=kind, phase=phase, command=command.display, status=status,
             exit_code=exit_code, duration_ms=(time.monotonic() - started) * 1000,

@@ -23,6 +23,7 @@ from dbmigrate.engine.wait import Clock
 if TYPE_CHECKING:
     from dbmigrate.engine.events import EventBus
     from dbmigrate.engine.journal import Journal
+    from dbmigrate.engine.playbook_view import PlaybookView
 
 # describe() lines are SQL/commands; a (server, text) pair names the target.
 Described = Union[str, tuple[str, str]]
@@ -256,7 +257,8 @@ class RunState:
 
 
 class RunContext:
-    """Everything a step may use. The engine treats resources as opaque."""
+    """Everything a step may use. The engine treats resources as opaque: each procedure's own
+    typed object (None when `plan` builds without servers)."""
 
     def __init__(
         self,
@@ -267,8 +269,9 @@ class RunContext:
         journal: "Journal",
         bus: "EventBus",
         dry_run: bool = False,
-        resources: dict[str, Any] | None = None,
+        resources: Any = None,
         params: Any = None,
+        playbook: "PlaybookView | None" = None,
         clock: Clock | None = None,
     ) -> None:
         self.run_id = run_id
@@ -277,8 +280,9 @@ class RunContext:
         self.journal = journal
         self.bus = bus
         self.dry_run = dry_run
-        self.resources: dict[str, Any] = resources if resources is not None else {}
+        self.resources: Any = resources
         self.params = params
+        self.playbook = playbook  # what the run was started from (procedures read e.g. its guard section)
         self.clock = clock or Clock()
         self.state = RunState(journal, run_id)
         # Extra DBMIGRATE_* variables for hooks (e.g. DBMIGRATE_OLD_PRIMARY).

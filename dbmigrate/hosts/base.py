@@ -78,7 +78,8 @@ class Host:
         """Release connections (nothing to do for a local host)."""
 
     # -- running programs ------------------------------------------------------
-    def _popen(self, argv: Sequence[str], **kw) -> subprocess.Popen:
+    def popen(self, argv: Sequence[str], **kw) -> subprocess.Popen:
+        """Start `argv` on the host with its pipes as given (for streams between hosts)."""
         try:
             return subprocess.Popen(self.command(argv), **kw)
         except FileNotFoundError:
@@ -86,8 +87,9 @@ class Host:
             raise ProgramMissing(f"{self.name}: `{prog}` is not installed on this machine",
                                  hint=f"install {prog}") from None
 
-    def _failure(self, argv: Sequence[str], what: str, returncode: int, stderr: str,
-                 started: bool = False) -> HostError:
+    def failure(self, argv: Sequence[str], what: str, returncode: int, stderr: str,
+                started: bool = False) -> HostError:
+        """The error for a program that exited `returncode` here: the way to the host, or the program."""
         return (self._transport_failure(returncode, stderr, started)
                 or classify_program_failure(self.name, what, argv[0], returncode, stderr))
 
@@ -95,7 +97,7 @@ class Host:
             what: str | None = None, check: bool = True) -> Completed:
         """Run a program on the host and capture its output. Secrets go in `input`, never in argv."""
         what = what or f"run {shlex.join(argv)[:80]}"
-        proc = self._popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        proc = self.popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             out, err = proc.communicate(input, timeout=timeout)
@@ -106,7 +108,7 @@ class Host:
                               hint="check the host's load and the network; raise the timeout if the work is large")
         res = Completed(proc.returncode, out, err.decode(errors="replace"))
         if check and res.returncode != 0:
-            raise self._failure(argv, what, res.returncode, res.stderr, started=bool(out))
+            raise self.failure(argv, what, res.returncode, res.stderr, started=bool(out))
         return res
 
     # -- files -----------------------------------------------------------------
@@ -125,7 +127,7 @@ class Host:
         """Stream a file: yields a binary stream; the whole read is bounded by `timeout`."""
         argv = ["tail", "-c", f"+{offset + 1}", "--", path] if offset else ["cat", "--", path]
         what = f"read {path}"
-        proc = self._popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = self.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         watchdog = _Watchdog(proc, timeout)
         err_reader = Drain(proc.stderr)
         got = _Counting(proc.stdout)
@@ -148,7 +150,7 @@ class Host:
             raise HostTimeout(f"{self.name}: reading {path} did not finish within {timeout:g} s",
                               hint="check the network; raise the timeout for large files")
         if proc.returncode != 0:
-            raise self._failure(argv, what, proc.returncode, stderr, started=got.count > 0)
+            raise self.failure(argv, what, proc.returncode, stderr, started=got.count > 0)
 
     def fetch(self, path: str, dest: str | Path, *, timeout: float = DEFAULT_TIMEOUT, offset: int = 0) -> int:
         """Copy a host's file to a local file (atomically); returns its size."""

@@ -28,9 +28,9 @@ def stream(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str
     what = what or f"stream `{src_argv[0]}` on {src.name} into `{dst_argv[0]}` on {dst.name}"
     if relay is not None:
         return _relayed(src, src_argv, dst, dst_argv, timeout, what, relay)
-    producer = src._popen(src_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    producer = src.popen(src_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        consumer = dst._popen(dst_argv, stdin=producer.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        consumer = dst.popen(dst_argv, stdin=producer.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except BaseException:
         producer.kill()
         producer.wait()
@@ -52,9 +52,9 @@ def stream(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str
 
 def _relayed(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str], timeout: float, what: str,
              relay: Relay) -> bytes:
-    producer = src._popen(src_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    producer = src.popen(src_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        consumer = dst._popen(dst_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        consumer = dst.popen(dst_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except BaseException:
         producer.kill()
         producer.wait()
@@ -110,10 +110,10 @@ def _outcome(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[s
     if producer.returncode != 0:
         if consumer.returncode == 0:
             # The consumer took a truncated stream: report the producer.
-            raise src._failure(src_argv, what, producer.returncode, perr_text, started=True)
+            raise src.failure(src_argv, what, producer.returncode, perr_text, started=True)
         # Both failed: the consumer's error usually explains the producer's SIGPIPE.
         if producer.returncode not in (-13, 141):
-            raise src._failure(src_argv, what, producer.returncode, perr_text, started=True)
+            raise src.failure(src_argv, what, producer.returncode, perr_text, started=True)
     if consumer.returncode != 0:
-        raise dst._failure(dst_argv, what, consumer.returncode, cerr_text, started=True)
+        raise dst.failure(dst_argv, what, consumer.returncode, cerr_text, started=True)
     return out

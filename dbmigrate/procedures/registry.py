@@ -7,7 +7,7 @@
 
     @register("promote", params=PromoteParams,
               gates={"replica-lag": lag_gate},          # offered to playbooks' `gates:`
-              prepare_resources=connect_inventory)       # playbook -> ctx.resources
+              prepare_resources=connect_inventory)       # a Preparer: (playbook, state) -> Prepared
     def build(ctx: RunContext, params: PromoteParams) -> Procedure:
         return Procedure("promote", [Phase("preflight", [...]), ...])
 
@@ -18,21 +18,17 @@ steps do their work only when the runner calls them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
 from dbmigrate.engine.step import GateVerdict, Procedure, RunContext
 from dbmigrate.exceptions import UsageError
-
-if TYPE_CHECKING:
-    from dbmigrate.playbook import Playbook
+from dbmigrate.procedures.contract import Preparer, no_resources
 
 Builder = Callable[[RunContext, Any], Procedure]
 # A gate offered to playbooks: called with the run context and the validated params.
 GateCheck = Callable[[RunContext, Any], "GateVerdict | tuple[bool, str]"]
-# Opens what the procedure's steps need (servers, router, lock session); may connect.
-ResourcePreparer = Callable[["Playbook"], dict[str, Any]]
 
 
 class NoParams(BaseModel):
@@ -41,18 +37,15 @@ class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def no_resources(playbook: "Playbook") -> dict[str, Any]:
-    return {}
-
-
 @dataclass(frozen=True)
 class ProcedureEntry:
     name: str
     build: Builder
     params: type[BaseModel] = NoParams
     gates: Mapping[str, GateCheck] = field(default_factory=dict)
-    prepare_resources: ResourcePreparer = no_resources
+    prepare_resources: Preparer = no_resources
     description: str = ""
+    takeover: bool = False  # a run can be completed without its old primary (--without-old-primary)
 
 
 _REGISTRY: dict[str, ProcedureEntry] = {}
@@ -63,8 +56,9 @@ def register(
     *,
     params: type[BaseModel] = NoParams,
     gates: Mapping[str, GateCheck] | None = None,
-    prepare_resources: ResourcePreparer | None = None,
+    prepare_resources: Preparer | None = None,
     description: str = "",
+    takeover: bool = False,
 ) -> Callable[[Builder], Builder]:
     """Decorate a `build(ctx, params) -> Procedure` function to make it runnable by name."""
 
@@ -79,6 +73,7 @@ def register(
             gates=dict(gates or {}),
             prepare_resources=prepare_resources or no_resources,
             description=description or (build.__doc__ or "").strip().split("\n")[0],
+            takeover=takeover,
         )
         return build
 

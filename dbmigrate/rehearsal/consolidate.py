@@ -87,7 +87,9 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
     from dbmigrate.app.consolidate_status import consolidation_status
     from dbmigrate.app.runs import resolve_journal_path
     from dbmigrate.engine.journal import Journal
+    from dbmigrate.rehearsal.provision import install
 
+    install()  # the planned instances are created in this rehearsal's sandbox
     say = progress or (lambda m: None)
     driver = driver or DirectDriver(subscribers)
     boxes = Sandboxes(progress=say)

@@ -116,8 +116,10 @@ class WritableMonitor:
     """Start, let things happen, stop() -> MonitorReport."""
 
     def __init__(self, servers: Mapping[str, tuple[str, int, Credentials]], interval_s: float = 0.005,
-                 timeout_s: int = 1):
+                 timeout_s: int = 1, sockets: Mapping[str, str] | None = None):
         self.addresses = dict(servers)  # name -> (host, port, credentials)
+        # name -> unix socket: polled there instead, so that a partitioned port does not blind the watcher
+        self.sockets = dict(sockets or {})
         self.interval_s, self.timeout_s = interval_s, timeout_s
         self.timelines: dict[str, list[Sample]] = {n: [] for n in servers}
         self.errors: dict[str, int] = {}
@@ -142,7 +144,7 @@ class WritableMonitor:
     def _poll(self, name: str) -> None:
         host, port, credentials = self.addresses[name]
         server = Server(name, host, port, credentials, connect_timeout=self.timeout_s,
-                        read_timeout=self.timeout_s, retries=0)
+                        read_timeout=self.timeout_s, retries=0, unix_socket=self.sockets.get(name))
         insp = Inspector(server)
         line = self.timelines[name]
         next_due = time.monotonic()

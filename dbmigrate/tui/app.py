@@ -24,8 +24,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Header
 from textual.worker import get_current_worker
 
-from dbmigrate.app.errors import failure_of
-from dbmigrate.app.runs import plan_playbook, resolve_journal_path, rollback_run, start_run
+from dbmigrate.app.errors import failure_of, redact
+from dbmigrate.app.runs import RunOutcome, describe_playbook, explain, plan_playbook, rollback_run, start_run
 from dbmigrate.app.consolidate import rollback_server, set_throttle
 from dbmigrate.app.consolidate_board import fleet_layout
 from dbmigrate.app.session import journal_note
@@ -33,10 +33,7 @@ from dbmigrate.tui.fleet import FleetBoard
 from dbmigrate.tui.widgets.fleet import ConfirmModal, FleetDetail, FleetInfo, FleetTable, fleet_widgets
 from dbmigrate.engine.events import (Event, GateDecided, GateWaiting, Log, Metric, RunFinished, StepFinished,
                                      StepStarted)
-from dbmigrate.engine.runner import RunOutcome, explain
 from dbmigrate.exceptions import DbmigrateError
-from dbmigrate.playbook import load_playbook
-from dbmigrate.redact import redact
 from dbmigrate.tui.board import RunBoard
 from dbmigrate.tui.gatekeeper import GateKeeper
 from dbmigrate.tui.messages import ClusterSampled, EngineEvent, GateAsked, RunEnded, ServerRolledBack
@@ -79,13 +76,13 @@ class CutoverApp(App[None]):
         super().__init__()
         # Plan and playbook errors surface before the screen takes over the terminal.
         self.playbook_path = Path(playbook_path)
-        playbook = load_playbook(self.playbook_path)
+        playbook = describe_playbook(self.playbook_path, journal_path)
         self.board = RunBoard(plan_playbook(self.playbook_path))
         layout = fleet_layout(self.playbook_path)
         self.fleet = FleetBoard(layout) if layout is not None else None
         self.cluster = playbook.cluster
         self.inventory_path = playbook.inventory_path
-        self.journal_path = resolve_journal_path(journal_path, playbook)
+        self.journal_path = playbook.journal_path
         self.autostart = autostart
         self.dry_run = dry_run
         # A fleet has a writer per old server: the board shows the copies' own figures instead.

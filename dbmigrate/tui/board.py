@@ -21,7 +21,7 @@ from dbmigrate.engine.events import (
     StepFinished,
     StepStarted,
 )
-from dbmigrate.engine.step import Procedure
+from dbmigrate.app.runs import Procedure
 
 ICONS = {
     "pending": "·",

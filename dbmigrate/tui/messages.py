@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from dbmigrate.engine.events import Event, GateWaiting
-from dbmigrate.engine.runner import RunOutcome
+from dbmigrate.app.runs import RunOutcome
 from dbmigrate.app.monitor import ClusterSample
 
 

@@ -77,3 +77,45 @@ def test_check_with_a_wrong_primary_port_says_where_the_replicas_replicate_from(
     assert (f"inventory_matches: the replicas replicate from 127.0.0.1:{primary}, which cluster {demo.name} in the "
             f"inventory does not list (it lists {demo.name}-1 at 127.0.0.1:1") in err, err
     assert "unknown server" not in err
+
+
+def test_inventory_check_names_the_privileges_an_account_lacks(demo, demo_inventory, cli):
+    """An admin account without READ_ONLY ADMIN, SUPER, ...: inventory check says which, per server."""
+    import json
+
+    with demo_inventory.open(f"{demo.name}-1") as p:
+        p.execute("CREATE USER IF NOT EXISTS dbm_limited@'%' IDENTIFIED BY 'limited-pw'")
+        p.execute("GRANT SELECT, PROCESS, SLAVE MONITOR, BINLOG MONITOR, REPLICATION MASTER ADMIN, REPLICATION SLAVE ADMIN ON *.* TO dbm_limited@'%'")
+    try:
+        cnf = demo.path / "limited.cnf"
+        cnf.write_text('[client-admin]\nuser="dbm_limited"\npassword="limited-pw"\n'
+                       + (demo.path / "credentials.cnf").read_text().split("[client-admin]")[0]
+                       + "[client-repl]" + (demo.path / "credentials.cnf").read_text().split("[client-repl]")[1])
+        cnf.chmod(0o600)
+        import yaml
+
+        doc = yaml.safe_load(demo.inventory_file.read_text())
+        doc["defaults"]["credentials"]["defaults_file"] = cnf.name
+        inv = demo.path / "limited-inventory.yaml"
+        inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+        import time
+
+        deadline = time.monotonic() + 20  # the account replicates to the replicas
+        while True:
+            r = cli("inventory", "check", str(inv), "--json")
+            servers = json.loads(r.stdout.splitlines()[0])["result"]["servers"]
+            if all(not s.get("error") for s in servers) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        for s in servers:
+            assert not s.get("error"), s
+            missing = s["missing_privileges"]
+            assert {"READ_ONLY ADMIN", "SUPER", "CREATE", "EVENT"} <= set(missing["admin"]), s
+            assert not {"SELECT", "PROCESS", "SLAVE MONITOR", "REPLICATION SLAVE ADMIN"} & set(missing["admin"]), s
+            assert missing["replication"] == [], s
+        human = cli("inventory", "check", str(inv))
+        said = " ".join(human.stdout.split())
+        assert f"privileges: {demo.name}-1: admin account lacks READ_ONLY ADMIN, SUPER" in said, said
+    finally:
+        with demo_inventory.open(f"{demo.name}-1") as p:
+            p.execute("DROP USER IF EXISTS dbm_limited@'%'")

@@ -24,6 +24,7 @@ from dbmigrate.procedures.consolidate.plan import measure_shards, plan
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
 from dbmigrate.routing.dsn_file import DsnFileRouter
 
+from dbmigrate.rehearsal.provision import install as install_sandbox_provisioner
 from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, ids_on
 from tests.conftest import run_cli
 from tests.integration.shard_kit import legacy_shards
@@ -34,6 +35,13 @@ pytestmark = pytest.mark.integration
 NAME = "consol"
 OLD = {"consol-1": ["shard_1", "shard_2"], "consol-old2": ["shard_3", "shard_4"]}
 SHARDS = [s for shards in OLD.values() for s in shards]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sandbox_provisioner():
+    """The runs here are started in this process: the sandbox creates the planned instances,
+    as it does for `dbmigrate run` on the command line."""
+    install_sandbox_provisioner()
 
 
 @pytest.fixture(scope="module")

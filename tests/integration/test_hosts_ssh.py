@@ -115,15 +115,23 @@ def test_stream_between_two_hosts(remote, workdir):
     assert out.split()[0].decode() == hashlib.sha256(data).hexdigest()
 
 
-def test_connection_is_reused(remote):
-    t0 = time.perf_counter()
+def test_connection_is_reused(sshd, remote):
+    """One handshake per host: the first call opens the shared connection, later calls and
+    streams are channels on it (sshd logs one accepted login per connection)."""
+    def logins() -> int:
+        return sshd.log_path.read_text(errors="replace").count("Accepted publickey")
+
+    before = logins()
     remote.run(["true"])
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    assert logins() == before + 1
     for _ in range(5):
-        remote.run(["true"])
-    later = (time.perf_counter() - t0) / 5
-    print(f"\nfirst call (handshake) {first * 1000:.0f} ms, later calls {later * 1000:.0f} ms each")
+        assert remote.run(["echo", "again"]).stdout == b"again\n"
+    with remote.open_read("/etc/hostname") as f:
+        f.read()
+    assert logins() == before + 1, "a later call logged in again instead of using the shared connection"
+    remote.close()  # the shared connection ends with the host: the next call logs in anew
+    remote.run(["true"])
+    assert logins() == before + 2
 
 
 def test_remove_files_the_tool_created(remote, workdir):

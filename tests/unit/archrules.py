@@ -79,9 +79,9 @@ def load_tree(root: Path, package: str = "dbmigrate") -> dict[str, Module]:
 LAYER_RULES = [
     # (importer prefix, forbidden prefixes, why)
     ("dbmigrate.engine", ("dbmigrate.db",), "the engine knows nothing of MySQL"),
-    ("dbmigrate.procedures", ("dbmigrate.cli", "dbmigrate.tui", "dbmigrate.rehearsal"),
-     "procedures never print and never depend on rehearsal support"),
-    ("dbmigrate.tui", ("dbmigrate.db", "dbmigrate.cli"), "the terminal UI calls the app layer only"),
+    ("dbmigrate.procedures", ("dbmigrate.cli", "dbmigrate.tui", "dbmigrate.app"),
+     "procedures never print and never call the front ends' use cases"),
+    ("dbmigrate.app", ("dbmigrate.cli", "dbmigrate.tui"), "use cases serve every front end alike"),
 ]
 
 
@@ -101,6 +101,79 @@ def layer_violations(modules: dict[str, Module]) -> list[str]:
     return sorted(set(out))
 
 
+# -- front ends ------------------------------------------------------------------------
+
+# What a front end (cli/, tui/) may import of dbmigrate besides its own package: the use
+# cases, the table helper, the errors and the run's events.
+FRONT_END_MAY_IMPORT = ("dbmigrate.app", "dbmigrate.console_table", "dbmigrate.exceptions", "dbmigrate.engine.events")
+FRONT_ENDS = ("dbmigrate.cli", "dbmigrate.tui")
+# The commands that rehearse drive the rehearsal package (sandboxes, load, verifier).
+REHEARSAL_COMMANDS = ("dbmigrate.cli.rehearse", "dbmigrate.cli.sandbox")
+# Beyond that, one command opens the other front end: `dbmigrate tui`.
+FRONT_END_EXTRA = {name: ("dbmigrate.rehearsal",) for name in REHEARSAL_COMMANDS} | {"dbmigrate.cli.tui": ("dbmigrate.tui",)}
+
+
+def front_end_violations(modules: dict[str, Module]) -> list[str]:
+    out = []
+    for mod in modules.values():
+        own = next((f for f in FRONT_ENDS if _under(mod.name, f)), None)
+        if own is None:
+            continue
+        allowed = FRONT_END_MAY_IMPORT + (own,) + FRONT_END_EXTRA.get(mod.name, ())
+        for target, line, _top in mod.imports:
+            if not _under(target, "dbmigrate") or _of_root_package(target, modules):
+                continue
+            if not any(_under(target, a) for a in allowed):
+                out.append(f"{mod.path}:{line} imports {target} (a front end calls app/ only)")
+    return sorted(set(out))
+
+
+def _of_root_package(target: str, modules: dict[str, Module]) -> bool:
+    """The root package itself or a name it defines (the version), not one of its modules."""
+    return target == "dbmigrate" or (target.rpartition(".")[0] == "dbmigrate" and target not in modules)
+
+
+def rehearsal_violations(modules: dict[str, Module]) -> list[str]:
+    """The product does not depend on the rehearsal: only the rehearsal and the commands that rehearse import it."""
+    out = []
+    for mod in modules.values():
+        if _under(mod.name, "dbmigrate.rehearsal") or mod.name in REHEARSAL_COMMANDS:
+            continue
+        for target, line, _top in mod.imports:
+            if _under(target, "dbmigrate.rehearsal"):
+                out.append(f"{mod.path}:{line} imports {target} (the product does not depend on the rehearsal)")
+    return sorted(set(out))
+
+
+# -- processes -------------------------------------------------------------------------
+
+# Packages that start programs: how a host is reached (hosts/), the external tools (tools/),
+# and the rehearsal's own servers and load (not the product).
+MAY_START_PROCESSES = ("dbmigrate.hosts", "dbmigrate.tools", "dbmigrate.rehearsal")
+_PROCESS_MODULES = ("subprocess", "pty", "multiprocessing")
+_PROCESS_CALLS = {("os", n) for n in ("system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp",
+                                       "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp",
+                                       "execlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl",
+                                       "spawnle", "spawnlp", "spawnlpe")} | \
+                 {("asyncio", "create_subprocess_exec"), ("asyncio", "create_subprocess_shell")}
+
+
+def process_violations(modules: dict[str, Module], allowed: list["Allowed"]) -> list[str]:
+    out = []
+    for mod in modules.values():
+        if any(_under(mod.name, p) for p in MAY_START_PROCESSES) or any(a.path == mod.path for a in allowed):
+            continue
+        for target, line, _top in mod.imports:
+            if any(_under(target, m) for m in _PROCESS_MODULES) or tuple(target.split(".")) in _PROCESS_CALLS:
+                out.append(f"{mod.path}:{line} imports {target} (programs are started in hosts/ or tools/)")
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and (node.value.id, node.attr) in _PROCESS_CALLS:
+                out.append(f"{mod.path}:{node.lineno} calls {node.value.id}.{node.attr} "
+                           f"(programs are started in hosts/ or tools/)")
+    return sorted(set(out))
+
+
 # -- private names ------------------------------------------------------------------
 
 def private_violations(modules: dict[str, Module]) -> list[str]:
@@ -110,6 +183,49 @@ def private_violations(modules: dict[str, Module]) -> list[str]:
             owner = target.rpartition(".")[0]
             if owner != mod.name and owner in modules:
                 out.append(f"{mod.path}:{line} uses {target}, a private name of another module")
+    return sorted(set(out))
+
+
+@dataclass(frozen=True)
+class Reached:
+    """A private attribute reached through an object that is accepted, and why."""
+
+    path: str
+    attribute: str
+    reason: str
+
+
+def _defined_here(tree: ast.Module) -> set[str]:
+    """Private names a module defines: functions, classes, module and class attributes, and
+    attributes it sets on self/cls (an object of a class of this module may be reached into here)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            names.add(node.attr)
+    return {n for n in names if n.startswith("_")}
+
+
+def private_attribute_violations(modules: dict[str, Module], allowed: list[Reached]) -> list[str]:
+    """`obj._name` outside the module that defines `_name`: another class's (or library's) insides."""
+    out = []
+    for mod in modules.values():
+        own = _defined_here(mod.tree)
+        for node in ast.walk(mod.tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                continue
+            if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super":
+                continue
+            if node.attr in own or any(a.path == mod.path and a.attribute == node.attr for a in allowed):
+                continue
+            out.append(f"{mod.path}:{node.lineno} reaches {ast.unparse(node)}, a private attribute defined elsewhere")
     return sorted(set(out))
 
 
@@ -166,6 +282,28 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+def package_of(mod: Module) -> str:
+    """The component a module belongs to: a package of dbmigrate (a module at the top stands for
+    itself), and under procedures/ each procedure's package and the kit on their own."""
+    package = (mod.name if mod.path.endswith("__init__.py") else mod.name.rpartition(".")[0]).split(".")
+    if len(package) == 1:
+        return mod.name
+    depth = 3 if package[1] == "procedures" and len(package) >= 3 else 2
+    return ".".join(package[:depth])
+
+
+def package_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
+    """Imports between packages, counting imports inside functions (type-only imports are not counted)."""
+    graph: dict[str, set[str]] = {package_of(m): set() for m in modules.values()}
+    for mod in modules.values():
+        for target, _line, _top in mod.imports:
+            if target in modules and not _is_parent(target, mod.name):
+                a, b = package_of(mod), package_of(modules[target])
+                if a != b:
+                    graph[a].add(b)
+    return graph
 
 
 # -- SQL outside db/ ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ import functools
 from pathlib import Path
 
 from tests.unit import archrules as rules
-from tests.unit.archrules import Allowed
+from tests.unit.archrules import Allowed, Reached
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,6 +29,18 @@ ALLOWED_SQL = [
             "server's table definition as an operator would"),
     Allowed("dbmigrate/digest/model.py", "SHOW CREATE TABLE",
             "strips the prefix pt-query-digest puts before table names in its JSON; nothing is executed"),
+]
+
+ALLOWED_PROCESSES = [
+    Allowed("dbmigrate/procedures/consolidate/seed.py", None,
+            "logical seeding pipes mysqldump into mysql itself; it is moving to tools/ or hosts/"),
+]
+
+ALLOWED_REACHES = [
+    Reached("dbmigrate/db/connection.py", "_read_timeout",
+            "the connector's public timeout setters take whole seconds; a statement's bound needs fractions"),
+    Reached("dbmigrate/db/connection.py", "_write_timeout",
+            "the connector's public timeout setters take whole seconds; a statement's bound needs fractions"),
 ]
 
 
@@ -74,6 +86,38 @@ def test_no_module_uses_another_modules_private_names():
     assert rules.private_violations(tree()) == []
 
 
+def test_front_ends_call_app_only():
+    assert rules.front_end_violations(tree()) == []
+
+
+def test_nothing_but_the_rehearsal_commands_imports_the_rehearsal():
+    assert rules.rehearsal_violations(tree()) == []
+
+
+def test_no_cycles_between_packages():
+    assert rules.cycles(rules.package_graph(tree())) == []
+
+
+def test_programs_are_started_in_hosts_and_tools_only():
+    assert rules.process_violations(tree(), ALLOWED_PROCESSES) == []
+
+
+def test_no_private_attribute_is_reached_through_an_object():
+    assert rules.private_attribute_violations(tree(), ALLOWED_REACHES) == []
+
+
+def test_every_process_and_reach_allowance_is_still_needed_and_says_why():
+    modules = tree()
+    for entry in ALLOWED_PROCESSES:
+        assert entry.reason
+        others = [a for a in ALLOWED_PROCESSES if a is not entry]
+        assert rules.process_violations(modules, others), f"{entry.path} no longer starts programs itself"
+    for reach in ALLOWED_REACHES:
+        assert reach.reason
+        others = [a for a in ALLOWED_REACHES if a is not reach]
+        assert rules.private_attribute_violations(modules, others), f"{reach.path} no longer reaches {reach.attribute}"
+
+
 # -- each rule can fail -------------------------------------------------------------------
 
 def test_engine_importing_db_is_caught():
@@ -81,18 +125,87 @@ def test_engine_importing_db_is_caught():
     assert any("engine/runner.py:1 imports dbmigrate.db.inspector" in v for v in rules.layer_violations(modules))
 
 
-def test_procedures_importing_cli_tui_or_rehearsal_is_caught():
+def test_procedures_importing_cli_tui_or_app_is_caught():
     modules = fake(**{"dbmigrate.procedures.promote.procedure": (
-        "def f():\n    from dbmigrate.rehearsal.sandbox import manager\n"
+        "def f():\n    from dbmigrate.app import runs\n"
         "from dbmigrate.cli import render\nimport dbmigrate.tui.app\n")})
     found = " ".join(rules.layer_violations(modules))
-    assert "dbmigrate.rehearsal.sandbox" in found and "dbmigrate.cli" in found and "dbmigrate.tui.app" in found
+    assert "dbmigrate.app.runs" in found and "dbmigrate.cli" in found and "dbmigrate.tui.app" in found
 
 
-def test_tui_importing_db_or_cli_is_caught():
-    modules = fake(**{"dbmigrate.tui.panels": "from dbmigrate.cli.lag import sparkline\nfrom ..db import flavor\n"})
-    found = " ".join(rules.layer_violations(modules))
-    assert "dbmigrate.cli.lag" in found and "dbmigrate.db" in found
+def test_front_end_importing_anything_but_app_is_caught():
+    modules = fake(**{
+        "dbmigrate.tui.panels": "from dbmigrate.cli.lag import sparkline\nfrom ..db import flavor\n",
+        "dbmigrate.cli.warm": ("from dbmigrate.cli.common import console\nfrom dbmigrate.app import warm\n"
+                               "from dbmigrate.exceptions import UsageError\nfrom dbmigrate.console_table import Col\n"
+                               "from dbmigrate.engine.events import Event\n"
+                               "def f():\n    from dbmigrate.warm import methods\n"
+                               "    from dbmigrate.engine.runner import RunOutcome\n"),
+        "dbmigrate.cli.checksum": "from dbmigrate.rehearsal.sandbox import manager\n",
+        "dbmigrate.cli.sandbox": "from dbmigrate.rehearsal.sandbox import manager\n",
+    })
+    found = rules.front_end_violations(modules)
+    text = " ".join(found)
+    assert "tui/panels.py:1 imports dbmigrate.cli.lag" in text and "tui/panels.py:2 imports dbmigrate.db" in text
+    assert "cli/warm.py:7 imports dbmigrate.warm" in text and "cli/warm.py:8 imports dbmigrate.engine.runner" in text
+    assert "cli/checksum.py:1 imports dbmigrate.rehearsal" in text
+    assert not any(v.startswith(("dbmigrate/cli/sandbox.py", "dbmigrate/cli/warm.py:1", "dbmigrate/cli/warm.py:2",
+                                 "dbmigrate/cli/warm.py:3", "dbmigrate/cli/warm.py:4", "dbmigrate/cli/warm.py:5"))
+                   for v in found)
+
+
+def test_product_importing_the_rehearsal_is_caught():
+    modules = fake(**{
+        "dbmigrate.app.runs": "def f():\n    from dbmigrate.rehearsal.provision import install\n",
+        "dbmigrate.procedures.promote.procedure": "import dbmigrate.rehearsal.sandbox.manager\n",
+        "dbmigrate.cli.rehearse": "from dbmigrate.rehearsal.rehearse import rehearse_promote\n",
+        "dbmigrate.rehearsal.consolidate": "from dbmigrate.rehearsal.sandbox import manager\n",
+    })
+    found = rules.rehearsal_violations(modules)
+    assert sorted({v.split(" imports")[0] for v in found}) == ["dbmigrate/app/runs.py:2",
+                                                       "dbmigrate/procedures/promote/procedure.py:1"]
+
+
+def test_cycle_between_packages_is_caught():
+    modules = fake(**{
+        "dbmigrate.procedures.kit.switchover": "def f():\n    from dbmigrate.procedures.promote.extras import x\n",
+        "dbmigrate.procedures.promote.extras": "from dbmigrate.procedures.kit.cutover import y\n",
+        "dbmigrate.procedures.kit.cutover": "",
+        "dbmigrate.tui.widgets.gate": "from dbmigrate.tui.board import GateRow\n",
+        "dbmigrate.tui.board": "",
+        "dbmigrate.tui.app": "from dbmigrate.tui.widgets.gate import GateModal\n",
+    })
+    # no module imports itself around, but the kit and promote depend on each other
+    assert rules.cycles(rules.import_graph(modules, top_level_only=False)) == []
+    assert rules.cycles(rules.package_graph(modules)) == [["dbmigrate.procedures.kit", "dbmigrate.procedures.promote"]]
+
+
+def test_program_started_outside_hosts_and_tools_is_caught():
+    modules = fake(**{
+        "dbmigrate.procedures.consolidate.seed": "import subprocess\n",
+        "dbmigrate.engine.hooks": "import os\ndef f():\n    os.system('x')\n    from asyncio import create_subprocess_exec\n",
+        "dbmigrate.hosts.base": "import subprocess\n",
+        "dbmigrate.tools.percona": "import subprocess\n",
+    })
+    found = rules.process_violations(modules, [])
+    assert [v.split(" ")[0] for v in found] == ["dbmigrate/engine/hooks.py:3", "dbmigrate/engine/hooks.py:4",
+                                                "dbmigrate/procedures/consolidate/seed.py:1"]
+    allowed = [Allowed("dbmigrate/procedures/consolidate/seed.py", None, "test")]
+    assert len(rules.process_violations(modules, allowed)) == 2
+
+
+def test_private_attribute_reached_through_an_object_is_caught():
+    modules = fake(**{
+        "dbmigrate.hosts.base": "class Host:\n    def _popen(self): ...\n    def run(self, other):\n"
+                                "        self._popen()\n        other._popen()\n",
+        "dbmigrate.hosts.pipe": "def stream(src):\n    return src._popen()\n",
+        "dbmigrate.db.connection": "def f(cursor):\n    cursor._read_timeout = 1\n    super()._x()\n",
+    })
+    found = rules.private_attribute_violations(modules, [])
+    assert [v.split(" reaches")[0] for v in found] == ["dbmigrate/db/connection.py:2", "dbmigrate/hosts/pipe.py:2"]
+    allowed = [Reached("dbmigrate/db/connection.py", "_read_timeout", "test")]
+    assert [v.split(" reaches")[0] for v in rules.private_attribute_violations(modules, allowed)] == [
+        "dbmigrate/hosts/pipe.py:2"]
 
 
 def test_sql_literal_outside_db_is_caught_and_prose_is_not():

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from dbmigrate.cli import runs
 from dbmigrate.engine import Phase, Procedure
 from dbmigrate.procedures import registry
+from dbmigrate.procedures.contract import Prepared
 from tests import jsonlines
 from tests.unit.test_engine_support import FakeLockServer, World
 
@@ -48,8 +49,8 @@ def demo(monkeypatch, world, lock_server, tmp_path):
         return Procedure("demo", [Phase("preflight", [world.step("inspect", mutating=False)]),
                                   Phase("cutover", steps)])
 
-    def prepare(playbook):
-        return {"lock_session": lock_server.connect()}
+    def prepare(playbook, state, *, old_gone=False):
+        return Prepared(lock_session=lock_server.connect())
 
     entry = registry.ProcedureEntry("demo", build, params=DemoParams, prepare_resources=prepare,
                                     gates={"always": lambda ctx, p: (True, f"{p.target} is fine", {"target": p.target})})

@@ -9,6 +9,7 @@ import pytest
 from dbmigrate.engine import EventBus, Log
 from dbmigrate.exceptions import UsageError
 from dbmigrate.procedures import registry
+from dbmigrate.procedures.contract import Prepared
 
 
 def test_register_and_get(monkeypatch):
@@ -21,7 +22,7 @@ def test_register_and_get(monkeypatch):
     entry = registry.get("noop")
     assert entry.build is build and entry.params is registry.NoParams
     assert entry.description == "Does nothing, carefully."
-    assert entry.prepare_resources(None) == {}
+    assert entry.prepare_resources(None, None) == Prepared()
     with pytest.raises(ValueError, match="already registered"):
         registry.register("noop")(lambda ctx, params: None)
 

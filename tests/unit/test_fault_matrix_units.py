@@ -212,3 +212,77 @@ def test_a_resume_that_ends_rolled_back_is_safe_not_passed():
     assert done.verdict == "PASS"
     by_itself = Result("z", False, acknowledged=10, bound_ms=1000, healthy=True, run_status="rolled_back")
     assert by_itself.end == "rolled_back" and by_itself.verdict == "PASS"
+
+
+# -- faults of the network and of the tool's process ---------------------------------------
+
+def test_network_rows_cover_every_role_statement_partition_and_length():
+    from dbmigrate.rehearsal.faultmatrix.scenarios import (LENGTHS, NETWORK_FAULTS, ROLE_STATEMENTS, SETTINGS,
+                                                           network_matrix, procedure_settings)
+
+    rows = network_matrix(SETTINGS)
+    ids = [r.id for r in rows]
+    assert len(ids) == len(set(ids))
+    for procedure, statements in ROLE_STATEMENTS.items():
+        for key, st in statements.items():
+            bound = st.bound_s(procedure_settings(procedure, SETTINGS))
+            mine = [r for r in rows if r.procedure == procedure and r.statement == key]
+            assert sorted((r.fault, r.hold_s) for r in mine if r.fault in NETWORK_FAULTS) == \
+                sorted((f, round(k * bound, 2)) for f in NETWORK_FAULTS for k in LENGTHS)
+            frozen = [r for r in mine if r.fault == "freeze-tool"]
+            assert [(r.hold_s, r.pause) for r in frozen] == [(2 * bound, st.after)]
+    assert {r.fault for r in rows if r.statement is None} == {"cut-repl-link", "ddl-at-fence", "big-trx-at-fence"}
+    assert all(r.after_exit_s == 30 and r.recovery == "rollback" for r in rows)
+    assert not any(r.fast for r in rows)  # the test suite runs the reproductions, not the whole grid
+
+
+def test_role_statement_bounds_follow_each_procedures_settings():
+    from dbmigrate.rehearsal.faultmatrix.scenarios import ROLE_STATEMENTS, SETTINGS, procedure_settings
+
+    fence, opening = ROLE_STATEMENTS["promote"]["fence"], ROLE_STATEMENTS["promote"]["open"]
+    assert fence.bound_s(SETTINGS) == SETTINGS["fence_timeout_s"] + 1
+    assert opening.bound_s(SETTINGS) == SETTINGS["catchup_timeout_s"]
+    swap = procedure_settings("schema-swap", SETTINGS)  # no fence_timeout_s of its own: the kit's default
+    assert ROLE_STATEMENTS["schema-swap"]["switch-back-fence"].bound_s(swap) == 5.0 + 1
+    # The open is told from the fence's expiry body, which carries read_only=OFF too.
+    assert opening.text.startswith("*/") and ROLE_STATEMENTS["schema-swap"]["switch-back-open"].server == "old"
+
+
+def test_issue_reproductions_are_the_measured_faults():
+    from dbmigrate.rehearsal.faultmatrix.scenarios import all_scenarios, issue_reproductions
+
+    rows = {r.id: r for r in issue_reproductions()}
+    a = rows["promote/partition-candidate/open@4.6s/rollback"]
+    assert (a.hold_s, dict(a.settings)["catchup_timeout_s"]) == (4.6, 5.0)
+    assert rows["promote/partition-own-conn/open@4.6s/rollback"].hold_s == 4.6
+    assert rows["promote/partition-old/fence@3.5s/rollback"].hold_s == 3.5
+    frozen = rows["promote/freeze-tool/fence@40s/rollback"]
+    assert (frozen.hold_s, frozen.pause) == (40.0, "in:fence:read_only=on")
+    assert set(rows) <= {s.id for s in all_scenarios()}
+
+
+def _held_result(**kw):
+    from dbmigrate.rehearsal.faultmatrix.harness import Result
+    from dbmigrate.rehearsal.faultmatrix.scenarios import issue_reproductions
+
+    fault = kw.pop("fault")
+    sc = next(s for s in issue_reproductions() if s.fault == fault)
+    return sc, Result(sc.id, False, **kw)
+
+
+def test_bounds_of_a_partition_and_of_a_frozen_tool():
+    from dbmigrate.rehearsal.faultmatrix import harness
+    from dbmigrate.rehearsal.faultmatrix.scenarios import SETTINGS
+
+    sc, res = _held_result(fault="partition-old")
+    fault = harness._Fault.__new__(harness._Fault)
+    fault.sc, fault.repair_ms = sc, 0.0
+    base = SETTINGS["catchup_timeout_s"] * 1000 + harness.TOOL_OVERHEAD_MS
+    # 3.5 s from a fence bounded at 3 s: its bound, then the partition's remaining 0.5 s.
+    assert harness._bound_ms(res, fault) == base + 3500
+    res.action = "rollback"
+    assert harness._bound_ms(res, fault) == base + 3500 + harness.RECOVERY_ALLOWANCE_MS
+    sc, res = _held_result(fault="freeze-tool")
+    fault.sc = sc
+    # Frozen 40 s: the fence expires on the server; the bound is the expiry's, not the freeze's.
+    assert harness._bound_ms(res, fault) == base + harness.frozen_tool_bound_s(SETTINGS) * 1000 < base + 40_000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 from pydantic import BaseModel, ConfigDict
@@ -21,7 +22,7 @@ class DemoParams(BaseModel):
 
 
 def lag_gate(ctx, params):
-    return (ctx.resources.get("lag", 0) <= params.max_lag_s, "lag check", {})
+    return (ctx.resources.lag <= params.max_lag_s, "lag check", {})
 
 
 def build_demo(ctx, params):
@@ -92,7 +93,7 @@ def test_playbook_gates_are_attached_to_their_phase(write):
     playbook = load_playbook(write(VALID))
     with Journal(":memory:") as journal:
         ctx = RunContext(run_id="r", procedure="demo", cluster="main", journal=journal, bus=EventBus(),
-                         resources={"lag": 9.0})
+                         resources=SimpleNamespace(lag=9.0))
         procedure = playbook.build(ctx)
         gates = procedure.phase("cutover").gates
         assert [(g.name, g.kind) for g in gates] == [("go-ahead", "manual"), ("replica-lag", "auto")]

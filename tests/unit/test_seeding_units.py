@@ -158,11 +158,11 @@ def test_fleet_stop_starts_nothing_after_a_failure():
 def _ctx(journal, plan, **params):
     from dbmigrate.engine.events import EventBus
     from dbmigrate.engine.step import RunContext
-    from dbmigrate.procedures.consolidate.run import PLAN_ONLY, ConsolidateParams
+    from dbmigrate.procedures.consolidate.run import ConsolidateParams, PlanOnly
 
     journal.create_run("r1", procedure="consolidate", cluster="c")
     return RunContext(run_id="r1", procedure="consolidate", cluster="c", journal=journal, bus=EventBus(),
-                      params=ConsolidateParams(plan="p.json", **params), resources={PLAN_ONLY: plan})
+                      params=ConsolidateParams(plan="p.json", **params), resources=PlanOnly(plan))
 
 
 def test_fleet_step_journals_each_server_and_fails_naming_the_one_left_behind():

@@ -11,6 +11,7 @@ import pytest
 from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures import registry
+from dbmigrate.procedures.contract import Prepared
 from dbmigrate.tui.app import CutoverApp
 from dbmigrate.tui.widgets import GateModal, KeysScreen, LagPanel, LatencyPanel, StepList, WarmPanel
 from tests.unit.test_engine_support import FakeLockServer
@@ -58,10 +59,10 @@ class Demo:
 def demo(monkeypatch, tmp_path):
     d = Demo()
     lock_server = FakeLockServer()
-    def prepare(playbook):
+    def prepare(playbook, state, *, old_gone=False):
         if d.fail_prepare is not None:
             raise d.fail_prepare
-        return {"lock_session": lock_server.connect()}
+        return Prepared(lock_session=lock_server.connect())
 
     entry = registry.ProcedureEntry(
         "tuidemo", d.build, prepare_resources=prepare,

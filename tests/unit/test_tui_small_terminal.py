@@ -13,6 +13,7 @@ import pytest
 from dbmigrate.app.errors import REFUSED, exit_code_of_run
 from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure
 from dbmigrate.procedures import registry
+from dbmigrate.procedures.contract import Prepared
 from dbmigrate.tui.app import CutoverApp
 from dbmigrate.tui.widgets import EventLog, GateModal, LagPanel, LatencyPanel, StepList
 from tests.unit.test_engine_support import FakeLockServer
@@ -47,8 +48,9 @@ class Quiet:
 def quiet(monkeypatch, tmp_path):
     q = Quiet()
     lock_server = FakeLockServer()
-    entry = registry.ProcedureEntry("tuiquiet", q.build, prepare_resources=lambda p: {"lock_session":
-                                                                                       lock_server.connect()},
+    entry = registry.ProcedureEntry("tuiquiet", q.build,
+                                    prepare_resources=lambda p, state, old_gone=False: Prepared(
+                                        lock_session=lock_server.connect()),
                                     gates={"preflight": lambda ctx, p: (True, f"all {len(CHECKS)} checks run",
                                                                         CHECKS)})
     monkeypatch.setitem(registry._REGISTRY, "tuiquiet", entry)

@@ -46,7 +46,7 @@ from dbmigrate.procedures.consolidate.run import (
     ConsolidateError,
     ConsolidateRefused,
     ConsolidateParams,
-    PLAN_ONLY,
+    PlanOnly,
     address_of,
     is_cut,
     params_of,
@@ -155,13 +155,12 @@ def cutover_fleet(plan, params: ConsolidateParams):
 
 def build_phases(ctx: RunContext, params: ConsolidateParams) -> list[Phase]:
     resources = typed(ctx, ConsolidateResources)
-    plan = resources.plan if resources is not None else ctx.resources.get(PLAN_ONLY)
+    plan = resources.plan if resources is not None else getattr(typed(ctx, PlanOnly), "plan", None)
     if plan is None:  # `dbmigrate plan` builds without resources: read the plan file only
-        playbook = ctx.resources.get("playbook")
-        plan = load_plan(plan_path(playbook, params)) if playbook is not None else None
-        if plan is None:
+        if ctx.playbook is None:
             raise UsageError("consolidate needs its plan file")
-        ctx.resources[PLAN_ONLY] = plan
+        plan = load_plan(plan_path(ctx.playbook, params))
+        ctx.resources = PlanOnly(plan)
     return [
         Phase("preflight", [FunctionStep("publish shard routes", publish_routes)],
               gates=[AutoGate("preflight", lambda c: evaluate_preflight(c, params))]),

@@ -12,8 +12,11 @@ from pydantic import BaseModel, Field
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
+from dbmigrate.engine.playbook_view import PlaybookView
 from dbmigrate.engine.state import TypedState
+from dbmigrate.engine.step import RunState
 from dbmigrate.exceptions import UsageError
+from dbmigrate.procedures.contract import Prepared
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, plan_from_dict
 from dbmigrate.procedures.kit.resources import handed_over, inventory_of
 
@@ -137,12 +140,12 @@ def load_plan(path: Path) -> ConsolidationPlan:
         raise UsageError(f"plan file {path} is not JSON (line {e.lineno}: {e.msg})") from None
 
 
-def plan_path(playbook: Any, params: Any) -> Path:
+def plan_path(playbook: PlaybookView, params: Any) -> Path:
     p = Path(params.plan).expanduser()
     return p if p.is_absolute() else (playbook.base_dir / p).resolve()
 
 
-def routes_path(inventory: Any, cluster: str, playbook: Any, params: Any) -> Path:
+def routes_path(inventory: Any, cluster: str, playbook: PlaybookView, params: Any) -> Path:
     if params.routes:
         p = Path(params.routes).expanduser()
         return p if p.is_absolute() else (playbook.base_dir / p).resolve()
@@ -154,7 +157,7 @@ def routes_path(inventory: Any, cluster: str, playbook: Any, params: Any) -> Pat
     return p if p.is_absolute() else inventory.base / p
 
 
-def prepare(playbook: Any, store: Any) -> dict[str, Any]:
+def prepare(playbook: PlaybookView, store: RunState, *, old_gone: bool = False) -> Prepared:
     params = playbook.params
     inv = inventory_of(playbook)
     plan = load_plan(plan_path(playbook, params))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,7 +18,11 @@ from dbmigrate.procedures.consolidate.resources import ConsolidateResources, Con
 from dbmigrate.procedures.kit.resources import required, typed
 from dbmigrate.routing.dsn_file import DsnFileRouter
 
-PLAN_ONLY = "plan"  # resources key of the plan when `dbmigrate plan` builds without servers
+@dataclass(frozen=True)
+class PlanOnly:
+    """The resources of a consolidation that `dbmigrate plan` builds without servers: its plan."""
+
+    plan: ConsolidationPlan
 
 
 class ConsolidateError(DbmigrateError):
@@ -85,7 +90,7 @@ def resources_of(ctx: RunContext) -> ConsolidateResources:
 
 def plan_of(ctx: RunContext) -> ConsolidationPlan:
     r = typed(ctx, ConsolidateResources)
-    return r.plan if r is not None else ctx.resources[PLAN_ONLY]
+    return r.plan if r is not None else required(ctx, PlanOnly).plan
 
 
 def state_of(ctx: RunContext) -> ConsolidateState:

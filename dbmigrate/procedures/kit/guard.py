@@ -30,7 +30,6 @@ from dbmigrate.db import slow_log_table
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.procedures.kit.cutover import CutoverState
-from dbmigrate.procedures.kit.resources import RESOURCES
 from dbmigrate.exceptions import DbmigrateError, Refused
 from dbmigrate.digest import sequential
 from dbmigrate.digest import window as capture
@@ -102,8 +101,8 @@ def _act_blind(ctx: RunContext, policy: GuardPolicy, why: str, when: str) -> str
 
 
 def policy_of(ctx: RunContext) -> GuardPolicy | None:
-    playbook = ctx.resources.get("playbook")
-    spec = getattr(getattr(playbook, "spec", None), "guard", None)
+    playbook = ctx.playbook
+    spec = playbook.guard_section if playbook is not None else None
     if spec is None:
         return None
     try:
@@ -114,7 +113,7 @@ def policy_of(ctx: RunContext) -> GuardPolicy | None:
         if isinstance(e, ValidationError) and playbook is not None:
             from dbmigrate.yamlload import format_validation_error
 
-            raise format_validation_error(playbook.path, e, lambda loc: playbook.locate(("guard", *loc)),
+            raise format_validation_error(playbook.path, e, lambda loc: playbook.line_of(("guard", *loc)),
                                           model=GuardPolicy) from None
         raise
 
@@ -127,21 +126,21 @@ def _digest_dir(ctx: RunContext) -> Path:
 
 def role_name(ctx: RunContext, role: str) -> str:
     """The server playing `role` ("old" or "new") in the run's cutover."""
-    return getattr(ctx.resources[RESOURCES], role)
+    return getattr(ctx.resources, role)
 
 
 def _reader(ctx: RunContext, role: str) -> HostFileReader:
     """Reads a window's slow log through the server's host (local, ssh), as the inventory declares."""
-    return HostFileReader(host_for(ctx.resources[RESOURCES].inventory, role_name(ctx, role)))
+    return HostFileReader(host_for(ctx.resources.inventory, role_name(ctx, role)))
 
 
 def _server(ctx: RunContext, role: str):
-    return ctx.resources[RESOURCES].topology.servers[role_name(ctx, role)]
+    return ctx.resources.topology.servers[role_name(ctx, role)]
 
 
 def _source(ctx: RunContext, role: str) -> str:
     """file (read through the host) or table (mysql.slow_log over SQL), as the inventory declares."""
-    return slow_log_source(ctx.resources[RESOURCES].inventory, role_name(ctx, role))
+    return slow_log_source(ctx.resources.inventory, role_name(ctx, role))
 
 
 def _take(ctx: RunContext, role: str, saved: dict[str, Any], name: str, *, file: str | None = None,
@@ -330,7 +329,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
             close_window(ctx, "new", "guard_window")
             capture.release_table_window(server, saved)
             if rotated:  # written after the last sample was read: the tool's own file, not needed
-                host_for(ctx.resources[RESOURCES].inventory, server.name).remove(rotated)
+                host_for(ctx.resources.inventory, server.name).remove(rotated)
         # The whole window, judged as one (the report's before/after comparison comes from it).
         digest = capture.digest_slow_log(whole, _digest_dir(ctx) / "guard.digest.json",
                                          duration_s=clock.monotonic() - started,

@@ -1,9 +1,8 @@
 """What a run opens before its first step: inventory, servers, primary, router, lock session.
 
-Every procedure prepares its resources through here and hands them to the run as
-one typed object under RESOURCES, plus the dedicated lock session under
-LOCK_SESSION (the app takes the cluster lock on it and closes every value that
-has a close()).
+Every procedure prepares its resources through here and hands them to the run as one
+`Prepared`: its typed resources, the dedicated lock session (the run takes the cluster
+lock on it) and, on one cluster, the servers that carry the lease; the run closes them.
 """
 
 from __future__ import annotations
@@ -12,22 +11,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from dbmigrate.db.connection import Server
+from dbmigrate.engine.playbook_view import PlaybookView
 from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import UsageError
+from dbmigrate.procedures.contract import LeaseServers, Prepared
 from dbmigrate.procedures.kit.roles import find_primary_of
 from dbmigrate.procedures.kit.switchover import Topology
 
 if TYPE_CHECKING:
     from dbmigrate.config import Inventory
 
-RESOURCES = "resources"  # a procedure's typed resources in ctx.resources
-LOCK_SESSION = "lock_session"  # the dedicated session the cluster lock lives on
-LEASE_SERVERS = "lease_servers"  # (servers, primary): where the cluster lease row is kept
-
 T = TypeVar("T")
 
 
-def inventory_of(playbook: Any) -> "Inventory":
+def inventory_of(playbook: PlaybookView) -> "Inventory":
     inventory = playbook.load_inventory()
     if inventory is None:
         raise UsageError("the playbook names no inventory", hint="add `inventory: path/to/inventory.yaml`")
@@ -94,7 +91,7 @@ class OnCluster:
         self.cluster.close()
 
 
-def open_cluster(playbook: Any, primary: str | None = None) -> ClusterResources:
+def open_cluster(playbook: PlaybookView, primary: str | None = None) -> ClusterResources:
     """Open every server of the playbook's cluster. `primary` comes from the run's journaled
     state on resume (the topology is mid-change and discovery could not tell); otherwise
     the one writable server that replicates from nobody. The lock session is on it."""
@@ -112,18 +109,16 @@ def open_cluster(playbook: Any, primary: str | None = None) -> ClusterResources:
 
 
 def handed_over(resources: Any, lock_session: Server | None,
-                cluster: ClusterResources | None = None) -> dict[str, Any]:
-    """The dict a preparer returns to the run: the typed resources, the lock session and,
+                cluster: ClusterResources | None = None) -> Prepared:
+    """What a preparer returns to the run: the typed resources, the lock session and,
     for a procedure on one cluster, the servers that carry the cluster lease."""
-    out = {RESOURCES: resources, LOCK_SESSION: lock_session}
-    if cluster is not None:
-        out[LEASE_SERVERS] = (cluster.servers, cluster.primary)
-    return out
+    lease = LeaseServers(cluster.servers, cluster.primary) if cluster is not None else None
+    return Prepared(resources=resources, lock_session=lock_session, lease_servers=lease)
 
 
 def typed(ctx: RunContext, cls: type[T]) -> T | None:
     """The run's typed resources, or None when there are none (`plan` builds without servers)."""
-    value = ctx.resources.get(RESOURCES)
+    value = ctx.resources
     return value if isinstance(value, cls) else None
 
 

@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dbmigrate.db.connection import Server
 from dbmigrate.engine.step import GateVerdict, RunContext
-from dbmigrate.exceptions import UsageError
 
 
 class WarmSpec(BaseModel):
@@ -27,22 +26,11 @@ def warm(ctx: RunContext, source: Server, target: Server, method: str, *, tables
          target_hit_ratio: float) -> str:
     """Warm `target` by `method` (dump-load from `source`, replay of `source`'s reads, or a
     scan of `tables`); metrics and notes go to the run; returns the sentence."""
-    from dbmigrate.warm import methods
+    from dbmigrate.warm.dispatch import warm_by
 
     progress = lambda frac, msg: ctx.metric("warm_progress", frac, server=target.name, message=msg)  # noqa: E731
-    if method == "dump-load":
-        result = methods.dump_load(source, target, seconds=seconds, on_progress=progress)
-    elif method == "replay":
-        plan = methods.replay_plan_from_server(source)
-        result = methods.replay(target, plan, tables=tables or None, seconds=seconds,
-                                target_hit_ratio=target_hit_ratio, on_progress=progress)
-    elif method == "scan":
-        if not tables:
-            raise UsageError("warm.method scan needs warm.tables (schema.table, ...)")
-        result = methods.scan(target, tables, seconds=seconds, target_hit_ratio=target_hit_ratio,
-                              on_progress=progress)
-    else:
-        raise UsageError(f"unknown warm-up method {method!r}", hint="dump-load, replay, scan or none")
+    result = warm_by(method, target, source=source, tables=tables, seconds=seconds,
+                     target_hit_ratio=target_hit_ratio, on_progress=progress)
     for label, hr in (("before", result.hit_ratio_before), ("after", result.hit_ratio_after)):
         if hr is not None and hr.ratio is not None:
             ctx.metric(f"hit_ratio_{label}", hr.ratio, server=target.name)

@@ -104,8 +104,7 @@ def plan_names(ctx: RunContext, params: PromoteParams) -> tuple[str, str]:
     """(old primary, candidate) for a plan, which connects to nothing: the candidate the playbook
     names and the primary the inventory declares (placeholders only where neither says)."""
     old = "<old primary>"
-    playbook = ctx.resources.get("playbook")
-    path = getattr(playbook, "inventory_path", None)
+    path = ctx.playbook.inventory_path if ctx.playbook is not None else None
     if path is not None:
         try:
             old = load_inventory(path).cluster(ctx.cluster).primary_hint() or old
@@ -162,7 +161,7 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
     return phases
 
 
-@register("promote", params=PromoteParams, prepare_resources=prepare,
+@register("promote", params=PromoteParams, prepare_resources=prepare, takeover=True,
           description="promote a replica to primary with reverse replication and a router switch")
 def build(ctx: RunContext, params: PromoteParams) -> Procedure:
     """Promote a replica to primary: fence, catch up, open, switch, repoint, reverse."""

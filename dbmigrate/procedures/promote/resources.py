@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
+from dbmigrate.engine.playbook_view import PlaybookView
 from dbmigrate.engine.state import TypedState
+from dbmigrate.engine.step import RunState
 from dbmigrate.exceptions import UsageError
+from dbmigrate.procedures.contract import Prepared
 from dbmigrate.procedures.kit.resources import ClusterResources, OnCluster, handed_over, inventory_of, open_cluster
 from dbmigrate.procedures.kit.switchover import Topology
 
@@ -31,7 +34,7 @@ class PromoteResources(OnCluster):
     old_gone: bool = False  # the operator asked to complete without the old primary (dead after the fence)
 
 
-def prepare(playbook: Any, store: Any, old_gone: bool = False) -> dict[str, Any]:
+def prepare(playbook: PlaybookView, store: RunState | None, *, old_gone: bool = False) -> Prepared:
     """Open the cluster's servers and decide old primary / candidate / other replicas.
 
     On resume the roles come from the run's journaled state (the topology is

@@ -8,8 +8,11 @@ from typing import Any, Optional
 from pydantic import Field
 
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.playbook_view import PlaybookView
 from dbmigrate.engine.state import TypedState
+from dbmigrate.engine.step import RunState
 from dbmigrate.exceptions import UsageError
+from dbmigrate.procedures.contract import Prepared
 from dbmigrate.procedures.kit.resources import ClusterResources, OnCluster, handed_over, open_cluster
 from dbmigrate.procedures.kit.switchover import Topology
 from dbmigrate.procedures.schema_swap.expect import ddl_applied
@@ -65,7 +68,7 @@ def candidate_of(inv: Any, params: SchemaSwapParams, sides: list[str]) -> str:
     return name
 
 
-def prepare(playbook: Any, store: Any) -> dict[str, Any]:
+def prepare(playbook: PlaybookView, store: RunState, *, old_gone: bool = False) -> Prepared:
     """Open the cluster's servers; decide primary, sides and candidate (journaled, so that a
     resumed run keeps them although the topology is mid-change)."""
     params: SchemaSwapParams = playbook.params

@@ -18,8 +18,7 @@ def plan_names(ctx: RunContext, params: SchemaSwapParams) -> tuple[str, list[str
     if r is not None:
         return r.primary, list(r.sides), r.candidate
     primary, sides = "<primary>", ["<replica>"]
-    playbook = ctx.resources.get("playbook")
-    path = getattr(playbook, "inventory_path", None)
+    path = ctx.playbook.inventory_path if ctx.playbook is not None else None
     if path is not None:
         try:
             spec = load_inventory(path).cluster(ctx.cluster)

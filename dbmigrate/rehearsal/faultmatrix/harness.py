@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +30,10 @@ from dbmigrate.config import load_inventory
 from dbmigrate.engine.journal import Journal
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.faultpoint import ENV_FILE, ENV_MAX_S, ENV_POINT
-from dbmigrate.rehearsal.faultmatrix import health
-from dbmigrate.rehearsal.faultmatrix.scenarios import Scenario
-from dbmigrate.rehearsal.faultmatrix.workload import LongStatement, swap_ddl
+from dbmigrate.rehearsal.faultmatrix import health, netfault
+from dbmigrate.rehearsal.faultmatrix.scenarios import (NETWORK_FAULTS, SETTINGS, Scenario, procedure_settings,
+                                                       statement_of)
+from dbmigrate.rehearsal.faultmatrix.workload import BigStatement, LongStatement, swap_ddl
 from dbmigrate.rehearsal.sandbox import haproxy
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.rehearsal.sysbench import Sysbench
@@ -41,13 +43,6 @@ from dbmigrate.rehearsal.writable_monitor import WritableMonitor
 
 Say = Callable[[str], None]
 
-# The playbook every promote scenario runs (seconds). No-writer time is judged against these.
-SETTINGS = {"catchup_timeout_s": 3, "probe_timeout_s": 1, "fence_timeout_s": 2, "drain_timeout_s": 0.5,
-            "converge_timeout_s": 10,
-            # Under load about 3 fences in 100 meet two application transactions waiting on each
-            # other: the fence gives up after fence_block_s and is tried again, writes flowing between.
-            "fence_attempts": 3, "fence_retry_pause_s": 0.3,
-            "replica_timeout_s": 20, "verify_timeout_s": 10, "lag_wait_s": 5, "max_lag_ms": 60000}
 # Fence, the bounded catch-up, open, and the undo when the catch-up gives up.
 TOOL_OVERHEAD_MS = 1000
 # One operator command: start the program, open the servers, skip what is done.
@@ -56,6 +51,8 @@ TOOL_TIMEOUT_S = 150  # a run or a recovery still going after this is ended (and
 # After freezing the candidate, how long the run gets to give up by itself (its bound, and some).
 FROZEN_GIVE_UP_S = SETTINGS["catchup_timeout_s"] + SETTINGS["probe_timeout_s"] + TOOL_OVERHEAD_MS / 1000 + 10
 TERMINAL_OK = ("done", "rolled_back", "refused")
+# A fence outliving a frozen tool ends on the server by itself within its bounds and this much more.
+FENCE_EXPIRY_SLACK_S = 5.0
 LOAD_RATE_TPS = 300  # sysbench is background load; the verifier is the judge (see README, sysbench #527)
 
 
@@ -185,6 +182,7 @@ def _playbook(cluster: FaultCluster, sc: Scenario, candidate: str, work: Path, e
         inv_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     if sc.procedure == "schema-swap":
         params = _swap_params(candidate)
+    params.update(dict(sc.settings))
     pb = {"procedure": sc.procedure, "inventory": str(inv_path), "cluster": cluster.name, "params": params}
     path = work / "playbook.yaml"
     path.write_text(yaml.safe_dump(pb, sort_keys=False))
@@ -245,10 +243,54 @@ class _Fault:
     def __init__(self, cluster: FaultCluster, sc: Scenario, old: str, candidate: str):
         self.cluster, self.sc, self.old, self.candidate = cluster, sc, old, candidate
         self.repair_ms = 0.0
-        self.long: LongStatement | None = None
+        self.long: LongStatement | BigStatement | None = None
         self.frozen_pid: int | None = None
+        self.held: _Held | None = None  # a partition or a frozen tool, undone by its own thread
+        self.problems: list[str] = []
+
+    def port(self, role: str) -> int:
+        name = self.old if role == "old" else self.candidate
+        return self.cluster.inventory.cluster(self.cluster.name).servers[name].port
+
+    def arm(self, proc_alive) -> None:
+        """Before the run starts: a partition that starts with its statement's first packet."""
+        if self.sc.fault not in NETWORK_FAULTS:
+            return
+        st = statement_of(self.sc)
+        assert st is not None and self.sc.hold_s is not None, self.sc.id
+        at = self.port(st.server)
+        if self.sc.fault == "partition-own-conn":
+            cm = netfault.partition_at_statement(at, st.text, scope="connection")
+        else:
+            drop = self.port("old" if self.sc.fault == "partition-old" else "candidate")
+            cm = netfault.partition_at_statement(at, st.text, drop_port=drop)
+        self.held = _Held(cm, self.sc.hold_s, proc_alive).start()
 
     def inject(self, proc: subprocess.Popen, marker: Path) -> None:
+        f = self.sc.fault
+        if f == "freeze-tool":
+            # Stopped at its pause, right after the statement; released while stopped, so it
+            # goes on from there once continued.
+            self.held = _Held(netfault.freeze(proc.pid), self.sc.hold_s or 0.0, None, fired=True).start()
+        elif f == "cut-repl-link":
+            # The candidate's replication connection to the old primary (its I/O thread), only it.
+            mysqld = self.cluster.state.instance(self.candidate).pid()
+            ports = netfault.client_ports(mysqld, self.port("old")) if mysqld else []
+            if ports:
+                self.held = _Held(netfault.partition_connection(self.port("old"), ports[0]), None,
+                                  lambda: proc.poll() is None, fired=True).start()
+            else:
+                self.problems.append(f"no replication connection of {self.candidate} to {self.old} to cut")
+        elif f in ("ddl-at-fence", "big-trx-at-fence"):
+            s = self.cluster.inventory.cluster(self.cluster.name).servers[self.old]
+            creds = self.cluster.inventory.app_credentials(self.cluster.name)
+            self.long = BigStatement(s.host, s.port, creds, "ddl" if f == "ddl-at-fence" else "trx").start()
+            time.sleep(0.5)  # in flight on the old primary, half a second before the fence
+        self._inject_process_faults(proc)
+        marker.unlink(missing_ok=True)  # release the pause
+
+    def _inject_process_faults(self, proc: subprocess.Popen) -> None:
+
         f = self.sc.fault
         boxes, name = self.cluster.boxes, self.cluster.name
         if f in ("kill9", "sigterm", "sigint"):
@@ -270,11 +312,12 @@ class _Fault:
             creds = self.cluster.inventory.app_credentials(name)
             self.long = LongStatement(s.host, s.port, creds, seconds=SETTINGS["fence_timeout_s"] + 3).start()
             time.sleep(0.3)  # the UPDATE holds its locks before the fence asks for read_only
-        marker.unlink(missing_ok=True)  # release the pause
 
     def repair(self) -> None:
         t0 = time.monotonic()
         boxes, name = self.cluster.boxes, self.cluster.name
+        if self.held is not None:
+            self.held.finish()  # the partition heals (the frozen tool goes on) when its time is up
         if self.frozen_pid is not None:
             os.kill(self.frozen_pid, signal.SIGCONT)
             self.frozen_pid = None
@@ -283,12 +326,68 @@ class _Fault:
         elif self.sc.fault == "kill-haproxy":
             haproxy.restart(boxes, name)
         if self.long is not None:
-            self.long.join(SETTINGS["fence_timeout_s"] + 10)
+            self.long.join(SETTINGS["fence_timeout_s"] + 60)
         self.repair_ms = (time.monotonic() - t0) * 1000 if self.sc.fault in (
             "freeze-candidate", "kill-old-primary", "kill-haproxy") else 0.0
 
 
-def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None) -> Result:
+class _Held:
+    """A fault (a context manager) held on a thread of its own: entered now, left `hold_s`
+    after it started (a statement partition starts with its statement's packet), or, with
+    no `hold_s`, once `alive()` turns false (the tool exited). Always left by finish()."""
+
+    def __init__(self, cm, hold_s: float | None, alive, fired: bool = False):
+        self.cm, self.hold_s, self.alive, self.fired = cm, hold_s, alive, fired
+        self.started_at: float | None = None  # monotonic: when the fault began
+        self.healed_at: float | None = None
+        self.error: BaseException | None = None
+        self._ready, self._abort = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name="held-fault", daemon=True)
+
+    def start(self) -> "_Held":
+        self._thread.start()
+        self._ready.wait(30)
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def _run(self) -> None:
+        try:
+            with self.cm as trigger:
+                self._ready.set()
+                if not self.fired:
+                    # Armed: it starts with the statement, if the run gets there at all.
+                    while not self._abort.is_set() and not trigger.wait(0.05, self.alive or (lambda: True)):
+                        if self.alive is not None and not self.alive():
+                            break
+                    if trigger.fired():
+                        self.started_at = trigger.fired_at
+                else:
+                    self.started_at = time.monotonic()
+                if self.started_at is not None:
+                    if self.hold_s is not None:
+                        self._abort.wait(max(0.0, self.started_at + self.hold_s - time.monotonic()))
+                    else:
+                        while not self._abort.is_set() and self.alive():
+                            self._abort.wait(0.05)
+                self.healed_at = time.monotonic()
+        except BaseException as e:  # reported by finish()
+            self.error = e
+            self._ready.set()
+
+    def finish(self, timeout_s: float = 120) -> None:
+        """Wait for the fault's time to be up (an armed partition whose run never reached
+        its statement is disarmed once the run is gone), then make sure it is undone."""
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._abort.set()
+            self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+
+
+def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
+                 after_exit_s: float | None = None) -> Result:
     started = time.monotonic()
     res = Result(sc.id, sc.fast)
     cluster.ensure()
@@ -312,11 +411,12 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
         env.update({ENV_POINT: sc.pause, ENV_FILE: str(marker), ENV_MAX_S: "60"})
     say(f"{sc.id}: {old} -> {candidate}")
 
-    load = cluster.load().start_background(time_s=120, rate=LOAD_RATE_TPS, report_interval=1)
+    after_exit_s = sc.after_exit_s if after_exit_s is None else after_exit_s
+    load = cluster.load().start_background(time_s=120 + int(after_exit_s), rate=LOAD_RATE_TPS, report_interval=1)
     verifier = ZeroLossVerifier.for_cluster(inv, name)
     verifier.prepare()
     verifier.start()
-    monitor = WritableMonitor.for_cluster(inv, name).start()
+    monitor = _monitor(cluster).start()
     fault = _Fault(cluster, sc, old, candidate)
     unchanged_before = None
     try:
@@ -329,12 +429,13 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
             proc = subprocess.Popen(_dbmigrate("run", str(pb), "--yes", "--json"), env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
+            fault.arm(lambda: proc.poll() is None)
             if sc.pause:
                 if wait_pause(proc, marker, 60):
                     fault.inject(proc, marker)
                 else:
                     res.problems.append(f"the run never reached {sc.pause}")
-            limit = FROZEN_GIVE_UP_S if sc.fault == "freeze-candidate" else TOOL_TIMEOUT_S
+            limit = FROZEN_GIVE_UP_S if sc.fault == "freeze-candidate" else TOOL_TIMEOUT_S + (sc.hold_s or 0)
             rc = wait_exit(proc, limit)
             if rc is None:
                 res.problems.append(f"the run had not ended {limit:g} s after the fault: killed")
@@ -344,6 +445,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
                 proc.wait(10)
             marker.unlink(missing_ok=True)
             fault.repair()
+            res.problems += fault.problems
         res.details["run_exit"] = rc
         run_id, res.run_status = run_status(journal)
         res.details["run_output_tail"] = _tail(work / "run.out")
@@ -372,8 +474,17 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None)
                                         f"'{res.action_status}'")
         elif run_id is None:
             res.problems.append("the run left no journal")
+        if after_exit_s:
+            # A statement given up on may still land: the verdict covers a while after the tool exits.
+            time.sleep(after_exit_s)
+            res.details["judged_after_exit_s"] = after_exit_s
+            res.details["status_after_exit_window"] = run_status(journal)[1]
     finally:
         _finish_load(res, load, verifier, monitor, inv, name)
+    if fault.held is not None:
+        res.details["fault_started"] = fault.held.started_at is not None
+        if fault.held.started_at is not None and fault.held.healed_at is not None:
+            res.details["fault_held_s"] = round(fault.held.healed_at - fault.held.started_at, 2)
     res.bound_ms = _bound_ms(res, fault)
     h = health.check(inv, name)
     res.healthy = h.healthy
@@ -391,9 +502,40 @@ def _bound_ms(res: Result, fault: _Fault) -> float:
         # The undo asks the frozen candidate once whether it is writable (never two writable
         # servers), bounded by probe_timeout_s, before the old primary takes writes again.
         bound += SETTINGS["probe_timeout_s"] * 1000
+    st = statement_of(fault.sc)
+    if st is not None and fault.sc.hold_s is not None:
+        settings = procedure_settings(fault.sc.procedure, {**SETTINGS, **dict(fault.sc.settings)})
+        if fault.sc.fault == "freeze-tool":
+            # A frozen tool: the fence expires on the server by itself (its bound), or the tool goes on first.
+            bound += min(fault.sc.hold_s, frozen_tool_bound_s(settings)) * 1000
+        else:
+            # Partitioned from its statement: the statement's own bound, then the partition's
+            # remainder before the statement's session can be seen dead (KILL) and the state read.
+            bound += (st.bound_s(settings) + max(0.0, fault.sc.hold_s - st.bound_s(settings))) * 1000
     if res.action in ("resume", "rollback"):
         bound += RECOVERY_ALLOWANCE_MS
     return float(round(bound))
+
+
+def frozen_tool_bound_s(settings: dict) -> float:
+    """How long a fence may outlive a frozen tool: the fence's own bound, the fenced catch-up's
+    and the open's, and a few seconds for the server to notice."""
+    return float(settings["fence_timeout_s"]) + 1 + float(settings["catchup_timeout_s"]) + FENCE_EXPIRY_SLACK_S
+
+
+def _monitor(cluster: FaultCluster) -> WritableMonitor:
+    """@@read_only of every server, every 10 ms, as the application's account over each server's
+    unix socket: a partition of a server's port does not blind it (over TCP an unanswered poll
+    counts as not writable, which would hide two writable servers)."""
+    inv, name = cluster.inventory, cluster.name
+    app = inv.app_credentials(name)
+    servers, sockets = {}, {}
+    for n, spec in inv.cluster(name).servers.items():
+        servers[n] = (spec.host, spec.port, app or inv.credentials_for(spec))
+        sock = str(cluster.state.instance(n).spec.socket)
+        if len(sock.encode()) < 100:  # the limit of a unix socket's path
+            sockets[n] = sock
+    return WritableMonitor(servers, interval_s=0.01, sockets=sockets)
 
 
 def _finish_load(res: Result, load, verifier: ZeroLossVerifier, monitor: WritableMonitor, inv, name: str) -> None:

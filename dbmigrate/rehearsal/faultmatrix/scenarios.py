@@ -11,6 +11,15 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+from dbmigrate.procedures.kit.switchover import SwitchoverSettings
+
+# The playbook every promote scenario runs (seconds). No-writer time is judged against these.
+SETTINGS = {"catchup_timeout_s": 3, "probe_timeout_s": 1, "fence_timeout_s": 2, "drain_timeout_s": 0.5,
+            "converge_timeout_s": 10,
+            # Under load about 3 fences in 100 meet two application transactions waiting on each
+            # other: the fence gives up after fence_block_s and is tried again, writes flowing between.
+            "fence_attempts": 3, "fence_retry_pause_s": 0.3,
+            "replica_timeout_s": 20, "verify_timeout_s": 10, "lag_wait_s": 5, "max_lag_ms": 60000}
 # Step boundaries of the promote cutover: before the first step (journaled as started, nothing
 # done), then after each step (journaled as finished, the next not started). A step whose check
 # finds it done is journaled "skipped" and never starts, so boundaries are taken after steps.
@@ -58,10 +67,15 @@ FAST = {
 @dataclass(frozen=True)
 class Scenario:
     procedure: str
-    fault: str  # kill9, sigterm, sigint, freeze-candidate, kill-old-primary, kill-haproxy, lock-at-fence, bad-setting
-    where: str  # a key of the pause points, or the bad setting's name
+    fault: str  # kill9, sigterm, sigint, freeze-candidate, kill-old-primary, kill-haproxy, lock-at-fence, bad-setting,
+    # or one of NETWORK_FAULTS / freeze-tool / cut-repl-link / ddl-at-fence / big-trx-at-fence
+    where: str  # a key of the pause points, or the bad setting's name, or `<statement>@<length>`
     recovery: str  # resume, rollback, none
     pause: str | None  # DBMIGRATE_FAULT_PAUSE for the run
+    statement: str | None = None  # a key of ROLE_STATEMENTS[procedure]: the statement the fault is timed on
+    hold_s: float | None = None  # how long a partition lasts from its statement, or the tool stays frozen
+    settings: tuple[tuple[str, float], ...] = ()  # the playbook's settings that differ from the matrix's
+    after_exit_s: float = 0.0  # the verdict also covers this long after the tool (and the operator's command) exit
 
     @property
     def id(self) -> str:
@@ -110,8 +124,96 @@ def swap_matrix() -> list[Scenario]:
             for where, pause in SWAP_POINTS.items() for sig in SIGNALS for rec in RECOVERIES]
 
 
-def all_scenarios() -> list[Scenario]:
-    return promote_matrix() + swap_matrix()
+@dataclass(frozen=True)
+class RoleStatement:
+    """A statement that changes a server's role: sent to `server` ("old" primary or
+    "candidate"), recognised on the wire by `text`, given up by the tool after the bound
+    `bound_setting` names (plus `bound_extra_s`); `after` pauses the run right after it."""
+
+    server: str
+    text: str
+    bound_setting: str
+    after: str
+    bound_extra_s: float = 0.0
+
+    def bound_s(self, settings: dict) -> float:
+        return float(settings[self.bound_setting]) + self.bound_extra_s
+
+
+# The fence's session is bounded by fence_timeout_s plus one second (its lock wait is the
+# former); the open by catchup_timeout_s. A schema swap switches back with the same two
+# statements, the other way round. The open is told by the tool's tag right before it: the
+# fence's own request may carry `read_only=OFF` too (the body of its expiry on the server).
+OPEN_TEXT = "*/ SET GLOBAL read_only=OFF"
+_FENCE = RoleStatement("old", "read_only=ON", "fence_timeout_s", "in:fence:read_only=on", 1.0)
+_OPEN = RoleStatement("candidate", OPEN_TEXT, "catchup_timeout_s", "in:open:read_only=off")
+ROLE_STATEMENTS: dict[str, dict[str, RoleStatement]] = {
+    "promote": {"fence": _FENCE, "open": _OPEN},
+    "schema-swap": {
+        "fence": _FENCE, "open": _OPEN,
+        "switch-back-fence": RoleStatement("candidate", "read_only=ON", "fence_timeout_s",
+                                           "in:switch back:read_only=on", 1.0),
+        "switch-back-open": RoleStatement("old", OPEN_TEXT, "catchup_timeout_s",
+                                          "in:switch back:read_only=off"),
+    },
+}
+# Partitions starting with the statement's first packet: the old primary's port, the
+# candidate's port, or only the connection that carried the statement (the tool's own).
+NETWORK_FAULTS = ("partition-old", "partition-candidate", "partition-own-conn")
+LENGTHS = (0.5, 1.0, 1.5)  # times the statement's bound
+JUDGED_AFTER_EXIT_S = 30.0
+
+
+def procedure_settings(procedure: str, settings: dict) -> dict:
+    """The bounds a procedure's switchovers run with: the schema swap has no fence_timeout_s
+    of its own and fences with the switchover's default."""
+    if procedure == "schema-swap":
+        return {**settings, "fence_timeout_s": SwitchoverSettings().fence_timeout_s}
+    return settings
+
+
+def statement_of(sc: Scenario) -> RoleStatement | None:
+    return ROLE_STATEMENTS.get(sc.procedure, {}).get(sc.statement or "")
+
+
+def network_matrix(settings: dict) -> list[Scenario]:
+    """Every role-changing statement of promote and the schema swap: each partition for
+    0.5x, 1x and 1.5x its bound (healed afterwards), and the tool frozen right after it for
+    2x its bound. The candidate's replication link cut before the fence, a DDL and a large
+    transaction in flight at the fence. Each judged 30 s after the tool exits."""
+    out = []
+    for procedure, statements in ROLE_STATEMENTS.items():
+        for key, st in statements.items():
+            bound = st.bound_s(procedure_settings(procedure, settings))
+            for fault in NETWORK_FAULTS:
+                for k in LENGTHS:
+                    out.append(Scenario(procedure, fault, f"{key}@{k:g}x", "rollback", None, key,
+                                        round(k * bound, 2), after_exit_s=JUDGED_AFTER_EXIT_S))
+            out.append(Scenario(procedure, "freeze-tool", f"{key}@2x", "rollback", st.after, key,
+                                round(2 * bound, 2), after_exit_s=JUDGED_AFTER_EXIT_S))
+    out += [Scenario("promote", f, "before-fence", "rollback", "before:fence", after_exit_s=JUDGED_AFTER_EXIT_S)
+            for f in ("cut-repl-link", "ddl-at-fence", "big-trx-at-fence")]
+    return out
+
+
+def issue_reproductions() -> list[Scenario]:
+    """Three faults measured from outside that broke the promise before statements in
+    doubt and the fence expiry: the candidate partitioned from its open for 4.6 s (its
+    bound 5 s), the same dropping only the tool's own connection, the old primary
+    partitioned 3.5 s from its fence, and the tool frozen 40 s after the fence."""
+    after = JUDGED_AFTER_EXIT_S
+    return [
+        Scenario("promote", "partition-candidate", "open@4.6s", "rollback", None, "open", 4.6,
+                 (("catchup_timeout_s", 5.0),), after),
+        Scenario("promote", "partition-own-conn", "open@4.6s", "rollback", None, "open", 4.6,
+                 (("catchup_timeout_s", 5.0),), after),
+        Scenario("promote", "partition-old", "fence@3.5s", "rollback", None, "fence", 3.5, (), after),
+        Scenario("promote", "freeze-tool", "fence@40s", "rollback", _FENCE.after, "fence", 40.0, (), after),
+    ]
+
+
+def all_scenarios(settings: dict | None = None) -> list[Scenario]:
+    return promote_matrix() + swap_matrix() + network_matrix(settings or SETTINGS) + issue_reproductions()
 
 
 def select(scenarios: list[Scenario], only: str | None = None, fast: bool = False) -> list[Scenario]:

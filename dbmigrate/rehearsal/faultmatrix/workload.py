@@ -8,6 +8,7 @@ These stand in for the application, like the zero-loss verifier, so their statem
 from __future__ import annotations
 
 import threading
+import time
 
 import pymysql
 
@@ -53,3 +54,67 @@ class LongStatement:
 def swap_ddl(index: str, table: str = "sbtest.sbtest1") -> tuple[str, str]:
     """(DDL, undo) of a schema swap scenario: a secondary index of its own name."""
     return f"ALTER TABLE {table} ADD INDEX {index} (c)", f"ALTER TABLE {table} DROP INDEX {index}"
+
+
+BIG_TABLE = "sbtest.fm_big"
+BIG_ROWS = 200_000
+
+
+class BigStatement:
+    """What an application may have in flight at the fence that takes seconds to apply on a
+    replica: a table-copying DDL (`kind="ddl"`) or one transaction changing every row of a
+    200,000-row table (`kind="trx"`). The table is made (and replicated) the first time."""
+
+    def __init__(self, host: str, port: int, credentials: Credentials, kind: str):
+        if kind not in ("ddl", "trx"):
+            raise ValueError(f"kind must be ddl or trx, not {kind!r}")
+        self.host, self.port, self.credentials, self.kind = host, port, credentials, kind
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._running = threading.Event()
+
+    def _connect(self):
+        c = self.credentials
+        return pymysql.connect(host=self.host, port=self.port, user=c.user, password=c.password or "",
+                               autocommit=True, ssl_disabled=True, read_timeout=300)
+
+    def prepare(self) -> None:
+        conn = self._connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"CREATE TABLE IF NOT EXISTS {BIG_TABLE} "
+                            "(id INT PRIMARY KEY, k INT NOT NULL, pad CHAR(100) NOT NULL) ENGINE=InnoDB")
+                cur.execute(f"SELECT COUNT(*) FROM {BIG_TABLE}")
+                if cur.fetchone()[0] < BIG_ROWS:
+                    cur.execute(f"INSERT IGNORE INTO {BIG_TABLE} SELECT seq, seq, REPEAT('x', 100) "
+                                f"FROM sbtest.seq_1_to_{BIG_ROWS}")
+        finally:
+            conn.close()
+
+    def start(self, replicated_within_s: float = 20) -> "BigStatement":
+        self.prepare()
+        time.sleep(min(replicated_within_s, 5))  # the replicas apply the table before the statement starts
+        self._thread = threading.Thread(target=self._run, name=f"big-{self.kind}", daemon=True)
+        self._thread.start()
+        self._running.wait(5)
+        return self
+
+    def _run(self) -> None:
+        try:
+            conn = self._connect()
+            try:
+                with conn.cursor() as cur:
+                    self._running.set()
+                    if self.kind == "ddl":
+                        cur.execute(f"ALTER TABLE {BIG_TABLE} FORCE, ALGORITHM=COPY")
+                    else:
+                        cur.execute(f"UPDATE {BIG_TABLE} SET k = k + 1")
+            finally:
+                conn.close()
+        except BaseException as e:  # e.g. refused by the fence: reported, the scenario goes on
+            self.error = e
+            self._running.set()
+
+    def join(self, timeout_s: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)

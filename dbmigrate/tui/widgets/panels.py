@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.events import Resize
 from textual.widgets import Static
 
-from dbmigrate.sparkline import sparkline
+from dbmigrate.console_table import sparkline
 from dbmigrate.engine.events import Metric
 from dbmigrate.app.monitor import ClusterSample
 
