@@ -38,9 +38,9 @@ def main() -> None:
         print(version_line())
         return
     if next((a for a in argv if not a.startswith("-")), None) in ("run", "resume"):
-        from dbmigrate import priority
+        from dbmigrate.app.startup import yield_cores_until_the_fence
 
-        priority.begin_run()  # its start-up too yields the cores (see dbmigrate.priority)
+        yield_cores_until_the_fence()
     # No pydantic plugins are used: skip their discovery, a scan of every installed package's metadata.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from dbmigrate.app.errors import failure_of
