@@ -111,7 +111,7 @@ def _result(stdout: str) -> dict:
     records = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     results = [r for r in records if r.get("record") == "result"]
     assert results, stdout[-2000:]
-    return results[0].get("data", results[0])
+    return results[0]["result"]
 
 
 def test_promote_rehearsal_in_containers_loses_nothing(no_leftovers):
