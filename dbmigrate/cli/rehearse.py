@@ -188,7 +188,7 @@ def schema_swap(
             check_name(name)
         checked_report = None
         if report_file is not None:
-            from dbmigrate.report.write import check_report_path
+            from dbmigrate.app.reports import check_report_path
 
             checked_report = check_report_path(report_file)  # before anything is started
         say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
@@ -196,8 +196,7 @@ def schema_swap(
         report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
                                       subscribers=[] if json_out else [ConsoleRenderer(console)])
         if checked_report is not None:
-            from dbmigrate.app.reports import model_of_run
-            from dbmigrate.report.write import write_report
+            from dbmigrate.app.reports import model_of_run, write_report
 
             report["report_files"] = [str(p) for p in write_report(model_of_run(report["run_id"]), checked_report)]
         if json_out:
