@@ -33,7 +33,8 @@ Approver = Callable[[GateWaiting], "bool | tuple[bool, str]"]
 
 
 class RunPaused(GateFailed):
-    """A gate that pauses on refusal said no: the run stops there, nothing is undone."""
+    """A gate that pauses on refusal said no, or a step found what only the operator can fix
+    while everything done so far is consistent: the run stops there, nothing is undone."""
 
 
 class StepFailed(DbmigrateError):
@@ -248,6 +249,12 @@ class Runner:
         self.current = step.name
         try:
             sentence = step.run(ctx)
+        except RunPaused as exc:
+            # The step found the cluster in a consistent state that needs the operator (e.g. a
+            # replica broken after the cutover): stop there, undo nothing; resume runs it again.
+            self.current = None
+            finish("failed", error=explain(exc))
+            raise
         except Refused as exc:
             self.current = None
             finish("refused", error=explain(exc))  # changed nothing: not a step to undo
