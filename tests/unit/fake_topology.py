@@ -29,6 +29,7 @@ from dbmigrate.db.in_doubt import InDoubt
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, MariaDB, ReplicaStatus
 from dbmigrate.db.gtid import MariaGtid
+from dbmigrate.db.binlog import BinlogReadError, BinlogTransaction
 from dbmigrate.db.inspector import HeavyWork, Session
 from dbmigrate.engine.wait import FakeClock
 from dbmigrate.exceptions import ConnectionFailed
@@ -94,6 +95,9 @@ class FakeServer:
     heavy: list[tuple[float, HeavyWork]] = field(default_factory=list)
     applying: list[tuple[float, HeavyWork]] = field(default_factory=list)
     backlog: list[tuple[float, int]] = field(default_factory=list)
+    # What its binlog says of a transaction (GTID -> its tables, rows, statement); others read as bare GTIDs.
+    binlog_says: dict[str, BinlogTransaction] = field(default_factory=dict)
+    binlog_error: str = ""  # reading its binlog fails with this (privileges, purged)
 
     @property
     def address(self) -> str:
@@ -131,6 +135,9 @@ class FakeTopology(Topology):
 
     def side_session(self, name: str, timeout_s: float) -> None:
         return None  # no watchdog: a fake fence never blocks
+
+    def binlog(self, name: str, timeout_s: float) -> "FakeBinlog":
+        return FakeBinlog(self, name)
 
     # -- the Topology seam --------------------------------------------------
     def inspector(self, name: str) -> "FakeInspector":
@@ -373,6 +380,27 @@ class FakeInspector:
         s = self._server()
         return [Session(99, "app", "127.0.0.1", "app", "Query", 12, "Waiting for someone to free space",
                         "INSERT INTO app.t ...")] if s.disk_full else []
+
+
+class FakeBinlog:
+    """A server's binlog as BinlogReader reads it: its GTIDs in order, each described by
+    `binlog_says` where the test said what it changed."""
+
+    def __init__(self, topo: FakeTopology, name: str):
+        self.topo, self.name = topo, name
+
+    def _read(self) -> list[BinlogTransaction]:
+        s = self.topo.reach(self.name)
+        if s.binlog_error:
+            raise BinlogReadError(f"cannot read {self.name}'s binlog: {s.binlog_error}")
+        return [s.binlog_says.get(str(g)) or BinlogTransaction(str(g)) for g in s.log]
+
+    def after(self, position: str, includes) -> list[BinlogTransaction]:
+        return [t for t in self._read() if not includes(position, t.gtid)]
+
+    def transactions(self, gtids, start: str = "") -> list[BinlogTransaction]:
+        wanted = set(gtids)
+        return [t for t in self._read() if t.gtid in wanted]
 
 
 class FakeApplier:

@@ -193,3 +193,19 @@ def test_waiting_for_a_replica_to_run_names_a_stopped_sql_thread_at_once():
         switchover(topo).wait_replica_running("db1", timeout=10)
     assert failed.value.message == f"replication on db1 stopped with an error (SQL thread stopped: {DUPLICATE})"
     assert topo.clock.monotonic() - start < 1
+
+
+def test_once_the_ddl_ends_on_the_old_primary_the_candidate_must_apply_it_before_the_fence():
+    """The ALTER commits on db1 at t+1; db2's SQL thread has not begun it (no look could see it
+    applying there) and applies it by t+2. By count db2 is 1 behind, within the limit: the
+    position read when the ALTER ended decides, not the count."""
+    topo = cluster()
+    topo.servers["db1"].heavy.append((later(topo, 1.0), ALTER))
+    topo.clock.at(1.0, lambda: topo.write("db1"))  # the ALTER's transaction
+    topo.servers["db2"].lag_until = later(topo, 2.0)
+    start = topo.clock.monotonic()
+
+    sentence, behind = switchover(topo).converge()
+
+    assert topo.clock.monotonic() - start >= 2.0 and behind == 0
+    assert "for work too big for the fenced window" in sentence

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
 from dbmigrate.db.applier import Applier
+from dbmigrate.db.binlog import BinlogReader
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import ReplicaStatus
-from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.inspector import Inspector, Session
 from dbmigrate.engine.wait import Clock
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
@@ -94,6 +95,15 @@ class _CalmWait:
         if self.started is not None:
             return f"; waited {self.waited_s * 1000:.1f} ms for no row-lock wait on {old}"
         return ""
+
+
+@dataclass
+class _SizeSeen:
+    """What the convergence saw of work too big for the window, across its looks."""
+
+    running: str = ""  # heavy work seen running on the old primary at the last look
+    drained: str = ""  # the same, once it ended
+    drain_to: str | None = None  # the old primary's position once it ended: the candidate must apply it
 
 
 class WriterRouter(Protocol):
@@ -196,6 +206,10 @@ class Topology:
                 stack.enter_context(self.servers[name].bounded(seconds))
             yield
 
+    def binlog(self, name: str, timeout_s: float) -> BinlogReader:
+        """Transactions from `name`'s binlog (each read bounded by `timeout_s`)."""
+        return BinlogReader(self.servers[name], timeout_s)
+
     def side_session(self, name: str, timeout_s: float) -> tuple[Inspector, Applier] | None:
         """Reads and writes on a session of its own to `name` (its watch session, opened before
         the fence), for a watchdog that acts while the main session is blocked."""
@@ -234,6 +248,8 @@ class Switchover:
         # Wall clock by which the last fence this instance set expires on the server (None: no expiry).
         self.fence_expires_at: float | None = None
         self._expiry_usable: dict[str, bool] = {}  # per server: its event scheduler runs
+        # Sessions of accounts that bypass read_only that seal_old ended: who may have written after the fence.
+        self.sealed_sessions: list[Session] = []
 
     # -- helpers -------------------------------------------------------------
     def server(self, name: str) -> Server:
@@ -314,14 +330,14 @@ class Switchover:
         deadline = t0 + self.s.converge_timeout_s
         worst = 0
         calm = _CalmWait(self.s.fence_calm_wait_s)
-        too_big, size_waited_from = "", None
+        too_big, size_waited_from, seen = "", None, _SizeSeen()
         while True:
             behind = max(new.trx_behind(old.gtid_binlog_pos()).values(), default=0)
             worst = max(worst, behind)
             if behind <= limit:
                 if calm.now(old.row_lock_waits() if calm.looks else 0, self.clock.monotonic(), deadline):
                     # Read once converged, not every poll: a few reads more, then only while it waits.
-                    too_big = self._too_big_for_window(old, new, behind)
+                    too_big = self._too_big_for_window(old, new, behind, seen)
                     now = self.clock.monotonic()
                     if not too_big:
                         waited_ms = (now - t0) * 1000
@@ -351,7 +367,7 @@ class Switchover:
             far = behind > FAR_TIMES * max(limit, 1)
             self.clock.sleep(max(self.s.converge_far_poll_s, self.s.converge_poll_s) if far else self.s.converge_poll_s)
 
-    def _too_big_for_window(self, old: Inspector, new: Inspector, behind: int) -> str:
+    def _too_big_for_window(self, old: Inspector, new: Inspector, behind: int, seen: "_SizeSeen") -> str:
         """Why the candidate, close by count, would still take long to catch up inside the
         window ('' when nothing is seen): a DDL or a large uncommitted transaction on the old
         primary, a DDL being applied on the candidate, or a binlog backlog beyond the limit."""
@@ -360,7 +376,17 @@ class Switchover:
         rows = self.s.converge_max_trx_rows if self.s.converge_max_trx_rows > 0 else 1 << 62
         running = old.heavy_work_in_flight(rows)
         if running:
+            seen.running = f"{self.old} ran " + "; ".join(w.describe() for w in running)
             return f"{self.old} runs " + "; ".join(w.describe() for w in running)
+        if seen.running:
+            # It ended (committed, or rolled back): the candidate must apply everything up to now,
+            # that work included, before the fence. Its SQL thread may not have begun it yet, so
+            # no later look could see it there: the position decides.
+            seen.drain_to, seen.drained, seen.running = old.gtid_binlog_pos(), seen.running, ""
+        if seen.drain_to is not None:
+            if not new.has_applied(seen.drain_to):
+                return f"{self.new} has not applied what {seen.drained.removeprefix(self.old + ' ran ')} wrote yet"
+            seen.drain_to = None
         applying = new.applying_heavy()
         if applying:
             return f"{self.new} applies " + "; ".join(w.describe() for w in applying)
@@ -599,6 +625,7 @@ class Switchover:
         ended = 0
         for sess in insp.sessions():
             if sess.user in bypass:
+                self.sealed_sessions.append(sess)
                 try:
                     self.apply(self.old).kill_connection(sess.id)
                     ended += 1
