@@ -88,7 +88,7 @@ def connection_settings(server: Server, timeout_s: float) -> dict[str, Any]:
     """PyMySQL settings for `server` (TLS only where its credentials ask for it: a TLS context
     built per connection costs ~18 ms on loopback)."""
     c: Credentials = server.credentials
-    settings: dict[str, Any] = {"user": c.user, "passwd": c.password or "", "connect_timeout": max(1, int(timeout_s)),
+    settings: dict[str, Any] = {"user": c.user, "password": c.password or "", "connect_timeout": max(1, int(timeout_s)),
                                 "read_timeout": max(1, int(timeout_s)), "write_timeout": max(1, int(timeout_s))}
     if server.unix_socket:
         settings["unix_socket"] = server.unix_socket
