@@ -102,6 +102,34 @@ def connection_settings(server: Server, timeout_s: float) -> dict[str, Any]:
     return settings
 
 
+def _stream_reader_class() -> type:
+    """python-mysql-replication's reader, with its MariaDB dump request fixed: 1.0.17 declares
+    the COM_BINLOG_DUMP packet one byte shorter than what it sends (an empty file name written
+    as four zero bytes), and MariaDB resets the connection once it reads that stray byte, which
+    it does only when a large event fills the socket (measured: the first big Write_rows event
+    of a 20,000-row INSERT). The request here is the documented one: no file name, length 11."""
+    import struct
+
+    from pymysqlreplication import BinLogStreamReader
+    from pymysql.constants.COMMAND import COM_BINLOG_DUMP
+
+    class Reader(BinLogStreamReader):
+        def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:  # overrides the library's private method
+            cur = self._stream_connection.cursor()
+            if self.auto_position is not None:
+                cur.execute("SET @slave_connect_state = %s", (self.auto_position,))
+            cur.execute("SET @slave_gtid_strict_mode=1")
+            cur.execute("SET @slave_gtid_ignore_duplicates=0")
+            cur.close()
+            flags = 0 if self._BinLogStreamReader__blocking else 0x01  # BINLOG_DUMP_NON_BLOCK
+            if self._BinLogStreamReader__annotate_rows_event:
+                flags |= 0x02  # BINLOG_SEND_ANNOTATE_ROWS_EVENT
+            return struct.pack("<i", 11) + bytes([COM_BINLOG_DUMP]) + \
+                struct.pack("<IHI", 4, flags, self._BinLogStreamReader__server_id)
+
+    return Reader
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= ROW_SHOWN_CHARS else text[:ROW_SHOWN_CHARS - 3] + "..."
@@ -121,11 +149,11 @@ class BinlogReader:
         self._factory = stream_factory or self._stream
 
     def _stream(self, **kw: Any) -> Any:
-        from pymysqlreplication import BinLogStreamReader  # only where a binlog is read: it costs an import
+        # Imported only where a binlog is read: it costs an import.
         from pymysqlreplication.event import MariadbAnnotateRowsEvent, MariadbGtidEvent, QueryEvent, XidEvent
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-        return BinLogStreamReader(
+        return _stream_reader_class()(
             connection_settings=connection_settings(self.server, self.timeout_s),
             server_id=random.randint(1 << 30, (1 << 32) - 1),  # no real replica uses one this high
             blocking=False, is_mariadb=self.server.flavor.name == "mariadb", annotate_rows_event=True,
@@ -139,14 +167,16 @@ class BinlogReader:
         if self.server.flavor.name != "mariadb":
             raise BinlogReadError(f"reading {self.server.name}'s binlog from a GTID position is implemented for "
                                   f"MariaDB only")
-        return [t for t in self._transactions(auto_position=position or None) if not includes(position, t.gtid)]
+        return list(self._transactions(lambda gtid: not includes(position, gtid), auto_position=position or None))
 
     def transactions(self, match: Callable[[str], bool], start: str = "") -> list[BinlogTransaction]:
         """The transactions whose GTID `match`es, read from GTID position `start` (empty: the
         oldest binlog the server still has) to the end."""
-        return [t for t in self._transactions(auto_position=start or None) if match(t.gtid)]
+        return list(self._transactions(match, auto_position=start or None))
 
-    def _transactions(self, **kw: Any) -> Iterator[BinlogTransaction]:
+    def _transactions(self, match: Callable[[str], bool], **kw: Any) -> Iterator[BinlogTransaction]:
+        """The matching transactions, in binlog order. The rows of the others are never decoded:
+        in pure Python that is what a scan of a large binlog costs."""
         deadline = time.monotonic() + self.timeout_s
         try:
             stream = self._factory(**kw)
@@ -163,9 +193,9 @@ class BinlogReader:
                 if kind == "MariadbGtidEvent":
                     if current is not None:
                         yield current
-                    current = BinlogTransaction(str(event.gtid))
+                    current = BinlogTransaction(str(event.gtid)) if match(str(event.gtid)) else None
                 elif current is None:
-                    continue  # events before the first GTID (the stream's own header)
+                    continue  # not a transaction asked for (or the stream's own header)
                 elif kind == "MariadbAnnotateRowsEvent":
                     current.statements.append(_statement(event.sql_statement))
                 elif kind == "QueryEvent":

@@ -275,6 +275,7 @@ def test_check_shows_what_an_errant_transaction_on_a_candidate_changed(cluster, 
     doc = jsonlines.result(r.stdout)
     errant_gate = next(g for g in doc["gates"] if g["name"] == "errant_gtids")
     assert not errant_gate["ok"]
+    assert len(doc["errant_transactions"]) == 1, (doc.get("errant_note"), errant_gate)
     [trx] = doc["errant_transactions"]
     assert trx["gtid"] in errant_gate["details"]["errant"]
     assert trx["tables"]["app.small"]["updated"] == 1
