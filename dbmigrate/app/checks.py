@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbmigrate.config import load_inventory
-from dbmigrate.db.binlog import BinlogReadError, BinlogReader, BinlogTransaction, errant_matcher
+from dbmigrate.db.binlog import (BinlogReadError, BinlogReader, BinlogTransaction, errant_floor, errant_matcher,
+                                 first_file_holding)
+from dbmigrate.db.inspector import Inspector
 from dbmigrate.gates import GateResult, Limits, run_preflight
 
 __all__ = ["ErrantExplained", "GateResult", "Limits", "explain_errant", "preflight"]
@@ -43,8 +45,10 @@ def explain_errant(inventory: Path, candidate: str, results: list[GateResult]) -
             out.note = "reading errant transactions from the binlog is implemented for MariaDB only"
             return out
         try:
+            # From the newest binlog file that begins before the first errant transaction.
+            start = first_file_holding(Inspector(server).binlog_start_states(), errant_floor(errant, source_state))
             out.transactions = BinlogReader(server, ERRANT_READ_TIMEOUT_S).transactions(
-                errant_matcher(errant, source_state))
+                errant_matcher(errant, source_state), start_file=start)
         except BinlogReadError as e:
             out.note = e.message
             return out

@@ -124,8 +124,10 @@ def _stream_reader_class() -> type:
             flags = 0 if self._BinLogStreamReader__blocking else 0x01  # BINLOG_DUMP_NON_BLOCK
             if self._BinLogStreamReader__annotate_rows_event:
                 flags |= 0x02  # BINLOG_SEND_ANNOTATE_ROWS_EVENT
-            return struct.pack("<i", 11) + bytes([COM_BINLOG_DUMP]) + \
-                struct.pack("<IHI", 4, flags, self._BinLogStreamReader__server_id)
+            # Without a GTID position, from the start of the named file (none: the oldest).
+            name = b"" if self.auto_position is not None else (self.log_file or "").encode()
+            return struct.pack("<i", 11 + len(name)) + bytes([COM_BINLOG_DUMP]) + \
+                struct.pack("<IHI", 4, flags, self._BinLogStreamReader__server_id) + name
 
     return Reader
 
@@ -169,10 +171,10 @@ class BinlogReader:
                                   f"MariaDB only")
         return list(self._transactions(lambda gtid: not includes(position, gtid), auto_position=position or None))
 
-    def transactions(self, match: Callable[[str], bool], start: str = "") -> list[BinlogTransaction]:
-        """The transactions whose GTID `match`es, read from GTID position `start` (empty: the
-        oldest binlog the server still has) to the end."""
-        return list(self._transactions(match, auto_position=start or None))
+    def transactions(self, match: Callable[[str], bool], start_file: str = "") -> list[BinlogTransaction]:
+        """The transactions whose GTID `match`es, read from the start of binlog `start_file`
+        (empty: the oldest the server still has) to the end."""
+        return list(self._transactions(match, log_file=start_file or None))
 
     def _transactions(self, match: Callable[[str], bool], **kw: Any) -> Iterator[BinlogTransaction]:
         """The matching transactions, in binlog order. The rows of the others are never decoded:
@@ -228,6 +230,29 @@ class BinlogReader:
                 stream.close()
             except Exception:
                 pass
+
+
+def errant_floor(errant: list[str], source_state: str) -> dict[tuple[int, int], int]:
+    """(domain, server_id) of each errant origin -> the last sequence the source has of it
+    (-1: none): every GTID of that origin past it is errant."""
+    from dbmigrate.db import gtid as g
+
+    have = {(x.domain, x.server_id): x.seq for x in g.parse_mariadb(source_state)}
+    return {(x.domain, x.server_id): have.get((x.domain, x.server_id), -1) for x in g.parse_mariadb(",".join(errant))}
+
+
+def first_file_holding(start_states: list[tuple[str, str]], floor: dict[tuple[int, int], int]) -> str:
+    """The newest binlog file (of (file, GTID state at its start), oldest first) before whose
+    start no GTID past `floor` was written: reading from there finds every one of them. ''
+    when even the oldest file begins past it (read from the oldest: older ones are purged)."""
+    from dbmigrate.db import gtid as g
+
+    chosen = ""
+    for name, state in start_states:
+        at_start = {(x.domain, x.server_id): x.seq for x in g.parse_mariadb(state)}
+        if all(at_start.get(origin, -1) <= seq for origin, seq in floor.items()):
+            chosen = name
+    return chosen
 
 
 def errant_matcher(errant: list[str], source_state: str) -> Callable[[str], bool]:

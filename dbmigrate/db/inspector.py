@@ -248,6 +248,21 @@ class Inspector:
             return max(0, source_pos - st.applied_source_pos)
         return source_pos if transactions_behind else 0
 
+    def binlog_start_states(self) -> list[tuple[str, str]]:
+        """(binlog file, GTID state at its start), oldest first: where to begin reading for a
+        given GTID without scanning older files. MariaDB writes that state as each file's
+        Gtid_list event; elsewhere (or without it) the state is ''."""
+        out = []
+        for r in self.server.query("SHOW BINARY LOGS"):
+            name, state = str(r["Log_name"]), ""
+            if self.flavor.name == "mariadb":
+                for e in self.server.query("SHOW BINLOG EVENTS IN %s LIMIT 4", (name,)):
+                    if e.get("Event_type") == "Gtid_list":
+                        state = str(e.get("Info") or "").strip().strip("[]")
+                        break
+            out.append((name, state))
+        return out
+
     def read_only(self) -> bool:
         return str(self.variable("read_only")) in ("1", "ON")
 
