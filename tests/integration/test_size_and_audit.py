@@ -9,6 +9,7 @@ NAME-new, and the errant-GTID test, last, leaves an errant transaction behind.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -20,7 +21,7 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.journal import Journal
 from dbmigrate.engine.runner import RunPaused
-from dbmigrate.exceptions import RefusedWait
+from dbmigrate.exceptions import RefusedWait, WaitTimeout
 from dbmigrate.procedures.kit.switchover import ReplicationStopped, Switchover, SwitchoverSettings, Topology
 from dbmigrate.rehearsal.sandbox import haproxy
 
@@ -289,3 +290,34 @@ def test_check_shows_what_an_errant_transaction_on_a_candidate_changed(cluster, 
     shown = cli("check", "-i", str(state.inventory_file), "-c", NAME, "--candidate", REPLICA)
     assert shown.returncode == 1
     assert "what the errant transactions on" in shown.stdout and trx["gtid"] in shown.stdout
+
+
+def test_a_probe_write_on_a_full_disk_fails_within_the_timeout_and_says_disk_full(cluster, boxes, tmp_path):
+    """A primary whose binlog directory is full (a 4 MB tmpfs, filled): the write waits for
+    space (MariaDB retries every 60 s); the verify probe gives up at its timeout and says why."""
+    state, _ = cluster
+    binlogs = tmp_path / "binlogs"
+    binlogs.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "none", str(binlogs)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    full = f"{NAME}-df"
+    try:
+        boxes.add_instance(NAME, full, cluster=f"{NAME}df", extra={"log_bin": str(binlogs / "bin")})
+        inv = load_inventory(boxes.find(NAME).inventory_file)
+        with inv.open(full) as s:
+            s.execute("SET GLOBAL read_only=OFF")  # a standalone primary
+        subprocess.run(["dd", "if=/dev/zero", f"of={binlogs / 'fill'}", "bs=64k"], capture_output=True)
+        topo = Topology(servers={OLD: inv.open(OLD), full: inv.open(full)}, repl=inv.replication_credentials(NAME))
+        sw = Switchover(topo, OLD, full, SwitchoverSettings(probe_timeout_s=2))
+        t0 = time.monotonic()
+        with pytest.raises(WaitTimeout) as failed:
+            sw.verify_writes_flow("run-df", timeout=3, old_gone=True)
+        took = time.monotonic() - t0
+        assert failed.value.message.startswith(f"disk full on {full}: the probe write did not complete within 3s"), \
+            failed.value.message
+        assert "wait for disk space there" in failed.value.message and "free space on" in failed.value.hint
+        assert took < 3 + 2 + 3  # the timeout, one bounded look, and slack for a loaded machine
+    finally:
+        boxes.kill_instance(NAME, full)  # waiting for disk space, it would not shut down
+        subprocess.run(["umount", "-l", str(binlogs)], capture_output=True)
