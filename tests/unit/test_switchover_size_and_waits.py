@@ -209,3 +209,12 @@ def test_once_the_ddl_ends_on_the_old_primary_the_candidate_must_apply_it_before
 
     assert topo.clock.monotonic() - start >= 2.0 and behind == 0
     assert "for work too big for the fenced window" in sentence
+
+
+def test_a_candidate_that_falls_behind_while_applying_a_ddl_is_refused_naming_the_ddl():
+    topo = cluster()
+    topo.servers["db2"].applying.append((float("inf"), ALTER))
+    topo.clock.at(0.5, lambda: setattr(topo.servers["db2"], "lag_until", float("inf")) or topo.write("db1", 30))
+    with pytest.raises(RefusedWait) as refused:
+        switchover(topo, converge_timeout_s=3).converge()
+    assert "(last 30 behind, at most 30; earlier db2 applies a DDL running for 0s" in refused.value.message

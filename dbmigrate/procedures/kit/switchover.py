@@ -359,9 +359,10 @@ class Switchover:
                     self.clock.sleep(SIZE_LOOK_POLL_S)
                     continue
             elif self.clock.monotonic() >= deadline:
+                earlier = f"; earlier {too_big}" if too_big else ""  # what held it back first (a DDL it applies)
                 raise RefusedWait(f"{self.new} did not apply {self.old}'s writes to within {limit} transaction(s) in "
-                                  f"{self.s.converge_timeout_s:g}s (last {behind} behind, at most {worst}): not fenced, "
-                                  f"nothing changed",
+                                  f"{self.s.converge_timeout_s:g}s (last {behind} behind, at most {worst}{earlier}): "
+                                  f"not fenced, nothing changed",
                                   hint="retry when the load is lighter or the candidate applies faster "
                                        "(dbmigrate lag watch), or raise converge_max_trx / converge_timeout_s")
             far = behind > FAR_TIMES * max(limit, 1)
