@@ -64,18 +64,21 @@ def topology(inv) -> Topology:
 
 
 def connect(inv, name: str, user: str | None = None, password: str | None = None):
-    spec = inv.cluster(NAME).servers[name]
+    spec = inv.find_server(name)[1]
     creds = inv.credentials_for(spec)
     return pymysql.connect(host=spec.host, port=spec.port, user=user or creds.user,
                            password=password if user else (creds.password or ""), autocommit=True,
                            ssl_disabled=True, read_timeout=120)
 
 
-def in_background(inv, name: str, sql: str) -> threading.Thread:
+def in_background(inv, name: str, sql: str, quiet: bool = False) -> threading.Thread:
     def run():
         c = connect(inv, name)
         try:
             c.cursor().execute(sql)
+        except pymysql.err.MySQLError:
+            if not quiet:
+                raise
         finally:
             c.close()
 
@@ -307,16 +310,26 @@ def test_a_probe_write_on_a_full_disk_fails_within_the_timeout_and_says_disk_ful
         inv = load_inventory(boxes.find(NAME).inventory_file)
         with inv.open(full) as s:
             s.execute("SET GLOBAL read_only=OFF")  # a standalone primary
+            s.execute("CREATE DATABASE fill")
+            s.execute("CREATE TABLE fill.t (pad VARCHAR(2000))")
         subprocess.run(["dd", "if=/dev/zero", f"of={binlogs / 'fill'}", "bs=64k"], capture_output=True)
+        # The binlog's last page still has room for a small write: an application write fills it,
+        # and waits; every later write then waits too.
+        in_background(inv, full, "INSERT INTO fill.t SELECT REPEAT('x', 2000) FROM fill.seq_1_to_200",
+                      quiet=True)  # its server is killed at the end
+        wait_for(lambda: scalar(inv, full, "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST "
+                                           "WHERE STATE LIKE 'Waiting for someone to free space%%'"),
+                 what="a write to wait for disk space")
         topo = Topology(servers={OLD: inv.open(OLD), full: inv.open(full)}, repl=inv.replication_credentials(NAME))
         sw = Switchover(topo, OLD, full, SwitchoverSettings(probe_timeout_s=2))
         t0 = time.monotonic()
         with pytest.raises(WaitTimeout) as failed:
             sw.verify_writes_flow("run-df", timeout=3, old_gone=True)
         took = time.monotonic() - t0
-        assert failed.value.message.startswith(f"disk full on {full}: the probe write did not complete within 3s"), \
+        # The application's write already waits: named at once, and no probe of ours joins it.
+        assert failed.value.message.startswith(f"disk full on {full}: 1 session(s) wait for disk space there"), \
             failed.value.message
-        assert "wait for disk space there" in failed.value.message and "free space on" in failed.value.hint
+        assert "no probe written" in failed.value.message and "free space on" in failed.value.hint
         assert took < 3 + 2 + 3  # the timeout, one bounded look, and slack for a loaded machine
     finally:
         boxes.kill_instance(NAME, full)  # waiting for disk space, it would not shut down

@@ -112,9 +112,31 @@ def promoted() -> FakeTopology:
     return topo
 
 
-def test_a_probe_write_that_waits_for_disk_space_fails_within_the_timeout_and_says_disk_full():
+def test_writes_waiting_for_disk_space_are_named_before_any_probe_is_written():
     topo = promoted()
     topo.servers["db2"].disk_full = True
+
+    with pytest.raises(WaitTimeout) as failed:
+        switchover(topo).verify_writes_flow("r1", timeout=10)
+
+    assert failed.value.message == ("disk full on db2: 1 session(s) wait for disk space there, the longest for 12s; "
+                                    "no probe written; writes on db2 wait until space is freed")
+    assert "free space on db2" in failed.value.hint and "dbmigrate resume r1" in failed.value.hint
+    assert topo.statements("db2") == []  # no write of its own left waiting (and in doubt)
+
+
+def test_a_probe_write_that_waits_for_disk_space_fails_within_the_timeout_and_says_disk_full(monkeypatch):
+    """The disk fills with the probe itself: nothing waited before it, it waits until the timeout."""
+    topo = promoted()
+    topo.servers["db2"].disk_full = True
+    looks = []
+    real = FakeInspector.disk_full_waits
+
+    def after_the_probe(self):
+        looks.append(self.name)
+        return real(self) if len(looks) > 1 else []  # the look before the probe sees nobody waiting yet
+
+    monkeypatch.setattr(FakeInspector, "disk_full_waits", after_the_probe)
     start = topo.clock.monotonic()
 
     with pytest.raises(WaitTimeout) as failed:
@@ -124,7 +146,6 @@ def test_a_probe_write_that_waits_for_disk_space_fails_within_the_timeout_and_sa
     assert failed.value.message == ("disk full on db2: the probe write did not complete within 10s (1 session(s) "
                                     "wait for disk space there, the longest for 12s); writes on db2 wait until "
                                     "space is freed")
-    assert "free space on db2" in failed.value.hint and "dbmigrate resume r1" in failed.value.hint
 
 
 def test_a_probe_write_that_hangs_for_another_reason_is_bounded_too_and_says_so():

@@ -917,6 +917,11 @@ class Switchover:
         try:
             with self.topo.bounded(timeout, self.new):
                 self._require_primary(self.new)
+                # Writes already waiting for disk space: say so without adding one (a write given
+                # up on stays in doubt until its session ends, which a disk wait delays).
+                waiting = self.insp(self.new).disk_full_waits()
+                if waiting:
+                    raise _disk_full(self.new, f"{_waiting_for_disk(waiting)}; no probe written", run_id)
                 self.apply(self.new).write_switchover_probe(run_id, self.new)
                 pos = self.insp(self.new).gtid_binlog_pos()
         except QueryError as e:
@@ -957,13 +962,8 @@ class Switchover:
         except DbmigrateError:
             pass
         if waiting or e.errno in DISK_FULL_ERRNOS or "errcode: 28" in e.message.lower():
-            seen = (f"{len(waiting)} session(s) wait for disk space there, the longest for {max(w.time for w in waiting)}s"
-                    if waiting else e.message)
-            return WaitTimeout(f"disk full on {self.new}: the probe write did not complete within {timeout:g}s "
-                               f"({seen}); writes on {self.new} wait until space is freed",
-                               hint=f"free space on {self.new} (its datadir and binlog directory: SHOW GLOBAL VARIABLES "
-                                    f"LIKE 'log_bin_basename'); the waiting writes go on by themselves once there is "
-                                    f"room (MariaDB retries every 60 s); then: dbmigrate resume {run_id}")
+            seen = _waiting_for_disk(waiting) if waiting else e.message
+            return _disk_full(self.new, f"the probe write did not complete within {timeout:g}s ({seen})", run_id)
         return WaitTimeout(f"the probe write on {self.new} did not complete within {timeout:g}s: {e.message}",
                            hint=f"check {self.new} (dbmigrate topology show), then: dbmigrate resume {run_id}")
 
@@ -1039,6 +1039,17 @@ class Switchover:
 # Errors that mean a full disk: ER_DISK_FULL, ER_RECORD_FILE_FULL ("the table is full"),
 # ER_ERROR_ON_WRITE (with errcode 28, checked in the message).
 DISK_FULL_ERRNOS = frozenset({1021, 1114})
+
+
+def _waiting_for_disk(waiting: list[Session]) -> str:
+    return f"{len(waiting)} session(s) wait for disk space there, the longest for {max(w.time for w in waiting)}s"
+
+
+def _disk_full(name: str, seen: str, run_id: str) -> WaitTimeout:
+    return WaitTimeout(f"disk full on {name}: {seen}; writes on {name} wait until space is freed",
+                       hint=f"free space on {name} (its datadir and binlog directory: SHOW GLOBAL VARIABLES LIKE "
+                            f"'log_bin_basename'); the waiting writes go on by themselves once there is room (MariaDB "
+                            f"retries every 60 s); then: dbmigrate resume {run_id}")
 
 
 def _replication_error(st: ReplicaStatus) -> str:
