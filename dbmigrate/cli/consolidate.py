@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from dbmigrate.exceptions import CommandFailed
 from dbmigrate.app.errors import run_failed
+from dbmigrate.console_table import Col, show
 from dbmigrate.cli.common import console, err_console, guarded, print_json
 from dbmigrate.exceptions import UsageError
 
@@ -233,26 +234,27 @@ def render(doc: dict) -> None:
         render_shards(doc)
     else:
         render_sources(doc)
-    t = Table(title=f"instances (strategy {doc['strategy']})")
-    for c in ("instance", "host", "address", "server_id", "shards", "sources", "disk", "memory", "cpu cores",
-              "buffer pool MB"):
-        t.add_column(c, justify="right" if c in ("server_id", "disk", "memory", "cpu cores", "buffer pool MB")
-                     else "left")
+    # ids, addresses and figures are what people copy: kept whole (records when they do not fit)
+    rows = []
     for i in doc["instances"]:
         d = i["demand"]
         shards = ", ".join(i["shards"]) if len(i["shards"]) <= 6 else f"{len(i['shards'])} shards"
         sources = ", ".join(i["sources"]) if len(i["sources"]) <= 3 else f"{len(i['sources'])} servers"
-        t.add_row(i["name"], i["host"], f"{i['address']}:{i['port']}", str(i.get("server_id") or "-"), shards,
-                  sources, _gb(d["disk"]), _gb(d["memory"]), f"{d['cpu']:.2f}", str(i["buffer_pool_mb"]))
-    console.print(t)
-    t = Table(title=f"hosts (headroom {s['headroom_pct']:g}%, {s['reserved_memory_gb']:g} GB memory reserved)")
-    for c in ("host", "instances", "disk used/usable/total", "memory used/usable/total", "cpu cores used/usable/total"):
-        t.add_column(c, justify="left" if c in ("host", "instances") else "right")
+        rows.append([i["name"], i["host"], f"{i['address']}:{i['port']}", str(i.get("server_id") or "-"), shards,
+                     sources, _gb(d["disk"]), _gb(d["memory"]), f"{d['cpu']:.2f}", str(i["buffer_pool_mb"])])
+    show(console, [Col("instance", keep=True), Col("host", keep=True), Col("address", keep=True),
+                   Col("server_id", keep=True, right=True), Col("shards"), Col("sources"),
+                   Col("disk", keep=True, right=True), Col("memory", keep=True, right=True),
+                   Col("cpu cores", keep=True, right=True), Col("buffer pool MB", keep=True, right=True)],
+         rows, title=f"instances (strategy {doc['strategy']})")
+    rows = []
     for h in doc["hosts"]:
         cells = [" / ".join(_gb(h[k][r]) for k in ("used", "usable", "capacity")) for r in ("disk", "memory")]
         cells.append(" / ".join(f"{h[k]['cpu']:.2f}" for k in ("used", "usable", "capacity")))
-        t.add_row(h["name"], f"{len(h['instances'])} of {h['max_instances']}", *cells)
-    console.print(t)
+        rows.append([h["name"], f"{len(h['instances'])} of {h['max_instances']}", *cells])
+    show(console, [Col("host", keep=True), Col("instances", keep=True), Col("disk used/usable/total", keep=True),
+                   Col("memory used/usable/total", keep=True), Col("cpu cores used/usable/total", keep=True)],
+         rows, title=f"hosts (headroom {s['headroom_pct']:g}%, {s['reserved_memory_gb']:g} GB memory reserved)")
     counts = [len(h["instances"]) for h in doc["hosts"]]
     console.print(f"{len(doc['instances'])} instance(s) on {sum(1 for c in counts if c)} of {len(counts)} host(s), "
                   f"{min(counts)}-{max(counts)} per host")
@@ -264,14 +266,13 @@ def render(doc: dict) -> None:
 
 def render_shards(doc: dict) -> None:
     s = doc["settings"]
-    t = Table(title=f"shards (growth {s['growth_pct']:g}%, {s['qps_per_core']:g} qps per core)")
-    for c in ("shard", "old server", "size", "disk", "working set", "qps", "cpu cores", "estimates"):
-        t.add_column(c, justify="left" if c in ("shard", "old server", "estimates") else "right")
-    for sh in doc["shards"]:
-        t.add_row(sh["name"], sh["source"], _gb(sh["size_bytes"] / GB), _gb(sh["size_bytes"] * (1 + s["growth_pct"] / 100) / GB),
-                  _gb(sh["working_set_bytes"] / GB), f"{sh['qps']:.1f}", f"{sh['qps'] / s['qps_per_core']:.2f}",
-                  "; ".join(f"{k}: {v}" for k, v in sh["estimates"].items() if k != "size"))
-    console.print(t)
+    rows = [[sh["name"], sh["source"], _gb(sh["size_bytes"] / GB), _gb(sh["size_bytes"] * (1 + s["growth_pct"] / 100) / GB),
+             _gb(sh["working_set_bytes"] / GB), f"{sh['qps']:.1f}", f"{sh['qps'] / s['qps_per_core']:.2f}",
+             "; ".join(f"{k}: {v}" for k, v in sh["estimates"].items() if k != "size")] for sh in doc["shards"]]
+    show(console, [Col("shard", keep=True), Col("old server", keep=True), Col("size", keep=True, right=True),
+                   Col("disk", keep=True, right=True), Col("working set", keep=True, right=True),
+                   Col("qps", keep=True, right=True), Col("cpu cores", keep=True, right=True), Col("estimates")],
+         rows, title=f"shards (growth {s['growth_pct']:g}%, {s['qps_per_core']:g} qps per core)")
 
 
 def render_sources(doc: dict) -> None:

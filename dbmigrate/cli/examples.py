@@ -32,15 +32,15 @@ EXAMPLES = {
     "digest evaluate": "dbmigrate digest evaluate --policy playbooks/promote-replica.yaml before.json after.json",
     "digest restore": "dbmigrate digest restore -i inventory.yaml -s db-1 --from-file x.saved-settings.json",
     "runs report": "dbmigrate runs report last -o cutover.html",
-    "consolidate provision": "dbmigrate consolidate provision --plan plan.yaml --dry-run",
-    "consolidate status": "dbmigrate consolidate status --plan plan.yaml --inventory inventory.yaml --cluster shards",
+    "consolidate provision": "dbmigrate consolidate provision --plan plan.json --inventory inventory.yaml --dry-run",
+    "consolidate status": "dbmigrate consolidate status --plan plan.json --inventory inventory.yaml --cluster shards",
     "rehearse consolidate": "dbmigrate rehearse consolidate --remote --json",
     "rehearse schema-swap": "dbmigrate rehearse schema-swap --name weekly-ddl",
     "rehearse down": "dbmigrate rehearse down rehearsal-1a2b",
     "consolidate run": "dbmigrate consolidate run playbooks/consolidate-shards.yaml --throttle 50 --concurrency 4",
     "consolidate throttle": "dbmigrate consolidate throttle last --mb-s 20",
     "consolidate rollback": "dbmigrate consolidate rollback last --server db-07",
-    "consolidate plan": "dbmigrate consolidate plan -i inventory.yaml --from-inventory --out plan.yaml",
+    "consolidate plan": "dbmigrate consolidate plan --inventory inventory.yaml --from-inventory --out plan.json",
 }
 
 

@@ -84,7 +84,9 @@ def promote(
             console.print(f"sandbox {report['sandbox']} kept as the run left it (promote done, primary "
                           f"{report['new_primary']}): dbmigrate sandbox status {report['sandbox']}; "
                           f"dbmigrate sandbox down {report['sandbox']} removes it", markup=False)
-    expected = report["rolled_back"] if regress else (report["run_status"] == "done" and not report["rolled_back"])
+    # A regression must be rolled back by the guard itself (a run refused before its cutover is no rollback).
+    expected = (report["rolled_back"] and bool((report.get("guard") or {}).get("rollback"))) if regress else \
+        (report["run_status"] == "done" and not report["rolled_back"])
     if report["lost_writes"] or not expected:
         raise CommandFailed(1, rehearsal_failure(report, regress),
                             hint="see the report above; rehearse again with --keep to inspect the sandbox")
@@ -164,6 +166,11 @@ def schema_swap(
     name: Optional[str] = typer.Option(None, "--name", help="Name the sandbox (also its cluster and the prefix "
                                        "of its instances); default swap-XXXX."),
     rows: int = typer.Option(5000, "--rows", help="Rows in app.orders (small data keeps it quick)."),
+    compose: bool = typer.Option(False, "--compose", help=COMPOSE_HELP),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report (charts, tables) "
+                                               "to this file and the same numbers as JSON beside it."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Ask nothing (a rehearsal never asks: its playbook runs "
+                             "with --yes); accepted so that CI jobs read like production runs."),
 ):
     """The weekly A/B schema change under live reads and writes: each replica altered out of the reader
     pool with the binlog off, a switchover to an altered replica, the old primary altered, then back."""
@@ -179,14 +186,29 @@ def schema_swap(
             from dbmigrate.rehearsal.sandbox.manager import check_name
 
             check_name(name)
+        checked_report = None
+        if report_file is not None:
+            from dbmigrate.app.reports import check_report_path
+
+            checked_report = check_report_path(report_file)  # before anything is started
         say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
             (lambda m: console.print(f"[dim]… {m}[/]"))
-        report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows,
+        report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
                                       subscribers=[] if json_out else [ConsoleRenderer(console)])
+        if checked_report is not None:
+            from dbmigrate.app.reports import model_of_run, write_report
+
+            report["report_files"] = [str(p) for p in write_report(model_of_run(report["run_id"]), checked_report)]
         if json_out:
             print_json(report)
         else:
             render_swap(report)
+            render_compose(report)
+            if checked_report is not None:
+                console.print(f"report: {report['report_files'][0]} (numbers: {report['report_files'][1]})",
+                              markup=False)
+            if keep and compose:
+                print_kept_compose(report)
         if not succeeded(report):
             raise CommandFailed(1, f"the schema swap rehearsal failed: run {report.get('run_status')}: "
                                    f"{report.get('summary') or 'see the report'}",
@@ -291,7 +313,7 @@ def rehearsal_failure(report: dict, regress: bool) -> str:
     why = []
     if report["lost_writes"]:
         why.append(f"{report['lost_writes']} acknowledged write(s) lost")
-    if regress and not report["rolled_back"]:
+    if regress and not (report["rolled_back"] and (report.get("guard") or {}).get("rollback")):
         why.append(f"the guard did not roll back (run {report['run_status']})")
     elif not regress and (report["run_status"] != "done" or report["rolled_back"]):
         why.append(f"run {report['run_status']}" + (", rolled back" if report["rolled_back"] else ""))

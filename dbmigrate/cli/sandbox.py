@@ -102,6 +102,20 @@ def _show(boxes: Sandboxes, name: str) -> None:
     rows = [[s["name"], f"127.0.0.1:{s['port']}", s["server_id"], s["cluster"], s["role"], s["pid"] or "-",
              styled("running", "green") if s["running"] else styled("stopped", "red")] for s in boxes.status(name)]
     show(console, cols, rows, title=f"sandbox {name}")
+    line = haproxy_line(boxes.find(name).haproxy)
+    if line:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def haproxy_line(h: dict | None) -> str:
+    """Where applications connect when the sandbox has HAProxy in front: its ports, whole."""
+    if not h:
+        return ""
+    from dbmigrate.rehearsal.sandbox.instance import pid_alive
+
+    state = "running" if h.get("pid") and pid_alive(h["pid"]) else "stopped"
+    return (f"HAProxy ({state}, pid {h.get('pid') or '-'}): writer 127.0.0.1:{h['writer_port']}, "
+            f"readers 127.0.0.1:{h['reader_port']}, admin socket {h['admin_socket']}")
 
 
 @cmd.command("ls")

@@ -48,6 +48,9 @@ class ReplicaStatus:
     # Non-empty replication filters (Replicate_Do_DB, ...): name -> value as shown by the server.
     filters: dict[str, str] = field(default_factory=dict)
     sql_delay_s: int = 0  # a configured MASTER_DELAY / SOURCE_DELAY
+    # Where in its source's binlog the SQL thread has applied up to (file, position).
+    applied_source_file: str = ""
+    applied_source_pos: int = 0
 
     @property
     def running(self) -> bool:
@@ -93,6 +96,16 @@ class Flavor:
     def innodb_tables_sql(self) -> str: raise NotImplementedError
     def with_statement_timeout(self, select: str, seconds: float) -> str: raise NotImplementedError
     statement_timeout_errnos: frozenset[int] = frozenset()
+
+    # -- who holds what a fence waits for (LOCK TABLES ... WRITE, FLUSH TABLES WITH READ LOCK) --
+    # Rows: id, user, command, time, mode, db, tbl; the session to leave out is the one %s.
+    def lock_holders_sql(self) -> str: raise NotImplementedError
+    def describe_lock(self, mode: str, db: str, table: str) -> str | None: raise NotImplementedError
+    lock_holders_missing_errnos: frozenset[int] = frozenset()  # the lock table is not there
+    lock_holders_source = ""  # where the answer comes from, for messages
+
+    # A session waiting for disk space shows this state (the server retries the write by itself).
+    disk_wait_states: tuple[str, ...] = ()
 
     # -- writes --
     def change_source_sql(self, host: str, port: int, user: str, password: str | None, *,
@@ -213,6 +226,8 @@ class MariaDB(Flavor):
             using_gtid=row.get("Using_Gtid", ""), channel=row.get("Connection_name", "") or "",
             retrieved_gtid=row.get("Gtid_IO_Pos", "") or "", executed_gtid=row.get("Gtid_Slave_Pos", "") or "",
             filters=_filters(row, MARIADB_FILTERS), sql_delay_s=int(row.get("SQL_Delay") or 0),
+            applied_source_file=row.get("Relay_Master_Log_File", "") or "",
+            applied_source_pos=int(row.get("Exec_Master_Log_Pos") or 0),
         )
 
     def read_only_privileges(self) -> set[str]:
@@ -240,6 +255,28 @@ class MariaDB(Flavor):
         return f"SET STATEMENT max_statement_time={max(0.001, seconds):.3f} FOR {select}"
 
     statement_timeout_errnos = frozenset({1969})  # ER_STATEMENT_TIMEOUT
+
+    def lock_holders_sql(self) -> str:
+        # Needs the metadata_lock_info plugin (plugin_load_add on every node); without it the
+        # table is unknown (1109) and the caller falls back to what PROCESSLIST can tell.
+        return ("SELECT m.THREAD_ID AS id, p.USER AS user, p.COMMAND AS command, p.TIME AS time, "
+                "m.LOCK_MODE AS mode, m.TABLE_SCHEMA AS db, m.TABLE_NAME AS tbl "
+                "FROM information_schema.METADATA_LOCK_INFO m JOIN information_schema.PROCESSLIST p "
+                "ON p.ID = m.THREAD_ID WHERE m.THREAD_ID NOT IN (%s, CONNECTION_ID()) AND (m.LOCK_MODE IN "
+                "('MDL_SHARED_NO_READ_WRITE', 'MDL_SHARED_NO_WRITE', 'MDL_EXCLUSIVE') "
+                "OR m.LOCK_MODE LIKE 'MDL_BACKUP_FTWRL%%') ORDER BY m.THREAD_ID")
+
+    def describe_lock(self, mode: str, db: str, table: str) -> str | None:
+        where = f"{db}.{table}" if table else ""
+        if mode.startswith("MDL_BACKUP_FTWRL"):
+            return "FLUSH TABLES WITH READ LOCK"
+        return {"MDL_SHARED_NO_READ_WRITE": f"LOCK TABLES {where} WRITE",
+                "MDL_SHARED_NO_WRITE": f"a write-blocking lock on {where} (LOCK TABLES or a copying ALTER)",
+                "MDL_EXCLUSIVE": f"an exclusive lock on {where} (DDL)"}.get(mode)
+
+    lock_holders_missing_errnos = frozenset({1109})  # ER_UNKNOWN_TABLE: the plugin is not loaded
+    lock_holders_source = "information_schema.METADATA_LOCK_INFO"
+    disk_wait_states = ("Waiting for someone to free space",)  # measured on 10.11, binlog on a full disk
 
     def change_source_sql(self, host, port, user, password, *, connect_retry=1, ssl=False) -> str:
         parts = [f"MASTER_HOST={sql_quote(host)}", f"MASTER_PORT={int(port)}", f"MASTER_USER={sql_quote(user)}"]
@@ -514,6 +551,8 @@ class MySQL(Flavor):
             channel=row.get("Channel_Name", "") or "",
             retrieved_gtid=row.get("Retrieved_Gtid_Set", "") or "", executed_gtid=row.get("Executed_Gtid_Set", "") or "",
             filters=_filters(row, MYSQL_FILTERS), sql_delay_s=int(row.get("SQL_Delay") or 0),
+            applied_source_file=row.get("Relay_Source_Log_File", "") or "",
+            applied_source_pos=int(row.get("Exec_Source_Log_Pos") or 0),
         )
 
     def read_only_privileges(self) -> set[str]:
@@ -541,6 +580,28 @@ class MySQL(Flavor):
         return f"{head} /*+ MAX_EXECUTION_TIME({ms}) */{rest}"
 
     statement_timeout_errnos = frozenset({3024})  # ER_QUERY_TIMEOUT
+
+    def lock_holders_sql(self) -> str:
+        # performance_schema.metadata_locks (instrumented by default in 8.0): table locks by
+        # LOCK TABLES or DDL, and the global read lock and commit lock that FTWRL holds.
+        return ("SELECT t.PROCESSLIST_ID AS id, t.PROCESSLIST_USER AS user, t.PROCESSLIST_COMMAND AS command, "
+                "t.PROCESSLIST_TIME AS time, CONCAT(m.OBJECT_TYPE, ':', m.LOCK_TYPE) AS mode, "
+                "m.OBJECT_SCHEMA AS db, m.OBJECT_NAME AS tbl FROM performance_schema.metadata_locks m "
+                "JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID "
+                "WHERE m.LOCK_STATUS = 'GRANTED' AND t.PROCESSLIST_ID NOT IN (%s, CONNECTION_ID()) AND "
+                "((m.OBJECT_TYPE = 'TABLE' AND m.LOCK_TYPE IN ('SHARED_NO_READ_WRITE', 'SHARED_NO_WRITE', "
+                "'EXCLUSIVE')) OR (m.OBJECT_TYPE = 'GLOBAL' AND m.LOCK_TYPE = 'SHARED')) ORDER BY id")
+
+    def describe_lock(self, mode: str, db: str, table: str) -> str | None:
+        where = f"{db}.{table}" if table else ""
+        return {"GLOBAL:SHARED": "FLUSH TABLES WITH READ LOCK",
+                "TABLE:SHARED_NO_READ_WRITE": f"LOCK TABLES {where} WRITE",
+                "TABLE:SHARED_NO_WRITE": f"a write-blocking lock on {where} (LOCK TABLES or a copying ALTER)",
+                "TABLE:EXCLUSIVE": f"an exclusive lock on {where} (DDL)"}.get(mode)
+
+    lock_holders_missing_errnos = frozenset({1146, 1142})  # performance_schema off, or no right to read it
+    lock_holders_source = "performance_schema.metadata_locks"
+    disk_wait_states = ("Waiting for disk space",)
 
     def _source_parts(self, host, port, user, password) -> list[str]:
         x = self._source

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Collection
 
-from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, Server
+from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError, Server
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.exceptions import DbmigrateError
 
@@ -22,6 +22,50 @@ class Session:
     state: str | None
     info: str | None = None  # the statement running, when asked for
     lock_wait: bool = False  # its transaction waits for a row lock (InnoDB), when asked for
+
+
+@dataclass(frozen=True)
+class HeavyWork:
+    """Work whose apply takes long and whose size a count of transactions does not show: a
+    DDL running (on a primary, or applied by a replica's SQL thread), or a transaction that
+    has modified many rows and not committed yet."""
+
+    kind: str  # "DDL" or "transaction"
+    session: int
+    user: str
+    seconds: int  # running for
+    info: str = ""  # the statement, shortened
+    rows: int = 0  # rows modified so far (a transaction)
+
+    def describe(self) -> str:
+        if self.kind == "DDL":
+            return f"a DDL running for {self.seconds}s (session {self.session}, {self.user}): {self.info!r}"
+        return (f"a transaction that has modified {self.rows:,} rows in {self.seconds}s and not committed "
+                f"(session {self.session}, {self.user}{': ' + repr(self.info) if self.info else ''})")
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """A session holding a lock that the fence (or every write) waits for."""
+
+    id: int
+    user: str
+    command: str
+    time: int
+    locks: tuple[str, ...]
+
+    def describe(self) -> str:
+        doing = "idle" if self.command == "Sleep" else self.command.lower()
+        return f"session {self.id} ({self.user}, {doing} for {self.time}s) holds {', '.join(self.locks)}"
+
+
+# Statements whose apply time depends on the table's size, not on the rows they change.
+_DDL = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:SET\s+STATEMENT\s+.+?\s+FOR\s+)?"
+                  r"(ALTER|CREATE|DROP|RENAME|TRUNCATE|OPTIMIZE|REPAIR)\s", re.IGNORECASE | re.DOTALL)
+
+
+def is_ddl(statement: str | None) -> bool:
+    return bool(statement and _DDL.match(statement))
 
 
 def _account_name(grantee: str) -> str:
@@ -120,6 +164,104 @@ class Inspector:
             "AND COALESCE(p.STATE, '') NOT LIKE 'Waiting for commit lock%%'", (int(fence_id),))
         return [Session(int(r["ID"]), r["USER"], r["HOST"] or "", r["DB"], r["COMMAND"], int(r["TIME"] or 0),
                         r["STATE"], r["INFO"], lock_wait=bool(int(r["LOCK_WAIT"] or 0))) for r in rows]
+
+    def lock_holders(self, exclude_id: int) -> tuple[list[LockHolder], str]:
+        """Sessions holding a table write lock (LOCK TABLES ... WRITE), an exclusive table lock
+        or the global read lock (FLUSH TABLES WITH READ LOCK): an idle holder is no running
+        statement, yet the fence waits for it. Returns (holders, note): the note says where the
+        server could not tell (MariaDB without the metadata_lock_info plugin: the tables in use
+        only, from SHOW OPEN TABLES)."""
+        try:
+            rows = self.server.query(self.flavor.lock_holders_sql(), (int(exclude_id),))
+        except QueryError as e:
+            if e.errno not in self.flavor.lock_holders_missing_errnos:
+                raise
+            in_use = [f"{r['Database']}.{r['Table']}" for r in self.server.query("SHOW OPEN TABLES WHERE In_use > 0")]
+            return [], (f"{self.flavor.lock_holders_source} cannot be read, so the holder of a table lock or of "
+                        f"FLUSH TABLES WITH READ LOCK is not named (MariaDB: load the metadata_lock_info plugin); "
+                        f"tables in use: {', '.join(in_use) or 'none'}")
+        holders: dict[int, LockHolder] = {}
+        for r in rows:
+            what = self.flavor.describe_lock(str(r["mode"]), str(r["db"] or ""), str(r["tbl"] or ""))
+            if what is None:
+                continue
+            sid = int(r["id"])
+            h = holders.get(sid) or LockHolder(sid, str(r["user"] or ""), str(r["command"] or ""),
+                                                int(r["time"] or 0), ())
+            if what not in h.locks:
+                h = LockHolder(h.id, h.user, h.command, h.time, h.locks + (what,))
+            holders[sid] = h
+        return list(holders.values()), ""
+
+    def disk_full_waits(self) -> list[Session]:
+        """Sessions whose write waits for disk space (the server retries it by itself, every
+        60 s on MariaDB, for as long as the disk stays full)."""
+        states = self.flavor.disk_wait_states
+        if not states:
+            return []
+        marks = " OR ".join(["STATE LIKE %s"] * len(states))
+        rows = self.server.query(
+            "SELECT ID, USER, HOST, DB, COMMAND, TIME, STATE, LEFT(INFO, 120) AS INFO FROM information_schema.PROCESSLIST "
+            f"WHERE ID <> CONNECTION_ID() AND ({marks})", tuple(f"{st}%" for st in states))
+        return [Session(int(r["ID"]), r["USER"], r["HOST"] or "", r["DB"], r["COMMAND"], int(r["TIME"] or 0),
+                        r["STATE"], r["INFO"]) for r in rows]
+
+    def heavy_work_in_flight(self, min_rows: int) -> list[HeavyWork]:
+        """On a primary: DDL statements running, and transactions that modified at least
+        `min_rows` rows and have not committed. Each becomes one transaction in the binlog
+        whose apply on a replica takes about as long as it took here, or longer."""
+        out = []
+        for r in self.server.query(
+                "SELECT ID AS id, USER AS user, TIME AS time, LEFT(INFO, 200) AS info "
+                "FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND COMMAND IN ('Query', 'Execute') "
+                "AND USER NOT IN ('system user', 'event_scheduler') AND INFO IS NOT NULL"):
+            if is_ddl(r["info"]):
+                out.append(HeavyWork("DDL", int(r["id"]), str(r["user"]), int(r["time"] or 0),
+                                     " ".join(str(r["info"]).split())[:80]))
+        # INNODB_TRX is a cache refreshed at most every 0.1 s: good enough for a look, not for a 1 ms poll.
+        for r in self.server.query(
+                "SELECT t.trx_mysql_thread_id AS id, p.USER AS user, t.trx_rows_modified AS n, "
+                "TIMESTAMPDIFF(SECOND, t.trx_started, NOW()) AS age, LEFT(p.INFO, 80) AS info "
+                "FROM information_schema.INNODB_TRX t LEFT JOIN information_schema.PROCESSLIST p "
+                "ON p.ID = t.trx_mysql_thread_id WHERE t.trx_rows_modified >= %s AND t.trx_mysql_thread_id <> "
+                "CONNECTION_ID()", (int(min_rows),)):
+            out.append(HeavyWork("transaction", int(r["id"]), str(r["user"] or ""), int(r["age"] or 0),
+                                 " ".join(str(r["info"] or "").split()), rows=int(r["n"] or 0)))
+        return out
+
+    def applying_heavy(self) -> list[HeavyWork]:
+        """On a replica: DDL statements its replication threads are applying now."""
+        rows = self.server.query(
+            "SELECT ID AS id, USER AS user, TIME AS time, LEFT(INFO, 200) AS info FROM information_schema.PROCESSLIST "
+            "WHERE USER = 'system user' AND INFO IS NOT NULL")
+        return [HeavyWork("DDL", int(r["id"]), "replication", int(r["time"] or 0), " ".join(str(r["info"]).split())[:80])
+                for r in rows if is_ddl(r["info"])]
+
+    def apply_backlog_bytes(self, source_file: str, source_pos: int, transactions_behind: int) -> int:
+        """Bytes of its source's binlog, up to (source_file, source_pos), that this replica has
+        not applied yet (received or not). Across a binlog rotation only the part in the source's
+        current file is counted (a lower bound), and nothing when no transaction is missing."""
+        st = self.replica_status()
+        if st is None or not st.applied_source_file:
+            return 0
+        if st.applied_source_file == source_file:
+            return max(0, source_pos - st.applied_source_pos)
+        return source_pos if transactions_behind else 0
+
+    def binlog_start_states(self) -> list[tuple[str, str]]:
+        """(binlog file, GTID state at its start), oldest first: where to begin reading for a
+        given GTID without scanning older files. MariaDB writes that state as each file's
+        Gtid_list event; elsewhere (or without it) the state is ''."""
+        out = []
+        for r in self.server.query("SHOW BINARY LOGS"):
+            name, state = str(r["Log_name"]), ""
+            if self.flavor.name == "mariadb":
+                for e in self.server.query("SHOW BINLOG EVENTS IN %s LIMIT 4", (name,)):
+                    if e.get("Event_type") == "Gtid_list":
+                        state = str(e.get("Info") or "").strip().strip("[]")
+                        break
+            out.append((name, state))
+        return out
 
     def read_only(self) -> bool:
         return str(self.variable("read_only")) in ("1", "ON")

@@ -34,7 +34,8 @@ Approver = Callable[[GateWaiting], "bool | tuple[bool, str]"]
 
 
 class RunPaused(GateFailed):
-    """A gate that pauses on refusal said no: the run stops there, nothing is undone."""
+    """A gate that pauses on refusal said no, or a step found what only the operator can fix
+    while everything done so far is consistent: the run stops there, nothing is undone."""
 
 
 class StepFailed(DbmigrateError):
@@ -252,7 +253,9 @@ class Runner:
         try:
             sentence = step.run(ctx)
         except RunPaused as exc:
-            # The step stopped the run for a decision (what it did stays): resume or roll back.
+            # The step found the cluster in a consistent state that needs the operator (e.g. a
+            # replica broken after the cutover, a blind latency guard): stop there, undo nothing;
+            # resume runs it again.
             self.current = None
             finish("failed", error=explain(exc))
             raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import yaml
 
 from dbmigrate.config import load_inventory
 from dbmigrate.engine.wait import Clock
+from dbmigrate.exceptions import SandboxError
 from dbmigrate.home import home
 from dbmigrate.rehearsal.rehearse import Progress, replication_shape, start_workload, stop_workload, wait_applied
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
@@ -47,7 +49,7 @@ def altered(inv, server: str) -> bool:
 
 
 def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False, subscribers=(),
-                         name: str | None = None, rows: int = 5000) -> dict[str, Any]:
+                         name: str | None = None, rows: int = 5000, compose: bool = False) -> dict[str, Any]:
     from dbmigrate.app.runs import start_run
     from dbmigrate.rehearsal.readload import create_orders
     from dbmigrate.rehearsal.sandbox import haproxy
@@ -57,18 +59,26 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
     boxes = Sandboxes(progress=say)
     name = name or f"swap-{secrets.token_hex(2)}"
     t0 = time.monotonic()
-    boxes.up(name, replicas=2)
+    topo = None
+    if compose:
+        from dbmigrate.rehearsal.compose.run import ComposeRun
+
+        state = topo = ComposeRun(name, {f"{name}-1": "db1", f"{name}-2": "db2", f"{name}-3": "db3"},
+                                  progress=say, keep=keep).up()
+    else:
+        boxes.up(name, replicas=2)
     verifier = background = reads = None
     try:
-        haproxy.start(boxes, name)
-        state = boxes.find(name)
+        if not compose:
+            haproxy.start(boxes, name)
+            state = boxes.find(name)
         inv = load_inventory(state.inventory_file)
         primary, candidate = f"{name}-1", f"{name}-2"
         with inv.open(primary) as p:
             create_orders(p, rows=rows, customers=500)
         for replica in (f"{name}-2", f"{name}-3"):
             wait_applied(inv, name, replica)
-        say(f"sandbox {name}: primary {primary}, replicas {name}-2 {name}-3, HAProxy writer and reader backends, "
+        say(f"{'compose topology' if compose else 'sandbox'} {name}: primary {primary}, replicas {name}-2 {name}-3, HAProxy writer and reader backends, "
             f"app.orders with {rows} rows ({time.monotonic() - t0:.1f}s)")
         shape_before = replication_shape(inv, name)
 
@@ -116,11 +126,18 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             "topology_before": shape_before,
             "topology_after": shape_after,
             "elapsed_s": round(time.monotonic() - t0, 1),
+            **({"compose": topo.facts()} if topo is not None else {}),
         }
     finally:
         stop_workload(background, verifier, reads)
         if not keep:
-            boxes.down(name)
+            if topo is not None:
+                left = topo.down()
+                if left and sys.exc_info()[0] is None:  # never hide the error that ended the run
+                    raise SandboxError(f"the compose rehearsal left {', '.join(left)} behind",
+                                       hint="remove them with docker rm -f / docker network rm")
+            else:
+                boxes.down(name)
             shutil.rmtree(home() / "ops" / name, ignore_errors=True)
 
 

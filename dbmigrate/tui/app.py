@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from rich.text import Text
 from textual import work
@@ -30,7 +31,8 @@ from dbmigrate.app.consolidate import rollback_server, set_throttle
 from dbmigrate.app.consolidate_board import fleet_layout
 from dbmigrate.app.session import journal_note
 from dbmigrate.tui.fleet import FleetBoard
-from dbmigrate.tui.widgets.fleet import ConfirmModal, FleetDetail, FleetInfo, FleetTable, fleet_widgets
+from dbmigrate.tui.swap import SwapBoard
+from dbmigrate.tui.widgets.fleet import ConfirmModal, FleetDetail, FleetInfo, FleetTable, SwapTable, fleet_widgets
 from dbmigrate.engine.events import (Event, GateDecided, GateWaiting, Log, Metric, RunFinished, StepFinished,
                                      StepStarted)
 from dbmigrate.exceptions import DbmigrateError
@@ -72,6 +74,7 @@ class CutoverApp(App[None]):
         monitor_interval_s: float = 1.0,
         lag_limit_ms: float = 1000.0,
         handle_signals: bool = False,
+        stamp: Callable[[], str] | None = None,
     ) -> None:
         super().__init__()
         # Plan and playbook errors surface before the screen takes over the terminal.
@@ -80,6 +83,7 @@ class CutoverApp(App[None]):
         self.board = RunBoard(plan_playbook(self.playbook_path))
         layout = fleet_layout(self.playbook_path)
         self.fleet = FleetBoard(layout) if layout is not None else None
+        self.swap = SwapBoard(self.board) if self.board.procedure_name == "schema-swap" else None
         self.cluster = playbook.cluster
         self.inventory_path = playbook.inventory_path
         self.journal_path = playbook.journal_path
@@ -99,6 +103,7 @@ class CutoverApp(App[None]):
         self._quit_armed_at: float | None = None
         self.stopping = False  # the operator quit during a run: close once it has stopped
         self._stop_monitor = threading.Event()
+        self.stamp = stamp or (lambda: time.strftime("%H:%M:%S"))  # the log's time of day
         self.handle_signals = handle_signals  # SIGHUP/SIGTERM stop the run (the command line's session)
         self.stopped_by: str | None = None  # the signal that stopped the session, if one did
         self._saved_handlers: dict[int, object] = {}
@@ -117,8 +122,17 @@ class CutoverApp(App[None]):
             yield Footer()
             return
         with Horizontal(id="main"):
-            with VerticalScroll(id="left"):
-                yield StepList(self.board, id="steps")
+            if self.swap is not None:
+                with Vertical(id="left-col"):
+                    table = SwapTable(id="swap")
+                    table.border_title = "sides, one at a time"
+                    yield table
+                    yield FleetDetail(id="swap-switchover")
+                    with VerticalScroll(id="left"):
+                        yield StepList(self.board, id="steps")
+            else:
+                with VerticalScroll(id="left"):
+                    yield StepList(self.board, id="steps")
             with Vertical(id="right"):
                 yield LagPanel(self.lag_limit_ms, self.monitor_interval_s, id="lag")
                 yield LatencyPanel(self.monitor_interval_s, id="latency")
@@ -130,6 +144,8 @@ class CutoverApp(App[None]):
         self.sub_title = f"{self.board.procedure_name} on {self.cluster} · {self.playbook_path.name}"
         self.query_one("#log", EventLog).border_title = "log (Tab, ↑↓, PgUp/PgDn)"
         self.query_one("#left").border_title = "plan (Tab, ↑↓, PgUp/PgDn)"
+        if self.swap is not None:
+            self._show_swap()
         if self.fleet is not None:
             self._show_fleet()
             self.set_interval(1.0, self._fleet_tick)
@@ -472,6 +488,8 @@ class CutoverApp(App[None]):
             if self.fleet.apply(event):
                 self._show_fleet()
         elif isinstance(event, Metric):
+            if self.swap is not None and self.swap.apply(event):
+                self._show_swap()
             warm = self.query_one(WarmPanel)
             if warm.wants(event):
                 warm.add_metric(event)
@@ -534,6 +552,13 @@ class CutoverApp(App[None]):
 
     def _show_board(self) -> None:
         self.query_one(StepList).show(self.board)
+        if self.swap is not None:
+            self._show_swap()
+
+    def _show_swap(self) -> None:
+        assert self.swap is not None
+        self.query_one(SwapTable).show(self.swap)
+        self.query_one("#swap-switchover", FleetDetail).set(Text(self.swap.switchover(), style="bold"))
 
     def _show_fleet(self) -> None:
         fleet = self.fleet
@@ -560,6 +585,6 @@ class CutoverApp(App[None]):
     def say(self, line: str, level: str = "info") -> None:
         """One line in the log pane."""
         style = {"warning": "yellow", "error": "bold red", "debug": "dim"}.get(level, "")
-        stamp = time.strftime("%H:%M:%S")
+        stamp = self.stamp()
         self.event_log.append(line)
         self.query_one("#log", EventLog).add(Text(f"{stamp} {line}", style=style))

@@ -203,7 +203,8 @@ class FleetBoard:
 
     def throttle_line(self) -> str:
         cap = "no cap" if not self.cap_mb_s else f"{self.cap_mb_s:g} MB/s per copy"
-        state = "paused by the operator" if self.paused else f"running, {cap}"
+        state = ("paused by the operator" if self.paused else f"running, {cap}") if self.seeding() \
+            else f"none running ({cap} for the next copy)"
         limit = self.layout.max_source_p999_ms
         p999 = self.worst_p999()
         source = (f"source p99.9 {'-' if p999 is None else f'{p999:.1f} ms'} "

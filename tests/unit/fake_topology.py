@@ -29,7 +29,8 @@ from dbmigrate.db.in_doubt import InDoubt
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, MariaDB, ReplicaStatus
 from dbmigrate.db.gtid import MariaGtid
-from dbmigrate.db.inspector import Session
+from dbmigrate.db.binlog import BinlogReadError, BinlogTransaction
+from dbmigrate.db.inspector import HeavyWork, Session
 from dbmigrate.engine.wait import FakeClock
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures.kit.switchover import Topology
@@ -88,6 +89,15 @@ class FakeServer:
     partitioned: bool = False
     doubts: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
     expiry_at: float | None = None  # clock time when a scheduled fence expiry fires (None: none)
+    disk_full: bool = False  # a write waits for disk space (until the bound, or the read timeout)
+    # Work too big for a fenced window, each until a clock time: a DDL or large transaction in
+    # flight here (as a primary), a DDL its SQL thread applies, binlog bytes it has still to apply.
+    heavy: list[tuple[float, HeavyWork]] = field(default_factory=list)
+    applying: list[tuple[float, HeavyWork]] = field(default_factory=list)
+    backlog: list[tuple[float, int]] = field(default_factory=list)
+    # What its binlog says of a transaction (GTID -> its tables, rows, statement); others read as bare GTIDs.
+    binlog_says: dict[str, BinlogTransaction] = field(default_factory=dict)
+    binlog_error: str = ""  # reading its binlog fails with this (privileges, purged)
 
     @property
     def address(self) -> str:
@@ -125,6 +135,9 @@ class FakeTopology(Topology):
 
     def side_session(self, name: str, timeout_s: float) -> None:
         return None  # no watchdog: a fake fence never blocks
+
+    def binlog(self, name: str, timeout_s: float) -> "FakeBinlog":
+        return FakeBinlog(self, name)
 
     # -- the Topology seam --------------------------------------------------
     def inspector(self, name: str) -> "FakeInspector":
@@ -346,6 +359,49 @@ class FakeInspector:
         s = self._server()
         return [(x.id, x.user) for x in s.sessions if x.id in s.open_trx]
 
+    def _until(self, items: list) -> list:
+        now = self.topo.clock.monotonic()
+        return [what for until, what in items if now < until]
+
+    def heavy_work_in_flight(self, min_rows: int) -> list[HeavyWork]:
+        return [w for w in self._until(self._server().heavy) if w.kind == "DDL" or w.rows >= min_rows]
+
+    def applying_heavy(self) -> list[HeavyWork]:
+        return self._until(self._server().applying)
+
+    def binlog_coordinates(self) -> tuple[str, int]:
+        s = self._server()
+        return "mysql-bin.000001", 1000 + 100 * len(s.log)
+
+    def apply_backlog_bytes(self, source_file: str, source_pos: int, transactions_behind: int) -> int:
+        return sum(self._until(self._server().backlog))
+
+    def disk_full_waits(self) -> list[Session]:
+        s = self._server()
+        return [Session(99, "app", "127.0.0.1", "app", "Query", 12, "Waiting for someone to free space",
+                        "INSERT INTO app.t ...")] if s.disk_full else []
+
+
+class FakeBinlog:
+    """A server's binlog as BinlogReader reads it: its GTIDs in order, each described by
+    `binlog_says` where the test said what it changed."""
+
+    def __init__(self, topo: FakeTopology, name: str):
+        self.topo, self.name = topo, name
+
+    def _read(self) -> list[BinlogTransaction]:
+        s = self.topo.reach(self.name)
+        if s.binlog_error:
+            raise BinlogReadError(f"cannot read {self.name}'s binlog: {s.binlog_error}")
+        return [s.binlog_says.get(str(g)) or BinlogTransaction(str(g)) for g in s.log]
+
+    def after(self, position: str, includes) -> list[BinlogTransaction]:
+        return [t for t in self._read() if not includes(position, t.gtid)]
+
+    def transactions(self, gtids, start: str = "") -> list[BinlogTransaction]:
+        wanted = set(gtids)
+        return [t for t in self._read() if t.gtid in wanted]
+
 
 class FakeApplier:
     """The writes the switchover makes, rendered and (in dry-run) recorded by the real Applier."""
@@ -473,6 +529,17 @@ class FakeApplier:
                 raise QueryError(f"{self.name}: Unknown thread id: {connection_id}", errno=1094)
             s.sessions = [x for x in s.sessions if x.id != connection_id]
             s.open_trx.discard(connection_id)
+
+    def write_switchover_probe(self, run_id: str, primary: str) -> None:
+        s = self._live()
+        if s is not None and s.disk_full:
+            # The write waits for space that never comes: until the bound, or the read timeout.
+            deadline = self.topo.deadlines.get(self.name, self.topo.clock.monotonic() + self.topo.read_timeout_s)
+            self.topo.clock.advance(max(0.0, deadline - self.topo.clock.monotonic()))
+            raise Unresponsive(f"{self.name} did not answer", errno=3024)
+        self.real.write_switchover_probe(run_id, primary)
+        if s is not None:
+            self.topo.write(self.name)
 
     def sql(self, statement: str, params: tuple | None = None) -> int:
         self._live()

@@ -3,6 +3,7 @@ that stops never claims to have undone anything."""
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from dbmigrate.cli.app import app
@@ -31,6 +32,35 @@ def test_every_command_has_an_example_in_its_help():
         r = run(*name.split(), "--help")
         assert r.exit_code == 0, name
         assert "Example: " + example in " ".join(r.stdout.split()), (name, r.stdout[-400:])
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_every_example_parses_with_the_commands_own_parser(name):
+    """What people copy from --help works: every option exists, every required one is there,
+    every value has the right type (the command's parser, as it runs; no server is contacted)."""
+    import shlex
+
+    import typer.main
+
+    words = shlex.split(EXAMPLES[name])
+    assert words[0] == "dbmigrate"
+    command, path = typer.main.get_command(app), []
+    words = words[1:]
+    while hasattr(command, "commands") and words and words[0] in command.commands:
+        path.append(words[0])
+        command = command.commands[words.pop(0)]
+    assert " ".join(path) == name, (name, path)
+    command.make_context(name, list(words))  # raises on an unknown option, a missing one or a bad value
+
+
+@pytest.mark.parametrize("name", ["runs ls", "sandbox ls"])
+def test_examples_that_need_no_server_run(name, tmp_path):
+    import shlex
+
+    r = CliRunner().invoke(app, shlex.split(EXAMPLES[name])[1:],
+                           env={"COLUMNS": "200", "DBMIGRATE_HOME": str(tmp_path),
+                                "DBMIGRATE_JOURNAL": str(tmp_path / "j.sqlite")})
+    assert r.exit_code == 0, (name, r.output)
 
 
 def test_a_dry_run_that_stops_says_nothing_was_changed(tmp_path):
@@ -94,3 +124,12 @@ def test_rehearse_promote_names_its_sandbox_and_refuses_a_bad_name_before_buildi
     r = run("rehearse", "promote", "--name", "drill-7", "--keep")
     assert r.exit_code == 2 and "stopped here by the test" in r.stderr
     assert seen["name"] == "drill-7" and seen["keep"] is True
+
+
+def test_sandbox_status_names_haproxys_ports_whole():
+    from dbmigrate.cli.sandbox import haproxy_line
+
+    line = haproxy_line({"pid": None, "writer_port": 40001, "reader_port": 40002, "admin_socket": "/s/admin.sock"})
+    assert line == ("HAProxy (stopped, pid -): writer 127.0.0.1:40001, readers 127.0.0.1:40002, "
+                    "admin socket /s/admin.sock")
+    assert haproxy_line(None) == ""

@@ -205,3 +205,19 @@ def test_a_fleet_of_120_old_servers_lands_on_30_hosts_with_4_to_6_instances_each
         assert len({(i.address, i.port) for i in p.instances}) == len(p.instances)
         assert len({i.server_id for i in p.instances}) == len(p.instances)
         assert [r.per_host for r in result.what_if] == [4, 5, 6] and all(r.hosts for r in result.what_if)
+
+
+def test_plan_at_80_columns_cuts_no_id_address_or_figure(tmp_path):
+    sizes, hosts = tmp_path / "s.csv", tmp_path / "h.yaml"
+    sizes.write_text("server,shard,bytes,working_set,qps\ndb-01.prod.example.com,shard_0001,100G,20G,350\n"
+                     "db-02.prod.example.com,shard_0003,80G,10G,200\n")
+    hosts.write_text("hosts:\n  host-a.prod.example.com: {cores: 16, memory_gb: 128, disk_gb: 2000, "
+                     "address: 10.0.0.21, max_instances: 4}\n")
+    r = CliRunner().invoke(app, ["consolidate", "plan", "--sizes", str(sizes), "--hosts", str(hosts)],
+                           env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output
+    for whole in ("shard_0001", "shard_0003", "db-01.prod.example.com", "host-a.prod.example.com-1",
+                  "10.0.0.21:3306", "10.0.0.21:3307", "100001"):
+        assert whole in r.output, (whole, r.output)
+    assert max(len(line) for line in r.output.splitlines()) <= 80

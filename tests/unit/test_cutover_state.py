@@ -3,7 +3,11 @@ candidate opened, switch time), on a fake switchover: no server needed."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+
+from dbmigrate.db.flavor import MARIADB
 
 from dbmigrate.engine.events import EventBus
 from dbmigrate.engine.journal import Journal
@@ -14,6 +18,8 @@ from dbmigrate.procedures.kit.cutover import CutoverState
 
 
 class FakeInspector:
+    flavor = MARIADB
+
     def __init__(self, sw: "FakeSwitchover", name: str):
         self.sw, self.name = sw, name
 
@@ -27,6 +33,10 @@ class FakeSwitchover:
     old, new = "p1", "r1"
     applied_at_fence = None  # no fenced catch-up budget: the catch-up step waits
     fence_expires_at = None  # no expiry scheduled
+    s = SimpleNamespace(probe_timeout_s=2.0)
+    sealed_sessions: list = []
+    # The old primary's binlog past the fence, as the post-fence audit reads it: nothing described.
+    topo = SimpleNamespace(binlog=lambda name, timeout_s: SimpleNamespace(after=lambda pos, includes: []))
 
     def require_fence_holds(self, expires_at) -> None:
         pass

@@ -51,6 +51,27 @@ def test_a_step_that_refuses_after_earlier_changes_undoes_them(journal):
     assert world.calls[-1] == "undo:share reads"
 
 
+def test_a_step_that_finds_what_only_the_operator_can_fix_pauses_the_run_and_undoes_nothing(journal):
+    """A replica broken after the cutover: the run must not end done (exit 0) as if it were lag,
+    and undoing a healthy cutover for a read replica would cost a second write outage."""
+    from dbmigrate.app.errors import exit_code_of_run
+    from dbmigrate.engine.runner import RunPaused
+
+    world = World()
+    ctx = new_context(journal)
+
+    def verify(ctx):
+        raise RunPaused("writes flow on db2, but replication stopped with an error on db3: SQL thread stopped: ...")
+
+    proc = Procedure("demo", [Phase("cutover", [world.step("open"), FunctionStep("verify", verify)])],
+                     rollback_on_failure=True)
+    outcome = Runner().run(proc, ctx)
+    assert outcome.status == "paused" and exit_code_of_run(outcome.status) == 4
+    assert outcome.summary.startswith("writes flow on db2, but replication stopped")
+    assert not any(c.startswith("undo:") for c in world.calls)
+    assert [(r["name"], r["status"]) for r in journal.step_rows(ctx.run_id)] == [("open", "done"), ("verify", "failed")]
+
+
 def test_a_cancel_before_any_change_stops_without_claiming_a_rollback(journal):
     world = World()
     ctx = new_context(journal)

@@ -351,3 +351,12 @@ def test_scratch_copies_are_named_by_schema_and_table_within_64_characters():
 
     assert scratch_name("app", "orders") == "app__orders"
     assert len(scratch_name("a" * 40, "b" * 40)) == 64
+
+
+def test_the_verify_sentence_counts_what_it_lists_each_once():
+    from dbmigrate.procedures.schema_swap.sides import passed_sentence
+
+    said = passed_sentence("db-2", ["app.t has column c", "app.t has index i", "app.t has column c",
+                                    "app.t accepts ROW events from db-1"])
+    assert said == ("db-2: 3 check(s) passed (app.t has column c; app.t has index i; "
+                    "app.t accepts ROW events from db-1)")

@@ -197,9 +197,10 @@ def test_switch_back_stops_before_fencing_when_the_old_cannot_replicate_from_the
     with pytest.raises(DbmigrateError) as failed:
         switch_back(switchover(topo, router))
 
-    assert failed.value.message == ("replication on db1 failed: Could not execute Write_rows_v1 event: "
-                                    "Duplicate entry '7' for key 'PRIMARY'")
-    assert topo.clock.monotonic() - started > 5  # half the bound: a transient error may clear
+    assert failed.value.message == ("replication on db1 stopped with an error (SQL thread stopped: Could not "
+                                    "execute Write_rows_v1 event: Duplicate entry '7' for key 'PRIMARY')")
+    # A stopped SQL thread does not restart by itself: named once seen stopped twice, not after half the bound.
+    assert 0.3 <= topo.clock.monotonic() - started < 1
     assert topo.writable() == ["db2"] and topo.statements("db2") == []  # never fenced
 
 

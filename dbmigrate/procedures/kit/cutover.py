@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext, Step
 from dbmigrate.exceptions import DbmigrateError, SafetyError
+from dbmigrate.procedures.kit.audit import writes_after_fence
 from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back
 
 
@@ -151,7 +152,9 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     # still fenced, bypassing sessions ended: the position it reads is final
     said, now = sw.seal_old(set(known) if known is not None else None) if not ctx.dry_run else ("", fence_pos)
     if now != fence_pos:
-        said += sw.wait_catchup(now) + " (the old primary moved after the fence); "
+        # Written past the final position (an account that bypasses read_only): reported from the
+        # old primary's binlog, journaled, and the candidate opens only with all of it (kit/audit.py).
+        said += writes_after_fence(sw, ctx, fence_pos, now, set(known or ()))
     st.fence_pos = now
     # Journaled before the statement: after a crash we must assume it may be writable.
     st.candidate_opened = True

@@ -24,7 +24,7 @@ from typing import Callable, Literal
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError
-from dbmigrate.db.inspector import Inspector, Session
+from dbmigrate.db.inspector import Inspector, LockHolder, Session
 from dbmigrate.exceptions import RefusedWait
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD
 
@@ -46,6 +46,9 @@ class FenceWatch:
     policy: OnFenceBlocked = "unfence"
     log: Callable[..., None] = lambda message, level="info": None
     blockers: list[Session] = field(default_factory=list)
+    # Sessions holding a table lock or FTWRL: an idle holder runs no statement, yet the fence waits for it.
+    holders: list[LockHolder] = field(default_factory=list)
+    holders_note: str = ""  # what the server could not say about them
     killed: list[int] = field(default_factory=list)
     gave_up: bool = False
     error: str = ""
@@ -98,11 +101,9 @@ class FenceWatch:
                 # Writes queue behind the fence: end it first, then read what it waited for
                 # (for the operator), so that the stall ends when the watchdog acts.
                 self._end_fence()
-                self.blockers = self.insp.fence_blockers(self.fence_id)
-                self.mark("blockers read")
+                self._read_blockers()
                 return
-            self.blockers = self.insp.fence_blockers(self.fence_id)
-            self.mark("blockers read")
+            self._read_blockers()
             if self.blockers:
                 for s in self.blockers:
                     if self._kill(s.id):
@@ -113,6 +114,15 @@ class FenceWatch:
             self._end_fence()
         except Exception as exc:  # the server-side lock_wait_timeout still bounds the fence
             self.error = str(exc)
+
+    def _read_blockers(self) -> None:
+        self.blockers = self.insp.fence_blockers(self.fence_id)
+        self.mark("blockers read")
+        try:
+            self.holders, self.holders_note = self.insp.lock_holders(self.fence_id)
+        except Exception as exc:  # advisory: the refusal still names the running statements
+            self.holders_note = f"lock holders not read: {exc}"
+        self.mark("lock holders read")
 
     def _wait_for_blockers(self) -> bool:
         """Wait until the fence should be acted upon: True at block_s, or at early_s when a
@@ -181,10 +191,13 @@ class FenceWatch:
                            hint="retry when the application is quieter, or set on_fence_blocked: kill_blockers")
 
     def describe_blockers(self) -> str:
+        held = [h.describe() for h in self.holders[:3]]
+        held += [f"+{len(self.holders) - 3} more lock holder(s)"] if len(self.holders) > 3 else []
+        held += [self.holders_note] if self.holders_note else []
         if not self.blockers:
-            return "no running statement seen (commits in progress?)"
+            return "; ".join(held) if held else "no running statement seen (commits in progress?)"
         shown = [f"id {s.id} {s.user} {s.time}s {s.state or s.command}{' (row lock wait)' if s.lock_wait else ''}: "
                  f"{(s.info or '').strip()[:60]!r}"
                  for s in self.blockers[:3]]
         more = f" (+{len(self.blockers) - 3} more)" if len(self.blockers) > 3 else ""
-        return "; ".join(shown) + more
+        return "; ".join(shown) + more + "".join(f"; {h}" for h in held)

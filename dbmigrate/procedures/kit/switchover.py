@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
 from dbmigrate.db.applier import Applier
+from dbmigrate.db.binlog import BinlogReader
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import ReplicaStatus
-from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.inspector import Inspector, Session
 from dbmigrate.engine.wait import Clock
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
@@ -52,6 +53,14 @@ FENCE_EXPIRY_GUARD_S = 2.0
 
 # The catch-up's first, short wait; only past it is the candidate's replication status read.
 FIRST_CATCHUP_WAIT_S = 0.05
+
+# A SQL thread seen stopped with an error this long is taken as stopped: it does not restart by
+# itself (transient errors are retried by the server before the thread stops).
+SQL_STOPPED_CONFIRM_S = 0.3
+
+# How often the convergence looks again at work that is too big for the window: INNODB_TRX is
+# a cache refreshed only when nobody read it for 0.1 s.
+SIZE_LOOK_POLL_S = 0.11
 
 @dataclass
 class _CalmWait:
@@ -88,6 +97,15 @@ class _CalmWait:
         return ""
 
 
+@dataclass
+class _SizeSeen:
+    """What the convergence saw of work too big for the window, across its looks."""
+
+    running: str = ""  # heavy work seen running on the old primary at the last look
+    drained: str = ""  # the same, once it ended
+    drain_to: str | None = None  # the old primary's position once it ended: the candidate must apply it
+
+
 class WriterRouter(Protocol):
     """What a switchover needs of a router (see dbmigrate.routing.base.Router)."""
 
@@ -112,6 +130,13 @@ class SwitchoverSettings:
     # waits for a row lock: a fence set then would wait behind it, holding every write back.
     # Past it, fence anyway (the fence watchdog handles a blocked fence). 0: do not look.
     fence_calm_wait_s: float = 0.5
+    # Size, not only count: once converged, the fence also waits (within converge_timeout_s,
+    # else refuses with the reason) while the old primary runs a DDL or a transaction that has
+    # modified at least this many rows, or the candidate applies a DDL or has more than
+    # converge_max_backlog_bytes of the old primary's binlog still to apply. Each of those is a
+    # multi-second apply that would otherwise fall inside the fenced window.
+    converge_max_trx_rows: int = 10_000
+    converge_max_backlog_bytes: int = 1 << 20
     fence_timeout_s: float = 5.0  # SET GLOBAL read_only=ON waits for the global read lock: bounded
     # Writes queue behind a fence that waits for running statements: after this long the
     # watchdog acts, by `on_fence_blocked` (unfence: give up, nothing changed; kill_blockers).
@@ -181,6 +206,10 @@ class Topology:
                 stack.enter_context(self.servers[name].bounded(seconds))
             yield
 
+    def binlog(self, name: str, timeout_s: float) -> BinlogReader:
+        """Transactions from `name`'s binlog (each read bounded by `timeout_s`)."""
+        return BinlogReader(self.servers[name], timeout_s)
+
     def side_session(self, name: str, timeout_s: float) -> tuple[Inspector, Applier] | None:
         """Reads and writes on a session of its own to `name` (its watch session, opened before
         the fence), for a watchdog that acts while the main session is blocked."""
@@ -219,6 +248,8 @@ class Switchover:
         # Wall clock by which the last fence this instance set expires on the server (None: no expiry).
         self.fence_expires_at: float | None = None
         self._expiry_usable: dict[str, bool] = {}  # per server: its event scheduler runs
+        # Sessions of accounts that bypass read_only that seal_old ended: who may have written after the fence.
+        self.sealed_sessions: list[Session] = []
 
     # -- helpers -------------------------------------------------------------
     def server(self, name: str) -> Server:
@@ -299,22 +330,74 @@ class Switchover:
         deadline = t0 + self.s.converge_timeout_s
         worst = 0
         calm = _CalmWait(self.s.fence_calm_wait_s)
+        too_big, size_waited_from, seen = "", None, _SizeSeen()
         while True:
             behind = max(new.trx_behind(old.gtid_binlog_pos()).values(), default=0)
             worst = max(worst, behind)
             if behind <= limit:
                 if calm.now(old.row_lock_waits() if calm.looks else 0, self.clock.monotonic(), deadline):
-                    waited_ms = (self.clock.monotonic() - t0) * 1000
-                    return (f"{self.new} was {behind} transaction(s) behind {self.old} (limit {limit}; "
-                            f"at most {worst} while waiting {waited_ms:.1f} ms){calm.said(self.old)}"), behind
+                    # Read once converged, not every poll: a few reads more, then only while it waits.
+                    too_big = self._too_big_for_window(old, new, behind, seen)
+                    now = self.clock.monotonic()
+                    if not too_big:
+                        waited_ms = (now - t0) * 1000
+                        size_said = (f"; waited {(now - size_waited_from) * 1000:.0f} ms for work too big for the "
+                                     f"fenced window" if size_waited_from is not None else "")
+                        return (f"{self.new} was {behind} transaction(s) behind {self.old} (limit {limit}; "
+                                f"at most {worst} while waiting {waited_ms:.1f} ms){calm.said(self.old)}{size_said}"), \
+                            behind
+                    if size_waited_from is None:
+                        size_waited_from = now
+                        self.log(f"not fencing yet: {too_big}", "info")
+                    if now >= deadline:
+                        raise RefusedWait(f"{too_big}: it would be applied inside the fenced window, so the fence "
+                                          f"waited up to {self.s.converge_timeout_s:g}s for it; not fenced, nothing "
+                                          f"changed",
+                                          hint="run the switchover once it is done (a DDL belongs in a schema swap or "
+                                               "an online schema change; a large transaction can be split), or raise "
+                                               "converge_timeout_s / converge_max_trx_rows / converge_max_backlog_bytes")
+                    self.clock.sleep(SIZE_LOOK_POLL_S)
+                    continue
             elif self.clock.monotonic() >= deadline:
+                earlier = f"; earlier {too_big}" if too_big else ""  # what held it back first (a DDL it applies)
                 raise RefusedWait(f"{self.new} did not apply {self.old}'s writes to within {limit} transaction(s) in "
-                                  f"{self.s.converge_timeout_s:g}s (last {behind} behind, at most {worst}): not fenced, "
-                                  f"nothing changed",
+                                  f"{self.s.converge_timeout_s:g}s (last {behind} behind, at most {worst}{earlier}): "
+                                  f"not fenced, nothing changed",
                                   hint="retry when the load is lighter or the candidate applies faster "
                                        "(dbmigrate lag watch), or raise converge_max_trx / converge_timeout_s")
             far = behind > FAR_TIMES * max(limit, 1)
             self.clock.sleep(max(self.s.converge_far_poll_s, self.s.converge_poll_s) if far else self.s.converge_poll_s)
+
+    def _too_big_for_window(self, old: Inspector, new: Inspector, behind: int, seen: "_SizeSeen") -> str:
+        """Why the candidate, close by count, would still take long to catch up inside the
+        window ('' when nothing is seen): a DDL or a large uncommitted transaction on the old
+        primary, a DDL being applied on the candidate, or a binlog backlog beyond the limit."""
+        if self.s.converge_max_trx_rows <= 0 and self.s.converge_max_backlog_bytes <= 0:
+            return ""
+        rows = self.s.converge_max_trx_rows if self.s.converge_max_trx_rows > 0 else 1 << 62
+        running = old.heavy_work_in_flight(rows)
+        if running:
+            seen.running = f"{self.old} ran " + "; ".join(w.describe() for w in running)
+            return f"{self.old} runs " + "; ".join(w.describe() for w in running)
+        if seen.running:
+            # It ended (committed, or rolled back): the candidate must apply everything up to now,
+            # that work included, before the fence. Its SQL thread may not have begun it yet, so
+            # no later look could see it there: the position decides.
+            seen.drain_to, seen.drained, seen.running = old.gtid_binlog_pos(), seen.running, ""
+        if seen.drain_to is not None:
+            if not new.has_applied(seen.drain_to):
+                return f"{self.new} has not applied what {seen.drained.removeprefix(self.old + ' ran ')} wrote yet"
+            seen.drain_to = None
+        applying = new.applying_heavy()
+        if applying:
+            return f"{self.new} applies " + "; ".join(w.describe() for w in applying)
+        if self.s.converge_max_backlog_bytes > 0:
+            source_file, source_pos = old.binlog_coordinates()
+            backlog = new.apply_backlog_bytes(source_file, source_pos, behind)
+            if backlog > self.s.converge_max_backlog_bytes:
+                return (f"{self.new} has {backlog / 1048576:.1f} MiB of {self.old}'s binlog still to apply "
+                        f"(limit {self.s.converge_max_backlog_bytes / 1048576:g} MiB: a large transaction)")
+        return ""
 
     def prepare_window(self) -> set[str]:
         """Before the fence: every session the fenced window uses is open and answers
@@ -543,6 +626,7 @@ class Switchover:
         ended = 0
         for sess in insp.sessions():
             if sess.user in bypass:
+                self.sealed_sessions.append(sess)
                 try:
                     self.apply(self.old).kill_connection(sess.id)
                     ended += 1
@@ -723,7 +807,14 @@ class Switchover:
         insp = self.insp(replica)
         if not self.dry_run and position:
             self._restart_if_stopped(replica)
+            st = insp.replica_status()
+            if st is not None and st.sql_running == "No" and st.last_sql_error:
+                # Waiting replica_timeout_s for a position it cannot reach would only report lag.
+                raise ReplicationStopped(replica, st)
         if not self.dry_run and position and not insp.wait_for_gtid(position, self.s.replica_timeout_s):
+            st = insp.replica_status()
+            if st is not None and st.sql_running == "No" and st.last_sql_error:
+                raise ReplicationStopped(replica, st)  # stopped while it was waited for: not lag
             raise WaitTimeout(f"replica {replica} did not reach {position} within {self.s.replica_timeout_s:g}s",
                               hint=f"check replication on {replica}; it still points at its old source")
         host, port = self._repl_addr(source)
@@ -759,19 +850,49 @@ class Switchover:
         a.start_replica()
 
     def wait_replica_running(self, name: str, timeout: float = 10) -> None:
+        """Both replication threads of `name` running, within `timeout` (every read included).
+        A SQL thread stopped with an error does not heal by waiting: it fails at once, naming
+        the error; an IO thread's error (the source not reachable yet) is waited out, then named."""
         if self.dry_run:
             return
         deadline = self.clock.monotonic() + timeout
-        while True:
-            st = self.insp(name).replica_status()
-            if st and st.running:
-                return
-            if st and st.last_error and self.clock.monotonic() > deadline - timeout / 2:
-                raise DbmigrateError(f"replication on {name} failed: {st.last_error}")
-            if self.clock.monotonic() > deadline:
-                raise WaitTimeout(f"replication on {name} did not start within {timeout:g}s "
-                                  f"(io={st.io_running if st else '-'} sql={st.sql_running if st else '-'})")
-            self.clock.sleep(0.05)
+        stopped_since = None
+        try:
+            with self.topo.bounded(timeout + self.s.probe_timeout_s, name):
+                while True:
+                    st = self.insp(name).replica_status()
+                    if st and st.running:
+                        return
+                    if st and st.sql_running == "No" and st.last_sql_error:
+                        # Seen stopped twice, SQL_STOPPED_CONFIRM_S apart: not a thread between START and run.
+                        now = self.clock.monotonic()
+                        stopped_since = now if stopped_since is None else stopped_since
+                        if now - stopped_since >= SQL_STOPPED_CONFIRM_S:
+                            raise ReplicationStopped(name, st)
+                    else:
+                        stopped_since = None
+                    if self.clock.monotonic() > deadline:
+                        if st and st.last_error:
+                            raise ReplicationStopped(name, st)
+                        raise WaitTimeout(f"replication on {name} did not start within {timeout:g}s "
+                                          f"(io={st.io_running if st else '-'} sql={st.sql_running if st else '-'})")
+                    self.clock.sleep(0.05)
+        except QueryError as e:
+            raise WaitTimeout(f"replication on {name}: no answer within {timeout:g}s ({e.message})",
+                              hint=f"check {name}: dbmigrate topology show") from None
+
+    def stopped_with_error(self, name: str) -> ReplicaStatus | None:
+        """`name`'s replica status when a replication thread of it stopped with an error (a
+        stopped SQL thread, or an IO thread that gave up), else None; None too when it does not
+        answer within probe_timeout_s (the caller's own wait says so)."""
+        try:
+            with self.topo.bounded(self.s.probe_timeout_s, name):
+                st = self.insp(name).replica_status()
+        except DbmigrateError:
+            return None
+        if st and ((st.sql_running == "No" and st.last_sql_error) or (st.io_running == "No" and st.last_io_error)):
+            return st
+        return None
 
     # -- 8. verify -----------------------------------------------------------
     def _require_primary(self, name: str) -> None:
@@ -786,33 +907,65 @@ class Switchover:
 
     def verify_writes_flow(self, run_id: str, timeout: float = 10, old_gone: bool = False) -> str:
         """Write a probe row on the new primary and see it arrive on every other server
-        (the old primary excepted when it is gone)."""
-        if not self.dry_run:
-            self._require_primary(self.new)
-        # Through the applier: in dry-run the probe is only described.
-        self.apply(self.new).write_switchover_probe(run_id, self.new)
+        (the old primary excepted when it is gone). The write and each follower's wait are
+        bounded by `timeout`: a write that waits (a full disk) fails the step, named."""
         followers = [*([] if old_gone else [self.old]), *self.topo.replicas]
         if self.dry_run:
+            # Through the applier: in dry-run the probe is only described.
+            self.apply(self.new).write_switchover_probe(run_id, self.new)
             return f"would write a probe row on {self.new} and wait up to {timeout:g}s for {', '.join(followers)}"
-        pos = self.insp(self.new).gtid_binlog_pos()
+        try:
+            with self.topo.bounded(timeout, self.new):
+                self._require_primary(self.new)
+                # Writes already waiting for disk space: say so without adding one (a write given
+                # up on stays in doubt until its session ends, which a disk wait delays).
+                waiting = self.insp(self.new).disk_full_waits()
+                if waiting:
+                    raise _disk_full(self.new, f"{_waiting_for_disk(waiting)}; no probe written", run_id)
+                self.apply(self.new).write_switchover_probe(run_id, self.new)
+                pos = self.insp(self.new).gtid_binlog_pos()
+        except QueryError as e:
+            raise self._probe_not_written(e, timeout, run_id) from None
         late = []
         for f in followers:
             try:
-                if not self.insp(f).wait_for_gtid(pos, timeout):
-                    late.append(f)
+                with self.topo.bounded(timeout + ROUND_TRIP_MARGIN_S, f):
+                    if not self.insp(f).wait_for_gtid(pos, timeout):
+                        late.append(f)
             except DbmigrateError:
                 late.append(f)
+        # A follower whose replication stopped with an error is not late: it will never get
+        # there by itself, and a run that said "done" would leave it broken unnoticed.
+        stopped = {f: st for f in late if (st := self.stopped_with_error(f)) is not None}
         if self.old in late:
             # Without the reverse path a rollback could not bring the new writes back.
-            raise WaitTimeout(f"{self.old} did not receive the probe write from {self.new} within {timeout:g}s",
+            why = f" ({_replication_error(stopped[self.old])})" if self.old in stopped else ""
+            raise WaitTimeout(f"{self.old} did not receive the probe write from {self.new} within {timeout:g}s{why}",
                               hint="check reverse replication: dbmigrate topology show")
+        if stopped:
+            raise ReplicationStopped.after_cutover(self.new, stopped, run_id)
         reached = [f for f in followers if f not in late]
         said = f"a probe write on {self.new} reached {', '.join(reached) or 'no follower'}"
         if late:
-            self.log(f"replica(s) {', '.join(late)} did not receive the probe within {timeout:g}s: check them "
-                     f"(dbmigrate topology show); the write path is healthy", "warning")
-            said += f"; NOT yet on {', '.join(late)} (see the log)"
+            self.log(f"replica(s) {', '.join(late)} did not receive the probe within {timeout:g}s (lagging, their "
+                     f"replication runs): check them (dbmigrate lag watch); the write path is healthy", "warning")
+            said += f"; NOT yet on {', '.join(late)} (lagging; see the log)"
         return said
+
+    def _probe_not_written(self, e: QueryError, timeout: float, run_id: str) -> DbmigrateError:
+        """What a probe write that failed or did not return within `timeout` means: a full disk
+        (the server shows the write waiting for space, or says so) is named as such."""
+        waiting: list = []
+        try:
+            with self.topo.bounded(self.s.probe_timeout_s, self.new):
+                waiting = self.insp(self.new).disk_full_waits()
+        except DbmigrateError:
+            pass
+        if waiting or e.errno in DISK_FULL_ERRNOS or "errcode: 28" in e.message.lower():
+            seen = _waiting_for_disk(waiting) if waiting else e.message
+            return _disk_full(self.new, f"the probe write did not complete within {timeout:g}s ({seen})", run_id)
+        return WaitTimeout(f"the probe write on {self.new} did not complete within {timeout:g}s: {e.message}",
+                           hint=f"check {self.new} (dbmigrate topology show), then: dbmigrate resume {run_id}")
 
 
     # -- completing without the old primary (it died after the fence) --------
@@ -881,6 +1034,50 @@ class Switchover:
                 self.log(f"could not move {r} under {self.new}: {e.message}; repoint it by hand", "warning")
         said = f"repointed {', '.join(done) or 'no replica'} to {self.new}"
         return said + (f"; NOT moved: {'; '.join(left)}" if left else "")
+
+
+# Errors that mean a full disk: ER_DISK_FULL, ER_RECORD_FILE_FULL ("the table is full"),
+# ER_ERROR_ON_WRITE (with errcode 28, checked in the message).
+DISK_FULL_ERRNOS = frozenset({1021, 1114})
+
+
+def _waiting_for_disk(waiting: list[Session]) -> str:
+    return f"{len(waiting)} session(s) wait for disk space there, the longest for {max(w.time for w in waiting)}s"
+
+
+def _disk_full(name: str, seen: str, run_id: str) -> WaitTimeout:
+    return WaitTimeout(f"disk full on {name}: {seen}; writes on {name} wait until space is freed",
+                       hint=f"free space on {name} (its datadir and binlog directory: SHOW GLOBAL VARIABLES LIKE "
+                            f"'log_bin_basename'); the waiting writes go on by themselves once there is room (MariaDB "
+                            f"retries every 60 s); then: dbmigrate resume {run_id}")
+
+
+def _replication_error(st: ReplicaStatus) -> str:
+    if st.sql_running == "No" and st.last_sql_error:
+        return f"SQL thread stopped: {st.last_sql_error}"
+    return f"IO thread {'stopped' if st.io_running == 'No' else st.io_running.lower()}: {st.last_io_error}"
+
+
+class ReplicationStopped(DbmigrateError):
+    """A replica's replication stopped with an error: not lag, it will not catch up by itself."""
+
+    def __init__(self, name: str, st: ReplicaStatus, hint: str | None = None):
+        super().__init__(f"replication on {name} stopped with an error ({_replication_error(st)})",
+                         hint=hint or f"fix it on {name} (SHOW SLAVE STATUS names the failing event), START SLAVE, "
+                                      f"then resume the run")
+        self.name, self.status = name, st
+
+    @staticmethod
+    def after_cutover(new: str, stopped: dict[str, ReplicaStatus], run_id: str) -> "DbmigrateError":
+        """Writes flow on the new primary; a follower is broken. The run pauses there: nothing
+        is undone (a switchover back would cost a second write outage for a read replica)."""
+        from dbmigrate.engine.runner import RunPaused  # the engine's own exception: pause, undo nothing
+
+        named = "; ".join(f"{n}: {_replication_error(st)}" for n, st in stopped.items())
+        return RunPaused(f"writes flow on {new}, but replication stopped with an error on {named}; not lag: it will "
+                         f"not catch up by itself",
+                         hint=f"fix replication there (SHOW SLAVE STATUS names the failing event; START SLAVE), "
+                              f"then: dbmigrate resume {run_id} (verifies again); or undo: dbmigrate rollback {run_id}")
 
 
 def _describe_behind(behind: dict[str, int]) -> str:

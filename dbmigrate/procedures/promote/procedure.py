@@ -51,6 +51,12 @@ class PromoteParams(BaseModel):
     fence_calm_wait_s: float = Field(0.5, ge=0, le=60, description="once converged, wait up to this long for a "
                                      "moment with no row-lock wait on the old primary (a fence would wait behind "
                                      "it); past it, fence anyway; 0: do not look")
+    converge_max_trx_rows: int = Field(10_000, ge=0, description="once converged, the fence also waits (up to "
+                                       "converge_timeout_s, else refuses) while the old primary runs a DDL or a "
+                                       "transaction that modified this many rows, or the candidate applies a DDL; "
+                                       "0: do not look")
+    converge_max_backlog_bytes: int = Field(1 << 20, ge=0, description="... or the candidate has more than this "
+                                            "many bytes of the old primary's binlog still to apply; 0: do not look")
     fence_block_s: float = Field(0.5, gt=0, le=10, description="how long the fence may hold writes back while it "
                                                               "waits for running statements")
     on_fence_blocked: Literal["unfence", "kill_blockers"] = Field(
@@ -97,7 +103,8 @@ def settings_of(p: PromoteParams) -> SwitchoverSettings:
                               fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s,
                               fenced_catchup_budget_s=p.fenced_catchup_budget_s,
                               fence_calm_wait_s=p.fence_calm_wait_s, fence_expiry=p.fence_expiry,
-                              fence_expiry_s=p.fence_expiry_s)
+                              fence_expiry_s=p.fence_expiry_s, converge_max_trx_rows=p.converge_max_trx_rows,
+                              converge_max_backlog_bytes=p.converge_max_backlog_bytes)
 
 
 def plan_names(ctx: RunContext, params: PromoteParams) -> tuple[str, str]:

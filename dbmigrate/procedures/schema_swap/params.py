@@ -75,6 +75,8 @@ class SchemaSwapParams(BaseModel):
     fence_retry_pause_s: float = Field(1, gt=0, le=60, description="writes flow this long before the next attempt")
     fenced_catchup_budget_s: Optional[float] = Field(None, gt=0, le=10, description="as in promote")
     fence_calm_wait_s: float = Field(0.5, ge=0, le=60, description="as in promote")
+    converge_max_trx_rows: int = Field(10_000, ge=0, description="as in promote")
+    converge_max_backlog_bytes: int = Field(1 << 20, ge=0, description="as in promote")
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer")
     fence_expiry: Literal["require", "if_available", "off"] = Field("require", description="as in promote")
     fence_expiry_s: Optional[float] = Field(None, gt=1, le=600, description="as in promote")

@@ -20,7 +20,8 @@ def settings_of(p: SchemaSwapParams) -> SwitchoverSettings:
                               fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s,
                               probe_timeout_s=p.probe_timeout_s, fenced_catchup_budget_s=p.fenced_catchup_budget_s,
                               fence_calm_wait_s=p.fence_calm_wait_s, fence_expiry=p.fence_expiry,
-                              fence_expiry_s=p.fence_expiry_s)
+                              fence_expiry_s=p.fence_expiry_s, converge_max_trx_rows=p.converge_max_trx_rows,
+                              converge_max_backlog_bytes=p.converge_max_backlog_bytes)
 
 
 def switchover(ctx: RunContext, old: str, new: str, record: Record | None = None) -> Switchover:

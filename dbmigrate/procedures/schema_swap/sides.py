@@ -120,25 +120,33 @@ def undo_ddl(ctx: RunContext, side: str) -> str:
 def verify_side(ctx: RunContext, side: str) -> str:
     p = params_of(ctx)
     expectations = [e for d in p.statements() for e in d.expectations] if p.auto_verify else []
-    expectations += [v.expectation() for v in p.verify]
+    # The DDL's own expectations and the verify list may name the same thing: checked and said once.
+    expectations = list(dict.fromkeys([*expectations, *(v.expectation() for v in p.verify)]))
     if ctx.dry_run:
         return f"would verify on {side}: " + "; ".join(e.describe() for e in expectations)
     insp = Inspector(server_of(ctx, side))
     failed = [what for ok, what in (expectation_holds(insp, e) for e in expectations) if not ok]
-    checks = len(expectations)
+    said = [e.describe() for e in expectations]
     if p.auto_verify:
-        source = Inspector(server_of(ctx, current_primary(ctx, side)))
+        source_name = current_primary(ctx, side)
+        source = Inspector(server_of(ctx, source_name))
         for table in schema_ddl.tables_of(d for d in p.statements() if d.kind != "create-table"):
             schema, name = table.split(".", 1)
             ok, why = schema_ddl.row_compatible(source.table_columns(schema, name), insp.table_columns(schema, name))
-            checks += 1
+            said.append(f"{table} accepts ROW events from {source_name}")
             if not ok:
-                failed.append(f"{table} no longer accepts ROW events from {current_primary(ctx, side)}: {why}")
+                failed.append(f"{table} no longer accepts ROW events from {source_name}: {why}")
     if failed:
         raise DbmigrateError(f"verification failed on {side}: " + "; ".join(failed),
                              hint="the side goes back into the reader pool on rollback; check the DDL and the "
                                   "verify list of the playbook")
-    return f"{side}: {checks} check(s) passed (" + "; ".join(e.describe() for e in expectations) + ")"
+    return passed_sentence(side, said)
+
+
+def passed_sentence(side: str, checks: list[str]) -> str:
+    """'db-2: 3 check(s) passed (a; b; c)': the count is the list's, each check said once."""
+    unique = list(dict.fromkeys(checks))
+    return f"{side}: {len(unique)} check(s) passed (" + "; ".join(unique) + ")"
 
 
 def warm_side(ctx: RunContext, side: str, seconds: float | None = None) -> str:

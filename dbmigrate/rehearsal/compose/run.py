@@ -30,13 +30,15 @@ class ComposeRun:
     def up(self) -> "ComposeRun":
         from dbmigrate.rehearsal.compose.engine import acquire
         from dbmigrate.rehearsal.compose.images import ensure_images, project_root
-        from dbmigrate.rehearsal.compose.topology import ComposeTopology, refuse_kept, topologies_dir
+        from dbmigrate.rehearsal.compose.topology import (SERVICES, ComposeTopology, pick_addresses, refuse_kept,
+                                                          topologies_dir)
 
         project_root()
         refuse_kept()  # before an engine is started or an image built
         if (topologies_dir() / self.name).exists():
             raise UsageError(f"a compose topology named {self.name} exists at {topologies_dir() / self.name}",
                              hint=f"choose another --name, or remove it: dbmigrate rehearse down {self.name}")
+        addresses = pick_addresses(SERVICES)  # a taken address is refused before anything starts
         t0 = time.monotonic()
         self.engine = acquire(self.say)
         try:
@@ -46,7 +48,7 @@ class ComposeRun:
             self.timings["images_s"] = round(time.monotonic() - t, 1)
             self.topology = ComposeTopology(self.engine, self.images, self.say)
             self._execs_before = exec_counts()
-            self.state = self.topology.up(self.name, self.servers, keep=self.keep)
+            self.state = self.topology.up(self.name, self.servers, keep=self.keep, addresses=addresses)
             self.timings.update(self.state.timings)
         except BaseException:
             self.engine.stop()

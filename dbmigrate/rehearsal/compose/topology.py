@@ -188,16 +188,22 @@ class ComposeTopology:
             e[f"DBMIGRATE_{svc.upper()}_ADDRESS"] = state.addresses.get(svc, "127.0.0.1")
         return e
 
-    def up(self, name: str, servers: dict[str, str], *, keep: bool = False) -> TopologyState:
+    def up(self, name: str, servers: dict[str, str], *, keep: bool = False,
+           addresses: dict[str, str] | None = None) -> TopologyState:
         """Start `servers` (inventory name -> compose service; the first is the primary, the
-        others replicate from it) and HAProxy; returns the recorded state."""
+        others replicate from it) and HAProxy; returns the recorded state. `addresses`: as
+        picked by pick_addresses (picked now when not given)."""
         refuse_kept()
         services = tuple(servers.values())
         base = topologies_dir() / name
         if base.exists():
             raise UsageError(f"a compose topology named {name} exists at {base}",
                              hint=f"choose another --name, or remove it: dbmigrate rehearse down {name}")
-        addresses = pick_addresses(SERVICES)
+        addresses = addresses or pick_addresses(SERVICES)
+        taken = _taken(addresses)  # picked free, but time passed (an image build) since
+        if taken:
+            raise SandboxError(f"{taken[0]} was taken by another process since it was picked",
+                               hint="run the rehearsal again: free addresses are picked afresh")
         addresses = {k: v for k, v in addresses.items() if k in services or k == "haproxy"}
         base.mkdir(parents=True)
         (base / "run").mkdir()

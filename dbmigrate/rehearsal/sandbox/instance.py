@@ -103,6 +103,9 @@ def render_config(spec: InstanceSpec) -> str:
         "innodb_flush_log_at_trx_commit": 2,
         "sync_binlog": 0,
         "performance_schema": "OFF",
+        # Lets a blocked fence name the session holding LOCK TABLES ... WRITE or FTWRL
+        # (information_schema.METADATA_LOCK_INFO). Loaded on every node, as plugins must be.
+        "plugin_load_add": "metadata_lock_info",
         "max_connections": 300,
         "slow_query_log_file": str(spec.slow_log),
         "character-set-server": "utf8mb4",

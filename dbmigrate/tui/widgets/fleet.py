@@ -122,3 +122,23 @@ class ConfirmModal(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+
+class SwapTable(DataTable):
+    """Schema swap: one row per side, its stage (in pool, drained, altered, verified, warmed with hit
+    ratio, back in pool) and its last step."""
+
+    COLUMNS = ("side", "role", "stage", "last step")
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        for label in self.COLUMNS:
+            self.add_column(label, key=label)
+
+    def show(self, swap) -> None:
+        self.clear()
+        for row in swap.rows():
+            style = "bold red" if row.stage == "failed" else "green" if row.stage.startswith(("back", "warmed")) \
+                else "yellow" if row.stage == "undone" else "cyan" if row.stage.endswith("…") else ""
+            self.add_row(Text(row.name, style="bold"), "primary" if row.primary else "replica",
+                         Text(row.stage, style=style), row.last, key=row.name)

@@ -7,6 +7,7 @@ a panel keeps its height and never pushes the log off the screen.
 
 from __future__ import annotations
 
+import textwrap
 from collections import deque
 
 from rich.text import Text
@@ -90,7 +91,7 @@ class LagPanel(Panel):
     def build(self, width: int) -> Text:
         text = Text()
         if self.note is not None or self.sample is None:
-            text.append(self.note or "", style="dim")
+            text.append("\n".join(textwrap.wrap(self.note or "", width)), style="dim")  # read whole
             return text
         sample = self.sample
         if sample.writer is None:
@@ -172,7 +173,7 @@ class WarmPanel(Panel):
         self.figures: dict[str, tuple[float, str]] = {}
 
     def on_mount(self) -> None:
-        self.border_title = "warm-up of the candidate"
+        self.border_title = "warm-up (buffer pool hit ratio 0-1)"
         self.redraw()
 
     @staticmethod
@@ -206,7 +207,7 @@ class WarmPanel(Panel):
             if self.message:
                 text.append(f"{self.message}\n", style="dim")
         for label, ratio in self.ratios.items():
-            text.append(f"buffer pool hit ratio {label}: {ratio:.3f} (0-1)\n")
+            text.append(f"hit ratio {label}: {ratio:.3f}\n")
         for label, (value, unit) in self.figures.items():
             text.append(f"{label}: {value:g} {unit or 'pages' if 'pages' in label else unit}".rstrip() + "\n")
         return text
