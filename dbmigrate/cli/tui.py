@@ -30,8 +30,8 @@ def needs_terminal(stdin=None, stdout=None) -> None:
 def tui_command(
     playbook: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
     journal: Annotated[Optional[Path], typer.Option("--journal", help="Journal file (default: the playbook's "
-                                                                      "`journal:`, $DBMIGRATE_JOURNAL or "
-                                                                      "$DBMIGRATE_HOME/journal.sqlite).")] = None,
+                                                                      "`journal:`, else $DBMIGRATE_JOURNAL, else "
+                                                                      "journal.sqlite in $DBMIGRATE_HOME).")] = None,
     start: Annotated[bool, typer.Option("--start", help="Start the run at once instead of waiting for `g`.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Read, check and describe; change nothing.")] = False,
     monitor: Annotated[bool, typer.Option("--monitor/--no-monitor",

@@ -313,6 +313,8 @@ class MariaDB(Flavor):
         # A former primary has an empty gtid_slave_pos: start from what it wrote itself.
         return ["SET GLOBAL gtid_slave_pos=@@GLOBAL.gtid_binlog_pos"]
 
+    # The body is spelled unlike the tool's own unfence (`SET GLOBAL read_only=OFF`), so that
+    # whoever watches statements (the journal, a fault harness) never takes the fence for it.
     # The event lives in the `mysql` schema (always there), is neither binlogged nor replicated
     # (sql_log_bin=0), and is PRESERVEd once it has fired: a NOT PRESERVE event drops itself
     # with a binlogged DROP EVENT, which stops every replica (the event exists only here).
@@ -322,7 +324,7 @@ class MariaDB(Flavor):
     def fence_expiry_sql(self, seconds: float) -> list[str]:
         return [f"SET STATEMENT sql_log_bin=0 FOR CREATE OR REPLACE EVENT {self.FENCE_EXPIRY_EVENT} ON SCHEDULE "
                 f"AT CURRENT_TIMESTAMP + INTERVAL {max(1, int(round(seconds)))} SECOND ON COMPLETION PRESERVE "
-                f"DO SET GLOBAL read_only=OFF"]
+                f"DO SET @@GLOBAL.read_only=0"]
 
     def cancel_fence_expiry_sql(self) -> list[str]:
         return [f"SET STATEMENT sql_log_bin=0 FOR DROP EVENT IF EXISTS {self.FENCE_EXPIRY_EVENT}"]
@@ -654,7 +656,7 @@ class MySQL(Flavor):
         return ["SET SESSION sql_log_bin=0", "CREATE DATABASE IF NOT EXISTS dbmigrate",
                 f"DROP EVENT IF EXISTS {self.FENCE_EXPIRY_EVENT}",
                 f"CREATE EVENT {self.FENCE_EXPIRY_EVENT} ON SCHEDULE AT CURRENT_TIMESTAMP + INTERVAL "
-                f"{max(1, int(round(seconds)))} SECOND ON COMPLETION PRESERVE DO SET GLOBAL read_only=OFF",
+                f"{max(1, int(round(seconds)))} SECOND ON COMPLETION PRESERVE DO SET @@GLOBAL.read_only=0",
                 "SET SESSION sql_log_bin=1"]
 
     def cancel_fence_expiry_sql(self) -> list[str]:

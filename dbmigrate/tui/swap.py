@@ -90,4 +90,7 @@ class SwapBoard:
             return f"switchover: done and switched back to {self.primary or 'the old primary'}"
         if all(s.status in ("done", "skipped", "dry-run") for s in steps):
             return f"switchover: done ({self.primary or 'the old primary'} is a replica while its DDL runs)"
+        done = sum(1 for s in steps if s.status in ("done", "skipped", "dry-run"))
+        if done:
+            return f"switchover: in progress, {done} of {len(steps)} steps done"
         return f"switchover: pending ({len(steps)} steps, after the replicas' sides)"

@@ -24,7 +24,7 @@ from tests.integration import promote_kit as kit
 
 pytestmark = pytest.mark.integration
 
-FENCE = "SET STATEMENT lock_wait_timeout"
+FENCE = "SET STATEMENT lock_wait_timeout"  # inside the fence's request (after its expiry), not its start
 UNFENCE = "SET GLOBAL read_only=OFF"
 CATCH_UP = "SELECT MASTER_GTID_WAIT"
 
@@ -41,12 +41,17 @@ class Timeline:
 
     def __call__(self, server: str, sql: str, ms: float) -> None:
         for prefix in (FENCE, UNFENCE):
-            if sql.startswith(prefix):
+            if self._sends(sql, prefix):
                 self.at.setdefault((server, prefix), time.monotonic())
         for i, (who, prefix, action) in enumerate(list(self.actions)):
-            if who == server and sql.startswith(prefix):
+            if who == server and self._sends(sql, prefix):
                 self.actions.pop(i)
                 action()  # type: ignore[operator]
+
+    @staticmethod
+    def _sends(sql: str, prefix: str) -> bool:
+        """Does this request carry a statement starting with `prefix` (requests carry several)?"""
+        return any(part.lstrip().startswith(prefix) for part in sql.split(";"))
 
     def __enter__(self) -> "Timeline":
         connection.add_statement_listener(self)

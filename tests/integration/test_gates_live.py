@@ -54,7 +54,7 @@ def test_healthy_topology_passes_every_gate(box):
     doc = jsonlines.result(r.stdout)
     names = [g["name"] for g in doc["gates"]]
     assert names == ["topology", "replication_running", "lag", "errant_gtids", "candidate_binlog", "versions",
-                     "replication_filters", "read_only", "long_transactions", "reverse_path", "read_only_bypass", "app_user_fenced", "disk",
+                     "replication_filters", "read_only", "long_transactions", "reverse_path", "read_only_bypass", "app_user_fenced", "fence_expiry", "disk",
                      "servers_answer", "router", "replication_login"]
     assert all(g["ok"] for g in doc["gates"]), [g for g in doc["gates"] if not g["ok"]]
     assert all(set(g) >= {"name", "ok", "reason", "details"} for g in doc["gates"])

@@ -133,3 +133,25 @@ def test_sandbox_status_names_haproxys_ports_whole():
     assert line == ("HAProxy (stopped, pid -): writer 127.0.0.1:40001, readers 127.0.0.1:40002, "
                     "admin socket /s/admin.sock")
     assert haproxy_line(None) == ""
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_no_help_cuts_a_word_at_80_columns(name):
+    r = CliRunner().invoke(app, [*name.split(), "--help"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.stdout, [line for line in r.stdout.splitlines() if "…" in line]
+
+
+def test_after_a_rollback_the_rehearsal_names_the_original_primary_as_such():
+    from dbmigrate.cli.rehearse import other_gaps_sentence, primary_sentence
+
+    back = primary_sentence({"rolled_back": True, "new_primary": "r-1", "candidate": "r-new",
+                             "old_primary_replicating": False})
+    assert back.startswith("primary after the rollback: [bold]r-1[/]") and "new primary" not in back
+    assert "r-new was promoted, then the cutover was rolled back" in back
+    kept = primary_sentence({"rolled_back": False, "new_primary": "r-new", "candidate": "r-new",
+                             "old_primary_replicating": True})
+    assert kept.startswith("new primary: [bold]r-new[/]")
+    assert other_gaps_sentence([{"ms": 3012.4, "steps": ["collect baseline digest"]}]) == \
+        "3012.4 ms during collect baseline digest"
+    assert other_gaps_sentence([]) == "none worth naming"

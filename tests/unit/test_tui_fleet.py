@@ -131,3 +131,45 @@ async def test_forty_servers_at_80x24_scroll_with_the_failed_on_top_and_keys_say
         await pilot.press("question_mark")
         await pilot.pause(0.1)
         assert "roll the selected old server back" in app.screen.plain and "+ / -" in app.screen.plain
+
+
+def test_the_swap_board_follows_each_side_through_its_stages():
+    from dbmigrate.app.runs import plan_playbook
+    from dbmigrate.engine.events import StepStarted
+    from dbmigrate.tui.board import RunBoard
+    from dbmigrate.tui.swap import SwapBoard
+
+    board = RunBoard(plan_playbook(PLAYBOOK.parent / "schema-ab-swap.yaml"))
+    swap = SwapBoard(board)
+    assert swap.sides == ["db-orders-2", "db-orders-3", "db-orders-4", "db-orders-1"]
+    assert swap.primary == "db-orders-1"
+    assert [r.stage for r in swap.rows()] == ["in pool"] * 4
+    assert swap.switchover().startswith("switchover: pending")
+
+    def finish(name_part: str, status: str = "done", error: str | None = None) -> None:
+        row = next(r for r in board.steps if name_part in r.name)
+        board.apply(StepStarted(index=row.index, phase=row.phase, name=row.name))
+        board.apply(StepFinished(index=row.index, phase=row.phase, name=row.name, status=status, error=error))
+
+    finish("take db-orders-2 out")
+    assert swap.rows()[0].stage == "out of pool"
+    finish("end client sessions on db-orders-2")
+    finish("apply DDL on db-orders-2")
+    assert swap.rows()[0].stage == "altered"
+    finish("verify the change on db-orders-2")
+    finish("warm db-orders-2")
+    swap.apply(Metric(name="hit_ratio_after", value=0.987, labels={"server": "db-orders-2"}))
+    assert swap.rows()[0].stage == "warmed, hit ratio 0.987"
+    row = next(r for r in board.steps if r.name.startswith("put db-orders-2"))
+    board.apply(StepStarted(index=row.index, phase=row.phase, name=row.name))
+    assert swap.rows()[0].stage == "returning…"
+    finish("put db-orders-2 back")
+    assert swap.rows()[0].stage == "back in pool"
+    finish("take db-orders-3 out")
+    finish("end client sessions on db-orders-3")
+    finish("apply DDL on db-orders-3", "failed", "Duplicate column name 'note'")
+    third = swap.rows()[1]
+    assert third.stage == "failed" and "Duplicate column name 'note'" in third.last
+    for name in ("fence db-orders-1", "wait for db-orders-2"):
+        finish(name)
+    assert swap.switchover() == "switchover: in progress, 2 of 10 steps done"
