@@ -103,6 +103,7 @@ def cutover(ctx: RunContext, source: str) -> str:
             st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
             st.fencing.pop(source, None)
         ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)
+        record_fence_checks(ctx, copies)
         # Only now, with every route naming an instance: a pool that reconnects at once finds the new writer.
         killed, seen = end_app_sessions(ctx, source)
         logged_in = try_app_login(ctx, source, targets)
@@ -191,9 +192,9 @@ def verify_copies(ctx: RunContext, source: str, targets: list) -> dict[str, Copy
                                            wait_s=min(p.catchup_timeout_s, 5.0))
     left = [c for f in found.values() for c in f.unsettled]
     save_checksums(ctx, {**state_of(ctx).checksums,
-                         **{shard: {"old": eq, "new": eq, "left_for_fence": [c.describe() for c in left
-                                                                               if c.shard == shard]}
-                            for f in found.values() for shard, eq in f.equal.items()}})
+                         **{shard: {"old": dict(f.equal.get(shard, {})), "new": dict(f.equal.get(shard, {})),
+                                    "left_for_fence": [c.describe() for c in left if c.shard == shard]}
+                            for f in found.values() for shard in f.tables}})
     if len(left) > p.fenced_check_max_chunks:
         raise ConsolidateRefused(f"not fenced: {len(left)} range(s) of {source}'s shards kept changing while they "
                                  f"were compared (limit {p.fenced_check_max_chunks} inside the fence), e.g. "
@@ -221,6 +222,17 @@ def check_in_window(ctx: RunContext, source: str, targets: list, copies: dict[st
                               + "; ".join(f"{r} ({v})" for d in diffs.values() for r, v in d.items()),
                               hint=f"{source} was unfenced; compare the tables, then re-seed the instance")
     return n
+
+
+def record_fence_checks(ctx: RunContext, copies: dict[str, CopyCheck]) -> None:
+    """Journal the ranges compared inside the window (after it: the journal is not free)."""
+    sums = dict(state_of(ctx).checksums)
+    for c in (c for f in copies.values() for c in f.unsettled):
+        entry = sums.setdefault(c.shard, {"old": {}, "new": {}})
+        for side in ("old", "new"):
+            entry[side][c.table] = entry[side].get(c.table, 0) + 1
+        entry["in_fence"] = entry.get("in_fence", 0) + 1
+    save_checksums(ctx, sums)
 
 
 def try_app_login(ctx: RunContext, source: str, targets: list) -> str:
