@@ -19,6 +19,7 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import SafetyError
 
 SETTLE_TRIES = 3
+ROWS_WITHOUT_STATISTICS = 10_000  # rows per range when the table has no average row length yet
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def plan_chunks(old: Inspector, shard: str, chunk_bytes: int) -> tuple[list[str]
         if key is None:
             chunks.append(Chunk(shard, table, tuple(cols), None, None, None))
             continue
-        per_chunk = max(1, chunk_bytes // max(avg, 1))
+        per_chunk = max(1, chunk_bytes // avg) if avg else ROWS_WITHOUT_STATISTICS
         start = old.next_chunk_start(shard, table, key, None, per_chunk)
         if start is None:  # empty table: one open range catches rows added later
             chunks.append(Chunk(shard, table, tuple(cols), key, None, None))
