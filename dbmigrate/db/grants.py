@@ -43,6 +43,36 @@ class GrantLine:
         return any(p.strip() in _WRITE for p in privs.split(","))
 
 
+def _split_top(text: str) -> list[str]:
+    """Split a privilege list at the commas outside parentheses."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur.strip()] if cur.strip() else parts
+
+
+def canonical(line: str) -> str:
+    """A GRANT line with its privileges, and each privilege's columns, in a fixed order: two
+    servers may list them differently for the same grant."""
+    m = _GRANT.match(line)
+    if not m:
+        return line.strip()
+    privs = []
+    for p in _split_top(m.group("privs")):
+        name, paren, cols = p.partition("(")
+        if paren:
+            cols = ", ".join(sorted(c.strip() for c in cols.rstrip(")").split(",")))
+            p = f"{name.strip()} ({cols})"
+        privs.append(" ".join(p.split()).upper() if not paren else p)
+    return f"GRANT {', '.join(sorted(privs))} ON {line[m.start('privs') + len(m.group('privs')):].strip()[3:].strip()}"
+
+
 def parse(line: str) -> GrantLine | None:
     m = _GRANT.match(line)
     if not m:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Collection
@@ -689,12 +690,24 @@ class Inspector:
         """Block until connection `conn` has applied the source's (file, pos); True when reached."""
         waiter = self.server
         old = waiter.read_timeout
-        waiter.read_timeout = max(old, int(timeout_s) + 5)
+        # The server's wait takes whole seconds: a fraction below one would become 0, which
+        # waits without end. Shorter bounds poll instead (applied_through).
+        timeout = max(1, math.ceil(timeout_s))
+        waiter.read_timeout = max(old, timeout + 5)
         try:
-            r = waiter.scalar(self.flavor.wait_for_position_sql(conn), (log_file, int(log_pos), timeout_s))
+            r = waiter.scalar(self.flavor.wait_for_position_sql(conn), (log_file, int(log_pos), timeout))
         finally:
             waiter.read_timeout = old
         return r is not None and int(r) >= 0
+
+    def applied_through(self, conn: str, log_file: str, log_pos: int) -> bool:
+        """Has connection `conn` applied its source's (file, pos)? One status read, no wait."""
+        row = self.connection_status(conn)
+        if row is None:
+            return False
+        f = row.get("Relay_Master_Log_File") or row.get("Relay_Source_Log_File") or ""
+        p = row.get("Exec_Master_Log_Pos") or row.get("Exec_Source_Log_Pos") or 0
+        return (str(f), int(p)) >= (log_file, int(log_pos))
 
     def version(self) -> str:
         return str(self.server.scalar("SELECT VERSION() AS v"))

@@ -74,9 +74,9 @@ def legacy(boxes):
         s.execute(f"ANALYZE TABLE {SHARD}.docs")
         s.execute("SET SESSION sql_log_bin=1")
         # A second application: its own account, table and column grants only.
-        s.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (APP2.user, APP2.password))
-        s.execute(f"GRANT SELECT ON {SHARD}.items TO %s@'%%'", (APP2.user,))
-        s.execute(f"GRANT SELECT (id, label), UPDATE (label) ON {SHARD}.docs TO %s@'%%'", (APP2.user,))
+        s.execute(f"CREATE USER {APP2.user}@'%' IDENTIFIED BY '{APP2.password}'")
+        s.execute(f"GRANT SELECT ON {SHARD}.items TO {APP2.user}@'%'")
+        s.execute(f"GRANT SELECT (id, label), UPDATE (label) ON {SHARD}.docs TO {APP2.user}@'%'")
     yield state, inv, routes
     boxes.down(NAME)
 

@@ -108,3 +108,12 @@ def test_shipped_consolidate_playbook_plans_a_seed_fleet_and_a_cutover_fleet_ove
     assert [(g.name, g.kind) for g in proc.phase("cutover").gates] == [("caught-up", "auto"), ("go-ahead", "manual")]
     assert all(s.undo is not None for s in proc.phase("seed").steps + proc.phase("cutover").steps)
     assert not proc.rollback_on_failure  # a failed cutover puts back its own old server only
+
+
+def test_grant_lines_compare_whatever_order_a_server_lists_columns_in():
+    from dbmigrate.db.grants import canonical
+
+    a = "GRANT SELECT (`label`, `id`), UPDATE (`label`) ON `s`.`docs` TO `ro`@`%`"
+    b = "GRANT UPDATE (`label`), SELECT (`id`, `label`) ON `s`.`docs` TO `ro`@`%`"
+    assert canonical(a) == canonical(b)
+    assert canonical(a) != canonical("GRANT SELECT (`id`), UPDATE (`label`) ON `s`.`docs` TO `ro`@`%`")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
-from dbmigrate.db.grants import GrantLine, lines_for
+from dbmigrate.db.grants import GrantLine, canonical, lines_for
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError
 
@@ -69,8 +69,8 @@ def differences(old: Inspector, new: Inspector, accounts: Accounts, shards: list
             continue
         if old.create_user_statement(user, host) != new.create_user_statement(user, host):
             problems.append(f"{who} authenticates differently on {new.server.name} (SHOW CREATE USER differs)")
-        there = {g.text for g in lines_for(new.grants(user, host), shards, include_global=True)}
-        missing = [g.text for g in lines if g.text not in there]
+        there = {canonical(g.text) for g in lines_for(new.grants(user, host), shards, include_global=True)}
+        missing = [g.text for g in lines if canonical(g.text) not in there]
         if missing:
             problems.append(f"{who} lacks on {new.server.name}: {'; '.join(missing)}")
         for g in lines:

@@ -106,6 +106,8 @@ class ServerFence(Generic[Position]):
                 if attempt > 1 and before_retry is not None:
                     before_retry()
                 calm = self.wait_calm()
+                if calm:  # journaled: an attempt that gives up later leaves no sentence of its own
+                    self.log(f"attempt {attempt} of {attempts}: {calm.rstrip('; ')}")
                 fenced = self._fence_once()
                 fenced.sentence = calm + fenced.sentence
                 if attempt < attempts and p.fenced_catchup_budget_s and applied_within is not None:
