@@ -20,6 +20,8 @@ ALLOWED_SQL = [
             "the zero-loss verifier stands in for the application: it writes through the router as an app does"),
     Allowed("dbmigrate/rehearsal/verify/shard_writer.py", None,
             "the per-shard writer stands in for a sharded application that follows the DSN file"),
+    Allowed("dbmigrate/rehearsal/verify/pooled_writer.py", None,
+            "the pooled writer stands in for an application with a connection pool and its own session settings"),
     Allowed("dbmigrate/rehearsal/faultmatrix/workload.py", None,
             "the fault matrix's long statement stands in for an application holding locks at the fence"),
     Allowed("dbmigrate/rehearsal/readload.py", None,
