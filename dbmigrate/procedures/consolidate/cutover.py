@@ -30,7 +30,7 @@ from dbmigrate.procedures.consolidate.run import (
 from dbmigrate.procedures.consolidate.accounts import Accounts, differences, shard_accounts, try_login
 from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_fence, check_in_fence
 from dbmigrate.procedures.kit.drain import drain, protected_users
-from dbmigrate.procedures.kit.fence import Fenced, ServerFence
+from dbmigrate.procedures.kit.fence import EXPIRY_MARGIN_S, Fenced, ServerFence
 
 
 def end_app_sessions(ctx: RunContext, name: str) -> tuple[int, set[str]]:
@@ -68,7 +68,7 @@ def cutover(ctx: RunContext, source: str) -> str:
     with edit_state(ctx) as st:  # before anything changes: a crash from here on is found by rollback and resume
         st.fencing[source] = ctx.clock.now()
     try:
-        fenced = fence(ctx, source, targets)
+        kit, fenced = fence(ctx, source, targets)
         started = fenced.started
         log_file, log_pos = fenced.position
         if not fenced.applied_within_budget:
@@ -92,6 +92,7 @@ def cutover(ctx: RunContext, source: str) -> str:
             reverse[t.name] = [t_file, t_pos]
         with edit_state(ctx) as st:
             st.reverse[source] = reverse
+        kit.before_open()
         moved = []
         for t in targets:
             applier_of(ctx, t.name).set_read_only(False)
@@ -136,7 +137,7 @@ class CatchUpTimeout(ConsolidateError):
     """An instance did not apply the fenced server's final position in time."""
 
 
-def fence(ctx: RunContext, source: str, targets: list) -> Fenced:
+def fence(ctx: RunContext, source: str, targets: list) -> tuple[ServerFence, Fenced]:
     """The kit fence on the old server (calm wait, watchdog with its timeline, fenced catch-up
     budget and attempts); its final position is a binlog (file, pos): replication here is by
     file and position on named connections."""
@@ -163,8 +164,9 @@ def fence(ctx: RunContext, source: str, targets: list) -> Fenced:
 
     del plan
     kit = ServerFence(source, server_of(ctx, source), p, read_final=lambda insp: insp.binlog_coordinates(),
-                      log=ctx.log, clock=ctx.clock)
-    return kit.fence(applied_within=applied_within, before_retry=converge_again)
+                      log=ctx.log, clock=ctx.clock,
+                      default_expiry_s=p.fence_timeout_s + p.catchup_timeout_s + EXPIRY_MARGIN_S)
+    return kit, kit.fence(applied_within=applied_within, before_retry=converge_again)
 
 
 def require_accounts(ctx: RunContext, source: str, targets: list) -> Accounts:
@@ -329,6 +331,8 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
         # Before the old server takes writes again: an instance no shard routes to is read-only
         # (a cutover may have stopped after opening it, before moving a route).
         applier_of(ctx, t.name).set_read_only(not still_here)
+    if p.fence_expiry != "off":  # a fence this run set may have scheduled its expiry
+        applier_of(ctx, source).cancel_fence_expiry()
     applier_of(ctx, source).set_read_only(False)
     verify_undone(ctx, source)
     with edit_state(ctx) as st:

@@ -10,6 +10,9 @@ instance applies the old server's final binlog position on a named connection):
   fence       read_only=ON bounded by fence_timeout_s, a watchdog beside it (fence_block_s,
               on_fence_blocked) that keeps a timeline of what it did when
   final       the position read right after the fence (no application commit can follow)
+  expiry      (fence_expiry) the fence's own request schedules its end on the server, so that a
+              tool that freezes in the window cannot hold the server read-only; `before_open`
+              drops it and checks the fence still holds before the new server opens
   budget      with fence_attempts > 1 and fenced_catchup_budget_s: the caller's targets must
               apply the final position within the budget, or the server is unfenced (nothing
               changed), writes flow for fence_retry_pause_s, and the next attempt starts over
@@ -28,11 +31,13 @@ from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError, Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.wait import Clock
-from dbmigrate.exceptions import RefusedWait
+from dbmigrate.exceptions import RefusedWait, SafetyError
 from dbmigrate.procedures.kit.fence_watch import FenceWatch
 
 QUERY_INTERRUPTED = 1317  # the fence statement ended by KILL QUERY
 CALM_POLL_S = 0.005
+EXPIRY_MARGIN_S = 3.0  # beyond the fence's bound, when the procedure gives no default expiry
+EXPIRY_GUARD_S = 1.5  # the new server is not opened when the fence expires sooner (events fire on whole seconds)
 
 Position = TypeVar("Position")
 Notify = Callable[..., None]  # (message, level="info")
@@ -93,9 +98,39 @@ class ServerFence(Generic[Position]):
     read_final: Callable[[Inspector], Position]
     log: Notify = lambda message, level="info": None
     clock: Clock | None = None
+    # The fence's expiry when fence_expiry_s does not say: the procedure's fence and catch-up bounds.
+    default_expiry_s: float = 0.0
+    expires_at: float | None = None  # wall clock by which the fence set last expires (None: no expiry)
 
     def __post_init__(self) -> None:
         self.clock = self.clock or Clock()
+
+    def expiry_s(self) -> float:
+        """Seconds after which the fence expires on the server, 0 for none; refuses, before any
+        change, a server that cannot run the expiry when fence_expiry is `require`."""
+        p = self.params
+        if p.fence_expiry == "off":
+            return 0.0
+        if Inspector(self.server).event_scheduler_on():
+            return p.fence_expiry_s or self.default_expiry_s or p.fence_timeout_s + EXPIRY_MARGIN_S
+        if p.fence_expiry == "require":
+            raise SafetyError(f"{self.name} runs with event_scheduler=OFF: its fence could not expire by itself, and "
+                              f"a tool that froze inside the window would hold it read-only",
+                              hint=f"turn the event scheduler on at {self.name} (event_scheduler=ON, also in its "
+                                   f"config), or set fence_expiry: if_available in the playbook")
+        self.log(f"{self.name} runs with event_scheduler=OFF: fencing without an expiry (fence_expiry: if_available)",
+                 "warning")
+        return 0.0
+
+    def before_open(self) -> None:
+        """Before the new server opens: drop the fence's expiry, then make sure the fence still
+        holds (an expiry that fired would leave two writable servers)."""
+        if self.params.fence_expiry != "off":
+            Applier(self.server).cancel_fence_expiry()
+        if self.expires_at is not None and self.expires_at - self.clock.now() < EXPIRY_GUARD_S \
+                or not Inspector(self.server).read_only():
+            raise SafetyError(f"the fence of {self.name} expired (or was lifted) before the new server opened",
+                              hint="the run puts it back; raise fence_expiry_s if the window legitimately lasts longer")
 
     def fence(self, applied_within: Callable[[Position, float], bool] | None = None,
               before_retry: Callable[[], object] | None = None) -> Fenced[Position]:
@@ -151,12 +186,15 @@ class ServerFence(Generic[Position]):
         watcher = server.watcher(int(p.fence_timeout_s) + 5)  # opened before the fence: the watchdog's session
         watch = FenceWatch(Inspector(watcher), Applier(watcher), Inspector(server).connection_id(), p.fence_block_s,
                            p.on_fence_blocked, self.log)
+        expiry = self.expiry_s()  # read now: not inside the window
         t0 = self.clock.monotonic()
         try:
             with server.bounded(p.fence_timeout_s + 1):
                 with watch:
                     try:
-                        Applier(server).set_read_only(True, lock_wait_timeout=p.fence_timeout_s)
+                        self.expires_at = self.clock.now() + expiry if expiry else None
+                        # The expiry is scheduled in the fence's own request (one round trip).
+                        Applier(server).fence_and_read_binlog_pos(p.fence_timeout_s, expiry or None)
                     finally:
                         watch.mark("fence returned")
                 position = self.read_final(Inspector(server))
@@ -193,4 +231,6 @@ class ServerFence(Generic[Position]):
                                "or raise fenced_catchup_budget_s")
 
     def unfence(self) -> None:
+        if self.params.fence_expiry != "off":
+            Applier(self.server).cancel_fence_expiry()
         Applier(self.server).set_read_only(False)
