@@ -42,6 +42,8 @@ from dbmigrate.warm.reads import (ReadStats, ReadTask, ReadWorkers, SampledReads
 
 Progress = Callable[[float, str], None]
 METHODS = ("dump-load", "replay", "scan")
+# A hit ratio this much lower after a warm-up than before it is a warm-up that made things worse.
+LOWERED_BY = 0.01
 
 _LOADED = re.compile(r"Loaded (\d+)/(\d+) pages")
 
@@ -68,12 +70,24 @@ class WarmResult:
     def pages_gained(self) -> int:
         return self.after.pages_data - self.before.pages_data
 
+    @property
+    def lowered(self) -> bool:
+        """Did the warm-up leave the target colder than it found it (a page list that displaced
+        pages its own reads needed)? Compared on the same sampled reads before and after."""
+        hb = self.hit_ratio_before.ratio if self.hit_ratio_before else None
+        ha = self.hit_ratio_after.ratio if self.hit_ratio_after else None
+        return hb is not None and ha is not None and ha < hb - LOWERED_BY
+
     def sentence(self) -> str:
         hb = self.hit_ratio_before.ratio if self.hit_ratio_before else None
         ha = self.hit_ratio_after.ratio if self.hit_ratio_after else None
-        return (f"{self.method} warmed {self.target} in {self.seconds:.1f}s: resident pages "
+        said = (f"{self.method} warmed {self.target} in {self.seconds:.1f}s: resident pages "
                 f"{self.before.pages_data} -> {self.after.pages_data} of {self.after.pages_total}, "
                 f"hit ratio {fmt_ratio(hb)} -> {fmt_ratio(ha)}")
+        if self.lowered:
+            said += (f" - LOWER than before: {self.target} was warmer before this {self.method} (its own pages "
+                     f"were displaced); warm it by replay or scan instead")
+        return said
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "target": self.target, "source": self.source, "seconds": self.seconds,

@@ -23,3 +23,4 @@ def test_grants_lose_their_secrets():
     line = "GRANT USAGE ON *.* TO `app`@`%` IDENTIFIED BY PASSWORD '*0123456789ABCDEF0123456789ABCDEF01234567'"
     assert without_secrets(line) == "GRANT USAGE ON *.* TO `app`@`%` IDENTIFIED BY PASSWORD '<redacted>'"
     assert without_secrets("GRANT SELECT ON `ca`.* TO `x`@`%`") == "GRANT SELECT ON `ca`.* TO `x`@`%`"
+
