@@ -136,6 +136,8 @@ def test_pooled_client_writes_through_the_instance_after_the_cutover_and_back_af
         cut = next(s["sentence"] for s in run["steps"] if s["name"].startswith("cut over"))
         assert f"app session(s) on {OLD} ended" in cut and "logs in to" in cut, cut
         assert "reconnected to the instance(s)" in cut, cut
+        verify = next(s["sentence"] for s in run["steps"] if s["name"].startswith("verify shard routes"))
+        assert "no application session left on an old server" in verify, verify
         # The copy was verified before the fence, range by range; inside it only what kept changing.
         sums = st.checksums[SHARD]
         assert sums["old"]["docs"] >= BLOB_MB // 4 and not any("docs" in c for c in sums["left_for_fence"]), sums
