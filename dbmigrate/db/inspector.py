@@ -749,6 +749,18 @@ class Inspector:
         """Can this session read the table (privileges, existence)? No row is read."""
         self.server.query(f"SELECT 1 AS one FROM `{schema}`.`{table}` LIMIT 0")
 
+    def explain_error(self, statement: str, schema: str | None) -> tuple[int, str] | None:
+        """EXPLAIN an application's statement (its default schema set first): the error the
+        server gives for it (unknown index, column, table ...), or None. Nothing is executed;
+        use a session of its own (Server.dedicated): the default schema stays set."""
+        try:
+            if schema:
+                self.server.execute(f"USE `{schema.replace('`', '``')}`")
+            self.server.query("EXPLAIN " + statement)
+            return None
+        except QueryError as e:
+            return (e.errno or 0, e.message)
+
     def trivial_round_trip(self) -> None:
         self.server.scalar("SELECT 1 AS one")
 

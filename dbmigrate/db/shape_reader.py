@@ -111,3 +111,20 @@ class ShapeReader:
                 continue
             out.setdefault(str(r["u"]), {})[str(r["n"]).lower()] = str(r["v"])
         return {"available": True, "by_account": out}
+
+
+def load_script(schemas: dict[str, Any]) -> str:
+    """The captured CREATE statements as a script a server loads: tables first (foreign key
+    checks off), then views, routines, triggers and events (they may name any table)."""
+    out = ["SET FOREIGN_KEY_CHECKS=0;"]
+    for name, sc in schemas.items():
+        out.append(f"CREATE DATABASE IF NOT EXISTS `{name}`;\nUSE `{name}`;")
+        out += [t["create"] + ";" for t in sc["tables"] if t["type"] == "table"]
+    for name, sc in schemas.items():
+        out.append(f"USE `{name}`;")
+        out += [t["create"] + ";" for t in sc["tables"] if t["type"] == "view"]
+        out += ["DELIMITER ;;\n" + r["create"] + ";;\nDELIMITER ;" for r in sc["routines"]]
+        out += ["DELIMITER ;;\n" + t["create"] + ";;\nDELIMITER ;" for t in sc["triggers"]]
+        out += ["DELIMITER ;;\n" + e["create"] + ";;\nDELIMITER ;" for e in sc["events"]]
+    out.append("SET FOREIGN_KEY_CHECKS=1;")
+    return "\n".join(out) + "\n"

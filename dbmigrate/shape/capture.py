@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dbmigrate.db.connection import Server
-from dbmigrate.db.shape_reader import ShapeReader
+from dbmigrate.db.shape_reader import ShapeReader, load_script
 
 FORMAT = "dbmigrate.shape/1"
 SAMPLE_ROWS = 1000
@@ -71,19 +71,7 @@ class Shape:
                 "digest": self.digest}
 
     def schema_sql(self) -> str:
-        """Tables first (foreign keys off while loading), then views, routines, triggers, events."""
-        out = ["SET FOREIGN_KEY_CHECKS=0;"]
-        for name, sc in self.schemas.items():
-            out.append(f"CREATE DATABASE IF NOT EXISTS `{name}`;\nUSE `{name}`;")
-            out += [t["create"] + ";" for t in sc["tables"] if t["type"] == "table"]
-        for name, sc in self.schemas.items():
-            out.append(f"USE `{name}`;")
-            out += [t["create"] + ";" for t in sc["tables"] if t["type"] == "view"]
-            out += ["DELIMITER ;;\n" + r["create"] + ";;\nDELIMITER ;" for r in sc["routines"]]
-            out += ["DELIMITER ;;\n" + t["create"] + ";;\nDELIMITER ;" for t in sc["triggers"]]
-            out += ["DELIMITER ;;\n" + e["create"] + ";;\nDELIMITER ;" for e in sc["events"]]
-        out.append("SET FOREIGN_KEY_CHECKS=1;")
-        return "\n".join(out) + "\n"
+        return load_script(self.schemas)
 
 
 def capture_shape(server: Server, schemas: list[str] | None = None, *, sample_rows: int = SAMPLE_ROWS,

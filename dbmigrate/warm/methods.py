@@ -227,7 +227,9 @@ def replay_plan_from_server(source: Server, copier: Copier | None = None, workdi
     if path and not path.startswith("/"):
         path = str(v["datadir"]).rstrip("/") + "/" + path
     hint = (f"on {source.name}: SET GLOBAL long_query_time=0; SET GLOBAL slow_query_log=ON; let it serve reads for a "
-            f"few minutes, then SET GLOBAL slow_query_log=OFF; or give --slow-log FILE")
+            f"few minutes, then SET GLOBAL slow_query_log=OFF; or give --slow-log FILE. The global setting reaches "
+            f"only sessions opened after it that do not set their own long_query_time: an application's pool "
+            f"that does (or connected before) is not logged until it reconnects")
     if not path:
         raise UsageError(f"{source.name} has no slow_query_log_file", hint=hint)
     with tempfile.TemporaryDirectory(prefix="dbmigrate-warm-") as tmp:

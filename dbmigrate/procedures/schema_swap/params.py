@@ -76,6 +76,11 @@ class SchemaSwapParams(FenceParams):
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer")
     replica_timeout_s: float = Field(30, gt=0, le=3600)
     verify_timeout_s: float = Field(10, gt=0, le=600)
+    replay_digest: Optional[str] = Field(None, description="a digest of the application's queries (dbmigrate digest "
+                                         "capture, or pt-query-digest JSON; relative to the playbook): each class's "
+                                         "sample is EXPLAINed on a side before it returns, and a new error keeps "
+                                         "the side out (the run pauses)")
+    replay_max_classes: int = Field(500, ge=1, le=100_000, description="the busiest classes replayed, at most")
 
     @field_validator("ddl")
     @classmethod
