@@ -33,10 +33,7 @@ ALLOWED_SQL = [
             "strips the prefix pt-query-digest puts before table names in its JSON; nothing is executed"),
 ]
 
-ALLOWED_PROCESSES = [
-    Allowed("dbmigrate/procedures/consolidate/seed.py", None,
-            "logical seeding pipes mysqldump into mysql itself; it is moving to tools/ or hosts/"),
-]
+ALLOWED_PROCESSES: list[Allowed] = []  # logical seeding runs mariadb-dump and mariadb through tools/dump.py
 
 ALLOWED_REACHES = [
     Reached("dbmigrate/db/connection.py", "_read_timeout",
