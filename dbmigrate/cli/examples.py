@@ -27,6 +27,7 @@ EXAMPLES = {
     "runs show": "dbmigrate runs show last --json",
     "rehearse promote": "dbmigrate rehearse promote --regress",
     "digest capture": "dbmigrate digest capture -i inventory.yaml -s db-1 --seconds 30 -o before.json",
+    "shape capture": "dbmigrate shape capture -i inventory.yaml -c shop -o shape/ --seconds 60",
     "digest show": "dbmigrate digest show before.json --limit 10",
     "digest compare": "dbmigrate digest compare before.json after.json --markdown",
     "digest evaluate": "dbmigrate digest evaluate --policy playbooks/promote-replica.yaml before.json after.json",

@@ -23,7 +23,7 @@ from dbmigrate.console_table import fit_to_output
 COMMAND_MODULES = {
     "sandbox": "sandbox", "inventory": "inventory", "topology": "topology", "lag": "lag", "check": "check",
     "checksum": "checksum", "run": "runs", "plan": "runs", "resume": "runs", "rollback": "runs", "runs": "runs",
-    "rehearse": "rehearse", "digest": "digest", "warm": "warm", "consolidate": "consolidate", "tui": "tui",
+    "rehearse": "rehearse", "digest": "digest", "shape": "shape", "warm": "warm", "consolidate": "consolidate", "tui": "tui",
 }
 
 

@@ -449,6 +449,8 @@ class MariaDB(Flavor):
             ("EVENT", (), "the fence's server-side expiry"),
             ("RELOAD", (), "mariadb-backup and pt-table-checksum (per their manuals)"),
             ("LOCK TABLES", (), "mariadb-backup (per its manual)"),
+            ("REPLICATION SLAVE", ("REPLICATION REPLICA",), "read a binlog: the post-fence audit, errant transactions "
+                                                            "in check"),
         ),
         "replication": (
             ("REPLICATION SLAVE", ("REPLICATION REPLICA",), "replicas read the binlog (the login check only logs in)"),
@@ -755,7 +757,7 @@ class MySQL(Flavor):
             ("CONNECTION_ADMIN", ("SUPER",), "KILL the application's sessions; write while read_only is on"),
             ("REPLICATION_SLAVE_ADMIN", ("SUPER",), "STOP/START REPLICA, CHANGE REPLICATION SOURCE"),
             ("REPLICATION CLIENT", (), "SHOW REPLICA STATUS, SHOW BINARY LOG STATUS"),
-            ("REPLICATION SLAVE", ("REPLICATION REPLICA",), "SHOW REPLICAS (topology discovery)"),
+            ("REPLICATION SLAVE", ("REPLICATION REPLICA",), "SHOW REPLICAS (topology discovery); read a binlog"),
             ("SESSION_VARIABLES_ADMIN", ("SYSTEM_VARIABLES_ADMIN", "SUPER"),
              "sql_log_bin=0 for DDL that must not replicate"),
             ("CREATE", (), "heartbeat, lease and scratch schemas; CREATE TABLE and CREATE INDEX of a schema swap"),

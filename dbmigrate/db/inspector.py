@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Collection
@@ -448,6 +449,30 @@ class Inspector:
         rows = self.server.query("SELECT Host AS h FROM mysql.user WHERE User=%s ORDER BY Host", (user,))
         return [str(r["h"]) for r in rows]
 
+    def privilege_holders(self, schemas: list[str], include_global: bool) -> list[tuple[str, str]]:
+        """(user, host) of every account with a privilege on one of `schemas`, at any level:
+        schema (a LIKE pattern that covers it counts), table, column, routine, and global when
+        asked. Roles and anonymous accounts are left out."""
+        if not schemas:
+            return []
+        from dbmigrate.db.grants import like_matches
+
+        found: set[tuple[str, str]] = set()
+        for r in self.server.query("SELECT User AS u, Host AS h, Db AS d FROM mysql.db WHERE User <> ''"):
+            if any(like_matches(str(r["d"]), s) for s in schemas):
+                found.add((str(r["u"]), str(r["h"])))
+        marks = ", ".join(["%s"] * len(schemas))
+        for table in ("tables_priv", "columns_priv", "procs_priv"):
+            for r in self.server.query(f"SELECT DISTINCT User AS u, Host AS h FROM mysql.{table} "
+                                       f"WHERE User <> '' AND Db IN ({marks})", tuple(schemas)):
+                found.add((str(r["u"]), str(r["h"])))
+        if include_global:
+            for r in self.server.query(
+                    "SELECT User AS u, Host AS h FROM mysql.user WHERE User <> '' AND Host <> '' AND "
+                    "(Select_priv='Y' OR Insert_priv='Y' OR Update_priv='Y' OR Delete_priv='Y')"):
+                found.add((str(r["u"]), str(r["h"])))
+        return sorted(a for a in found if a[1] != "")  # MariaDB's roles have an empty host
+
     def data_size_bytes(self) -> int:
         """Data + index bytes of the user schemas (a rough size of what a copy must hold)."""
         return int(self.server.scalar(
@@ -597,6 +622,50 @@ class Inspector:
         rows = self.server.query("CHECKSUM TABLE " + ", ".join(f"`{schema}`.`{t}`" for t in tables))
         return {str(r["Table"]).split(".", 1)[1]: (None if r["Checksum"] is None else int(r["Checksum"])) for r in rows}
 
+    def checksum_layout(self, schema: str, table: str) -> tuple[list[str], str | None, int]:
+        """(columns, the single integer primary key column or None, average row bytes) of a base
+        table: what chunked checksums need to cut it into key ranges."""
+        cols = [c for c, _t in self.table_columns(schema, table)]
+        rows = self.server.query(
+            "SELECT k.COLUMN_NAME AS c, c.DATA_TYPE AS t FROM information_schema.KEY_COLUMN_USAGE k "
+            "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA=k.TABLE_SCHEMA AND c.TABLE_NAME=k.TABLE_NAME "
+            "AND c.COLUMN_NAME=k.COLUMN_NAME "
+            "WHERE k.CONSTRAINT_NAME='PRIMARY' AND k.TABLE_SCHEMA=%s AND k.TABLE_NAME=%s", (schema, table))
+        key = str(rows[0]["c"]) if len(rows) == 1 and str(rows[0]["t"]) in (
+            "tinyint", "smallint", "mediumint", "int", "bigint") else None
+        avg = self.server.scalar("SELECT COALESCE(AVG_ROW_LENGTH, 0) AS n FROM information_schema.TABLES "
+                                 "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (schema, table))
+        return cols, key, int(avg or 0)
+
+    def next_chunk_start(self, schema: str, table: str, key: str, after: int | None, rows: int) -> int | None:
+        """The key `rows` rows past `after` (from the first row when None): where the next chunk
+        starts; None past the last row. Reads only the primary key's index."""
+        where = "" if after is None else f"WHERE `{key}` >= %s "
+        got = self.server.scalar(f"SELECT `{key}` AS k FROM `{schema}`.`{table}` {where}ORDER BY `{key}` "
+                                 f"LIMIT 1 OFFSET {int(rows) if after is not None else 0}",
+                                 None if after is None else (int(after),))
+        return None if got is None else int(got)
+
+    def chunk_checksum(self, schema: str, table: str, columns: list[str], key: str | None,
+                       lo: int | None, hi: int | None) -> str:
+        """'rows:crc' of the rows of one key range [lo, hi) (lo/hi None: open; key None: the
+        whole table). Every column is compared as bytes (mixed charsets, blobs), NULL apart
+        from the empty string. The same query on both sides, so the result is comparable."""
+        values = ", ".join(f"CAST(`{c}` AS BINARY)" for c in columns)
+        nulls = ", ".join(f"ISNULL(`{c}`)" for c in columns)
+        conds, args = [], []
+        if key is not None and lo is not None:
+            conds.append(f"`{key}` >= %s")
+            args.append(int(lo))
+        if key is not None and hi is not None:
+            conds.append(f"`{key}` < %s")
+            args.append(int(hi))
+        where = f" WHERE {' AND '.join(conds)}" if conds else ""
+        row = self.server.query(
+            f"SELECT COUNT(*) AS n, COALESCE(BIT_XOR(CRC32(CONCAT_WS('#', {values}, CONCAT({nulls})))), 0) AS c "
+            f"FROM `{schema}`.`{table}`{where}", tuple(args) or None)[0]
+        return f"{int(row['n'])}:{int(row['c'])}"
+
     def binlog_coordinates(self) -> tuple[str, int]:
         """(binlog file, position) this server has written up to."""
         rows = self.server.query(self.flavor.binlog_coordinates_sql())
@@ -621,12 +690,24 @@ class Inspector:
         """Block until connection `conn` has applied the source's (file, pos); True when reached."""
         waiter = self.server
         old = waiter.read_timeout
-        waiter.read_timeout = max(old, int(timeout_s) + 5)
+        # The server's wait takes whole seconds: a fraction below one would become 0, which
+        # waits without end. Shorter bounds poll instead (applied_through).
+        timeout = max(1, math.ceil(timeout_s))
+        waiter.read_timeout = max(old, timeout + 5)
         try:
-            r = waiter.scalar(self.flavor.wait_for_position_sql(conn), (log_file, int(log_pos), timeout_s))
+            r = waiter.scalar(self.flavor.wait_for_position_sql(conn), (log_file, int(log_pos), timeout))
         finally:
             waiter.read_timeout = old
         return r is not None and int(r) >= 0
+
+    def applied_through(self, conn: str, log_file: str, log_pos: int) -> bool:
+        """Has connection `conn` applied its source's (file, pos)? One status read, no wait."""
+        row = self.connection_status(conn)
+        if row is None:
+            return False
+        f = row.get("Relay_Master_Log_File") or row.get("Relay_Source_Log_File") or ""
+        p = row.get("Exec_Master_Log_Pos") or row.get("Exec_Source_Log_Pos") or 0
+        return (str(f), int(p)) >= (log_file, int(log_pos))
 
     def version(self) -> str:
         return str(self.server.scalar("SELECT VERSION() AS v"))
@@ -663,6 +744,22 @@ class Inspector:
         """One indexed read, the latency probe's query: what an application's lookup costs right now."""
         self.server.query(f"SELECT * FROM `{schema}`.`{table}` WHERE `{column}` >= %s ORDER BY `{column}` LIMIT 1",
                           (int(key),))
+
+    def reach_table(self, schema: str, table: str) -> None:
+        """Can this session read the table (privileges, existence)? No row is read."""
+        self.server.query(f"SELECT 1 AS one FROM `{schema}`.`{table}` LIMIT 0")
+
+    def explain_error(self, statement: str, schema: str | None) -> tuple[int, str] | None:
+        """EXPLAIN an application's statement (its default schema set first): the error the
+        server gives for it (unknown index, column, table ...), or None. Nothing is executed;
+        use a session of its own (Server.dedicated): the default schema stays set."""
+        try:
+            if schema:
+                self.server.execute(f"USE `{schema.replace('`', '``')}`")
+            self.server.query("EXPLAIN " + statement)
+            return None
+        except QueryError as e:
+            return (e.errno or 0, e.message)
 
     def trivial_round_trip(self) -> None:
         self.server.scalar("SELECT 1 AS one")

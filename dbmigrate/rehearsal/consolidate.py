@@ -47,13 +47,14 @@ SHARDS_PER_OLD = (2, 3, 2, 3)  # 10 shards on 4 old servers
 HOSTS = ("h1", "h2")
 
 
-def _old_names(name: str) -> list[str]:
-    return [f"{name}-1"] + [f"{name}-old{i}" for i in range(2, len(SHARDS_PER_OLD) + 1)]
+def old_names(name: str) -> list[str]:
+    """The old servers, named alike: NAME-1 (the sandbox's first instance) to NAME-4."""
+    return [f"{name}-{i}" for i in range(1, len(SHARDS_PER_OLD) + 1)]
 
 
 def _shards(name: str) -> dict[str, list[str]]:
     return {old: [f"shard_{k}{chr(ord('a') + j)}" for j in range(n)]
-            for k, (old, n) in enumerate(zip(_old_names(name), SHARDS_PER_OLD), 1)}
+            for k, (old, n) in enumerate(zip(old_names(name), SHARDS_PER_OLD), 1)}
 
 
 class Driver(Protocol):
@@ -100,7 +101,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
     placed = None
     try:
         boxes.up(name, replicas=0)
-        olds = _old_names(name)
+        olds = old_names(name)
         for old in olds[1:]:
             boxes.add_instance(name, old, cluster=name)
         state = boxes.find(name)

@@ -116,7 +116,8 @@ def plan_replay(classes: list[DigestClass], origin: str, limit: int = 1000) -> R
         raise UsageError(f"{origin}: none of its {len(classes)} query classes is a replayable SELECT on a user table "
                          f"({seen})",
                          hint="digest a slow log taken while the server served reads (long_query_time=0 for a "
-                              "few minutes), or use --method scan --tables schema.table,...")
+                              "few minutes; sessions that set their own long_query_time, as some pools do, are "
+                              "logged only after they reconnect), or use --method scan --tables schema.table,...")
     return ReplayPlan(kept[:limit], refused, origin)
 
 

@@ -42,6 +42,8 @@ from dbmigrate.warm.reads import (ReadStats, ReadTask, ReadWorkers, SampledReads
 
 Progress = Callable[[float, str], None]
 METHODS = ("dump-load", "replay", "scan")
+# A hit ratio this much lower after a warm-up than before it is a warm-up that made things worse.
+LOWERED_BY = 0.01
 
 _LOADED = re.compile(r"Loaded (\d+)/(\d+) pages")
 
@@ -68,12 +70,24 @@ class WarmResult:
     def pages_gained(self) -> int:
         return self.after.pages_data - self.before.pages_data
 
+    @property
+    def lowered(self) -> bool:
+        """Did the warm-up leave the target colder than it found it (a page list that displaced
+        pages its own reads needed)? Compared on the same sampled reads before and after."""
+        hb = self.hit_ratio_before.ratio if self.hit_ratio_before else None
+        ha = self.hit_ratio_after.ratio if self.hit_ratio_after else None
+        return hb is not None and ha is not None and ha < hb - LOWERED_BY
+
     def sentence(self) -> str:
         hb = self.hit_ratio_before.ratio if self.hit_ratio_before else None
         ha = self.hit_ratio_after.ratio if self.hit_ratio_after else None
-        return (f"{self.method} warmed {self.target} in {self.seconds:.1f}s: resident pages "
+        said = (f"{self.method} warmed {self.target} in {self.seconds:.1f}s: resident pages "
                 f"{self.before.pages_data} -> {self.after.pages_data} of {self.after.pages_total}, "
                 f"hit ratio {fmt_ratio(hb)} -> {fmt_ratio(ha)}")
+        if self.lowered:
+            said += (f" - LOWER than before: {self.target} was warmer before this {self.method} (its own pages "
+                     f"were displaced); warm it by replay or scan instead")
+        return said
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "target": self.target, "source": self.source, "seconds": self.seconds,
@@ -213,7 +227,9 @@ def replay_plan_from_server(source: Server, copier: Copier | None = None, workdi
     if path and not path.startswith("/"):
         path = str(v["datadir"]).rstrip("/") + "/" + path
     hint = (f"on {source.name}: SET GLOBAL long_query_time=0; SET GLOBAL slow_query_log=ON; let it serve reads for a "
-            f"few minutes, then SET GLOBAL slow_query_log=OFF; or give --slow-log FILE")
+            f"few minutes, then SET GLOBAL slow_query_log=OFF; or give --slow-log FILE. The global setting reaches "
+            f"only sessions opened after it that do not set their own long_query_time: an application's pool "
+            f"that does (or connected before) is not logged until it reconnects")
     if not path:
         raise UsageError(f"{source.name} has no slow_query_log_file", hint=hint)
     with tempfile.TemporaryDirectory(prefix="dbmigrate-warm-") as tmp:

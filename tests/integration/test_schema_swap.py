@@ -339,3 +339,52 @@ def test_an_index_of_the_same_name_on_other_columns_is_not_taken_as_done(cluster
     finally:
         with inv.open(primary) as p:
             p.execute("DROP TABLE IF EXISTS app.fx")
+
+
+def test_a_side_whose_application_queries_fail_is_kept_out_of_traffic(cluster):
+    """DROP INDEX of an index the application names in `USE INDEX (...)`: every gate of the change
+    itself passes, but the digest's sample fails with 1176 on the altered side and not on the
+    primary, so the side stays out of the reader pool and the run pauses; warned at the start."""
+    from dbmigrate.app.runs import rollback_run
+    from dbmigrate.digest.model import Digest, QueryClass
+
+    state, inv = cluster
+    primary = kit.writers(kit.shape(inv, NAME))[0]
+    sides = [n for n in SERVERS if n != primary]
+    readers_before = readers(inv)
+    with inv.open(primary) as p:
+        p.execute("CREATE INDEX ix_hint ON app.orders (amount)")
+        pos = Inspector(p).gtid_binlog_pos()
+    for n in sides:
+        with inv.open(n) as s:
+            assert Inspector(s).wait_for_gtid(pos, 10)
+
+    def qc(example: str, count: int) -> QueryClass:
+        return QueryClass(checksum=f"C{count}", fingerprint=example.lower(), distillate="SELECT app.orders",
+                          count=count, total_time=0.1, avg=0.001, p95=0.002, p99=None, max=0.01, example=example,
+                          tables=("app.orders",))
+
+    hot = "SELECT id FROM orders USE INDEX (ix_hint) WHERE amount > 900.5 LIMIT 5"
+    Digest(classes=[qc(hot, 361), qc("SELECT COUNT(*) FROM orders WHERE customer_id = 7", 50),
+                    qc("UPDATE orders SET note = 'x' WHERE id = 3", 20)],
+           query_count=431, total_time=1, avg=0.001, p95=None, p99=None).save(state.path / "app-digest.json")
+    pb = playbook(state, {"ddl": ["DROP INDEX ix_hint ON app.orders"],
+                          "undo_ddl": ["CREATE INDEX ix_hint ON app.orders (amount)"],
+                          "primary": "skip", "replay_digest": "app-digest.json"}, "hint-drop")
+    try:
+        outcome = start_run(pb, assume_yes=True)
+        assert outcome.status == "paused", outcome.summary
+        assert f"{sides[0]} is kept out of traffic" in outcome.summary and "1176" in outcome.summary, outcome.summary
+        assert "1 of the application's 3 query class(es)" in outcome.summary, outcome.summary
+        assert addr(inv, sides[0]) not in readers(inv)  # the altered side did not return
+        assert "ix_hint" not in create_table(inv, sides[0])
+        with Journal(resolve_journal_path()) as j:
+            logs = " | ".join(r["message"] for r in j.run_detail(outcome.run_id)["logs"])
+        assert "names index ix_hint in a hint, and the DDL drops it" in logs, logs
+        back = rollback_run(outcome.run_id, assume_yes=True)
+        assert back.status == "rolled_back", back.summary
+        assert readers(inv) == readers_before
+        assert "ix_hint" in create_table(inv, sides[0])  # undo_ddl put the index back
+    finally:
+        with inv.open(primary) as p:
+            p.execute("DROP INDEX IF EXISTS ix_hint ON app.orders")

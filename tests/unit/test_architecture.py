@@ -20,6 +20,8 @@ ALLOWED_SQL = [
             "the zero-loss verifier stands in for the application: it writes through the router as an app does"),
     Allowed("dbmigrate/rehearsal/verify/shard_writer.py", None,
             "the per-shard writer stands in for a sharded application that follows the DSN file"),
+    Allowed("dbmigrate/rehearsal/verify/pooled_writer.py", None,
+            "the pooled writer stands in for an application with a connection pool and its own session settings"),
     Allowed("dbmigrate/rehearsal/faultmatrix/workload.py", None,
             "the fault matrix's long statement stands in for an application holding locks at the fence"),
     Allowed("dbmigrate/rehearsal/readload.py", None,
@@ -31,10 +33,7 @@ ALLOWED_SQL = [
             "strips the prefix pt-query-digest puts before table names in its JSON; nothing is executed"),
 ]
 
-ALLOWED_PROCESSES = [
-    Allowed("dbmigrate/procedures/consolidate/seed.py", None,
-            "logical seeding pipes mysqldump into mysql itself; it is moving to tools/ or hosts/"),
-]
+ALLOWED_PROCESSES: list[Allowed] = []  # logical seeding runs mariadb-dump and mariadb through tools/dump.py
 
 ALLOWED_REACHES = [
     Reached("dbmigrate/db/connection.py", "_read_timeout",

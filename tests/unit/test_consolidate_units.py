@@ -46,10 +46,30 @@ def test_grants_are_picked_by_schema_or_like_pattern():
               "GRANT SELECT ON `reports`.* TO `app`@`%`",
               "GRANT SELECT, INSERT ON `shard_3`.* TO `app`@`%`",
               "GRANT SELECT ON `shard_1`.`t` TO `app`@`%`"]
-    assert grants_for_shards(grants, ["shard_1"]) == [grants[1]]
+    # Every level counts: the schema pattern and the table grant on shard_1.
+    assert grants_for_shards(grants, ["shard_1"]) == [grants[1], grants[4]]
     assert grants_for_shards(grants, ["shard_3"]) == [grants[1], grants[3]]
     # an escaped underscore is literal: shardX1 is not matched by shard\_%
     assert grants_for_shards(grants, ["shardX1"]) == []
+
+
+def test_grant_lines_are_read_at_every_level():
+    from dbmigrate.db.grants import lines_for, parse
+
+    lines = ["GRANT USAGE ON *.* TO `ops`@`%`",
+             "GRANT SELECT, INSERT ON *.* TO `ops`@`%`",
+             "GRANT SELECT (`id`, `name`), UPDATE (`name`) ON `shard_1`.`certs` TO `ops`@`%`",
+             "GRANT EXECUTE ON PROCEDURE `shard_1`.`renew` TO `ops`@`%`",
+             "GRANT SELECT ON `shard_2`.`certs` TO `ops`@`%`",
+             "GRANT `reader` TO `ops`@`%`"]
+    assert [(g.level, g.schema, g.obj) for g in map(parse, lines[:5])] == [
+        ("global", None, None), ("global", None, None), ("column", "shard_1", "certs"),
+        ("routine", "shard_1", "renew"), ("table", "shard_2", "certs")]
+    assert parse(lines[5]) is None  # a role granted: not a privilege line
+    assert [g.text for g in lines_for(lines, ["shard_1"])] == [lines[2], lines[3]]
+    # Global lines only when asked, and never the bare USAGE line.
+    assert [g.text for g in lines_for(lines, ["shard_1"], include_global=True)] == [lines[1], lines[2], lines[3]]
+    assert parse(lines[2]).writes and not parse(lines[4]).writes and parse(lines[1]).writes
 
 
 def test_sandbox_gets_only_the_settings_it_lacks():
@@ -88,3 +108,12 @@ def test_shipped_consolidate_playbook_plans_a_seed_fleet_and_a_cutover_fleet_ove
     assert [(g.name, g.kind) for g in proc.phase("cutover").gates] == [("caught-up", "auto"), ("go-ahead", "manual")]
     assert all(s.undo is not None for s in proc.phase("seed").steps + proc.phase("cutover").steps)
     assert not proc.rollback_on_failure  # a failed cutover puts back its own old server only
+
+
+def test_grant_lines_compare_whatever_order_a_server_lists_columns_in():
+    from dbmigrate.db.grants import canonical
+
+    a = "GRANT SELECT (`label`, `id`), UPDATE (`label`) ON `s`.`docs` TO `ro`@`%`"
+    b = "GRANT UPDATE (`label`), SELECT (`id`, `label`) ON `s`.`docs` TO `ro`@`%`"
+    assert canonical(a) == canonical(b)
+    assert canonical(a) != canonical("GRANT SELECT (`id`), UPDATE (`label`) ON `s`.`docs` TO `ro`@`%`")

@@ -57,6 +57,7 @@ BAD_INPUT = {
     "rehearse consolidate": ["rehearse", "consolidate", "--rows", "0"],
     "rehearse schema-swap": ["rehearse", "schema-swap", "--rows", "5"],
     "digest capture": ["digest", "capture", "-i", MISSING, "-s", "s1", "--seconds", "nan"],
+    "shape capture": ["shape", "capture", "-i", MISSING, "-c", "c", "-o", "{tmp}/shape"],
     "digest compare": ["digest", "compare", MISSING, MISSING],
     "digest evaluate": ["digest", "evaluate", "--policy", MISSING, MISSING, MISSING],
     "consolidate plan": ["consolidate", "plan", "--sizes", MISSING, "--hosts", MISSING],

@@ -81,5 +81,18 @@ def test_transactions_are_polled_no_faster_than_innodb_refreshes_its_transaction
     assert clock.sleeps and min(clock.sleeps) > 0.1
     clock = FakeClock()
     drain(FakeServer([session(1, "app")]), FakeServer([]), frozenset(), timeout_s=0.05, until="sessions",
-          clock=clock)
+          end=False, clock=clock)
     assert clock.sleeps and max(clock.sleeps) <= 0.01
+
+
+def test_idle_pooled_sessions_are_not_waited_for_when_they_may_be_ended():
+    """A pool keeps its connections: an idle session without a transaction never closes by
+    itself, so waiting for it only costs the whole bound. One with an open transaction is waited for."""
+    clock = FakeClock()
+    fake = FakeServer([session(1, "app"), session(2, "app")])
+    done = drain(fake, fake, protected_users(fake, "repl"), timeout_s=30, until="sessions", clock=clock)
+    assert clock.sleeps == [] and done.ended == 2 and done.idle == 2
+    clock = FakeClock()
+    fake = FakeServer([session(1, "app"), session(2, "app")], open_trx={2: 3})
+    done = drain(fake, fake, protected_users(fake, "repl"), timeout_s=30, until="sessions", clock=clock)
+    assert clock.sleeps and sum(clock.sleeps) < 1 and done.ended == 2

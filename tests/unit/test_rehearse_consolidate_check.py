@@ -87,3 +87,9 @@ def test_a_server_left_unmoved_is_checked_on_itself_and_its_instance_is_not_read
     assert report["shards"]["shard_1a"]["expected"] == new_addr["inst1"] and report["shards"]["shard_1a"]["moved"]
     assert report["misrouted_shards"] == 0 and report["lost_writes"] == 0
     assert set(report["old_servers_replicating_back"]) == {"old1"}  # only a moved server replicates back
+
+
+def test_the_rehearsals_old_servers_are_named_alike():
+    from dbmigrate.rehearsal.consolidate import old_names
+
+    assert old_names("r") == ["r-1", "r-2", "r-3", "r-4"]

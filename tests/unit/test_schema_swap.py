@@ -360,3 +360,13 @@ def test_the_verify_sentence_counts_what_it_lists_each_once():
                                     "app.t accepts ROW events from db-1"])
     assert said == ("db-2: 3 check(s) passed (app.t has column c; app.t has index i; "
                     "app.t accepts ROW events from db-1)")
+
+
+def test_rename_index_is_accepted_and_leaves_the_old_name_absent():
+    from dbmigrate.procedures.schema_swap import ddl as schema_ddl
+
+    d = schema_ddl.classify("ALTER TABLE app.t RENAME INDEX ix_a TO ix_b")
+    assert [(e.index, e.absent) for e in d.expectations] == [("ix_a", True), ("ix_b", False)]
+    # A column or the table is still refused, with a reason about what it renames.
+    with pytest.raises(schema_ddl.DdlRefused, match="renames a column or the table"):
+        schema_ddl.classify("ALTER TABLE app.t RENAME COLUMN a TO b")

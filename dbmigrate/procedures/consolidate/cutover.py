@@ -1,14 +1,13 @@
-"""The cutover of one old server: fence, catch up, checksum, reverse connection, open, route, and its undo."""
+"""The cutover of one old server: checks, fence, catch up, bounded check, reverse connection, open, route,
+end the old sessions, and its undo."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dbmigrate.db.applier import Applier
-from dbmigrate.db.connection import QueryError
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import FunctionStep, RunContext
-from dbmigrate.exceptions import RefusedWait, SafetyError
+from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError
 from dbmigrate.procedures.consolidate.plan import connection_name
 from dbmigrate.procedures.consolidate.resources import CutRecord
 from dbmigrate.procedures.consolidate.run import (
@@ -28,47 +27,60 @@ from dbmigrate.procedures.consolidate.run import (
     targets_of,
     wild_patterns,
 )
+from dbmigrate.procedures.consolidate.accounts import Accounts, differences, shard_accounts, try_login
+from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_fence, check_in_fence
 from dbmigrate.procedures.kit.drain import drain, protected_users
-from dbmigrate.procedures.kit.fence_watch import FenceWatch
-from dbmigrate.procedures.kit.switchover import QUERY_INTERRUPTED
+from dbmigrate.procedures.kit.fence import EXPIRY_MARGIN_S, Fenced, ServerFence
 
 
-def end_app_sessions(ctx: RunContext, name: str) -> int:
-    """Let in-flight transactions finish (they fail on commit otherwise), then end client sessions."""
+def end_app_sessions(ctx: RunContext, name: str) -> tuple[int, set[str]]:
+    """Let in-flight transactions finish (bounded), then end the client sessions (when the
+    playbook allows). Returns (sessions ended, the accounts they belonged to)."""
     if ctx.dry_run:
-        return 0
+        return 0, set()
     insp = Inspector(server_of(ctx, name))
     done = drain(insp, applier_of(ctx, name), protected_users(insp, resources_of(ctx).repl.user),
-                 timeout_s=params_of(ctx).drain_timeout_s, until="transactions", clock=ctx.clock)
-    return done.ended
+                 timeout_s=params_of(ctx).drain_timeout_s, until="transactions",
+                 end=params_of(ctx).kill_app_sessions, clock=ctx.clock)
+    if done.left and not params_of(ctx).kill_app_sessions:
+        ctx.log(f"{len(done.left)} application session(s) stay open on {name} (kill_app_sessions is off): a pool "
+                f"that keeps them writes nowhere until it reconnects", "warning")
+    return done.ended, {s.user for s in done.left}
 
 
 def cutover(ctx: RunContext, source: str) -> str:
-    """Fence one old server and move all its shards to their instances (see the module doc)."""
+    """Move one old server's shards to their instances, in the order that keeps every
+    application writing somewhere: (before the fence) the accounts and the copy checked ->
+    fence (kit fence: calm wait, watchdog, fenced catch-up budget) -> each instance applies the
+    final position -> the ranges that kept changing compared -> reverse connections -> open
+    the instances -> routes switched -> (outside the window) the application's sessions on
+    the old server ended, so that pools reconnect through the new route -> the app account
+    logs in there -> forward connections dropped."""
     plan, p = plan_of(ctx), params_of(ctx)
     targets = targets_of(plan, source)
     old_addr = address_of(ctx, source)
     if ctx.dry_run:
         return f"would fence {source} and route its shards to {', '.join(t.name for t in targets)}"
     src = Inspector(server_of(ctx, source))
-    started = ctx.clock.monotonic()
+    # Every check the window needs, before anything changes.
+    accounts = require_accounts(ctx, source, targets)
+    copies = verify_copies(ctx, source, targets) if p.checksum else {}
     with edit_state(ctx) as st:  # before anything changes: a crash from here on is found by rollback and resume
         st.fencing[source] = ctx.clock.now()
-    fence(ctx, source)
     try:
-        killed = end_app_sessions(ctx, source)
-        log_file, log_pos = src.binlog_coordinates()
-        checked = 0
-        for t in targets:
-            t_insp = Inspector(server_of(ctx, t.name))
-            if not t_insp.wait_for_position(connection_name(source), log_file, log_pos, p.catchup_timeout_s):
-                raise CatchUpTimeout(f"{t.name} did not apply {source}'s final position {log_file}:{log_pos} "
-                                       f"within {p.catchup_timeout_s:g}s",
-                                       hint=f"check the connection: SHOW SLAVE '{connection_name(source)}' STATUS "
-                                            f"on {t.name}; {source} was unfenced")
-            if p.checksum:
-                checked += compare_checksums(ctx, source, t.name, shards_of(plan, t.name, source))
+        kit, fenced = fence(ctx, source, targets)
+        started = fenced.started
+        log_file, log_pos = fenced.position
+        if not fenced.applied_within_budget:
+            for t in targets:
+                t_insp = Inspector(server_of(ctx, t.name))
+                if not t_insp.wait_for_position(connection_name(source), log_file, log_pos, p.catchup_timeout_s):
+                    raise CatchUpTimeout(f"{t.name} did not apply {source}'s final position {log_file}:{log_pos} "
+                                         f"within {p.catchup_timeout_s:g}s",
+                                         hint=f"check the connection: SHOW SLAVE '{connection_name(source)}' STATUS "
+                                              f"on {t.name}; {source} was unfenced")
         caught_ms = (ctx.clock.monotonic() - started) * 1000
+        checked = check_in_window(ctx, source, targets, copies)
         reverse: dict[str, list] = {}
         for t in targets:
             t_file, t_pos = Inspector(server_of(ctx, t.name)).binlog_coordinates()
@@ -80,6 +92,7 @@ def cutover(ctx: RunContext, source: str) -> str:
             reverse[t.name] = [t_file, t_pos]
         with edit_state(ctx) as st:
             st.reverse[source] = reverse
+        kit.before_open()
         moved = []
         for t in targets:
             applier_of(ctx, t.name).set_read_only(False)
@@ -91,6 +104,10 @@ def cutover(ctx: RunContext, source: str) -> str:
             st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
             st.fencing.pop(source, None)
         ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)
+        record_fence_checks(ctx, copies)
+        # Only now, with every route naming an instance: a pool that reconnects at once finds the new writer.
+        killed, seen = end_app_sessions(ctx, source)
+        logged_in = try_app_login(ctx, source, targets)
     except BaseException as exc:
         undone = False
         try:
@@ -98,56 +115,173 @@ def cutover(ctx: RunContext, source: str) -> str:
             undone = True
         except Exception as undo_exc:  # keep the original error; say what is left to do
             ctx.log(f"putting {source} back failed too: {undo_exc}; run: dbmigrate rollback {ctx.run_id}", "error")
-        if undone and isinstance(exc, CatchUpTimeout):  # undone in place: the server is as it was
+        if undone and isinstance(exc, (CatchUpTimeout, RefusedWait)):  # undone in place: as it was
             raise ConsolidateRefused(f"{exc.message}: {source} was unfenced, nothing changed", hint=exc.hint) from None
         raise
     for t in targets:  # not needed to open writes, so after the route switch
         applier_of(ctx, t.name).remove_source(connection_name(source))
-    return (f"fenced {source} ({killed} app session(s) ended), caught up in {caught_ms:.0f} ms, "
-            f"{checked} table(s) checksummed equal, routes {', '.join(moved)} after {fenced_ms:.0f} ms; "
+    reached = wait_accounts_reach(ctx, source, targets, seen)
+    said_check = (f"copy verified before the fence ({sum(c.chunks for c in copies.values())} range(s), "
+                  f"{sum(c.rows for c in copies.values())} row(s) equal), {checked} range(s) compared in it; "
+                  if p.checksum else "")
+    return (f"{said_check}{fenced.sentence}; caught up in {caught_ms:.0f} ms; routes {', '.join(moved)} "
+            f"after {fenced_ms:.0f} ms fenced; then {killed} app session(s) on {source} ended; {logged_in}{reached}; "
+            f"{len(accounts.grants)} account(s) with grants on the shards present on the instance(s); "
             f"{source} replicates them back for rollback")
+
+
+BUDGET_POLL_S = 0.002
 
 
 class CatchUpTimeout(ConsolidateError):
     """An instance did not apply the fenced server's final position in time."""
 
 
-def fence(ctx: RunContext, source: str) -> None:
-    """read_only=ON on the old server, bounded: the global read lock waits at most fence_timeout_s,
-    and a watchdog acts after fence_block_s when running statements hold the fence (and every
-    write queued behind it): it gives up (nothing changed) or ends them, per on_fence_blocked."""
-    p, server = params_of(ctx), server_of(ctx, source)
-    watcher = server.watcher(int(p.fence_timeout_s) + 5)  # opened before the fence: the watchdog's session
-    watch = FenceWatch(Inspector(watcher), Applier(watcher), Inspector(server).connection_id(), p.fence_block_s,
-                       p.on_fence_blocked, ctx.log)
-    try:
-        with server.bounded(p.fence_timeout_s + 1), watch:
-            applier_of(ctx, source).set_read_only(True, lock_wait_timeout=p.fence_timeout_s)
-    except QueryError as e:
-        if not watch.gave_up or e.errno != QUERY_INTERRUPTED or Inspector(server).read_only():
-            raise
-        raise watch.refusal(source) from None
-    if watch.killed:
-        ctx.log(f"the fence on {source} ended {len(watch.killed)} blocking statement(s) "
-                f"({watch.describe_blockers()})", "warning")
+def fence(ctx: RunContext, source: str, targets: list) -> tuple[ServerFence, Fenced]:
+    """The kit fence on the old server (calm wait, watchdog with its timeline, fenced catch-up
+    budget and attempts); its final position is a binlog (file, pos): replication here is by
+    file and position on named connections."""
+    p, plan = params_of(ctx), plan_of(ctx)
+
+    def applied_within(pos: tuple[str, int], budget_s: float) -> bool:
+        # Polled: the server's own wait takes whole seconds, and the budget is a fraction of one.
+        deadline = ctx.clock.monotonic() + budget_s
+        waiting = {t.name: Inspector(server_of(ctx, t.name)) for t in targets}
+        while True:
+            waiting = {n: i for n, i in waiting.items() if not i.applied_through(connection_name(source), *pos)}
+            if not waiting:
+                return True
+            if ctx.clock.monotonic() >= deadline:
+                return False
+            ctx.clock.sleep(BUDGET_POLL_S)
+
+    def converge_again() -> None:
+        from dbmigrate.procedures.consolidate.gates import source_caught_up
+
+        ok, reason, _ = source_caught_up(ctx, p, source)
+        if not ok:
+            raise ConsolidateRefused(f"not fenced again: {reason}", hint="nothing changed on it; resume once it keeps up")
+
+    del plan
+    kit = ServerFence(source, server_of(ctx, source), p, read_final=lambda insp: insp.binlog_coordinates(),
+                      log=ctx.log, clock=ctx.clock,
+                      default_expiry_s=p.fence_timeout_s + p.catchup_timeout_s + EXPIRY_MARGIN_S)
+    return kit, kit.fence(applied_within=applied_within, before_retry=converge_again)
 
 
-def compare_checksums(ctx: RunContext, source: str, instance: str, shards: list[str]) -> int:
-    old, new = Inspector(server_of(ctx, source)), Inspector(server_of(ctx, instance))
-    results = dict(state_of(ctx).checksums)
+def require_accounts(ctx: RunContext, source: str, targets: list) -> Accounts:
+    """Before the fence: every account with a privilege on the moved shards exists on its
+    instance, authenticates the same and holds the same grants there; else nothing is fenced."""
+    plan, p = plan_of(ctx), params_of(ctx)
+    src = Inspector(server_of(ctx, source))
+    exclude = {src.login_user, resources_of(ctx).repl.user}
+    everyone = Accounts()
+    problems = []
+    for t in targets:
+        shards = shards_of(plan, t.name, source)
+        accounts = shard_accounts(src, shards, include_global=p.seed.global_grants, exclude=exclude)
+        everyone.grants.update(accounts.grants)
+        problems += differences(src, Inspector(server_of(ctx, t.name)), accounts, shards)
+    if problems:
+        raise ConsolidateRefused(f"not fenced: the application's accounts would not work on the instance: "
+                                 f"{'; '.join(problems)}",
+                                 hint="nothing changed; copy the accounts and grants (a logical seed does), then resume")
+    return everyone
+
+
+def verify_copies(ctx: RunContext, source: str, targets: list) -> dict[str, CopyCheck]:
+    """Before the fence, while replicating: each instance's copy compared range by range."""
+    plan, p = plan_of(ctx), params_of(ctx)
+    src = Inspector(server_of(ctx, source))
+    found = {}
+    for t in targets:
+        shards = shards_of(plan, t.name, source)
+        found[t.name] = check_before_fence(src, Inspector(server_of(ctx, t.name)), connection_name(source), shards,
+                                           chunk_bytes=int(p.check_chunk_mb * 1024 * 1024),
+                                           wait_s=min(p.catchup_timeout_s, 5.0))
+    left = [c for f in found.values() for c in f.unsettled]
+    save_checksums(ctx, {**state_of(ctx).checksums,
+                         **{shard: {"old": dict(f.equal.get(shard, {})), "new": dict(f.equal.get(shard, {})),
+                                    "left_for_fence": [c.describe() for c in left if c.shard == shard]}
+                            for f in found.values() for shard in f.tables}})
+    if len(left) > p.fenced_check_max_chunks:
+        raise ConsolidateRefused(f"not fenced: {len(left)} range(s) of {source}'s shards kept changing while they "
+                                 f"were compared (limit {p.fenced_check_max_chunks} inside the fence), e.g. "
+                                 f"{', '.join(c.describe() for c in left[:3])}",
+                                 hint="nothing changed; resume when the writes are lighter, or raise "
+                                      "fenced_check_max_chunks (each costs time inside the fence)")
+    return found
+
+
+def check_in_window(ctx: RunContext, source: str, targets: list, copies: dict[str, CopyCheck]) -> int:
+    """Inside the fence: the ranges left by the check before it, compared exactly (bounded by
+    fenced_check_max_chunks, whatever the shard's size)."""
+    if not params_of(ctx).checksum:
+        return 0
+    plan = plan_of(ctx)
+    src = Inspector(server_of(ctx, source))
     n = 0
-    for shard in shards:
-        a, b = old.table_checksums(shard), new.table_checksums(shard)
-        results[shard] = {"old": a, "new": b}
-        diff = sorted(t for t in set(a) | set(b) if a.get(t) != b.get(t))
-        if diff:
-            save_checksums(ctx, results)
-            raise SafetyError(f"CHECKSUM TABLE differs between {source} and {instance} for "
-                              f"{', '.join(f'{shard}.{t}' for t in diff)}",
+    for t in targets:
+        shards = shards_of(plan, t.name, source)
+        k, diffs = check_in_fence(src, Inspector(server_of(ctx, t.name)), source, t.name, copies[t.name], shards)
+        n += k
+        if diffs:
+            save_checksums(ctx, {**state_of(ctx).checksums, **{s: {"differs": d} for s, d in diffs.items()}})
+            raise SafetyError(f"the copy on {t.name} differs from {source}: "
+                              + "; ".join(f"{r} ({v})" for d in diffs.values() for r, v in d.items()),
                               hint=f"{source} was unfenced; compare the tables, then re-seed the instance")
-        n += len(a)
-    save_checksums(ctx, results)
     return n
+
+
+def record_fence_checks(ctx: RunContext, copies: dict[str, CopyCheck]) -> None:
+    """Journal the ranges compared inside the window (after it: the journal is not free)."""
+    sums = dict(state_of(ctx).checksums)
+    for c in (c for f in copies.values() for c in f.unsettled):
+        entry = sums.setdefault(c.shard, {"old": {}, "new": {}})
+        for side in ("old", "new"):
+            entry[side][c.table] = entry[side].get(c.table, 0) + 1
+        entry["in_fence"] = entry.get("in_fence", 0) + 1
+    save_checksums(ctx, sums)
+
+
+def try_app_login(ctx: RunContext, source: str, targets: list) -> str:
+    """After the switch: the inventory's app account logs in where each route now points,
+    finds it writable and reaches its shards' tables (other accounts were compared before the fence)."""
+    app = resources_of(ctx).app
+    if app is None:
+        return "no app account in the inventory to log in with"
+    plan = plan_of(ctx)
+    said = []
+    for t in targets:
+        shards = shards_of(plan, t.name, source)
+        writer = route_of(ctx, shards[0]).current().writer if shards else address_of(ctx, t.name)
+        try:
+            said.append(try_login(f"{t.name} as {app.user}", writer, app, shards))
+        except DbmigrateError as e:
+            raise SafetyError(f"the application account {app.user} cannot work on {t.name}: {e.message}",
+                              hint=f"fix its account or grants on {t.name}; {source} was put back") from None
+    return "; ".join(said)
+
+
+def wait_accounts_reach(ctx: RunContext, source: str, targets: list, seen: set[str]) -> str:
+    """After the switch (bounded, outside the window): every account that had sessions on the
+    old server has one on an instance. A warning past the bound: an idle pool may come later."""
+    if not seen:
+        return ""
+    bound = params_of(ctx).app_reach_timeout_s
+    deadline = ctx.clock.monotonic() + bound
+    missing = set(seen)
+    while True:
+        for t in targets:
+            missing -= {s.user for s in Inspector(server_of(ctx, t.name)).sessions()}
+        if not missing or ctx.clock.monotonic() >= deadline:
+            break
+        ctx.clock.sleep(0.05)
+    if missing:
+        ctx.log(f"no session of {', '.join(sorted(missing))} reached {', '.join(t.name for t in targets)} within "
+                f"{bound:g}s of the switch: check those applications' connection settings", "warning")
+        return f"; NOT yet seen on the instance(s): {', '.join(sorted(missing))}"
+    return f"; every account seen on {source} ({', '.join(sorted(seen))}) reconnected to the instance(s)"
 
 
 def save_checksums(ctx: RunContext, results: dict[str, Any]) -> None:
@@ -175,7 +309,6 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
                 # Fences every shard on the instance for a moment; rollback undoes newest first,
                 # so the others move back right after or are reopened below.
                 applier_of(ctx, t.name).set_read_only(True)
-                end_app_sessions(ctx, t.name)
             t_file, t_pos = Inspector(server_of(ctx, t.name)).binlog_coordinates()
             if not src.wait_for_position(conn, t_file, t_pos, p.catchup_timeout_s):
                 raise ConsolidateError(f"{source} did not apply {t.name}'s writes up to {t_file}:{t_pos} "
@@ -184,6 +317,8 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
             for s in routed_here:
                 route_of(ctx, s).switch_writer(old_addr, old=address_of(ctx, t.name))
                 back.append(s)
+            if routed_here:  # after the routes name the old server again: pools reconnect there
+                end_app_sessions(ctx, t.name)
             applier_of(ctx, source).remove_source(conn)
         elif routed_here:
             raise SafetyError(f"{', '.join(routed_here)} route to {t.name} but {source} has no reverse connection: "
@@ -196,6 +331,8 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
         # Before the old server takes writes again: an instance no shard routes to is read-only
         # (a cutover may have stopped after opening it, before moving a route).
         applier_of(ctx, t.name).set_read_only(not still_here)
+    if p.fence_expiry != "off":  # a fence this run set may have scheduled its expiry
+        applier_of(ctx, source).cancel_fence_expiry()
     applier_of(ctx, source).set_read_only(False)
     verify_undone(ctx, source)
     with edit_state(ctx) as st:
@@ -241,15 +378,25 @@ def verify_cutover(ctx: RunContext, source: str) -> None:
 
 
 def describe_cutover(ctx: RunContext, source: str) -> list[tuple[str, str]]:
+    p = params_of(ctx)
     targets = [t.name for t in targets_of(plan_of(ctx), source)]
-    return [(source, "SET GLOBAL read_only=ON; KILL CONNECTION <app sessions>; SHOW MASTER STATUS"),
-            *[(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {params_of(ctx).catchup_timeout_s:g}, "
-                  f"'{connection_name(source)}'); CHECKSUM TABLE <every table of its shards>") for t in targets],
+    conn = connection_name(source)
+    check = [*[(t, f"before the fence: chunked checksums of every table of its shards against {source}, each "
+                   f"after MASTER_POS_WAIT(<{source}'s position>, '{conn}')") for t in targets]] if p.checksum else []
+    return [(source, "before the fence: accounts with grants on the shards compared with each instance"),
+            *check,
+            (source, f"wait up to {p.fence_calm_wait_s:g}s for no row-lock wait; SET GLOBAL read_only=ON "
+                     f"(lock_wait_timeout {p.fence_timeout_s:g}s, watchdog after {p.fence_block_s:g}s: "
+                     f"{p.on_fence_blocked}); SHOW MASTER STATUS"),
+            *[(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {p.catchup_timeout_s:g}, '{conn}')"
+                  + ("; the ranges that kept changing compared again" if p.checksum else "")) for t in targets],
             *[(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t} binlog position> (reverse, for rollback); "
                        f"START SLAVE '{connection_name(t)}'") for t in targets],
             *[(t, "read_only=OFF: takes the shards' writes") for t in targets],
             ("routes", f"DSN file: each shard of {source} -> its instance"),
-            *[(t, f"stop and remove replication connection '{connection_name(source)}'") for t in targets]]
+            (source, "KILL CONNECTION <app sessions> (after the routes moved: pools reconnect to the instance)"),
+            *[(t, f"the app account logs in and reaches its tables; stop and remove replication connection "
+                  f"'{conn}'") for t in targets]]
 
 
 def cutover_step(source: str, targets: list[str]) -> FunctionStep:

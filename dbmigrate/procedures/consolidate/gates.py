@@ -22,9 +22,13 @@ def evaluate_preflight(ctx: RunContext, params: ConsolidateParams) -> tuple[bool
     for src in sorted({s.source for s in plan.shards}):
         try:
             insp = Inspector(server_of(ctx, src))
-            v = insp.variables("log_bin", "binlog_format", "gtid_domain_id")
+            v = insp.variables("log_bin", "binlog_format", "gtid_domain_id", "event_scheduler")
             if str(v["log_bin"]) not in ("1", "ON"):
                 problems.append(f"{src}: log_bin is off (a source needs its binary log)")
+            if params.fence_expiry == "require" and str(v["event_scheduler"]).upper() not in ("1", "ON"):
+                # Checked now, not at its cutover after hours of seeding.
+                problems.append(f"{src}: event_scheduler is OFF, so its fence could not expire by itself (turn it on, "
+                                f"or set fence_expiry: if_available)")
             if str(v["binlog_format"]).upper() != "ROW":
                 problems.append(f"{src}: binlog_format={v['binlog_format']} (ROW is needed: filters act on row events)")
             details["domains"][src] = sorted({int(g.split("-")[0]) for g in insp.gtid_binlog_pos().split(",") if g}

@@ -64,6 +64,7 @@ from dbmigrate.procedures.consolidate.seed import (
     import_command,
     seed_step,
 )
+from dbmigrate.procedures.kit.drain import protected_users
 from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.registry import register
 
@@ -97,8 +98,27 @@ def verify_routes(ctx: RunContext) -> str:
                 wrong.append(f"{shard} routes to {writer}, not {inst.name}")
     if wrong:
         raise SafetyError("after consolidation: " + "; ".join(wrong))
+    stuck = stuck_sessions(ctx)
+    if stuck:
+        ctx.log("application sessions are still open on fenced old servers, where they cannot write: "
+                + "; ".join(stuck) + ": those applications do not follow the DSN file", "warning")
     return (f"{len(plan.shards)} shard(s) route to {len(plan.instances)} instance(s), all writable: "
-            + "; ".join(f"{i.name}: {', '.join(i.shards)}" for i in plan.instances))
+            + "; ".join(f"{i.name}: {', '.join(i.shards)}" for i in plan.instances)
+            + (f"; NOT every application follows: {'; '.join(stuck)}" if stuck else
+               "; no application session left on an old server"))
+
+
+def stuck_sessions(ctx: RunContext) -> list[str]:
+    """Client sessions on the fenced old servers (the tool's and replication's aside): an
+    application that keeps them writes nowhere, whatever the routes say."""
+    out = []
+    for src in sorted(state_of(ctx).cut):
+        insp = Inspector(server_of(ctx, src))
+        protected = protected_users(insp, resources_of(ctx).repl.user)
+        users = sorted({s.user for s in insp.sessions() if s.user not in protected})
+        if users:
+            out.append(f"{src}: {', '.join(users)}")
+    return out
 
 
 def seed_fleet(plan):

@@ -15,6 +15,7 @@ from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError, Refused
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, PlannedInstance
 from dbmigrate.procedures.consolidate.resources import ConsolidateResources, ConsolidateState
+from dbmigrate.procedures.kit.fence import FenceParams
 from dbmigrate.procedures.kit.resources import required, typed
 from dbmigrate.routing.dsn_file import DsnFileRouter
 
@@ -48,6 +49,8 @@ class SeedSettings(BaseModel):
     probe_per_s: float = Field(100, gt=0, le=1000, description="latency probes per second on the old server")
     window_s: float = Field(5, gt=0, le=600, description="the probe window p99.9 is computed over (s)")
     progress_every_s: float = Field(10, gt=0, le=3600, description="how often the copy reports rate and ETA (s)")
+    global_grants: bool = Field(False, description="a logical copy also copies the global grants (ON *.*) of the "
+                                                   "accounts it copies, and accounts that hold only global ones")
 
 
 class FleetSettings(BaseModel):
@@ -60,7 +63,9 @@ class FleetSettings(BaseModel):
                                 "it); stop: no further server starts; rollback: the whole run is undone")
 
 
-class ConsolidateParams(BaseModel):
+class ConsolidateParams(FenceParams):
+    """The fence's fields come from FenceParams (the same in every procedure)."""
+
     model_config = ConfigDict(extra="forbid")
     plan: str = Field(description="plan file written by `dbmigrate consolidate plan --out` (relative to the playbook)")
     strategy: Literal["instance-per-group", "merge"] = "instance-per-group"
@@ -70,14 +75,17 @@ class ConsolidateParams(BaseModel):
     gate_timeout_s: float = Field(30, ge=0, le=3600, description="how long the catch-up gate waits for that")
     catchup_timeout_s: float = Field(10, gt=0, le=600, description="fenced wait for an instance to apply an "
                                                                    "old server's final position")
-    fence_timeout_s: float = Field(5, gt=0, le=60, description="read_only=ON waits at most this long for the "
-                                                               "global read lock")
-    fence_block_s: float = Field(0.5, gt=0, le=10, description="how long the fence may hold writes back while it "
-                                                               "waits for running statements")
-    on_fence_blocked: Literal["unfence", "kill_blockers"] = Field(
-        "unfence", description="past fence_block_s: give up the fence (nothing changed) or end the blocking "
-                               "statements (KILL QUERY) and give up only if still blocked")
-    checksum: bool = Field(True, description="CHECKSUM TABLE old vs new inside the fenced window")
+    checksum: bool = Field(True, description="verify the copy: chunked checksums old vs instance before the fence "
+                                             "(while replicating), only the ranges that kept changing again inside it")
+    check_chunk_mb: float = Field(4, gt=0, le=1024, description="size of one checksummed key range")
+    fenced_check_max_chunks: int = Field(16, ge=0, le=100_000, description="refuse to fence when more ranges than "
+                                         "this kept changing before the fence (each is compared inside the window)")
+    kill_app_sessions: bool = Field(True, description="once the routes name the instances, end the application's "
+                                                      "sessions on the old server so that pools reconnect through "
+                                                      "the new route")
+    app_reach_timeout_s: float = Field(10, ge=0, le=600, description="after the switch, how long to wait for every "
+                                       "account seen on the old server to have a session on its instance (a "
+                                       "warning past it: an idle application may just not have come back yet)")
     drain_timeout_s: float = Field(1, ge=0, le=60)
     seed_timeout_s: float = Field(3600, gt=0, le=7 * 86400)
     seed: SeedSettings = Field(default_factory=SeedSettings)

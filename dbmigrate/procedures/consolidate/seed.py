@@ -6,15 +6,16 @@ merges, across versions, or where the playbook asks for it."""
 from __future__ import annotations
 
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
 from dbmigrate.db.credentials import private_defaults_file
+from dbmigrate.db.grants import lines_for
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
+from dbmigrate.procedures.consolidate.accounts import copy_accounts, differences, shard_accounts, try_login
 from dbmigrate.procedures.consolidate.physical_seed import describe_physical, physical_blockers, seed_physically
 from dbmigrate.procedures.consolidate.run import (
     ConsolidateError,
@@ -30,6 +31,7 @@ from dbmigrate.procedures.consolidate.run import (
     state_of,
     wild_patterns,
 )
+from dbmigrate.tools.dump import DumpFailed, dump_command, dump_schemas, import_command, load_dump
 
 
 _COORDS = re.compile(r"CHANGE MASTER TO MASTER_LOG_FILE='([^']+)',\s*MASTER_LOG_POS=(\d+)")
@@ -44,61 +46,32 @@ def dump_coordinates(head: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
-def dump_command(defaults_file: str, shards: list[str]) -> list[str]:
-    # --master-data=2 takes a brief global read lock to read the coordinates that
-    # match the consistent snapshot; no password ever reaches argv.
-    return ["mariadb-dump", f"--defaults-file={defaults_file}", "--single-transaction", "--master-data=2",
-            "--routines", "--triggers", "--events", "--hex-blob", "--default-character-set=utf8mb4",
-            "--databases", *shards]
-
-
-def import_command(defaults_file: str) -> list[str]:
-    # The copy is a restore: kept out of the instance's binlog, so the first events
-    # there are the ones replicated from the old servers.
-    return ["mariadb", f"--defaults-file={defaults_file}", "--init-command=SET SESSION sql_log_bin=0",
-            "--default-character-set=utf8mb4"]
-
-
-def _like_to_regex(pattern: str) -> re.Pattern[str]:
-    out, i = "", 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
-            out += re.escape(pattern[i + 1])
-            i += 2
-            continue
-        out += ".*" if c == "%" else "." if c == "_" else re.escape(c)
-        i += 1
-    return re.compile(f"^{out}$")
-
-
-_DB_GRANT = re.compile(r"^GRANT .+ ON `((?:[^`]|``)+)`\.\* TO ")
-
-
 def grants_for_shards(grants: list[str], shards: list[str]) -> list[str]:
-    """Schema-level GRANT lines whose schema (or LIKE pattern) covers one of the shards."""
-    out = []
-    for g in grants:
-        m = _DB_GRANT.match(g)
-        if m and any(_like_to_regex(m.group(1).replace("``", "`")).match(s) for s in shards):
-            out.append(g)
-    return out
+    """GRANT lines that give something on one of the shards (schema, table, column, routine)."""
+    return [g.text for g in lines_for(grants, shards)]
 
 
-def copy_app_grants(ctx: RunContext, source: str, instance: str, shards: list[str]) -> int:
-    app = resources_of(ctx).app
-    if app is None:
-        return 0
+def copy_accounts_to(ctx: RunContext, source: str, instance: str, shards: list[str]) -> tuple[int, int]:
+    """Every account with a privilege on the shards, at every level, created on the instance as
+    it is on the old server with those grants; then checked: each exists, authenticates the
+    same, holds its grants and finds its tables there, and the inventory's app account logs in
+    and reaches them. Returns (accounts, grant lines)."""
     src, dst = Inspector(server_of(ctx, source)), Inspector(server_of(ctx, instance))
-    applier = applier_of(ctx, instance)
-    copied = 0
-    for host in src.user_hosts(app.user):
-        if not dst.account_exists(app.user, host):
-            applier.replay_account_statement(src.create_user_statement(app.user, host))
-        for g in grants_for_shards(src.grants(app.user, host), shards):
-            applier.replay_account_statement(g)
-            copied += 1
-    return copied
+    exclude = {src.login_user, resources_of(ctx).repl.user}
+    accounts = shard_accounts(src, shards, include_global=params_of(ctx).seed.global_grants, exclude=exclude)
+    lines = copy_accounts(src, dst, applier_of(ctx, instance), accounts)
+    problems = differences(src, dst, accounts, shards)
+    app = resources_of(ctx).app
+    if app is not None and any(u == app.user for u, _h in accounts.grants):
+        try:
+            try_login(f"{instance} as {app.user}", address_of(ctx, instance), app, shards)
+        except DbmigrateError as e:
+            if "read-only" not in e.message:  # the instance opens at the cutover
+                problems.append(f"{app.user} cannot work there: {e.message}")
+    if problems:
+        raise ConsolidateError(f"after copying the accounts of {', '.join(shards)} to {instance}: "
+                               + "; ".join(problems), hint="fix the accounts on the instance, then resume")
+    return len(accounts.grants), lines
 
 
 def choose_method(ctx: RunContext, inst: PlannedInstance, source: str) -> tuple[str, str]:
@@ -124,22 +97,15 @@ def seed_logically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
             private_defaults_file(src_srv.credentials, src_srv.host, src_srv.port) as src_cnf, \
             private_defaults_file(dst_srv.credentials, dst_srv.host, dst_srv.port) as dst_cnf:
         dump = Path(tmp) / "seed.sql"
-        with open(dump, "wb") as out:
-            p = subprocess.run(dump_command(src_cnf, shards), stdout=out, stderr=subprocess.PIPE,
-                               timeout=params_of(ctx).seed_timeout_s)
-        if p.returncode != 0:
-            raise ConsolidateError(f"mariadb-dump of {', '.join(shards)} on {source} failed: "
-                                   f"{p.stderr.decode(errors='replace').strip()[-400:]}")
-        with open(dump, "rb") as f:
-            log_file, log_pos = dump_coordinates(f.read(64 * 1024).decode(errors="replace"))
-        with open(dump, "rb") as inp:
-            p = subprocess.run(import_command(dst_cnf), stdin=inp, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, timeout=params_of(ctx).seed_timeout_s)
-        if p.returncode != 0:
-            raise ConsolidateError(f"loading {', '.join(shards)} into {inst.name} failed: "
-                                   f"{p.stderr.decode(errors='replace').strip()[-400:]}")
+        try:
+            dump_schemas(src_cnf, shards, dump, params_of(ctx).seed_timeout_s, source)
+            with open(dump, "rb") as f:
+                log_file, log_pos = dump_coordinates(f.read(64 * 1024).decode(errors="replace"))
+            load_dump(dst_cnf, dump, params_of(ctx).seed_timeout_s, inst.name)
+        except DumpFailed as e:
+            raise ConsolidateError(e.message) from None
         size = dump.stat().st_size
-    grants = copy_app_grants(ctx, source, inst.name, shards)
+    accounts, grants = copy_accounts_to(ctx, source, inst.name, shards)
     host, _, port = address_of(ctx, source).rpartition(":")
     a = applier_of(ctx, inst.name)
     a.add_source(conn, host, int(port), resources_of(ctx).repl, log_file, log_pos, wild_patterns(shards))
@@ -147,9 +113,10 @@ def seed_logically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
     took = ctx.clock.monotonic() - started
     with edit_state(ctx) as st:
         st.seeds[f"{inst.name}<-{source}"] = {"method": "logical", "bytes": size, "total_s": round(took, 2),
-                                              "log_file": log_file, "log_pos": log_pos, "grants": grants}
+                                              "log_file": log_file, "log_pos": log_pos, "grants": grants,
+                                              "accounts": accounts}
     return (f"copied {', '.join(shards)} from {source} to {inst.name} ({size / 1024:.0f} KiB in "
-            f"{took:.1f}s, {grants} grant(s)); connection '{conn}' replicates them "
+            f"{took:.1f}s; {accounts} account(s) with {grants} grant line(s), each checked there); connection '{conn}' replicates them "
             f"from {log_file}:{log_pos}")
 
 

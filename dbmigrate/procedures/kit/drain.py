@@ -31,6 +31,18 @@ class Drained:
     waited_s: float = 0.0
     left: list[Session] = field(default_factory=list)  # client sessions still there after the wait
     ended: int = 0  # sessions ended by KILL CONNECTION
+    idle: int = 0  # of `left`, sessions idle (a pool's kept connections: they never close by themselves)
+
+
+def busy_sessions(insp: Inspector, protected: frozenset[str], *, idle_counts: bool) -> list[Session]:
+    """Client sessions a drain waits for. An idle session without an open transaction is a
+    pool's kept connection: it never closes by itself, so waiting for it only costs the whole
+    bound; when it may be ended (`idle_counts` False) it is not waited for."""
+    sessions = [s for s in insp.sessions() if s.user not in protected]
+    if idle_counts or not sessions:
+        return sessions
+    in_trx = {i for i, _user in insp.open_transactions()}
+    return [s for s in sessions if s.command != "Sleep" or s.id in in_trx]
 
 
 # Open transactions come from information_schema.INNODB_TRX, a cache that InnoDB refreshes
@@ -43,7 +55,8 @@ def drain(insp: Inspector, applier: Applier, protected: frozenset[str], *, timeo
           until: Literal["transactions", "sessions"] = "transactions", end: bool = True,
           clock: Clock | None = None, poll_s: float | None = None) -> Drained:
     """Wait (bounded) until no client transaction (or session) is open, then end the
-    client sessions left when `end` (all of them: a fenced server takes no new work)."""
+    client sessions left when `end` (all of them: a fenced server takes no new work).
+    With `until="sessions"` and `end`, idle sessions (pooled connections) are not waited for."""
     poll_s = poll_s or (TRANSACTIONS_POLL_S if until == "transactions" else SESSIONS_POLL_S)
     clock = clock or Clock()
     started = clock.monotonic()
@@ -52,7 +65,7 @@ def drain(insp: Inspector, applier: Applier, protected: frozenset[str], *, timeo
         if until == "transactions":
             busy = [user for _id, user in insp.open_transactions() if user not in protected]
         else:
-            busy = [s.user for s in insp.sessions() if s.user not in protected]
+            busy = [s.user for s in busy_sessions(insp, protected, idle_counts=not end)]
         first = len(busy) if first is None else first
         waited = clock.monotonic() - started
         if not busy or waited >= timeout_s:
@@ -60,6 +73,7 @@ def drain(insp: Inspector, applier: Applier, protected: frozenset[str], *, timeo
         clock.sleep(min(poll_s, timeout_s - waited))
     result = Drained(open_at_start=first or 0, waited_s=clock.monotonic() - started)
     result.left = [s for s in insp.sessions() if s.user not in protected]
+    result.idle = sum(1 for s in result.left if s.command == "Sleep")
     if end:
         for sess in result.left:
             try:

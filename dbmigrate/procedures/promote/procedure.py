@@ -23,6 +23,7 @@ from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.kit import cutover as kit_cutover
 from dbmigrate.procedures.kit import guard
 from dbmigrate.procedures.kit.cutover import Cutover
+from dbmigrate.procedures.kit.fence import FenceParams
 from dbmigrate.procedures.kit.preflight import PreflightLimits, preflight_gate
 from dbmigrate.procedures.kit.resources import required, typed
 from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings
@@ -35,7 +36,9 @@ from dbmigrate.procedures.registry import register
 __all__ = ["PromoteParams", "WarmSpec", "build", "cutover_of", "settings_of"]
 
 
-class PromoteParams(BaseModel):
+class PromoteParams(FenceParams):
+    """The fence's fields come from FenceParams (the same in every procedure)."""
+
     model_config = ConfigDict(extra="forbid")
     candidate: str = Field(description="server name or host:port of the replica to promote")
     via: Literal["dbmigrate", "orchestrator"] = "dbmigrate"
@@ -47,37 +50,14 @@ class PromoteParams(BaseModel):
                                       description="how long the fence waits for the candidate to come close")
     converge_max_trx: int = Field(10, ge=0, description="fence only when the candidate is at most this many "
                                                         "transactions behind (per domain)")
-    fence_timeout_s: float = Field(5, gt=0, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout)")
-    fence_calm_wait_s: float = Field(0.5, ge=0, le=60, description="once converged, wait up to this long for a "
-                                     "moment with no row-lock wait on the old primary (a fence would wait behind "
-                                     "it); past it, fence anyway; 0: do not look")
     converge_max_trx_rows: int = Field(10_000, ge=0, description="once converged, the fence also waits (up to "
                                        "converge_timeout_s, else refuses) while the old primary runs a DDL or a "
                                        "transaction that modified this many rows, or the candidate applies a DDL; "
                                        "0: do not look")
     converge_max_backlog_bytes: int = Field(1 << 20, ge=0, description="... or the candidate has more than this "
                                             "many bytes of the old primary's binlog still to apply; 0: do not look")
-    fence_block_s: float = Field(0.5, gt=0, le=10, description="how long the fence may hold writes back while it "
-                                                              "waits for running statements")
-    on_fence_blocked: Literal["unfence", "kill_blockers"] = Field(
-        "unfence", description="past fence_block_s: give up the fence (nothing changed) or end the blocking "
-                               "statements (KILL QUERY) and give up only if still blocked")
-    fence_attempts: int = Field(1, ge=1, le=10, description="fences tried in all when one gives up blocked; writes "
-                                                            "flow between two attempts")
-    fence_retry_pause_s: float = Field(1, gt=0, le=60, description="writes flow this long before the next attempt")
-    fenced_catchup_budget_s: Optional[float] = Field(
-        None, gt=0, le=10, description="with fence_attempts > 1: unfence and try again when the candidate does not "
-                                       "apply the final position this soon after the fence (the last attempt "
-                                       "waits up to catchup_timeout_s)")
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer "
                                                                "before taking it as down")
-    fence_expiry: Literal["require", "if_available", "off"] = Field(
-        "require", description="the fence expires on the server by itself (a scheduled event, dropped before the "
-                               "candidate opens), so a frozen tool cannot hold the cluster read-only: require refuses "
-                               "a server whose event_scheduler is OFF; if_available fences there without it")
-    fence_expiry_s: Optional[float] = Field(
-        None, gt=1, le=600, description="when the fence expires by itself; default fence_timeout_s + "
-                                        "catchup_timeout_s + 3")
     drain_timeout_s: float = Field(2, ge=0, le=60)
     kill_app_sessions: bool = True
     allow_read_only_bypass: list[str] = Field(
@@ -95,15 +75,11 @@ class PromoteParams(BaseModel):
 
 
 def settings_of(p: PromoteParams) -> SwitchoverSettings:
-    return SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.drain_timeout_s,
-                              fence_timeout_s=p.fence_timeout_s, kill_app_sessions=p.kill_app_sessions,
+    return SwitchoverSettings(**p.fence_settings(), catchup_timeout_s=p.catchup_timeout_s,
+                              drain_timeout_s=p.drain_timeout_s, kill_app_sessions=p.kill_app_sessions,
                               replica_timeout_s=p.replica_timeout_s, converge_timeout_s=p.converge_timeout_s,
-                              converge_max_trx=p.converge_max_trx, fence_block_s=p.fence_block_s,
-                              on_fence_blocked=p.on_fence_blocked, probe_timeout_s=p.probe_timeout_s,
-                              fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s,
-                              fenced_catchup_budget_s=p.fenced_catchup_budget_s,
-                              fence_calm_wait_s=p.fence_calm_wait_s, fence_expiry=p.fence_expiry,
-                              fence_expiry_s=p.fence_expiry_s, converge_max_trx_rows=p.converge_max_trx_rows,
+                              converge_max_trx=p.converge_max_trx, probe_timeout_s=p.probe_timeout_s,
+                              converge_max_trx_rows=p.converge_max_trx_rows,
                               converge_max_backlog_bytes=p.converge_max_backlog_bytes)
 
 

@@ -582,12 +582,21 @@ def _alter_spec(spec: list[Token], table: str, text: str, added: list[str]) -> l
         raise DdlRefused(f"DROP COLUMN {col.name if col else ''} shifts the columns after it: ROW events from the "
                          f"unaltered primary would write into the wrong columns or stop replication: {_short(text)}",
                          hint="drop columns with an ordinary (replicated) migration once no code reads them")
+    if head.upper == "RENAME" and len(c.rest()) > 1 and c.rest()[1].upper in ("INDEX", "KEY"):
+        c.take()
+        c.take()
+        old, to, new = c.take(), c.take(), c.take()
+        if not (_is_ident(old) and to is not None and to.upper == "TO" and _is_ident(new)) or c.rest():
+            raise c.refuse("expected RENAME INDEX old_name TO new_name")
+        # ROW events name no index: the unaltered primary's rows apply the same under either name.
+        # What a rename can break is a query that names the old one in a hint (see replay.py).
+        return [Expectation(table, index=old.name, absent=True), Expectation(table, index=new.name)]
     word = head.upper
     reasons = {
         "MODIFY": "changes a column's type or position",
         "CHANGE": "renames or retypes a column",
         "ALTER": "changes a column's definition",
-        "RENAME": "renames a column, index or the table, which the unaltered primary keeps writing under its old name",
+        "RENAME": "renames a column or the table, which the unaltered primary keeps writing under its old name",
         "CONVERT": "changes the character set (the type) of every text column",
         "CHARACTER": "changes the table's default character set",
         "DEFAULT": "changes the table's default character set",

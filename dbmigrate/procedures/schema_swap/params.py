@@ -6,6 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dbmigrate.procedures.kit.fence import FenceParams
 from dbmigrate.procedures.kit.warmup import WarmSpec
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.ddl import Ddl, Expectation
@@ -49,7 +50,9 @@ class SwapWarmSpec(WarmSpec):
     tables: list[str] = Field(default_factory=list, description="schema.table; default: the tables the DDL alters")
 
 
-class SchemaSwapParams(BaseModel):
+class SchemaSwapParams(FenceParams):
+    """The fence's fields come from FenceParams (the same in every procedure)."""
+
     model_config = ConfigDict(extra="forbid")
     ddl: list[str] = Field(min_length=1, description="ALTER TABLE / CREATE INDEX / ... on schema-qualified tables")
     undo_ddl: list[str] = Field(default_factory=list, description="inverse statements used by rollback, if any")
@@ -68,20 +71,16 @@ class SchemaSwapParams(BaseModel):
     max_trx_age_s: float = Field(30, gt=0, le=86400)
     catchup_timeout_s: float = Field(5, gt=0, le=300)
     fence_drain_timeout_s: float = Field(2, ge=0, le=60, description="open app transactions after the fence")
-    fence_block_s: float = Field(0.5, gt=0, le=10, description="how long the fence may hold writes back while it "
-                                                              "waits for running statements")
-    on_fence_blocked: Literal["unfence", "kill_blockers"] = "unfence"
-    fence_attempts: int = Field(1, ge=1, le=10, description="fences tried in all when one gives up blocked")
-    fence_retry_pause_s: float = Field(1, gt=0, le=60, description="writes flow this long before the next attempt")
-    fenced_catchup_budget_s: Optional[float] = Field(None, gt=0, le=10, description="as in promote")
-    fence_calm_wait_s: float = Field(0.5, ge=0, le=60, description="as in promote")
     converge_max_trx_rows: int = Field(10_000, ge=0, description="as in promote")
     converge_max_backlog_bytes: int = Field(1 << 20, ge=0, description="as in promote")
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer")
-    fence_expiry: Literal["require", "if_available", "off"] = Field("require", description="as in promote")
-    fence_expiry_s: Optional[float] = Field(None, gt=1, le=600, description="as in promote")
     replica_timeout_s: float = Field(30, gt=0, le=3600)
     verify_timeout_s: float = Field(10, gt=0, le=600)
+    replay_digest: Optional[str] = Field(None, description="a digest of the application's queries (dbmigrate digest "
+                                         "capture, or pt-query-digest JSON; relative to the playbook): each class's "
+                                         "sample is EXPLAINed on a side before it returns, and a new error keeps "
+                                         "the side out (the run pauses)")
+    replay_max_classes: int = Field(500, ge=1, le=100_000, description="the busiest classes replayed, at most")
 
     @field_validator("ddl")
     @classmethod

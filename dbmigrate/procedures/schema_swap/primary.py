@@ -14,13 +14,10 @@ from dbmigrate.procedures.schema_swap.run import params_of, plan_names, resource
 
 
 def settings_of(p: SchemaSwapParams) -> SwitchoverSettings:
-    return SwitchoverSettings(catchup_timeout_s=p.catchup_timeout_s, drain_timeout_s=p.fence_drain_timeout_s,
-                              kill_app_sessions=p.kill_app_sessions, replica_timeout_s=p.replica_timeout_s,
-                              fence_block_s=p.fence_block_s, on_fence_blocked=p.on_fence_blocked,
-                              fence_attempts=p.fence_attempts, fence_retry_pause_s=p.fence_retry_pause_s,
-                              probe_timeout_s=p.probe_timeout_s, fenced_catchup_budget_s=p.fenced_catchup_budget_s,
-                              fence_calm_wait_s=p.fence_calm_wait_s, fence_expiry=p.fence_expiry,
-                              fence_expiry_s=p.fence_expiry_s, converge_max_trx_rows=p.converge_max_trx_rows,
+    return SwitchoverSettings(**p.fence_settings(), catchup_timeout_s=p.catchup_timeout_s,
+                              drain_timeout_s=p.fence_drain_timeout_s, kill_app_sessions=p.kill_app_sessions,
+                              replica_timeout_s=p.replica_timeout_s, probe_timeout_s=p.probe_timeout_s,
+                              converge_max_trx_rows=p.converge_max_trx_rows,
                               converge_max_backlog_bytes=p.converge_max_backlog_bytes)
 
 

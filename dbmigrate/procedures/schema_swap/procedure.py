@@ -54,7 +54,8 @@ from dbmigrate.procedures.schema_swap.readers import (
     take_out,
 )
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, prepare
-from dbmigrate.procedures.schema_swap.run import params_of, plan_names
+from dbmigrate.procedures.schema_swap.replay import hint_warnings, replay_ready
+from dbmigrate.procedures.schema_swap.run import current_primary, params_of, plan_names, resources_of
 from dbmigrate.procedures.schema_swap.sides import (
     all_applied,
     apply_ddl,
@@ -66,6 +67,24 @@ from dbmigrate.procedures.schema_swap.sides import (
     warm_ready,
     warm_side,
 )
+
+def replay_gate(ctx: RunContext, side: str):
+    r = resources_of(ctx)
+    primary = current_primary(ctx, side)
+    return replay_ready(ctx, side, r.replay, r.servers[side], r.servers[primary] if primary != side else None)
+
+
+def warn_hints(ctx: RunContext) -> str:
+    """At the start: a hint in the application's queries that names an index the DDL drops."""
+    digest = resources_of(ctx).replay if typed(ctx, SchemaSwapResources) is not None else None
+    if digest is None:
+        return "no replay digest loaded"
+    found = hint_warnings(digest, params_of(ctx))
+    for line in found:
+        ctx.log(line, "warning")
+    return (f"{len(found)} application query class(es) name a dropped index in a hint: " + "; ".join(found)
+            if found else f"no index hint among {len(digest.classes)} query class(es) names a dropped index")
+
 
 __all__ = ["SchemaSwapParams", "SwapWarmSpec", "VerifySpec", "build", "expectation_holds"]
 
@@ -86,6 +105,10 @@ def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary
         FunctionStep(f"verify the change on {side}", lambda c: verify_side(c, side), mutating=False),
     ]
     back_gates = [AutoGate(f"{side} ready", lambda c: side_ready(c, side))]
+    if params.replay_digest:
+        # A side whose queries fail is already altered: the run pauses for a decision, undoing nothing.
+        back_gates.append(AutoGate(f"{side} answers the application's queries", lambda c: replay_gate(c, side),
+                                   pause_on_refusal=True))
     if params.warm is not None:
         if params.warm.method != "none":
             alter.append(FunctionStep(f"warm {side} ({params.warm.method})", lambda c: warm_side(c, side),
@@ -108,6 +131,8 @@ def build(ctx: RunContext, params: SchemaSwapParams) -> Procedure:
     primary, sides, candidate = plan_names(ctx, params)
     phases = [Phase("preflight", [FunctionStep("record the reader pool", record_pool, mutating=False)],
                     gates=[AutoGate("schema-swap preflight", preflight)])]
+    if params.replay_digest:
+        phases[0].steps.insert(0, FunctionStep("check the application's index hints", warn_hints, mutating=False))
     for side in sides:
         phases += side_phases(ctx, params, side)
     resources = typed(ctx, SchemaSwapResources)

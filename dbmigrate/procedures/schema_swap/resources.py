@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import Field
 
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.digest.model import Digest
 from dbmigrate.engine.playbook_view import PlaybookView
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import RunState
@@ -51,6 +53,7 @@ class SchemaSwapResources(OnCluster):
     candidate: str
     primary_altered: bool
     topology: Topology  # for the primary's switchover: the sides other than the candidate move
+    replay: Optional[Digest] = None  # the application's queries, tried on each side before it returns
 
     @property
     def primary(self) -> str:
@@ -68,10 +71,24 @@ def candidate_of(inv: Any, params: SchemaSwapParams, sides: list[str]) -> str:
     return name
 
 
+def replay_digest(playbook: PlaybookView, params: SchemaSwapParams) -> Digest | None:
+    """The playbook's replay digest, read before anything changes (a bad file is refused here)."""
+    if not params.replay_digest:
+        return None
+    path = Path(params.replay_digest).expanduser()
+    if not path.is_absolute():
+        path = (playbook.base_dir / path).resolve()
+    if not path.is_file():
+        raise UsageError(f"replay_digest {path} does not exist",
+                         hint="capture one: dbmigrate digest capture ... --out FILE, or remove replay_digest")
+    return Digest.load(path)
+
+
 def prepare(playbook: PlaybookView, store: RunState, *, old_gone: bool = False) -> Prepared:
     """Open the cluster's servers; decide primary, sides and candidate (journaled, so that a
     resumed run keeps them although the topology is mid-change)."""
     params: SchemaSwapParams = playbook.params
+    replay = replay_digest(playbook, params)  # a file: read before any server is opened
     state = SchemaSwapState.load(store)
     cluster = open_cluster(playbook, primary=state.primary)
     try:
@@ -93,5 +110,6 @@ def prepare(playbook: PlaybookView, store: RunState, *, old_gone: bool = False) 
         raise
     resources = SchemaSwapResources(cluster=cluster, sides=sides, candidate=candidate,
                                     primary_altered=bool(state.primary_altered),
-                                    topology=cluster.topology([s for s in sides if s != candidate]))
+                                    topology=cluster.topology([s for s in sides if s != candidate]),
+                                    replay=replay)
     return handed_over(resources, cluster.lock_session, cluster)

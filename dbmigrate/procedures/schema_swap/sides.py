@@ -30,10 +30,15 @@ def end_sessions(ctx: RunContext, side: str) -> str:
     if not done.left:
         return f"{side}: no client session left after {done.waited_s:.1f}s"
     if not p.kill_app_sessions:
+        pooled = (f"; {done.idle} of them idle: a pool's kept connections never close by themselves"
+                  if done.idle else "")
         raise DbmigrateError(f"{side}: {len(done.left)} client session(s) still open after {p.drain_timeout_s:g}s "
-                             f"(users: {', '.join(sorted({s.user for s in done.left}))})",
-                             hint="raise drain_timeout_s, or set kill_app_sessions: true")
-    return f"{side}: {done.ended} client session(s) still open after {p.drain_timeout_s:g}s ended (KILL CONNECTION)"
+                             f"(users: {', '.join(sorted({s.user for s in done.left}))}){pooled}",
+                             hint="set kill_app_sessions: true (idle sessions are then ended at once), or raise "
+                                  "drain_timeout_s")
+    idle = f", {done.idle} of them idle (pooled: ended without waiting)" if done.idle else ""
+    return (f"{side}: {done.ended} client session(s) left after {done.waited_s:.1f}s ended (KILL CONNECTION)"
+            f"{idle}")
 
 
 def all_applied(ctx: RunContext, side: str) -> bool:

@@ -1,0 +1,47 @@
+"""`dbmigrate shape capture`: a production database's shape, without its data, for rehearsals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dbmigrate.app import shape as shape_use
+from dbmigrate.cli.common import console, err_console, print_json
+
+cmd = typer.Typer(help="A database's shape (schema, sizes, column statistics, accounts, sessions, query classes).",
+                  no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cmd, name="shape")
+
+
+@cmd.command("capture")
+def capture(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inventory file."),
+            cluster: str = typer.Option(..., "--cluster", "-c", help="Cluster to read."),
+            out: Path = typer.Option(..., "--out", "-o", help="Directory for shape.json, schema.sql, digest.json."),
+            schema: Optional[list[str]] = typer.Option(None, "--schema", help="Only these schemas (repeat)."),
+            seconds: float = typer.Option(0, "--seconds", help="Also digest this long a query window on the "
+                                                               "primary (0: no digest)."),
+            server: Optional[str] = typer.Option(None, "--server", help="Read the schema here (default: a replica, "
+                                                                        "else the primary)."),
+            literals: bool = typer.Option(False, "--literals", help="Keep the literals of the digest's samples."),
+            as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.")) -> None:
+    """Capture the shape of a cluster's databases into DIR (no row of data is written)."""
+    shape, written = shape_use.capture(inventory, cluster, out, schemas=schema or None, seconds=seconds,
+                                       server=server, literals=literals,
+                                       progress=lambda m: err_console.print(m, markup=False))
+    tables = sum(len(s["tables"]) for s in shape.schemas.values())
+    summary = {"schemas": list(shape.schemas), "tables_and_views": tables, "accounts": len(shape.accounts),
+               "sessions_visible": bool(shape.sessions.get("available")), "digest": shape.digest,
+               "took_s": round(shape.took_s, 2), "files": [str(p) for p in written]}
+    if as_json:
+        print_json(summary)
+        return
+    console.print(f"{len(shape.schemas)} schema(s), {tables} table(s) and view(s), {len(shape.accounts)} account(s) "
+                  f"from {shape.captured_from} in {shape.took_s:.1f}s; written: {', '.join(str(p) for p in written)}",
+                  markup=False)
+    if not shape.sessions.get("available"):
+        console.print(f"sessions: {shape.sessions.get('why')}", markup=False)

@@ -1,0 +1,130 @@
+"""The reads `shape capture` makes: schema objects, sizes, sampled column statistics, accounts
+and the session settings applications use. Every read is a catalog read or a bounded sample
+(LIMIT): nothing takes a lock that writes wait for."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dbmigrate.db.connection import QueryError, Server
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys", "percona", "dbmigrate")
+SYSTEM_USERS = ("root", "mariadb.sys", "mysql.sys", "mysql.session", "mysql.infoschema", "PUBLIC", "")
+# Session variables an application commonly sets for itself; compared with the global value.
+SESSION_VARIABLES = ("sql_mode", "long_query_time", "time_zone", "character_set_client", "collation_connection",
+                     "transaction_isolation", "tx_isolation", "autocommit", "wait_timeout", "max_statement_time",
+                     "innodb_lock_wait_timeout", "optimizer_switch")
+_SECRET = re.compile(r"\s+(IDENTIFIED\s+(?:BY\s+PASSWORD|VIA\s+\w+\s+USING|BY)\s+)'[^']*'", re.IGNORECASE)
+
+
+def without_secrets(grant: str) -> str:
+    """A GRANT / CREATE USER line without its password hash or authentication string."""
+    return _SECRET.sub(r" \1'<redacted>'", grant)
+
+
+class ShapeReader:
+    def __init__(self, server: Server):
+        self.server = server
+
+    def user_schemas(self) -> list[str]:
+        marks = ", ".join(["%s"] * len(SYSTEM_SCHEMAS))
+        rows = self.server.query(f"SELECT SCHEMA_NAME AS s FROM information_schema.SCHEMATA "
+                                 f"WHERE SCHEMA_NAME NOT IN ({marks}) ORDER BY SCHEMA_NAME", SYSTEM_SCHEMAS)
+        return [str(r["s"]) for r in rows]
+
+    def tables(self, schema: str) -> list[dict[str, Any]]:
+        rows = self.server.query(
+            "SELECT TABLE_NAME AS name, TABLE_TYPE AS type, ENGINE AS engine, TABLE_ROWS AS `rows`, "
+            "DATA_LENGTH AS data_bytes, INDEX_LENGTH AS index_bytes, AVG_ROW_LENGTH AS avg_row_bytes, "
+            "CREATE_OPTIONS AS options, TABLE_COLLATION AS collation FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA=%s ORDER BY TABLE_NAME", (schema,))
+        return [{"name": str(r["name"]), "type": "view" if r["type"] == "VIEW" else "table",
+                 "engine": r["engine"], "rows": int(r["rows"] or 0), "data_bytes": int(r["data_bytes"] or 0),
+                 "index_bytes": int(r["index_bytes"] or 0), "avg_row_bytes": int(r["avg_row_bytes"] or 0),
+                 "partitioned": "partitioned" in str(r["options"] or "").lower(), "collation": r["collation"]}
+                for r in rows]
+
+    def create_statement(self, schema: str, name: str, kind: str) -> str:
+        """SHOW CREATE TABLE | VIEW | PROCEDURE | FUNCTION | TRIGGER | EVENT."""
+        row = self.server.query(f"SHOW CREATE {kind.upper()} `{schema}`.`{name}`")[0]
+        key = next(k for k in row if k.lower().startswith("create ") or k.lower() in ("sql original statement",))
+        return str(row[key])
+
+    def routines(self, schema: str) -> list[tuple[str, str]]:
+        rows = self.server.query("SELECT ROUTINE_TYPE AS t, ROUTINE_NAME AS n FROM information_schema.ROUTINES "
+                                 "WHERE ROUTINE_SCHEMA=%s ORDER BY ROUTINE_NAME", (schema,))
+        return [(str(r["t"]).lower(), str(r["n"])) for r in rows]
+
+    def triggers(self, schema: str) -> list[str]:
+        rows = self.server.query("SELECT TRIGGER_NAME AS n FROM information_schema.TRIGGERS "
+                                 "WHERE TRIGGER_SCHEMA=%s ORDER BY TRIGGER_NAME", (schema,))
+        return [str(r["n"]) for r in rows]
+
+    def events(self, schema: str) -> list[str]:
+        rows = self.server.query("SELECT EVENT_NAME AS n FROM information_schema.EVENTS "
+                                 "WHERE EVENT_SCHEMA=%s ORDER BY EVENT_NAME", (schema,))
+        return [str(r["n"]) for r in rows]
+
+    def sample(self, schema: str, table: str, rows: int) -> tuple[list[str], list[tuple]]:
+        """The first `rows` rows in the table's own order (no sort: a bounded read)."""
+        cur_rows = self.server.query(f"SELECT * FROM `{schema}`.`{table}` LIMIT {int(rows)}")
+        if not cur_rows:
+            cols = [str(r["COLUMN_NAME"]) for r in self.server.query(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+                "ORDER BY ORDINAL_POSITION", (schema, table))]
+            return cols, []
+        cols = list(cur_rows[0].keys())
+        return cols, [tuple(r[c] for c in cols) for r in cur_rows]
+
+    def accounts(self) -> list[tuple[str, str]]:
+        marks = ", ".join(["%s"] * len(SYSTEM_USERS))
+        rows = self.server.query(f"SELECT User AS u, Host AS h FROM mysql.user WHERE User NOT IN ({marks}) "
+                                 "AND Host <> '' ORDER BY User, Host", SYSTEM_USERS)
+        return [(str(r["u"]), str(r["h"])) for r in rows]
+
+    def grants(self, user: str, host: str) -> list[str]:
+        rows = self.server.query("SHOW GRANTS FOR %s@%s", (user, host))
+        return [without_secrets(str(next(iter(r.values())))) for r in rows]
+
+    def session_overrides(self) -> dict[str, Any]:
+        """Per account, the session variables its open sessions set to something else than the
+        global value (performance_schema.variables_by_thread); {"available": False} without it."""
+        try:
+            on = str(self.server.scalar("SELECT @@GLOBAL.performance_schema AS p")).upper() in ("1", "ON")
+            if not on:
+                return {"available": False, "why": "performance_schema is OFF: the sessions' own settings are not "
+                                                   "visible; declare them in the shape's sessions.yaml"}
+            marks = ", ".join(["%s"] * len(SESSION_VARIABLES))
+            rows = self.server.query(
+                "SELECT t.PROCESSLIST_USER AS u, v.VARIABLE_NAME AS n, v.VARIABLE_VALUE AS v, g.VARIABLE_VALUE AS g "
+                "FROM performance_schema.variables_by_thread v "
+                "JOIN performance_schema.threads t ON t.THREAD_ID = v.THREAD_ID "
+                "JOIN performance_schema.global_variables g ON g.VARIABLE_NAME = v.VARIABLE_NAME "
+                f"WHERE t.PROCESSLIST_USER IS NOT NULL AND LOWER(v.VARIABLE_NAME) IN ({marks}) "
+                "AND NOT (v.VARIABLE_VALUE <=> g.VARIABLE_VALUE)", SESSION_VARIABLES)
+        except QueryError as e:
+            return {"available": False, "why": f"performance_schema could not be read: {e.message}"}
+        out: dict[str, dict[str, str]] = {}
+        for r in rows:
+            if str(r["u"]) in SYSTEM_USERS:
+                continue
+            out.setdefault(str(r["u"]), {})[str(r["n"]).lower()] = str(r["v"])
+        return {"available": True, "by_account": out}
+
+
+def load_script(schemas: dict[str, Any]) -> str:
+    """The captured CREATE statements as a script a server loads: tables first (foreign key
+    checks off), then views, routines, triggers and events (they may name any table)."""
+    out = ["SET FOREIGN_KEY_CHECKS=0;"]
+    for name, sc in schemas.items():
+        out.append(f"CREATE DATABASE IF NOT EXISTS `{name}`;\nUSE `{name}`;")
+        out += [t["create"] + ";" for t in sc["tables"] if t["type"] == "table"]
+    for name, sc in schemas.items():
+        out.append(f"USE `{name}`;")
+        out += [t["create"] + ";" for t in sc["tables"] if t["type"] == "view"]
+        out += ["DELIMITER ;;\n" + r["create"] + ";;\nDELIMITER ;" for r in sc["routines"]]
+        out += ["DELIMITER ;;\n" + t["create"] + ";;\nDELIMITER ;" for t in sc["triggers"]]
+        out += ["DELIMITER ;;\n" + e["create"] + ";;\nDELIMITER ;" for e in sc["events"]]
+    out.append("SET FOREIGN_KEY_CHECKS=1;")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,96 @@
+"""The application accounts of the moved shards: copied with a logical seed, compared before a
+cutover, and tried after it.
+
+Every account with a privilege on a moved shard counts, at every level (schema, including a
+LIKE pattern that covers it, table, column, routine; global ones when `seed.global_grants`
+asks), not only the inventory's app account: a second application that loses its grants on
+the new instance gets "Access denied" the moment its route moves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dbmigrate.db.applier import Applier
+from dbmigrate.db.connection import Server
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.grants import GrantLine, canonical, lines_for
+from dbmigrate.db.inspector import Inspector
+from dbmigrate.exceptions import DbmigrateError
+
+# Never copied nor compared: the server's own accounts.
+SYSTEM_USERS = frozenset({"root", "mariadb.sys", "mysql.sys", "mysql.session", "mysql.infoschema", "PUBLIC"})
+
+
+@dataclass
+class Accounts:
+    grants: dict[tuple[str, str], list[GrantLine]] = field(default_factory=dict)
+
+    @property
+    def writers(self) -> list[tuple[str, str]]:
+        return [a for a, lines in self.grants.items() if any(g.writes for g in lines)]
+
+    def names(self) -> str:
+        return ", ".join(f"{u}@{h}" for u, h in self.grants) or "none"
+
+
+def shard_accounts(old: Inspector, shards: list[str], *, include_global: bool, exclude: set[str]) -> Accounts:
+    found = Accounts()
+    for user, host in old.privilege_holders(shards, include_global):
+        if user in SYSTEM_USERS or user in exclude:
+            continue
+        lines = lines_for(old.grants(user, host), shards, include_global)
+        if lines:
+            found.grants[(user, host)] = lines
+    return found
+
+
+def copy_accounts(old: Inspector, new: Inspector, apply: Applier, accounts: Accounts) -> int:
+    """Each account created on the instance as it is on the old server (same authentication),
+    then its grant lines on the shards replayed. Returns the grant lines replayed."""
+    n = 0
+    for (user, host), lines in accounts.grants.items():
+        if not new.account_exists(user, host):
+            apply.replay_account_statement(old.create_user_statement(user, host))
+        for g in lines:
+            apply.replay_account_statement(g.text)
+            n += 1
+    return n
+
+
+def differences(old: Inspector, new: Inspector, accounts: Accounts, shards: list[str]) -> list[str]:
+    """What would keep an account from logging in to the instance or reaching its tables there:
+    missing, another authentication, a grant line missing, a granted table missing."""
+    problems = []
+    tables = {s: set(new.base_tables(s)) for s in shards}
+    for (user, host), lines in accounts.grants.items():
+        who = f"{user}@{host}"
+        if not new.account_exists(user, host):
+            problems.append(f"{who} does not exist on {new.server.name}")
+            continue
+        if old.create_user_statement(user, host) != new.create_user_statement(user, host):
+            problems.append(f"{who} authenticates differently on {new.server.name} (SHOW CREATE USER differs)")
+        there = {canonical(g.text) for g in lines_for(new.grants(user, host), shards, include_global=True)}
+        missing = [g.text for g in lines if canonical(g.text) not in there]
+        if missing:
+            problems.append(f"{who} lacks on {new.server.name}: {'; '.join(missing)}")
+        for g in lines:
+            if g.level in ("table", "column") and g.schema in tables and g.obj not in tables[g.schema]:
+                problems.append(f"{who} is granted {g.schema}.{g.obj}, which {new.server.name} lacks")
+    return problems
+
+
+def try_login(name: str, address: str, creds: Credentials, shards: list[str]) -> str:
+    """Log in to `address` as an application account, read read_only, and reach one table of
+    each shard the account can see. Returns what it found; raises when it cannot."""
+    host, _, port = address.rpartition(":")
+    with Server(name, host, int(port), creds, connect_timeout=3, read_timeout=10, retries=0) as srv:
+        insp = Inspector(srv)
+        reached = []
+        for shard in shards:
+            visible = insp.base_tables(shard)
+            if visible:
+                insp.reach_table(shard, visible[0])
+                reached.append(f"{shard}.{visible[0]}")
+        if insp.read_only():
+            raise DbmigrateError(f"{creds.user} logs in to {address} but it is read-only")
+    return f"{creds.user} logs in to {address} (writable) and reaches {', '.join(reached) or 'no table'}"

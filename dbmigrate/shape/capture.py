@@ -1,0 +1,115 @@
+"""`shape capture`: what a rehearsal needs to look like production, without the data.
+
+Written to DIR:
+  shape.json   per schema: tables (CREATE statement, rows, bytes, partitioned, sampled column
+               statistics: null share, distinct share, numeric range, string lengths; never a
+               value of a string or blob), views, routines, triggers, events; the accounts and
+               their grants (secrets redacted); the session settings the applications' open
+               sessions use, where performance_schema shows them
+  schema.sql   the CREATE statements in an order a server can load
+  digest.json  with --seconds: a query window digested into classes (rates, samples), the
+               samples' literals redacted unless asked
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from dbmigrate.db.connection import Server
+from dbmigrate.db.shape_reader import ShapeReader, load_script
+
+FORMAT = "dbmigrate.shape/1"
+SAMPLE_ROWS = 1000
+_STRING = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"")
+_NUMBER = re.compile(r"(?<![\w.`])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.`])", re.IGNORECASE)
+
+
+def redact_literals(statement: str) -> str:
+    """Strings and numbers of a sample statement replaced by placeholders (identifiers kept)."""
+    return _NUMBER.sub("0", _STRING.sub("'?'", statement))
+
+
+def column_stats(columns: list[str], rows: list[tuple]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    n = len(rows)
+    for i, col in enumerate(columns):
+        values = [r[i] for r in rows]
+        present = [v for v in values if v is not None]
+        st: dict[str, Any] = {"sampled": n, "null_share": round(1 - len(present) / n, 4) if n else None}
+        if present:
+            try:
+                st["distinct_share"] = round(len(set(present)) / len(present), 4)
+            except TypeError:
+                pass
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+                st.update(min=min(present), max=max(present))
+            elif all(isinstance(v, (str, bytes, bytearray)) for v in present):
+                lengths = [len(v) for v in present]
+                st.update(avg_len=round(statistics.fmean(lengths), 1), max_len=max(lengths))
+        out[col] = st
+    return out
+
+
+@dataclass
+class Shape:
+    captured_from: str
+    schemas: dict[str, Any] = field(default_factory=dict)
+    accounts: list[dict[str, Any]] = field(default_factory=list)
+    sessions: dict[str, Any] = field(default_factory=dict)
+    digest: str | None = None
+    took_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "captured_from": self.captured_from, "took_s": round(self.took_s, 2),
+                "schemas": self.schemas, "accounts": self.accounts, "sessions": self.sessions,
+                "digest": self.digest}
+
+    def schema_sql(self) -> str:
+        return load_script(self.schemas)
+
+
+def capture_shape(server: Server, schemas: list[str] | None = None, *, sample_rows: int = SAMPLE_ROWS,
+                  progress: Callable[[str], None] | None = None) -> Shape:
+    reader = ShapeReader(server)
+    say = progress or (lambda message: None)
+    t0 = time.monotonic()
+    shape = Shape(captured_from=server.name)
+    for schema in schemas or reader.user_schemas():
+        tables = []
+        for t in reader.tables(schema):
+            t["create"] = reader.create_statement(schema, t["name"], t["type"])
+            if t["type"] == "table":
+                cols, rows = reader.sample(schema, t["name"], sample_rows)
+                t["columns"] = column_stats(cols, rows)
+                t["has_primary_key"] = "PRIMARY KEY" in t["create"].upper()
+                t["foreign_keys"] = t["create"].upper().count("FOREIGN KEY")
+            tables.append(t)
+        shape.schemas[schema] = {
+            "tables": tables,
+            "routines": [{"type": kind, "name": n, "create": reader.create_statement(schema, n, kind)}
+                         for kind, n in reader.routines(schema)],
+            "triggers": [{"name": n, "create": reader.create_statement(schema, n, "trigger")}
+                         for n in reader.triggers(schema)],
+            "events": [{"name": n, "create": reader.create_statement(schema, n, "event")}
+                       for n in reader.events(schema)],
+        }
+        say(f"{schema}: {len(tables)} table(s) and view(s)")
+    for user, host in reader.accounts():
+        shape.accounts.append({"user": user, "host": host, "grants": reader.grants(user, host)})
+    shape.sessions = reader.session_overrides()
+    shape.took_s = time.monotonic() - t0
+    return shape
+
+
+def write_shape(shape: Shape, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "shape.json", out / "schema.sql"]
+    written[0].write_text(json.dumps(shape.to_dict(), indent=2, default=str) + "\n")
+    written[1].write_text(shape.schema_sql())
+    return written
