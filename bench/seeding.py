@@ -45,7 +45,7 @@ from dbmigrate.db.credentials import option_file_text
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.hosts import stream
 from dbmigrate.hosts.resolve import host_for
-from dbmigrate.procedures.consolidate.run import SeedSettings
+from dbmigrate.procedures.consolidate.context import SeedSettings
 from dbmigrate.procedures.consolidate.physical_seed import backup_command, extract_command, prepare_command
 from dbmigrate.procedures.consolidate.throttle import MB, Limits, Meter, Valve, Watcher, percentile, relay
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes

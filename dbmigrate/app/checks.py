@@ -14,7 +14,7 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db.binlog import (BinlogReadError, BinlogReader, BinlogTransaction, errant_floor, errant_matcher,
                                  first_file_holding)
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.gates import GateResult, Limits, run_preflight
+from dbmigrate.procedures.kit.preflight_checks import GateResult, Limits, run_preflight
 
 __all__ = ["ErrantExplained", "GateResult", "Limits", "explain_errant", "preflight"]
 

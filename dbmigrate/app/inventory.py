@@ -7,7 +7,7 @@ from pathlib import Path
 from dbmigrate.config import load_inventory
 from dbmigrate.db.flavor import detect
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.gates import global_privileges
+from dbmigrate.procedures.kit.preflight_checks import global_privileges
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.topology.probe import ServerFacts, probe
 

@@ -41,7 +41,7 @@ def tui_command(
 ) -> None:
     """Open an interactive cutover session: g start, y/n at gates, a abort, r roll back, q quit."""
     needs_terminal()
-    from dbmigrate.tui.app import CutoverApp  # Textual loads only for this command
+    from dbmigrate.tui.session import CutoverApp  # Textual loads only for this command
 
     app = CutoverApp(playbook, journal_path=journal, autostart=start, dry_run=dry_run, monitor=monitor,
                      monitor_interval_s=interval, lag_limit_ms=lag_limit_ms, handle_signals=True)

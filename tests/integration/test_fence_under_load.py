@@ -73,6 +73,22 @@ class RowLockChain:
             self.t2.close()
 
 
+
+class release_when_the_fence_step_starts:
+    """Ends the row-lock chain `seconds` after the run's fence step starts (a run subscriber)."""
+
+    def __init__(self, chain: "RowLockChain", seconds: float) -> None:
+        self.chain, self.seconds = chain, seconds
+        self.timer: threading.Timer | None = None
+
+    def on_event(self, event: object) -> None:
+        if isinstance(event, StepStarted) and event.name.startswith("fence ") and self.timer is None:
+            self.timer = self.chain.release_after(self.seconds)
+
+    def join(self) -> None:
+        assert self.timer is not None, "the fence step never started"
+        self.timer.join()
+
 def test_a_fence_behind_a_row_lock_wait_gives_up_at_the_early_look_not_after_fence_block_s(boxes):
     """The statement the fence waits for waits on a row lock whose holder cannot go on: the
     watchdog sees it at its early look (5 ms) and gives up then, not after fence_block_s (0.5 s)."""
@@ -147,10 +163,11 @@ def test_a_blocked_fence_tried_again_after_the_blocker_ended_completes_the_cutov
     with RowLockChain(inv, name, f"{name}-1") as chain:
         # The first attempt (after the calm wait's 0.5 s) gives up at the early look; the second, 1 s later,
         # comes after T1 committed at 1.0 s and goes through.
-        timer = chain.release_after(1.0)
+        # Counted from the fence step's start (a loaded machine may spend longer than that in preflight).
+        timers = release_when_the_fence_step_starts(chain, 1.0)
         outcome = start_run(kit.playbook(state, name, {"fence_attempts": 3, "fence_retry_pause_s": 1}),
-                            assume_yes=True)
-        timer.join()
+                            assume_yes=True, subscribers=[timers.on_event])
+        timers.join()
     assert outcome.status == "done", outcome.summary
     assert chain.t2_error is None
     fence = kit.fence_sentence(outcome.run_id)
@@ -172,20 +189,13 @@ def test_the_fence_waits_outside_the_window_for_a_moment_with_no_row_lock_wait(b
     state, inv = kit.topology(boxes, name)
     v = kit.start_verifier(inv, name)
     with RowLockChain(inv, name, f"{name}-1") as chain:
-        timers: list[threading.Timer] = []
-
-        def release_once_converging(event: object) -> None:
-            # Counted from the fence step's start, not the run's: a loaded machine may spend
-            # longer than the release delay in preflight, and the chain would be gone before it.
-            if isinstance(event, StepStarted) and event.name.startswith("fence ") and not timers:
-                timers.append(chain.release_after(0.3))
-
+        # Counted from the fence step's start, not the run's: a loaded machine may spend
+        # longer than the release delay in preflight, and the chain would be gone before it.
+        timers = release_when_the_fence_step_starts(chain, 0.3)
         outcome = start_run(kit.playbook(state, name, {"fence_calm_wait_s": 5}), assume_yes=True,
-                            subscribers=[release_once_converging])
-        for timer in timers:
-            timer.join()
+                            subscribers=[timers.on_event])
+        timers.join()
     assert outcome.status == "done", outcome.summary
-    assert timers, "the fence step never started"
     assert chain.t2_error is None
     fence = kit.fence_sentence(outcome.run_id)
     assert "attempt" not in fence and f"ms for no row-lock wait on {name}-1" in fence, fence

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dbmigrate.config import load_inventory
-from dbmigrate.gates import Limits, run_preflight
+from dbmigrate.procedures.kit.preflight_checks import Limits, run_preflight
 from tests import jsonlines
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ import yaml
 
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.gates import disk_gate
+from dbmigrate.procedures.kit.preflight_checks import disk_gate
 from dbmigrate.hosts import SshHost, host_for
 from dbmigrate.rehearsal.sandbox.instance import pid_alive
 from tests import jsonlines

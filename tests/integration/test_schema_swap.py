@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dbmigrate import gates
+from dbmigrate.procedures.kit import preflight_checks
 from dbmigrate.app.runs import resolve_journal_path, start_run
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
@@ -236,7 +236,7 @@ def test_swap_under_load_switches_back_and_loses_nothing(cluster):
         assert shape[r]["source"] == f"{NAME}-1" and shape[r]["running"], shape
     assert router_for(inv, NAME).current().writer == addr(inv, f"{NAME}-1")
     assert readers(inv) == readers_before
-    results = gates.run_preflight(inv, NAME, f"{NAME}-2", gates.Limits(max_lag_ms=2000))
+    results = preflight_checks.run_preflight(inv, NAME, f"{NAME}-2", preflight_checks.Limits(max_lag_ms=2000))
     assert all(g.ok for g in results if g.name in ("errant_gtids", "replication_running", "lag")), \
         [(g.name, g.reason) for g in results]
 
@@ -267,7 +267,7 @@ def test_swap_keeping_the_new_primary_from_the_command_line(cluster, cli):
     assert router_for(inv, NAME).current().writer == addr(inv, f"{NAME}-2")
     # The old primary reads, the new one only writes.
     assert readers(inv) == sorted([addr(inv, f"{NAME}-1"), addr(inv, f"{NAME}-3")])
-    results = gates.run_preflight(inv, NAME, f"{NAME}-1", gates.Limits(max_lag_ms=2000))
+    results = preflight_checks.run_preflight(inv, NAME, f"{NAME}-1", preflight_checks.Limits(max_lag_ms=2000))
     errant = next(g for g in results if g.name == "errant_gtids")
     assert errant.ok, errant.reason
 

@@ -17,7 +17,7 @@ from dbmigrate.engine.events import utc_now_iso
 from dbmigrate.engine.journal import Journal
 from dbmigrate.procedures.consolidate.resources import LIVE_THROTTLE_KEY
 from dbmigrate.rehearsal.consolidate import rehearse_consolidate
-from dbmigrate.tui.app import CutoverApp
+from dbmigrate.tui.session import CutoverApp
 from dbmigrate.tui.widgets.fleet import ConfirmModal, FleetTable
 from tests.unit.tui_screen import screen_rows, until
 

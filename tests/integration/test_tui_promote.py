@@ -7,7 +7,7 @@ import time
 import pytest
 
 from dbmigrate.routing import router_for
-from dbmigrate.tui.app import CutoverApp
+from dbmigrate.tui.session import CutoverApp
 from dbmigrate.app.errors import exit_code_of_run
 from dbmigrate.tui.widgets import EventLog, GateModal, LagPanel, LatencyPanel, StepList
 from tests.unit.tui_screen import compact, read_by_paging

@@ -127,9 +127,9 @@ def test_engine_importing_db_is_caught():
 def test_procedures_importing_cli_tui_or_app_is_caught():
     modules = fake(**{"dbmigrate.procedures.promote.procedure": (
         "def f():\n    from dbmigrate.app import runs\n"
-        "from dbmigrate.cli import render\nimport dbmigrate.tui.app\n")})
+        "from dbmigrate.cli import render\nimport dbmigrate.tui.session\n")})
     found = " ".join(rules.layer_violations(modules))
-    assert "dbmigrate.app.runs" in found and "dbmigrate.cli" in found and "dbmigrate.tui.app" in found
+    assert "dbmigrate.app.runs" in found and "dbmigrate.cli" in found and "dbmigrate.tui.session" in found
 
 
 def test_front_end_importing_anything_but_app_is_caught():
@@ -172,7 +172,7 @@ def test_cycle_between_packages_is_caught():
         "dbmigrate.procedures.kit.cutover": "",
         "dbmigrate.tui.widgets.gate": "from dbmigrate.tui.board import GateRow\n",
         "dbmigrate.tui.board": "",
-        "dbmigrate.tui.app": "from dbmigrate.tui.widgets.gate import GateModal\n",
+        "dbmigrate.tui.session": "from dbmigrate.tui.widgets.gate import GateModal\n",
     })
     # no module imports itself around, but the kit and promote depend on each other
     assert rules.cycles(rules.import_graph(modules, top_level_only=False)) == []

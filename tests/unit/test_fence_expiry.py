@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dbmigrate.exceptions import SafetyError
-from dbmigrate.gates import fence_expiry_rule
+from dbmigrate.procedures.kit.preflight_checks import fence_expiry_rule
 from dbmigrate.procedures.kit.switchover import FENCE_EXPIRY_MARGIN_S, Switchover, SwitchoverSettings
 from tests.unit.fake_topology import FakeRouter, FakeTopology
 from tests.unit.test_switchover_decisions import cluster

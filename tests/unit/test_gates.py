@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dbmigrate.db.flavor import MARIADB, MYSQL, ReplicaStatus
 from dbmigrate.hosts import LocalHost, NoAccessHost
-from dbmigrate.gates import (GateResult, app_fence_rule, binlog_rule, disk_gate, disk_rule, errant_rule,
+from dbmigrate.procedures.kit.preflight_checks import (GateResult, app_fence_rule, binlog_rule, disk_gate, disk_rule, errant_rule,
                              filters_rule, global_privileges, long_trx_rule, parse_grant, read_only_rule,
                              replication_running_rule, reverse_path_rule, versions_rule)
 from dbmigrate.lag import LagSample, judge
@@ -113,7 +113,7 @@ def test_lag_judgement():
 # -- the path, not the config ---------------------------------------------------------
 
 def test_answers_rule_names_every_failure_on_one_line():
-    from dbmigrate.gates import answers_rule
+    from dbmigrate.procedures.kit.preflight_checks import answers_rule
 
     ok, reason, details = answers_rule("every server answers", {"db3": "does not answer (refused)",
                                                                 "db4": "does not answer (timeout)"}, ["db1", "db3", "db4"])
@@ -141,7 +141,7 @@ class _Srv:
 
 
 def test_router_gate_refuses_a_router_that_cannot_switch_to_the_candidate():
-    from dbmigrate.gates import router_gate
+    from dbmigrate.procedures.kit.preflight_checks import router_gate
     from dbmigrate.routing import RouterError
 
     ok, reason, _ = router_gate(_Router(RouterError("HAProxy at /run/h.sock has no backend 'writers'")), _Srv(), _Srv())
@@ -159,7 +159,7 @@ def test_bypassing_users_follow_roles_granted_to_users_and_to_roles():
 
 
 def test_bypass_sessions_rule_refuses_an_account_not_allowed_by_name():
-    from dbmigrate.gates import bypass_sessions_rule
+    from dbmigrate.procedures.kit.preflight_checks import bypass_sessions_rule
 
     ok, reason, _ = bypass_sessions_rule(["ops", "app", "dbmigrate"], {"ops", "dbmigrate"}, {"dbmigrate", "repl"},
                                          set(), "db1")

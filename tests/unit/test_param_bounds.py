@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from dbmigrate.procedures.consolidate.run import ConsolidateParams
+from dbmigrate.procedures.consolidate.context import ConsolidateParams
 from dbmigrate.procedures.promote.procedure import PromoteParams
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 

@@ -17,7 +17,7 @@ from dbmigrate.procedures.consolidate.physical_seed import (
     parse_binlog_info,
 )
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, Demand, PlannedInstance, ShardDemand
-from dbmigrate.procedures.consolidate.run import ConsolidateError
+from dbmigrate.procedures.consolidate.context import ConsolidateError
 from dbmigrate.procedures.consolidate.throttle import (
     MB,
     Limits,
@@ -158,7 +158,7 @@ def test_fleet_stop_starts_nothing_after_a_failure():
 def _ctx(journal, plan, **params):
     from dbmigrate.engine.events import EventBus
     from dbmigrate.engine.step import RunContext
-    from dbmigrate.procedures.consolidate.run import ConsolidateParams, PlanOnly
+    from dbmigrate.procedures.consolidate.context import ConsolidateParams, PlanOnly
 
     journal.create_run("r1", procedure="consolidate", cluster="c")
     return RunContext(run_id="r1", procedure="consolidate", cluster="c", journal=journal, bus=EventBus(),
@@ -263,7 +263,7 @@ def test_fleet_step_whose_every_server_declined_refuses_and_one_that_also_moved_
     from dbmigrate.engine.journal import Journal
     from dbmigrate.exceptions import Refused
     from dbmigrate.procedures.consolidate.fleet import fleet_step
-    from dbmigrate.procedures.consolidate.run import ConsolidateRefused
+    from dbmigrate.procedures.consolidate.context import ConsolidateRefused
 
     plan = _plan({"i1": ["a"], "i2": ["b"]})
 
@@ -321,7 +321,7 @@ def test_cutover_undo_puts_back_a_cutover_the_tool_stopped_in_before_the_done_on
     from dbmigrate.engine.journal import Journal
     from dbmigrate.procedures.consolidate import procedure
     from dbmigrate.procedures.consolidate.resources import ConsolidateState, CutRecord
-    from dbmigrate.procedures.consolidate.run import ConsolidateParams
+    from dbmigrate.procedures.consolidate.context import ConsolidateParams
 
     plan = _plan({"i1": ["a"], "i2": ["b"], "i3": ["c"]})
     undone: list[str] = []

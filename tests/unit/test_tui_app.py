@@ -12,7 +12,7 @@ from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures import registry
 from dbmigrate.procedures.contract import Prepared
-from dbmigrate.tui.app import CutoverApp
+from dbmigrate.tui.session import CutoverApp
 from dbmigrate.tui.widgets import GateModal, KeysScreen, LagPanel, LatencyPanel, StepList, WarmPanel
 from tests.unit.test_engine_support import FakeLockServer
 

@@ -9,7 +9,7 @@ import pytest
 
 from dbmigrate.app.consolidate_board import FleetLayout, TargetHost, TargetInstance, fleet_layout
 from dbmigrate.engine.events import GateDecided, Metric, StepFinished
-from dbmigrate.tui.app import CutoverApp
+from dbmigrate.tui.session import CutoverApp
 from dbmigrate.tui.fleet import FleetBoard
 from dbmigrate.tui.widgets.fleet import FleetTable
 from tests.unit.tui_screen import screen_rows, until

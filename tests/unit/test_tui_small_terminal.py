@@ -14,7 +14,7 @@ from dbmigrate.app.errors import REFUSED, exit_code_of_run
 from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure
 from dbmigrate.procedures import registry
 from dbmigrate.procedures.contract import Prepared
-from dbmigrate.tui.app import CutoverApp
+from dbmigrate.tui.session import CutoverApp
 from dbmigrate.tui.widgets import EventLog, GateModal, LagPanel, LatencyPanel, StepList
 from tests.unit.test_engine_support import FakeLockServer
 from tests.unit.tui_screen import compact, read_by_paging, screen_rows, squash, until

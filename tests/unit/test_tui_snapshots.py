@@ -15,7 +15,7 @@ import pytest
 
 from dbmigrate.engine.events import (GateDecided, GateWaiting, Metric, RunFinished, RunStarted, StepFinished,
                                      StepStarted)
-from dbmigrate.tui.app import CutoverApp
+from dbmigrate.tui.session import CutoverApp
 from dbmigrate.tui.messages import EngineEvent
 from dbmigrate.tui.widgets import GateModal
 

@@ -10,7 +10,7 @@ from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError
 from dbmigrate.procedures.consolidate.plan import connection_name
 from dbmigrate.procedures.consolidate.resources import CutRecord
-from dbmigrate.procedures.consolidate.run import (
+from dbmigrate.procedures.consolidate.context import (
     ConsolidateError,
     ConsolidateRefused,
     address_of,
@@ -156,7 +156,7 @@ def fence(ctx: RunContext, source: str, targets: list) -> tuple[ServerFence, Fen
             ctx.clock.sleep(BUDGET_POLL_S)
 
     def converge_again() -> None:
-        from dbmigrate.procedures.consolidate.gates import source_caught_up
+        from dbmigrate.procedures.consolidate.readiness import source_caught_up
 
         ok, reason, _ = source_caught_up(ctx, p, source)
         if not ok:

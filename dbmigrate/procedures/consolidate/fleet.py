@@ -26,7 +26,7 @@ from dbmigrate.engine.runner import explain
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError, Refused
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan
-from dbmigrate.procedures.consolidate.run import ConsolidateError, ConsolidateRefused, edit_state, params_of, state_of
+from dbmigrate.procedures.consolidate.context import ConsolidateError, ConsolidateRefused, edit_state, params_of, state_of
 
 
 def lanes_of(plan: ConsolidationPlan) -> list[list[str]]:

@@ -8,7 +8,7 @@ from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import PlannedInstance
 from dbmigrate.procedures.consolidate.provision import provisioner_for
-from dbmigrate.procedures.consolidate.run import (
+from dbmigrate.procedures.consolidate.context import (
     ConsolidateError,
     address_of,
     edit_state,

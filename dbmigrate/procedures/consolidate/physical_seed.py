@@ -32,7 +32,7 @@ from dbmigrate.hosts.resolve import host_for, host_for_planned
 from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
 from dbmigrate.procedures.consolidate.provision import HostControl, InstanceControl, instance_control
 from dbmigrate.procedures.consolidate.resources import LIVE_THROTTLE_KEY
-from dbmigrate.procedures.consolidate.run import (
+from dbmigrate.procedures.consolidate.context import (
     ConsolidateError,
     address_of,
     applier_of,

@@ -38,11 +38,11 @@ from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunC
 from dbmigrate.exceptions import SafetyError, UsageError
 from dbmigrate.procedures.consolidate.cutover import cutover, describe_cutover, undo_cutover, verify_cutover
 from dbmigrate.procedures.consolidate.fleet import failed_at, fleet_step
-from dbmigrate.procedures.consolidate.gates import evaluate_caught_up, evaluate_preflight, source_caught_up
+from dbmigrate.procedures.consolidate.readiness import evaluate_caught_up, evaluate_preflight, source_caught_up
 from dbmigrate.procedures.consolidate.instances import provision_step
 from dbmigrate.procedures.consolidate.provision import sandbox_extra
 from dbmigrate.procedures.consolidate.resources import ConsolidateResources, load_plan, plan_path, prepare
-from dbmigrate.procedures.consolidate.run import (
+from dbmigrate.procedures.consolidate.context import (
     ConsolidateError,
     ConsolidateRefused,
     ConsolidateParams,

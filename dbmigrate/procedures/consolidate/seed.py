@@ -17,7 +17,7 @@ from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
 from dbmigrate.procedures.consolidate.accounts import copy_accounts, differences, shard_accounts, try_login
 from dbmigrate.procedures.consolidate.physical_seed import describe_physical, physical_blockers, seed_physically
-from dbmigrate.procedures.consolidate.run import (
+from dbmigrate.procedures.consolidate.context import (
     ConsolidateError,
     address_of,
     applier_of,

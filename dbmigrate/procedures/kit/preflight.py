@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dbmigrate import gates
+from dbmigrate.procedures.kit import preflight_checks
 from dbmigrate.engine.step import AutoGate, GateVerdict, RunContext
 
 
@@ -28,13 +28,13 @@ def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, limits: 
     passes; anything else fails at once. The details keep every check's verdict, so
     the journal shows all of them.
     """
-    checks = gates.Limits(max_lag_ms=limits.max_lag_ms, max_trx_age_s=limits.max_trx_age_s,
+    checks = preflight_checks.Limits(max_lag_ms=limits.max_lag_ms, max_trx_age_s=limits.max_trx_age_s,
                           write_heartbeat=not ctx.dry_run, allow_read_only_bypass=limits.allow_read_only_bypass,
                           fence_expiry=limits.fence_expiry)
     deadline = ctx.clock.monotonic() + (0 if ctx.dry_run else limits.lag_wait_s)
     waited = 0.0
     while True:
-        results = gates.run_preflight(inventory, ctx.cluster, candidate, checks)
+        results = preflight_checks.run_preflight(inventory, ctx.cluster, candidate, checks)
         failed = [g for g in results if not g.ok]
         if not failed or any(g.name != "lag" for g in failed) or ctx.clock.monotonic() >= deadline:
             break

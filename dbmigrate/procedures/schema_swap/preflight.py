@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dbmigrate import gates
+from dbmigrate.procedures.kit import preflight_checks
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.db.scratch import ScratchSchema
@@ -15,7 +15,7 @@ from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 from dbmigrate.procedures.schema_swap.readers import router_of
-from dbmigrate.procedures.schema_swap.run import params_of, resources_of, server_of
+from dbmigrate.procedures.schema_swap.context import params_of, resources_of, server_of
 
 
 def switchover_limits(p: SchemaSwapParams) -> PreflightLimits:
@@ -104,13 +104,13 @@ def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
         return (not bad), ("; ".join(bad) if bad else f"replication running on {len(sides)} replica(s)")
 
     def lag() -> tuple[bool, str]:
-        g = gates.lag_gate(primary, sides, p.max_lag_ms, write=not ctx.dry_run)
+        g = preflight_checks.lag_gate(primary, sides, p.max_lag_ms, write=not ctx.dry_run)
         return g.ok, g.reason
 
     def errant() -> tuple[bool, str]:
         bad = []
         for s in sides:
-            g = gates.errant_rule(s.flavor, *gates.fresh_states(s, primary), s.name)
+            g = preflight_checks.errant_rule(s.flavor, *preflight_checks.fresh_states(s, primary), s.name)
             if not g.ok:
                 bad.append(g.reason)
         return (not bad), ("; ".join(bad) if bad else f"no errant GTIDs on {len(sides)} replica(s)")

@@ -10,7 +10,7 @@ from dbmigrate.procedures.kit.preflight import preflight_gate
 from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings, switch_back
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 from dbmigrate.procedures.schema_swap.preflight import switchover_limits
-from dbmigrate.procedures.schema_swap.run import params_of, plan_names, resources_of
+from dbmigrate.procedures.schema_swap.context import params_of, plan_names, resources_of
 
 
 def settings_of(p: SchemaSwapParams) -> SwitchoverSettings:

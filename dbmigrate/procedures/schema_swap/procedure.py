@@ -55,7 +55,7 @@ from dbmigrate.procedures.schema_swap.readers import (
 )
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, prepare
 from dbmigrate.procedures.schema_swap.replay import hint_warnings, replay_ready
-from dbmigrate.procedures.schema_swap.run import current_primary, params_of, plan_names, resources_of
+from dbmigrate.procedures.schema_swap.context import current_primary, params_of, plan_names, resources_of
 from dbmigrate.procedures.schema_swap.sides import (
     all_applied,
     apply_ddl,

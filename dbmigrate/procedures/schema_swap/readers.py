@@ -7,7 +7,7 @@ from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, SchemaSwapState
-from dbmigrate.procedures.schema_swap.run import current_primary, params_of, resources_of, server_of
+from dbmigrate.procedures.schema_swap.context import current_primary, params_of, resources_of, server_of
 from dbmigrate.routing.base import same_address
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbmigrate import gates
+from dbmigrate.procedures.kit import preflight_checks
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import RunContext
@@ -14,7 +14,7 @@ from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.procedures.kit.warmup import warm, warm_ready as kit_warm_ready
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied, expectation_holds
-from dbmigrate.procedures.schema_swap.run import current_primary, params_of, plan_names, resources_of, server_of
+from dbmigrate.procedures.schema_swap.context import current_primary, params_of, plan_names, resources_of, server_of
 
 
 def end_sessions(ctx: RunContext, side: str) -> str:
@@ -193,8 +193,8 @@ def side_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
     if st is None or not st.running:
         why = f"io={st.io_running} sql={st.sql_running} {st.last_error}".strip() if st else "not a replica"
         return False, f"{side}: replication not running ({why})", details
-    lag = gates.lag_gate(primary, [server], p.max_lag_ms, write=not ctx.dry_run)
-    errant = gates.errant_rule(server.flavor, *gates.fresh_states(server, primary), side)
+    lag = preflight_checks.lag_gate(primary, [server], p.max_lag_ms, write=not ctx.dry_run)
+    errant = preflight_checks.errant_rule(server.flavor, *preflight_checks.fresh_states(server, primary), side)
     details.update(lag=lag.details, errant=errant.details.get("errant"))
     bad = [g.reason for g in (lag, errant) if not g.ok]
     if bad:

@@ -10,7 +10,7 @@ from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.fleet import failed_at
 from dbmigrate.procedures.consolidate.plan import connection_name
-from dbmigrate.procedures.consolidate.run import ConsolidateParams, address_of, is_cut, plan_of, route_of, server_of
+from dbmigrate.procedures.consolidate.context import ConsolidateParams, address_of, is_cut, plan_of, route_of, server_of
 
 
 def evaluate_preflight(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict]:
