@@ -253,6 +253,15 @@ def run_as_operator(pb: Path, moments: "Moments") -> tuple[Any, float, float, fl
         event = cls(**fields)
         run_id = run_id or event.run_id
         moments(event)
+        # What the step events do not show: the run's start (after the tool's start-up), its
+        # phases and gates (preflight is a gate's checks, not steps).
+        when = moments.time_of(event)
+        if isinstance(event, ev.RunStarted):
+            moments.events.append((when, "run: the run started"))
+        elif isinstance(event, ev.PhaseStarted):
+            moments.events.append((when, f"{event.phase}: phase started"))
+        elif isinstance(event, ev.GateDecided):
+            moments.events.append((when, f"{event.phase}: gate {event.gate} decided"))
         if isinstance(event, ev.RunFinished):
             final = event
     outcome = type("Outcome", (), {"run_id": run_id, "status": final.status if final else "unknown",
@@ -265,9 +274,10 @@ def phase_of(t: float, exec_at: float, moments: "Moments") -> str:
     for s, e in moments.windows():
         if s <= t <= e:
             return "fenced window"
-    started = [(when, what) for when, what in moments.events if what.endswith(" started")]
+    started = sorted((when, what) for when, what in moments.events if what.endswith(" started")
+                     or " gate " in what)
     if not started or t < started[0][0]:
-        return "start-up (exec to the first step)"
+        return "start-up (exec to the run's first event)"
     last = max((x for x in started if x[0] <= t), default=started[0])
     return last[1].split(":")[0]
 

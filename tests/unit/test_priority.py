@@ -14,7 +14,7 @@ from dbmigrate import priority
 @pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority back needs root or RLIMIT_NICE")
 def test_lowered_until_the_window_then_back_for_every_thread():
     start = os.getpriority(os.PRIO_PROCESS, 0)
-    priority.begin_run()
+    priority.begin_run(priority.NICE_OUTSIDE_WINDOW)
     try:
         assert priority.lowered()
         assert os.getpriority(os.PRIO_PROCESS, 0) == min(19, start + priority.NICE_OUTSIDE_WINDOW)
@@ -35,6 +35,16 @@ def test_lowered_until_the_window_then_back_for_every_thread():
 
 def test_end_run_restores_even_without_a_window():
     start = os.getpriority(os.PRIO_PROCESS, 0)
-    priority.begin_run()
+    priority.begin_run(3)
     priority.end_run()
     assert os.getpriority(os.PRIO_PROCESS, 0) == start and not priority.lowered()
+
+
+def test_unchanged_unless_asked_for(monkeypatch):
+    monkeypatch.delenv("DBMIGRATE_NICE", raising=False)
+    priority.begin_run()
+    assert not priority.lowered()
+    monkeypatch.setenv("DBMIGRATE_NICE", "not a number")
+    assert priority.requested() == 0
+    monkeypatch.setenv("DBMIGRATE_NICE", "5")
+    assert priority.requested() == 5
