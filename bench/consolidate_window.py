@@ -40,6 +40,7 @@ from dbmigrate.app.runs import resolve_journal_path, start_run  # noqa: E402
 from dbmigrate.config import HostSpec  # noqa: E402
 from dbmigrate.engine.journal import Journal  # noqa: E402
 from dbmigrate.procedures.consolidate.plan import measure_shards, plan  # noqa: E402
+from dbmigrate.rehearsal.provision import install as install_sandbox_provisioner  # noqa: E402
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes  # noqa: E402
 from dbmigrate.rehearsal.sandbox.ports import free_port_range  # noqa: E402
 from dbmigrate.rehearsal.verify.pooled_writer import PooledWriter  # noqa: E402
@@ -114,6 +115,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="4,400", help="MB of blob data in the shard, comma-separated")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    install_sandbox_provisioner()  # the sandbox creates the planned instances, as `dbmigrate run` has it do
     boxes = Sandboxes()
     out = [one(boxes, int(mb)) for mb in args.sizes.split(",")]
     if args.json:

@@ -3,7 +3,7 @@
 
 Per scenario (`--list` shows them): a 3-server sandbox behind HAProxy, sysbench (2 threads),
 the zero-loss verifier writing through HAProxy, a monitor polling @@read_only on every server
-every ~5 ms; `dbmigrate run` paused at a named point (kill -9, SIGTERM, SIGINT at every step
+every 10 ms over its unix socket; `dbmigrate run` paused at a named point (kill -9, SIGTERM, SIGINT at every step
 boundary and inside fence, catch-up, open, flip, repoint and reverse; the candidate frozen; the
 old primary killed; HAProxy killed; a long statement at the fence; bad settings), then at most
 one `dbmigrate resume` or `rollback`, then the health check. Printed per scenario: lost writes

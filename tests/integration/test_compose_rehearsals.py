@@ -89,11 +89,27 @@ def compose_images(dbm_home):
     assert not _engine_processes(dbm_home)
 
 
+def _container_servers() -> set[int]:
+    """mariadbd processes started the way the compose file starts them (inside containers)."""
+    found = set()
+    for p in Path("/proc").iterdir():
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith("mariadbd --user=mysql --bind-address=127."):
+            found.add(int(p.name))
+    return found
+
+
 @pytest.fixture
 def no_leftovers(compose_images, dbm_home):
-    """After the test (passed or not): no engine process and no topology directory of the run."""
+    """After the test (passed or not): no engine process, no server process of a container and
+    no topology directory of the run."""
+    before = _container_servers()
     yield
-    procs = _engine_processes(dbm_home)
+    procs = _engine_processes(dbm_home) + [f"{pid} mariadbd of a container" for pid in
+                                           sorted(_container_servers() - before)]
     topologies = list((dbm_home / "compose").glob("*/topology.json")) if (dbm_home / "compose").exists() else []
     for t in topologies:  # a failed test must not leave its topology to the next one
         from dbmigrate.rehearsal.compose.run import teardown
@@ -216,7 +232,7 @@ def test_an_image_build_without_a_mirror_fails_clearly(no_leftovers, compose_ima
     assert "building image dbmigrate/" in r.stderr and "mirror" in r.stderr, r.stderr[-1500:]
 
 
-def test_a_kept_topology_is_named_until_removed(no_leftovers, compose_images):
+def test_a_kept_topology_is_named_until_removed_even_after_its_engine_died(no_leftovers, compose_images):
     from dbmigrate.exceptions import UsageError
     from dbmigrate.rehearsal.compose.run import ComposeRun
 
@@ -226,6 +242,8 @@ def test_a_kept_topology_is_named_until_removed(no_leftovers, compose_images):
         with pytest.raises(UsageError) as e:
             ComposeRun("another", {"another-1": "db1"}).up()
         assert "kept-one" in e.value.message and "dbmigrate rehearse down kept-one" in e.value.hint
+        if kept.engine.owned:  # the run's own engine dies hard: its containers must still go, and their processes
+            os.kill(kept.engine.pid, 9)
     finally:
         r = run_cli("rehearse", "down", "kept-one")
     assert r.returncode == 0, r.stderr[-1500:]

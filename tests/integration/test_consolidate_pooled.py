@@ -37,6 +37,7 @@ from dbmigrate.engine.journal import Journal
 from dbmigrate.faultpoint import ENV_FILE, ENV_MAX_S, ENV_POINT
 from dbmigrate.procedures.consolidate.plan import measure_shards, plan
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
+from dbmigrate.rehearsal.provision import install as install_sandbox_provisioner
 from dbmigrate.rehearsal.sandbox.ports import free_port_range
 from dbmigrate.rehearsal.verify.pooled_writer import PooledWriter
 from dbmigrate.rehearsal.verify.shard_writer import ids_on
@@ -52,6 +53,12 @@ SHARD = "shard_p"
 BLOB_MB = int(os.environ.get("DBMIGRATE_TEST_BLOB_MB", "96"))
 ROW_KB = 64
 APP2 = Credentials("certs_ro", "app2-secret")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sandbox_provisioner():
+    """The runs here are started in this process: the sandbox creates the planned instances."""
+    install_sandbox_provisioner()
 
 
 @pytest.fixture(scope="module")

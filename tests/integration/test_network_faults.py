@@ -39,6 +39,7 @@ class Listener:
         self.sock.listen(8)
         self.port = self.sock.getsockname()[1]
         self.received: list[tuple[float, int, bytes]] = []  # (monotonic, client port, data)
+        self.conns: dict[int, socket.socket] = {}  # client port -> the server's side
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -47,6 +48,7 @@ class Listener:
                 conn, addr = self.sock.accept()
             except OSError:
                 return
+            self.conns[addr[1]] = conn
             threading.Thread(target=self._read, args=(conn, addr[1]), daemon=True).start()
 
     def _read(self, conn, client_port):
@@ -56,6 +58,10 @@ class Listener:
                 if not data:
                     return
                 self.received.append((time.monotonic(), client_port, data))
+
+    def accepted(self, client_port: int) -> socket.socket:
+        assert _wait(lambda: client_port in self.conns, 2)
+        return self.conns[client_port]
 
     def got(self, text: bytes) -> float | None:
         return next((t for t, _, d in self.received if text in d), None)
@@ -72,7 +78,7 @@ def listener():
 
 
 def _our_rules() -> list[str]:
-    return [ln for ln in netfault.iptables(["-S", "INPUT"]).splitlines() if netfault.RULE_TAG in ln]
+    return [ln for ln in netfault.iptables(["-S", "INPUT"]).splitlines() if netfault.own_tag() in ln]
 
 
 def _connects(port: int, timeout: float = 0.4) -> bool:
@@ -144,14 +150,20 @@ def test_one_connection_partitioned_by_its_client_port(listener):
     b = socket.create_connection(("127.0.0.1", listener.port))
     try:
         assert netfault.client_ports(os.getpid(), listener.port) == sorted([a.getsockname()[1], b.getsockname()[1]])
+        served = listener.accepted(a.getsockname()[1])
         with netfault.partition_connection(listener.port, a.getsockname()[1]):
             a.sendall(b"from-a;")
             b.sendall(b"from-b;")
+            served.sendall(b"to-a;")  # the server's side of the cut connection: dropped too
             assert _wait(lambda: listener.got(b"from-b;"), 2)
-            time.sleep(0.5)
+            a.settimeout(0.5)
+            with pytest.raises(socket.timeout):
+                a.recv(100)
             assert listener.got(b"from-a;") is None
         assert _our_rules() == []
         assert _wait(lambda: listener.got(b"from-a;"), 10)
+        a.settimeout(10)
+        assert a.recv(100) == b"to-a;"
     finally:
         a.close()
         b.close()

@@ -58,7 +58,9 @@ def test_partition_is_undone_on_keyboard_interrupt():
     ipt = FakeIptables()
     with pytest.raises(KeyboardInterrupt):
         with netfault.partition_connection(3307, 45678, run=ipt):
-            assert "--sport" in ipt.chain[0] and "45678" in ipt.chain[0]
+            back, to = ipt.chain  # both ways: a replica's link carries data from the server
+            assert to[to.index("--sport") + 1] == "45678" and to[to.index("--dport") + 1] == "3307"
+            assert back[back.index("--sport") + 1] == "3307" and back[back.index("--dport") + 1] == "45678"
             raise KeyboardInterrupt
     assert ipt.chain == []
 
@@ -133,7 +135,12 @@ def test_leftovers_are_found_by_tag_and_only_they_are_removed():
     cm = netfault.partition_at_statement(3307, "SET GLOBAL read_only=OFF", run=ipt)
     cm.__enter__()  # a harness killed here never reaches __exit__
     assert len(ipt.chain) == 3
+    other = ["INPUT", "-p", "tcp", "--dport", "3308", "-m", "comment", "--comment", netfault.own_tag(1) + "7",
+             "-j", "DROP"]  # another process's fault: not ours to remove
+    ipt.chain.append(other)
     assert netfault.remove_leftovers(run=ipt) == 2
+    assert ipt.chain == [["INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT"], other]
+    assert netfault.remove_leftovers(run=ipt, any_process=True) == 1
     assert ipt.chain == [["INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT"]]
     with pytest.raises(FaultError):  # its own undo now finds them gone, and says so
         cm.__exit__(None, None, None)

@@ -104,7 +104,10 @@ class Engine:
             deadline = time.monotonic() + STOP_TIMEOUT_S
             while _alive(self.pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-        for pid, _ in self.processes():  # a shim or containerd outliving dockerd
+        # A shim or containerd outliving dockerd (it was killed): the containers' processes under
+        # the shims go too, or they would run on, reparented, with nothing left to stop them.
+        leftover = [pid for pid, _ in self.processes()]
+        for pid in _descendants(leftover) + leftover:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if self._proc is not None:
@@ -116,6 +119,8 @@ class Engine:
         if self.exec_root:
             _unmount_below(self.exec_root)
             shutil.rmtree(self.exec_root, ignore_errors=True)
+        if self.data_root:
+            _unmount_below(self.data_root, including=True)  # what a killed engine left mounted
         _record_path().unlink(missing_ok=True)
         self.owned = False
 
@@ -268,13 +273,34 @@ def _all_processes() -> list[tuple[int, str]]:
     return out
 
 
-def _unmount_below(path: Path) -> None:
-    """Mounts an engine left under its exec-root (a killed engine does not unmount them)."""
+def _descendants(roots: list[int]) -> list[int]:
+    """Every process below `roots` (children first found, then theirs)."""
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            ppid = int((p / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(p.name))
+    out, todo = [], list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out and child not in roots:
+                out.append(child)
+                todo.append(child)
+    return out
+
+
+def _unmount_below(path: Path, including: bool = False) -> None:
+    """Mounts an engine left under its roots (a killed engine does not unmount them)."""
     try:
         mounts = Path("/proc/self/mounts").read_text().splitlines()
     except OSError:
         return
-    targets = [m.split()[1] for m in mounts if len(m.split()) > 1 and m.split()[1].startswith(str(path) + "/")]
+    targets = [m.split()[1] for m in mounts if len(m.split()) > 1
+               and (m.split()[1].startswith(str(path) + "/") or including and m.split()[1] == str(path))]
     for t in sorted(targets, key=len, reverse=True):
         subprocess.run(["umount", "-l", t], capture_output=True, timeout=10, check=False)
 

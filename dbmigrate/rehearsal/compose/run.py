@@ -137,11 +137,15 @@ def teardown(name: str, progress: Progress | None = None) -> list[str]:
             engine = Engine(state.engine_address, owned=True, pid=rec.get("pid"),
                             data_root=Path(rec["data_root"]), exec_root=Path(state.engine_address[7:]).parent)
     if not answers(engine.address):
-        engine.stop()
-        import shutil
+        if not state.engine_owned:
+            raise SandboxError(f"the Docker Engine of {name} ({state.engine_address}) does not answer",
+                               hint="start it again, then retry")
+        # The run's own engine is gone (the run was killed): its containers are still in the
+        # data-root, so an engine is started on it again to remove them.
+        from dbmigrate.rehearsal.compose.engine import acquire
 
-        shutil.rmtree(path, ignore_errors=True)
-        return []
+        engine.stop()
+        engine = acquire(progress)
     topology = ComposeTopology(engine, Images("", "", {}), progress)
     try:
         left = topology.down(state)

@@ -426,6 +426,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
                 cluster.boxes.stop_instance(name, other)
             unchanged_before = _comparable(inv, name, skip=other if sc.where == "down-replica" else None)
         with open(work / "run.out", "wb") as out:
+            launched = time.monotonic()
             proc = subprocess.Popen(_dbmigrate("run", str(pb), "--yes", "--json"), env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
@@ -437,6 +438,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
                     res.problems.append(f"the run never reached {sc.pause}")
             limit = FROZEN_GIVE_UP_S if sc.fault == "freeze-candidate" else TOOL_TIMEOUT_S + (sc.hold_s or 0)
             rc = wait_exit(proc, limit)
+            res.details["run_wall_s"] = round(time.monotonic() - launched, 2)  # start to exit, as the harness saw it
             if rc is None:
                 res.problems.append(f"the run had not ended {limit:g} s after the fault: killed")
         finally:
@@ -459,10 +461,13 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
                 res.problems.append(f"the run ended '{res.run_status}' where nothing should be needed")
             else:
                 with open(work / "recovery.out", "wb") as out:
+                    recovering = time.monotonic()
                     rproc = subprocess.Popen(_dbmigrate(sc.recovery, run_id, "--yes", "--json"), env={
                         k: v for k, v in env.items() if k not in (ENV_POINT, ENV_FILE, ENV_MAX_S)},
                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 rrc = wait_exit(rproc, TOOL_TIMEOUT_S)
+                res.details["recovery_started_after_run_s"] = round(recovering - launched, 2)
+                res.details["recovery_wall_s"] = round(time.monotonic() - recovering, 2)
                 _, res.action_status = run_status(journal)
                 res.details["recovery_exit"] = rrc
                 res.details["recovery_output_tail"] = _tail(work / "recovery.out")

@@ -8,7 +8,7 @@ still reach the server after the partition heals, long after its sender gave up 
 That late arrival is the fault these rows exist for (netem is not available here).
 
 - `partition(port)`: every packet to the port is dropped (existing and new connections).
-- `partition_connection(port, client_port)`: one TCP connection's packets only.
+- `partition_connection(port, client_port)`: one TCP connection, cut both ways.
 - `partition_at_statement(port, text, ...)`: armed now, it starts with the first packet to
   `port` carrying `text` (a statement): from then on either the whole of `drop_port` is
   partitioned, or only the connection that carried the statement (`scope="connection"`).
@@ -16,8 +16,8 @@ That late arrival is the fault these rows exist for (netem is not available here
   statement, not from when it was armed.
 - `freeze(pid)`: SIGSTOP, and SIGCONT on the way out.
 
-Every rule carries a comment starting with RULE_TAG; `remove_leftovers()` removes the ones
-a killed harness left behind.
+Every rule carries a comment starting with RULE_TAG and the adding process's id;
+`remove_leftovers()` removes the ones a harness left behind (its own, by default).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def iptables(args: list[str]) -> str:
 
 def _name() -> str:
     """A name of its own for each fault (comment, recent list, connection mark)."""
-    return f"{RULE_TAG}-{os.getpid()}-{next(_serial)}"
+    return f"{own_tag()}{next(_serial)}"
 
 
 def _port(port: int) -> str:
@@ -113,9 +113,14 @@ def partition(port: int, *, run: Run = iptables) -> Iterator[None]:
 
 @contextmanager
 def partition_connection(port: int, client_port: int, *, run: Run = iptables) -> Iterator[None]:
-    """The packets of one connection to `port` (from `client_port` on loopback) dropped."""
+    """One connection to `port` (from `client_port` on loopback) cut both ways: a replica's
+    link carries its data from the server to the client, which dropping requests alone
+    would let through."""
+    name = _name()
     with _rules(run) as rules:
-        rules.add([*_to(port), "--sport", _port(client_port), "-m", "comment", "--comment", _name(), "-j", "DROP"])
+        rules.add([*_to(port), "--sport", _port(client_port), "-m", "comment", "--comment", name, "-j", "DROP"])
+        rules.add(["INPUT", "-p", "tcp", "-s", "127.0.0.1", "--sport", _port(port), "--dport", _port(client_port),
+                   "-m", "comment", "--comment", name, "-j", "DROP"])
         yield
 
 
@@ -184,12 +189,19 @@ def partition_at_statement(port: int, text: str, *, scope: Scope = "port", drop_
         yield Trigger(name, recent_dir)
 
 
-def remove_leftovers(run: Run = iptables) -> int:
-    """Remove every rule this module added that is still in INPUT (a harness killed before it
-    could undo). Returns how many were removed."""
+def own_tag(pid: int | None = None) -> str:
+    """The start of the comment of every rule process `pid` (default: this one) adds."""
+    return f"{RULE_TAG}-{os.getpid() if pid is None else pid}-"
+
+
+def remove_leftovers(run: Run = iptables, *, pid: int | None = None, any_process: bool = False) -> int:
+    """Remove the rules this process (or process `pid`, or with `any_process` every process
+    using this module, e.g. one that was killed) added that are still in INPUT. Returns how
+    many were removed."""
+    tag = RULE_TAG if any_process else own_tag(pid)
     removed = 0
     for line in run(["-S", "INPUT"]).splitlines():
-        if RULE_TAG not in line or not line.startswith("-A INPUT"):
+        if tag not in line or not line.startswith("-A INPUT"):
             continue
         run(["-D", *shlex.split(line)[1:]])
         removed += 1
