@@ -102,7 +102,12 @@ def one(boxes: Sandboxes, mb: int) -> dict:
 
         with Server("new", "127.0.0.1", int(new["port"]), inv.credentials_for(inv.cluster(name).servers[old])) as srv:
             lost = len({i for i, *_ in pool.acks} - ids_on(srv, SHARD))
-        return {"mb": mb, "status": outcome.status, "fenced_ms": fenced, "fill_s": round(fill_s, 1),
+        times = [t for _, _, t in pool.acks]
+        gaps = sorted(((b - a, a) for a, b in zip(times, times[1:])), reverse=True)[:1]
+        steps = {st["name"].split(" ")[0] + " " + st["name"].split(" ")[1]: (st.get("started_at"), st.get("finished_at"))
+                 for st in run["steps"] if st.get("action", "run") == "run"}
+        gap_at = time.strftime("%H:%M:%S", time.gmtime(gaps[0][1])) if gaps else None
+        return {"mb": mb, "status": outcome.status, "fenced_ms": fenced, "gap_at_utc": gap_at, "steps": steps, "fill_s": round(fill_s, 1),
                 "cutover_step_s": round(cut.get("duration_s") or 0, 2) if isinstance(cut.get("duration_s"), float)
                 else None, "checksum_table_ms": round(checksum_ms), "gap_ms": round(pool.longest_gap_s() * 1000),
                 "lost": lost, "pool_errors": pool.error_counts()}
@@ -124,7 +129,7 @@ def main() -> None:
     for r in out:
         print(f"{r['mb']:>5} MB: {r['status']}, fenced window {r['fenced_ms']:.0f} ms, longest write gap "
               f"{r['gap_ms']} ms, {r['lost']} lost; CHECKSUM TABLE of the shard would take {r['checksum_table_ms']} ms "
-              f"(data generated in {r['fill_s']}s)")
+              f"(data generated in {r['fill_s']}s); longest gap began {r['gap_at_utc']} UTC; steps {r['steps']}")
     small, large = out[0], out[-1]
     if small["fenced_ms"] and large["fenced_ms"]:
         print(f"ratio fenced window {large['mb']} MB / {small['mb']} MB = {large['fenced_ms'] / small['fenced_ms']:.2f}; "
