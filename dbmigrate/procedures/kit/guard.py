@@ -284,6 +284,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
         decisions: list[dict[str, Any]] = []
         i = 0
         rotated = ""
+        tripped: tuple[dict[str, Any], list[str]] | None = None
         # The first sample holds everything since the router flip: it weighs as that many seconds.
         switched_at = CutoverState.load(ctx.state).switched_at
         last = started - max(0.0, clock.now() - switched_at) if switched_at else started
@@ -317,10 +318,10 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                     ctx.log(f"guard sample {i} ({second.queries} queries): "
                             f"{'; '.join(second.reasons) or 'within policy'}")
                     if second.rollback:
-                        with GuardState.edit(ctx.state) as s:
-                            s.guard_tripped = record
-                        raise GuardTripped("latency guard: " + "; ".join(second.reasons),
-                                           hint="the cutover is being rolled back through the reverse replication")
+                        # Digested below first (what the samples so far held): the before/after
+                        # comparison of a rolled-back cutover is what the operator reads next.
+                        tripped = (record, second.reasons)
+                        break
                     left = policy.window_s - (clock.monotonic() - started)
                     if left <= 0:
                         break
@@ -335,6 +336,12 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                                          duration_s=clock.monotonic() - started,
                                          source={"kind": "guard", "server": server.name})
         whole.unlink(missing_ok=True)
+        if tripped is not None:
+            record, reasons = tripped
+            with GuardState.edit(ctx.state) as s:
+                s.guard_tripped = record
+            raise GuardTripped("latency guard: " + "; ".join(reasons),
+                               hint="the cutover is being rolled back through the reverse replication")
         decision = evaluate(policy, baseline, digest)
         record = {"window": "all", "queries": digest.query_count, "rollback": decision.rollback,
                   "insufficient": decision.insufficient, "reasons": decision.reasons, "numbers": decision.numbers,
