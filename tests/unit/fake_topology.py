@@ -166,9 +166,6 @@ class FakeTopology(Topology):
         return s
 
     # -- statements in doubt (the real handle's rule, db/in_doubt.py) ---------------
-    def has_doubts(self) -> bool:
-        return any(s.doubts for s in self.servers.values())
-
     def _settle(self, s: FakeServer) -> None:
         """Before any statement to a server with a change in doubt: end that change's session
         (it then never lands), or fail as the real handle does when it cannot."""

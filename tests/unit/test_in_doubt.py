@@ -10,7 +10,7 @@ import pytest
 from dbmigrate.db.connection import InDoubtUnsettled, QueryError, Unresponsive
 from dbmigrate.db.in_doubt import REGISTRY, InDoubt, settle_on
 from dbmigrate.exceptions import DbmigrateError, SafetyError
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back, switch_back_settling
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
 from tests.unit.fake_topology import FakeRouter, FakeTopology
 from tests.unit.test_switchover_decisions import cluster
 
@@ -76,27 +76,6 @@ def test_open_in_doubt_on_an_unreachable_candidate_keeps_the_old_primary_fenced_
     switch_back(sw, candidate_opened=True, router_switched=True)
     assert never_two_writable_for(topo, 30) == ["db1"]
     assert topo.missing_on("db1") == []
-
-
-def test_the_undo_tries_again_while_the_doubt_cannot_be_settled_and_finishes_once_the_partition_heals():
-    topo, router, sw = flipped()
-    open_in_doubt(topo, sw)
-    topo.clock.at(3.0, lambda: topo.heal("db2", lands_after_s=LATE_S))  # a short partition
-
-    switch_back_settling(sw, candidate_opened=True, router_switched=True, retry_s=15)
-
-    assert never_two_writable_for(topo, LATE_S + 20) == ["db1"]  # the late open was ended first
-    assert router.writer == "127.0.0.1:3301"
-
-
-def test_the_undo_gives_up_after_its_retry_bound_leaving_the_old_primary_fenced():
-    topo, router, sw = flipped()
-    open_in_doubt(topo, sw)
-    t0 = topo.clock.monotonic()
-    with pytest.raises(SafetyError):
-        switch_back_settling(sw, candidate_opened=True, router_switched=True, retry_s=5)
-    assert 5 <= topo.clock.monotonic() - t0 <= 5 + 10  # the bound, plus one attempt's probes
-    assert topo.servers["db1"].read_only
 
 
 def test_open_whose_session_is_already_gone_is_settled_without_a_kill_and_decided_from_the_read():

@@ -17,7 +17,7 @@ from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext, Step
 from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.audit import writes_after_fence
-from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back_settling
+from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back
 
 
 class CutoverState(TypedState):
@@ -129,8 +129,7 @@ def is_fenced(cut: Cutover, ctx: RunContext) -> bool:
 def undo_switchover(cut: Cutover, ctx: RunContext) -> str:
     """The undo of every cutover step: back to the old primary, whatever was done."""
     st = state(ctx)
-    return switch_back_settling(cut.sw(ctx), candidate_opened=st.candidate_opened,
-                                router_switched=st.switched_at is not None)
+    return switch_back(cut.sw(ctx), candidate_opened=st.candidate_opened, router_switched=st.switched_at is not None)
 
 
 def catch_up(cut: Cutover, ctx: RunContext) -> str:

@@ -34,7 +34,6 @@ from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.inspector import Inspector, Session
 from dbmigrate.engine.wait import Clock
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
-from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
 from dbmigrate.procedures.kit.fence_watch import FenceWatch, OnFenceBlocked
 from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError, WaitTimeout
@@ -210,10 +209,6 @@ class Topology:
     def binlog(self, name: str, timeout_s: float) -> BinlogReader:
         """Transactions from `name`'s binlog (each read bounded by `timeout_s`)."""
         return BinlogReader(self.servers[name], timeout_s)
-
-    def has_doubts(self) -> bool:
-        """Is a statement to one of these servers still in doubt (db/in_doubt.py)?"""
-        return any(IN_DOUBT.pending(s.address) for s in self.servers.values())
 
     def side_session(self, name: str, timeout_s: float) -> tuple[Inspector, Applier] | None:
         """Reads and writes on a session of its own to `name` (its watch session, opened before
@@ -660,8 +655,8 @@ class Switchover:
         cand_writable = self.writable_or_none(self.new) if candidate_writable is ... else candidate_writable
         if cand_writable is None:
             if not candidate_known_closed:
-                raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable (what it "
-                                  f"was last sent may still land): {self.old} stays fenced",
+                raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable (its "
+                                  f"open may still land): {self.old} stays fenced",
                                   hint=f"check {self.new} by hand: set read_only=ON there and bring its writes to "
                                        f"{self.old} (replicate until caught up) before {self.old} takes writes again")
             cand_writable = False
@@ -1165,28 +1160,6 @@ def switch_back(sw: Switchover, candidate_opened: bool = True, router_switched: 
             back._repoint(r, sw.old, final_new if back.replicates_from(r, sw.new) else "")
             said.append(f"repointed {r} to {sw.old}")
     return "; ".join(said) or f"{sw.old} is already the primary"
-
-
-# How long an undo keeps trying while a statement it must settle first cannot be settled yet
-# (a short partition heals within seconds; the retransmitted statement is then ended first).
-IN_DOUBT_RETRY_S = 15.0
-IN_DOUBT_RETRY_PAUSE_S = 1.0
-
-
-def switch_back_settling(sw: Switchover, candidate_opened: bool = True, router_switched: bool = True,
-                         retry_s: float = IN_DOUBT_RETRY_S) -> str:
-    """`switch_back`, tried again for up to `retry_s` while it stops on a statement still in doubt:
-    each attempt leaves the safe shape (never two writable), and switch_back is idempotent."""
-    deadline = sw.clock.monotonic() + retry_s
-    while True:
-        try:
-            return switch_back(sw, candidate_opened=candidate_opened, router_switched=router_switched)
-        except DbmigrateError as e:
-            if not sw.topo.has_doubts() or sw.clock.monotonic() >= deadline:
-                raise
-            sw.log(f"{e.message}; a statement is still in doubt: trying again in {IN_DOUBT_RETRY_PAUSE_S:g}s "
-                   f"(for up to {retry_s:g}s)", "warning")
-            sw.clock.sleep(IN_DOUBT_RETRY_PAUSE_S)
 
 
 def _route_back(back: Switchover, sw: Switchover, router_switched: bool) -> list[str]:

@@ -7,8 +7,7 @@ from dbmigrate.engine.step import Phase, RunContext
 from dbmigrate.procedures.kit import cutover as kit_cutover
 from dbmigrate.procedures.kit.cutover import Cutover
 from dbmigrate.procedures.kit.preflight import preflight_gate
-from dbmigrate.procedures.kit.switchover import (Record, Switchover, SwitchoverSettings, switch_back,
-                                                 switch_back_settling)
+from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings, switch_back
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 from dbmigrate.procedures.schema_swap.preflight import switchover_limits
 from dbmigrate.procedures.schema_swap.context import params_of, plan_names, resources_of
@@ -46,7 +45,7 @@ def switchover_phase(ctx: RunContext, params: SchemaSwapParams, primary: str, ca
 
 def switch_back_to_primary(ctx: RunContext) -> str:
     r = resources_of(ctx)
-    return switch_back_settling(switchover(ctx, r.primary, r.candidate), candidate_opened=True)
+    return switch_back(switchover(ctx, r.primary, r.candidate), candidate_opened=True)
 
 
 def is_switched_back(ctx: RunContext) -> bool:
