@@ -266,7 +266,7 @@ def test_switch_back_refuses_to_unfence_while_a_candidate_that_was_opened_is_unr
     with pytest.raises(SafetyError) as refused:
         switch_back(switchover(topo, router), candidate_opened=True)
 
-    assert refused.value.message == "cannot unfence db1: db2 is unreachable and may be writable (its open may still land): db1 stays fenced"
+    assert refused.value.message == "cannot unfence db1: db2 is unreachable and may be writable (what it was last sent may still land): db1 stays fenced"
     assert refused.value.hint.startswith("check db2 by hand: set read_only=ON there")
     assert topo.sent == [] and topo.writable() == []
 
@@ -400,7 +400,7 @@ def test_unfence_old_refuses_while_the_candidate_is_unreachable_and_not_known_cl
     topo.servers["db2"].up = False
     with pytest.raises(SafetyError) as refused:
         switchover(topo).unfence_old(candidate_known_closed=False)
-    assert refused.value.message == "cannot unfence db1: db2 is unreachable and may be writable (its open may still land): db1 stays fenced"
+    assert refused.value.message == "cannot unfence db1: db2 is unreachable and may be writable (what it was last sent may still land): db1 stays fenced"
     assert refused.value.hint == ("check db2 by hand: set read_only=ON there and bring its writes to db1 "
                                   "(replicate until caught up) before db1 takes writes again")
     assert topo.sent == [] and topo.writable() == []
@@ -518,7 +518,7 @@ def test_a_frozen_candidate_that_may_have_been_opened_keeps_the_old_primary_fenc
     topo.servers["db2"].frozen = True
     with pytest.raises(SafetyError) as refused:
         switch_back(switchover(topo, router), candidate_opened=True, router_switched=False)
-    assert refused.value.message == "cannot unfence db1: db2 is unreachable and may be writable (its open may still land): db1 stays fenced"
+    assert refused.value.message == "cannot unfence db1: db2 is unreachable and may be writable (what it was last sent may still land): db1 stays fenced"
     assert topo.writable() == []
 
 

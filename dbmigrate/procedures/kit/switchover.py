@@ -655,8 +655,8 @@ class Switchover:
         cand_writable = self.writable_or_none(self.new) if candidate_writable is ... else candidate_writable
         if cand_writable is None:
             if not candidate_known_closed:
-                raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable (its "
-                                  f"open may still land): {self.old} stays fenced",
+                raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable (what it "
+                                  f"was last sent may still land): {self.old} stays fenced",
                                   hint=f"check {self.new} by hand: set read_only=ON there and bring its writes to "
                                        f"{self.old} (replicate until caught up) before {self.old} takes writes again")
             cand_writable = False
