@@ -69,6 +69,12 @@ class Applier:
     def start_replica(self) -> None:
         self._send(self.flavor.start_replica_sql())
 
+    def restart_replica_io(self) -> None:
+        """A new connection to the source: after a partition heals, the old one may stay silent for
+        seconds (the source's kernel backs off its retransmissions); the SQL thread is untouched."""
+        for sql in self.flavor.restart_io_thread_sql():
+            self._send(sql)
+
     def reset_replica_all(self) -> None:
         self._send(self.flavor.reset_replica_all_sql())
 

@@ -112,6 +112,7 @@ class Flavor:
                           connect_retry: int = 1, ssl: bool = False) -> str: raise NotImplementedError
     def start_replica_sql(self) -> str: raise NotImplementedError
     def stop_replica_sql(self) -> str: raise NotImplementedError
+    def restart_io_thread_sql(self) -> list[str]: raise NotImplementedError
     def reset_replica_all_sql(self) -> str: raise NotImplementedError
     def wait_for_gtid_sql(self) -> str: raise NotImplementedError
     def wait_for_gtid_reached(self, result: Any) -> bool: raise NotImplementedError
@@ -189,6 +190,10 @@ class Flavor:
     def written_by(self, gtid_text: str, server_id: int | str) -> bool: raise NotImplementedError
     def errant(self, candidate_state: str, source_state: str) -> list[str]: raise NotImplementedError
     def includes(self, pos: str, target: str) -> bool: raise NotImplementedError
+
+    def received(self, st: ReplicaStatus, target: str) -> bool:
+        """Has the replica's I/O thread received (or its SQL thread applied) all of `target`?"""
+        return self.includes(st.retrieved_gtid, target) or self.includes(st.executed_gtid, target)
 
 
 def _log_output_with_file(current: Any) -> str:
@@ -292,6 +297,9 @@ class MariaDB(Flavor):
 
     def stop_replica_sql(self) -> str:
         return "STOP SLAVE"
+
+    def restart_io_thread_sql(self) -> list[str]:
+        return ["STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD"]
 
     def reset_replica_all_sql(self) -> str:
         return "RESET SLAVE ALL"
@@ -628,6 +636,9 @@ class MySQL(Flavor):
     def stop_replica_sql(self) -> str:
         return f"STOP {self._replica}"
 
+    def restart_io_thread_sql(self) -> list[str]:
+        return [f"STOP {self._replica} IO_THREAD", f"START {self._replica} IO_THREAD"]
+
     def reset_replica_all_sql(self) -> str:
         return f"RESET {self._replica} ALL"
 
@@ -706,6 +717,11 @@ class MySQL(Flavor):
 
     def includes(self, pos, target):
         return not gtid.mysql_subtract(gtid.parse_mysql_set(target), gtid.parse_mysql_set(pos))
+
+    def received(self, st, target):
+        # Retrieved_Gtid_Set holds only what this connection received: joined with what was executed.
+        both = ",".join(x for x in (st.retrieved_gtid, st.executed_gtid) if x)
+        return self.includes(both, target)
 
     # -- named connections: replication channels --
     def named_source_sql(self, conn, host, port, user, password, log_file, log_pos) -> str:

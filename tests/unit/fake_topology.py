@@ -73,6 +73,9 @@ class FakeServer:
     io_running: bool = False
     sql_running: bool = False
     lag_until: float = 0.0  # the SQL thread applies nothing before this clock time (inf: stuck)
+    # Its I/O thread looks connected but receives nothing until it reconnects (a partition healed
+    # while the source's kernel backs off its retransmissions).
+    io_stalled: bool = False
     row_lock_waits_until: float = 0.0  # a transaction waits for a row lock before this clock time
     last_sql_error: str = ""
     sql_delay_s: int = 0  # a configured MASTER_DELAY (reported only)
@@ -225,7 +228,8 @@ class FakeTopology(Topology):
         while changed:
             changed = False
             for s in self.servers.values():
-                if not (s.up and s.sql_running and self.io_connected(s) and self.clock.monotonic() >= s.lag_until):
+                if not (s.up and s.sql_running and self.io_connected(s) and not s.io_stalled
+                        and self.clock.monotonic() >= s.lag_until):
                     continue
                 have = set(s.log)
                 new = [g for g in self.servers[s.source].log if g not in have]
@@ -342,10 +346,12 @@ class FakeInspector:
         io = "Yes" if connected else "Connecting" if s.io_running else "No"
         io_error = "" if connected or not s.io_running else \
             f"error reconnecting to master '{self.topo.repl.user}@{host}:{port}' - retry-time: 1"
+        # What the I/O thread received: all its source has, unless it is cut off or stalled.
+        received = self.topo.servers[s.source].position() if connected and not s.io_stalled else s.position()
         return ReplicaStatus(source_host=host, source_port=port, io_running=io,
                              sql_running="Yes" if s.sql_running else "No", seconds_behind=0 if connected else None,
                              last_io_error=io_error, last_sql_error=s.last_sql_error, using_gtid="Slave_Pos",
-                             sql_delay_s=s.sql_delay_s)
+                             sql_delay_s=s.sql_delay_s, retrieved_gtid=received, executed_gtid=s.position())
 
     def sessions(self, exclude_system: bool = True) -> list[Session]:
         system = ("system user", "event_scheduler")
@@ -501,6 +507,13 @@ class FakeApplier:
         self.real.start_replica()
         if s is not None:
             s.io_running, s.sql_running, s.last_sql_error = True, not s.fails_with, s.fails_with
+            self.topo.replicate()
+
+    def restart_replica_io(self) -> None:
+        s = self._live()
+        self.real.restart_replica_io()
+        if s is not None:
+            s.io_stalled = False
             self.topo.replicate()
 
     def reset_replica_all(self) -> None:

@@ -177,3 +177,21 @@ def test_missing_privileges_of_the_tools_accounts_per_flavor():
     assert "SYSTEM_VARIABLES_ADMIN" not in MYSQL.missing_privileges("admin", {"SUPER"})
     for flavor in (MARIADB, MYSQL):  # every privilege says what needs it
         assert all(why for _, _, why in flavor.tool_privileges("admin") + flavor.tool_privileges("replication"))
+
+
+def test_renewing_the_io_thread_and_what_it_received():
+    from dbmigrate.db.flavor import MariaDB, ReplicaStatus
+    assert for_server("8.0.22").restart_io_thread_sql() == ["STOP REPLICA IO_THREAD", "START REPLICA IO_THREAD"]
+    assert for_server("8.0.21").restart_io_thread_sql() == ["STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD"]
+    assert MariaDB().restart_io_thread_sql() == ["STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD"]
+
+    def status(retrieved: str, executed: str) -> ReplicaStatus:
+        return ReplicaStatus("h", 1, "Yes", "Yes", 0, "", "", "Slave_Pos", retrieved_gtid=retrieved,
+                             executed_gtid=executed)
+    assert MariaDB().received(status("0-1-12", "0-1-10"), "0-1-12")
+    assert not MariaDB().received(status("0-1-10", "0-1-10"), "0-1-12")
+    u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    mysql = for_server("8.0.36")
+    # Retrieved_Gtid_Set holds only this connection's: what was executed before counts too.
+    assert mysql.received(status(f"{u}:6-9", f"{u}:1-7"), f"{u}:1-9")
+    assert not mysql.received(status(f"{u}:6-8", f"{u}:1-7"), f"{u}:1-9")

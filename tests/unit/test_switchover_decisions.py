@@ -801,3 +801,44 @@ def test_seal_old_reads_no_session_list_when_no_bypassing_account_has_a_session(
 
     assert sw.seal_old(bypass) == ("", db1.position())  # still fenced, and the final position
     assert listed == [] and topo.statements("db1") == []
+
+
+def test_wait_catchup_renews_a_replication_connection_that_receives_nothing_and_then_catches_up():
+    # A partition healed, but the candidate's connection to the old primary stays silent (the
+    # source's kernel backs off its retransmissions): a new connection streams at once.
+    topo, _ = fenced()
+    topo.servers["db2"].io_stalled = True
+    topo.servers["db1"].read_only = False
+    position = topo.write("db1", 3)
+    topo.servers["db1"].read_only = True
+    started = topo.clock.monotonic()
+    sentence = switchover(topo, catchup_timeout_s=3).wait_catchup(position)
+    assert said(sentence) == f"db2 applied {position} in N ms"
+    assert topo.statements("db2") == ["STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD"]
+    assert topo.clock.monotonic() - started <= FIRST_CATCHUP_WAIT_S + 1.0 + 0.01  # one stall check, not the bound
+    assert topo.missing_on("db2") == []
+
+
+def test_wait_catchup_leaves_the_connection_of_a_replica_that_received_everything_and_only_applies_slowly():
+    topo, _ = fenced()
+    topo.servers["db2"].lag_until = float("inf")  # received it all; its SQL thread is busy
+    topo.servers["db1"].read_only = False
+    position = topo.write("db1", 2)
+    topo.servers["db1"].read_only = True
+    with pytest.raises(WaitTimeout):
+        switchover(topo, catchup_timeout_s=3).wait_catchup(position)
+    assert topo.statements("db2") == []
+
+
+def test_wait_catchup_renews_a_stalled_connection_once_then_waits_out_its_bound():
+    topo, _ = fenced()
+    db2 = topo.servers["db2"]
+    db2.io_stalled, db2.lag_until = True, float("inf")  # renewing does not help: the bound decides
+    topo.servers["db1"].read_only = False
+    position = topo.write("db1", 2)
+    topo.servers["db1"].read_only = True
+    started = topo.clock.monotonic()
+    with pytest.raises(WaitTimeout):
+        switchover(topo, catchup_timeout_s=3).wait_catchup(position)
+    assert topo.statements("db2") == ["STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD"]
+    assert 2.5 <= topo.clock.monotonic() - started <= 3

@@ -54,6 +54,9 @@ FENCE_EXPIRY_GUARD_S = 2.0
 # The catch-up's first, short wait; only past it is the candidate's replication status read.
 FIRST_CATCHUP_WAIT_S = 0.05
 
+# A catch-up whose candidate receives nothing this long while behind renews its replication connection.
+IO_STALL_S = 1.0
+
 # A SQL thread seen stopped with an error this long is taken as stopped: it does not restart by
 # itself (transient errors are retried by the server before the thread stops).
 SQL_STOPPED_CONFIRM_S = 0.3
@@ -687,9 +690,7 @@ class Switchover:
                 # a short first wait spares the replica status read inside the window.
                 if insp.wait_for_gtid(position, min(FIRST_CATCHUP_WAIT_S, bound)):
                     return f"{self.new} applied {position} in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
-                self._require_applying(insp)
-                left = bound - (self.clock.monotonic() - t0)
-                if left > 0 and insp.wait_for_gtid(position, left):
+                if self._wait_renewing_stalled_io(insp, self._require_applying(insp), position, t0, bound):
                     return f"{self.new} applied {position} in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
                 behind = insp.missing_from(position)
         except QueryError as e:
@@ -700,6 +701,33 @@ class Switchover:
         raise WaitTimeout(f"{self.new} did not apply {self.old}'s final position {position} within "
                           f"{bound:g}s (still behind: {behind})",
                           hint="the old primary will be unfenced; retry when lag is low (dbmigrate lag watch)")
+
+    def _wait_renewing_stalled_io(self, insp: Inspector, st: ReplicaStatus, position: str, t0: float,
+                                  bound: float) -> bool:
+        """The rest of the catch-up's bound. A candidate whose I/O thread lacks the position and
+        receives nothing for IO_STALL_S gets a new connection to its source, once: after a
+        partition heals, the old connection can stay silent for seconds (the source's kernel
+        backs off its retransmissions) while a new one streams at once."""
+        seen, renewed = st.retrieved_gtid, False
+        for _ in range(int(bound / IO_STALL_S) + 2):
+            left = bound - (self.clock.monotonic() - t0)
+            if left <= 0:
+                return False
+            if insp.wait_for_gtid(position, left if renewed else min(left, IO_STALL_S)):
+                return True
+            if renewed:
+                return False
+            st = insp.replica_status()
+            if st is None:
+                return False
+            if insp.flavor.received(st, position) or st.retrieved_gtid != seen:
+                seen = st.retrieved_gtid  # it receives: the SQL thread is what it waits for
+                continue
+            self.log(f"{self.new} received nothing from {self.old} for {IO_STALL_S:g}s while behind: "
+                     f"its replication connection is renewed", "warning")
+            self.apply(self.new).restart_replica_io()
+            renewed = True
+        return False
 
     # -- 3. open the candidate ----------------------------------------------
     def is_open(self) -> bool:
