@@ -38,7 +38,7 @@ def test_a_candidate_holding_the_final_position_and_every_replicas_writes_may_be
     assert problems == []
     assert facts[0] == f"db1's final position journaled at the fence: {final}"
     assert facts[1] == f"db2 has applied {final}"
-    assert facts[2] == f"replica db3 has applied {final}"
+    assert facts[2] == f"replica db3 has applied {final}, received {final}"
 
 
 def test_a_candidate_that_lacks_part_of_the_final_position_is_refused_after_its_bounded_wait():
