@@ -75,7 +75,7 @@ def main() -> None:
             for i in range(args.tables):
                 s.execute(f"CREATE TABLE ca.orders_{i} LIKE ca.orders")
                 s.execute(f"INSERT INTO ca.orders_{i} (account_id, status, created) "
-                          f"SELECT 1 + seq % 2, 'valid', NOW(6) FROM seq_1_to_{args.rows}")
+                          f"SELECT 1 + seq % 2, 'valid', NOW(6) FROM ca.seq_1_to_{args.rows}")
         w = Writer(inv, primary)
         w.start()
         results = {}

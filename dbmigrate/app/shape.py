@@ -25,7 +25,7 @@ def capture(inventory: Path, cluster: str, out: Path, *, schemas: list[str] | No
         shape = capture_shape(srv, schemas, progress=progress)
     written = write_shape(shape, out)
     if seconds > 0:
-        from dbmigrate.app.digest_capture import capture as capture_digest
+        from dbmigrate.app.digests import capture as capture_digest
         from dbmigrate.digest.model import Digest
 
         digest_path = out / "digest.json"

@@ -22,6 +22,13 @@ COMPOSE_HELP = ("Run against the containers of docker-compose.yml instead of loc
                 "afterwards; images are built from Debian's packages when missing (cached).")
 
 
+SHAPE_HELP = ("A directory written by `dbmigrate shape capture`: the sandbox gets its schema, rows generated from "
+              "its column statistics, its accounts and grants (generated passwords in a private option file), and "
+              "its query classes are replayed at their rates through a pooled client (lazy reconnects, "
+              "connections kept after errors, its own session settings, server-side prepared statements); "
+              "the report gives each class's count, p50, p99 and errors before and after.")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(cmd, name="rehearse")
 
@@ -44,6 +51,9 @@ def promote(
     report_file: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report (charts, tables) "
                                                "to this file and the same numbers as JSON beside it."),
     compose: bool = typer.Option(False, "--compose", help=COMPOSE_HELP),
+    shape: Optional[Path] = typer.Option(None, "--shape", help=SHAPE_HELP),
+    scale: float = typer.Option(0.01, "--scale", help="With --shape: generate this share of each captured "
+                                "table's rows (at least one row for a table that had rows)."),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
     from dbmigrate.app.reports import all_tables, check_report_path, model_of_run, write_report
@@ -64,7 +74,8 @@ def promote(
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
     subscribers = [] if json_out else [ConsoleRenderer(console)]
     report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep, subscribers=subscribers,
-                              regress=regress, guard=guard or regress, remote=remote, name=name, compose=compose)
+                              regress=regress, guard=guard or regress, remote=remote, name=name, compose=compose,
+                              shape=shape, scale=scale)
     model = model_of_run(report["run_id"])
     tables = all_tables(model)
     report["tables"] = [t.to_dict() for t in tables]
@@ -74,6 +85,7 @@ def promote(
         print_json(report)
     else:
         render_report(report)
+        render_shape(report)
         print_tables(tables)
         if report_file is not None:
             console.print(f"report: {report['report_files'][0]} (numbers: {report['report_files'][1]})",
@@ -90,6 +102,40 @@ def promote(
     if report["lost_writes"] or not expected:
         raise CommandFailed(1, rehearsal_failure(report, regress),
                             hint="see the report above; rehearse again with --keep to inspect the sandbox")
+
+
+def render_shape(r: dict) -> None:
+    """The shape's load and the per-class table: before and after the cutover."""
+    if not r.get("classes"):
+        return
+    sh = r["shape"]
+    console.print(f"shape {sh['dir']} at scale {sh['scale']:g}: {sh['tables']} table(s), {sh['rows']} generated "
+                  f"row(s), {sh['objects']} object(s), {len(sh['accounts'])} account(s) with {sh['grants']} "
+                  f"grant(s) (passwords in {sh['option_file']}); session settings from {sh['sessions_from']}"
+                  + (f"; not replayed (connection set-up): {len(sh['skipped_classes'])} class(es)"
+                     if sh["skipped_classes"] else ""), markup=False)
+    for user, pool in sorted((sh.get("pools") or {}).items()):
+        seen = ", ".join(f"{k}={v}" for k, v in pool["session"].items()) or "server defaults"
+        console.print(f"pool {user}: {pool['opened']} connection(s) opened; its session settings read back: {seen}",
+                      markup=False)
+    t = Table(title="captured query classes, replayed (before -> after the cutover)")
+    for col in ("class", "account", "rate/s", "count", "p50 ms", "p99 ms", "errors", "errors in cutover"):
+        t.add_column(col, no_wrap=col != "class")
+
+    def pair(c: dict, key: str) -> str:
+        b, a = c["before"].get(key), c["after"].get(key)
+        return f"{'-' if b is None else b} -> {'-' if a is None else a}"
+
+    for c in r["classes"]:
+        errs = pair(c, "errors")
+        codes = {**c["before"]["errors_by_code"], **c["after"]["errors_by_code"]}
+        if codes:
+            errs += " (" + ", ".join(f"{k}" for k in sorted(codes)) + ")"
+        new = c["after"]["errors"] and not c["before"]["errors"]
+        t.add_row(escape(c["class"]), c["account"], f"{c['rate']:g}", pair(c, "count"), pair(c, "p50_ms"),
+                  pair(c, "p99_ms"), f"[red]{escape(errs)}[/]" if new else escape(errs),
+                  escape(", ".join(f"{n} x {k}" for k, n in c["during"]["errors_by_code"].items()) or "0"))
+    console.print(t)
 
 
 def print_kept_compose(report: dict) -> None:

@@ -77,6 +77,14 @@ class ShapeReader:
         cols = list(cur_rows[0].keys())
         return cols, [tuple(r[c] for c in cols) for r in cur_rows]
 
+    def columns(self, schema: str, table: str) -> list[dict[str, Any]]:
+        """A table's columns as the data generator needs them (type, length, key, extra)."""
+        return self.server.query(
+            "SELECT COLUMN_NAME AS name, DATA_TYPE AS data_type, COLUMN_TYPE AS column_type, IS_NULLABLE AS nullable, "
+            "CHARACTER_MAXIMUM_LENGTH AS max_len, NUMERIC_SCALE AS scale, EXTRA AS extra, COLUMN_KEY AS `key` "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
+            (schema, table))
+
     def accounts(self) -> list[tuple[str, str]]:
         marks = ", ".join(["%s"] * len(SYSTEM_USERS))
         rows = self.server.query(f"SELECT User AS u, Host AS h FROM mysql.user WHERE User NOT IN ({marks}) "

@@ -84,6 +84,12 @@ def _text(value: Any, where: str) -> str:
     return str(value)
 
 
+def _one_value(attribute: Any) -> str:
+    """pt-query-digest's string attribute (user, host, db): `{"value": X}` when every event had X."""
+    value = attribute.get("value") if isinstance(attribute, dict) else None
+    return value if isinstance(value, str) else ""
+
+
 @dataclass(frozen=True)
 class Metric:
     """One pt-query-digest metric (seconds for Query_time/Lock_time)."""
@@ -121,6 +127,7 @@ class QueryClass:
     tables: tuple[str, ...] = ()
     first_seen: str = ""
     last_seen: str = ""
+    user: str = ""  # the account that sent the class's queries, when pt-query-digest saw only one
 
     @property
     def label(self) -> str:
@@ -193,7 +200,8 @@ class Digest:
                 # Example queries carry literal values: masked like everything we store.
                 example=redact(_text(example.get("query"), f"{w}.example.query")),
                 tables=tuple(_table_names(raw.get("tables") or [])),
-                first_seen=str(raw.get("ts_min") or ""), last_seen=str(raw.get("ts_max") or "")))
+                first_seen=str(raw.get("ts_min") or ""), last_seen=str(raw.get("ts_max") or ""),
+                user=_one_value(metrics.get("user"))))
         glob = _mapping(data.get("global"), f"{where}: global")
         gqt = Metric.from_pt(_mapping(glob.get("metrics"), f"{where}: global.metrics").get("Query_time"),
                              f"{where}: global.metrics.Query_time")
@@ -250,7 +258,8 @@ class Digest:
                     example=_text(c.get("example"), f"{where}: {at}.example"),
                     tables=tuple(_text(t, f"{where}: {at}.tables") for t in tables),
                     first_seen=_text(c.get("first_seen"), f"{where}: {at}.first_seen"),
-                    last_seen=_text(c.get("last_seen"), f"{where}: {at}.last_seen")))
+                    last_seen=_text(c.get("last_seen"), f"{where}: {at}.last_seen"),
+                    user=_text(c.get("user"), f"{where}: {at}.user")))
             return cls(classes=classes, query_count=int(num(d["query_count"], "query_count")),
                        total_time=num(d["total_time"], "total_time"), avg=num(d["avg"], "avg"),
                        p95=num(d.get("p95"), "p95", optional=True), p99=num(d.get("p99"), "p99", optional=True),

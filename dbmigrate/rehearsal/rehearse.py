@@ -182,17 +182,56 @@ def _drop_index_locally(inv, candidate: str) -> None:
         Applier(c).drop_index_locally("app", "orders", "idx_customer")
 
 
+def check_shape_options(shape: Path, scale: float, compose: bool):
+    """--shape and --scale checked before any sandbox is built."""
+    from dbmigrate.exceptions import UsageError
+    from dbmigrate.shape.files import read_shape
+
+    if not 0 < scale <= 1:
+        raise UsageError(f"--scale {scale:g}: the share of the captured rows to generate is above 0 and at most 1",
+                         hint="e.g. --scale 0.01")
+    if compose:
+        raise UsageError("--shape is not available with --compose yet: a shape loads through the sandbox's "
+                         "local root login", hint="rehearse with --shape on the local sandbox")
+    return read_shape(shape)
+
+
+def start_shape(boxes, name: str, inv, shape_files, scale: float, say: Progress, shaped: dict[str, Any]):
+    """The shape loaded on the primary (schema, generated rows, accounts and grants) and its
+    classes replayed through the router by a pooled client; the replay, started."""
+    from dbmigrate.rehearsal.shape_load import load_shape
+    from dbmigrate.rehearsal.shape_replay import ShapeReplay
+
+    state = boxes.find(name)
+    with state.instance(f"{name}-1").root_server() as root:
+        loaded = load_shape(root, shape_files, scale, state.path, progress=say)
+    router = inv.cluster(name).router
+    replay = ShapeReplay((router.address, router.writer_port), shape_files, loaded).start()
+    shaped["summary"] = {**loaded.summary(), "dir": str(shape_files.path), "scale": scale,
+                         "classes": len(replay.classes), "skipped_classes": shape_files.skipped,
+                         "sessions_from": shape_files.sessions_source(),
+                         "sessions": shape_files.sessions}
+    say(f"replaying {len(replay.classes)} captured class(es) at their rates through the router, one pool per "
+        f"account ({', '.join(sorted(loaded.accounts))}), session settings from {shape_files.sessions_source()}")
+    if not replay.wait_for(1, timeout_s=10):
+        idle = [c.label for c in replay.classes if not any(r[2] is None for r in c.records)]
+        say(f"class(es) with no successful execution yet: {'; '.join(idle)}")
+    return replay
+
+
 def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5, keep: bool = False,
                      subscribers=(), playbook_extra: dict[str, Any] | None = None, regress: bool = False,
                      guard: bool = True, remote: bool = False,
                      before_cutover: Callable[[Any, str, str], None] | None = None,
-                     name: str | None = None, compose: bool = False) -> dict[str, Any]:
+                     name: str | None = None, compose: bool = False, shape: Path | None = None,
+                     scale: float = 0.01) -> dict[str, Any]:
     from dbmigrate.app.evidence import ClusterSampler
     from dbmigrate.app.runs import start_run
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
 
     say = progress or (lambda m: None)
+    shape_files = check_shape_options(shape, scale, compose) if shape is not None else None
     boxes = Sandboxes(progress=say)
     name = name or f"rehearsal-{secrets.token_hex(2)}"
     remote_info: dict[str, Any] = {}
@@ -208,7 +247,8 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         topo = None
         state = boxes.up(name, replicas=2)
         pid_of = lambda n: boxes.find(name).instance(n).pid()  # noqa: E731
-    verifier = background = reads = None
+    verifier = background = reads = replay = None
+    shaped: dict[str, Any] = {}
     try:
         if not compose:
             boxes.add_instance(name, candidate, replica_of=f"{name}-1", buffer_pool_mb=256)
@@ -241,6 +281,9 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             say(f"regression built: idx_customer dropped on {candidate} only (sql_log_bin=0)")
         # Steady load through the switchover; sysbench is restarted afterwards (upstream #527).
         reads, verifier, background = start_workload(inv, name, bench, inv.cluster(name).router.writer_port, 120)
+        if shape_files is not None:
+            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped)
+            Clock().sleep(max(2, load_seconds))  # the classes' "before"
         if before_cutover:
             before_cutover(inv, name, candidate)
 
@@ -277,11 +320,21 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             say(f"running playbook {playbook.name}: promote {candidate}"
                 f"{' with the latency guard' if guard else ''}{' (regression built in)' if regress else ''}")
             sampler = ClusterSampler(state.inventory_file, name).start()
+            shaped["cutover_began"] = time.time()
             try:
                 outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
             finally:
                 sampler.stop()
         finished = time.time()
+        if replay is not None:
+            shaped.setdefault("cutover_began", finished)
+            Clock().sleep(max(2, load_seconds))  # the classes' "after", on the new primary
+            replay.stop()
+            shaped["classes"] = replay.report({"before": (replay.started_at or 0, shaped["cutover_began"]),
+                                               "during": (shaped["cutover_began"], finished),
+                                               "after": (finished, time.time())})
+            shaped["summary"]["pools"] = replay.pools_report()
+            replay = None
         Clock().sleep(0.3)  # a few writes on the final primary before the check
         try:
             background.stop()
@@ -341,8 +394,11 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             "elapsed_s": round(time.monotonic() - t0, 1),
             **({"remote": remote_info} if remote else {}),
             **({"compose": topo.facts()} if topo is not None else {}),
+            **({"shape": shaped["summary"], "classes": shaped["classes"]} if shape_files is not None else {}),
         }
     finally:
+        if replay is not None:
+            replay.stop()
         stop_workload(background, verifier, reads)
         if not keep:
             if topo is not None:

@@ -13,11 +13,13 @@ Written to DIR:
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import statistics
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,12 +29,13 @@ from dbmigrate.db.shape_reader import ShapeReader, load_script
 FORMAT = "dbmigrate.shape/1"
 SAMPLE_ROWS = 1000
 _STRING = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"")
+_HEX = re.compile(r"(?<![\w.`])(?:0x[0-9a-f]+|x'[0-9a-f]*')(?![\w.`])", re.IGNORECASE)  # blobs in a log
 _NUMBER = re.compile(r"(?<![\w.`])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.`])", re.IGNORECASE)
 
 
 def redact_literals(statement: str) -> str:
     """Strings and numbers of a sample statement replaced by placeholders (identifiers kept)."""
-    return _NUMBER.sub("0", _STRING.sub("'?'", statement))
+    return _NUMBER.sub("0", _STRING.sub("'?'", _HEX.sub("'?'", statement)))
 
 
 def column_stats(columns: list[str], rows: list[tuple]) -> dict[str, dict[str, Any]]:
@@ -47,8 +50,11 @@ def column_stats(columns: list[str], rows: list[tuple]) -> dict[str, dict[str, A
                 st["distinct_share"] = round(len(set(present)) / len(present), 4)
             except TypeError:
                 pass
-            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+            if all(isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) for v in present):
                 st.update(min=min(present), max=max(present))
+            elif all(isinstance(v, (datetime.date, datetime.timedelta)) for v in present):
+                # the range keeps generated rows inside range partitions; a date says nothing private
+                st.update(min=str(min(present)), max=str(max(present)))
             elif all(isinstance(v, (str, bytes, bytearray)) for v in present):
                 lengths = [len(v) for v in present]
                 st.update(avg_len=round(statistics.fmean(lengths), 1), max_len=max(lengths))

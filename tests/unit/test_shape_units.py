@@ -24,3 +24,14 @@ def test_grants_lose_their_secrets():
     assert without_secrets(line) == "GRANT USAGE ON *.* TO `app`@`%` IDENTIFIED BY PASSWORD '<redacted>'"
     assert without_secrets("GRANT SELECT ON `ca`.* TO `x`@`%`") == "GRANT SELECT ON `ca`.* TO `x`@`%`"
 
+
+
+def test_hex_literals_of_blobs_are_redacted():
+    assert redact_literals("INSERT INTO t (der) VALUES (x'0a0b', 0xCAFE)") == "INSERT INTO t (der) VALUES ('?', '?')"
+
+
+def test_column_statistics_keep_date_ranges_for_range_partitions():
+    import datetime
+
+    st = column_stats(["issued"], [(datetime.date(2024, 5, 1),), (datetime.date(2025, 2, 1),)])
+    assert st["issued"]["min"] == "2024-05-01" and st["issued"]["max"] == "2025-02-01"
