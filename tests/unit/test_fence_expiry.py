@@ -8,7 +8,8 @@ import pytest
 
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.preflight_checks import fence_expiry_rule
-from dbmigrate.procedures.kit.switchover import FENCE_EXPIRY_MARGIN_S, Switchover, SwitchoverSettings
+from dbmigrate.procedures.kit.fence import EXPIRY_MARGIN_S
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
 from tests.unit.fake_topology import FakeRouter, FakeTopology
 from tests.unit.test_switchover_decisions import cluster
 
@@ -19,7 +20,7 @@ def switchover(topo: FakeTopology, **settings) -> Switchover:
 
 def test_the_default_expiry_covers_the_fence_and_the_catch_up_bounds():
     s = SwitchoverSettings(fence_timeout_s=4, catchup_timeout_s=6)
-    assert s.expiry_s() == 4 + 6 + FENCE_EXPIRY_MARGIN_S
+    assert s.expiry_s() == 4 + 6 + EXPIRY_MARGIN_S
     assert SwitchoverSettings(fence_expiry_s=30).expiry_s() == 30
     assert SwitchoverSettings(fence_expiry="off").expiry_s() == 0
 

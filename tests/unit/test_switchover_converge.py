@@ -17,6 +17,7 @@ from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError, WaitTimeout
 from dbmigrate.procedures.kit import cutover as kit
 from dbmigrate.procedures.kit.cutover import CutoverState
+from dbmigrate.procedures.kit.fence import Fence
 from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
 from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
 
@@ -202,7 +203,7 @@ def test_a_fence_that_gave_up_converges_again_before_its_next_attempt(run):
     ctx = run(topo)
     cut = cut_of(topo, fence_attempts=2, fence_retry_pause_s=0.2)
     attempts: list[float] = []
-    real_once = Switchover._fence_once
+    real_once = Fence._fence_once
 
     def blocked_once_then_real(sw):
         attempts.append(topo.clock.monotonic())
@@ -213,11 +214,11 @@ def test_a_fence_that_gave_up_converges_again_before_its_next_attempt(run):
             raise RefusedWait("the fence on db1 waited 0.5s behind running statement(s): gave up, nothing changed")
         return real_once(sw)
 
-    Switchover._fence_once = blocked_once_then_real
+    Fence._fence_once = blocked_once_then_real
     try:
         sentence = kit.fence_step(cut).run(ctx)
     finally:
-        Switchover._fence_once = real_once
+        Fence._fence_once = real_once
     assert "(attempt 2 of 2)" in sentence and topo.servers["db1"].read_only
     assert attempts[1] - attempts[0] >= 0.5  # not after the 0.2 s pause alone: after db2 caught up
     st = CutoverState.load(ctx.state)
@@ -230,7 +231,7 @@ def stalling_after_first_convergence(topo: FakeTopology, stall_s: float) -> tupl
     converge_max_trx) just before the first fence: the fenced catch-up of that attempt cannot
     finish soon, and the next convergence waits for the stall to end."""
     attempts: list[float] = []
-    real_once = Switchover._fence_once
+    real_once = Fence._fence_once
 
     def once(sw):
         attempts.append(topo.clock.monotonic())
@@ -255,7 +256,7 @@ def test_a_candidate_that_stalls_after_the_fence_is_unfenced_within_the_budget_a
         topo, "db1", "db2", settings, FakeRouter(topo, "db1"), clock=topo.clock,
         log=lambda message, level="info": logged.append(message)))
     attempts, once = stalling_after_first_convergence(topo, stall_s=0.4)
-    monkeypatch.setattr(Switchover, "_fence_once", once)
+    monkeypatch.setattr(Fence, "_fence_once", once)
     sentence = kit.fence_step(cut).run(ctx)
     assert "(attempt 2 of 3)" in sentence and "; db2 applied it in 0.0 ms" in sentence
     assert topo.servers["db1"].read_only and topo.writable() == []
@@ -282,7 +283,7 @@ def test_the_last_attempt_leaves_the_catch_up_to_its_own_step(run, monkeypatch):
     ctx = run(topo)
     cut = cut_of(topo, fence_attempts=1, fenced_catchup_budget_s=0.05)
     attempts, once = stalling_after_first_convergence(topo, stall_s=0.4)
-    monkeypatch.setattr(Switchover, "_fence_once", once)
+    monkeypatch.setattr(Fence, "_fence_once", once)
     sentence = kit.fence_step(cut).run(ctx)
     assert "applied it" not in sentence and "attempt" not in sentence
     assert len(read_only_spans(topo, "db1")) == 1 and topo.servers["db1"].read_only
@@ -296,14 +297,14 @@ def test_a_candidate_that_stalls_at_every_attempt_is_waited_for_only_at_the_last
     topo = cluster()
     ctx = run(topo)
     cut = cut_of(topo, fence_attempts=2, fence_retry_pause_s=0.2, fenced_catchup_budget_s=0.05)
-    real_once = Switchover._fence_once
+    real_once = Fence._fence_once
 
     def always_stalls(sw):
         topo.servers["db2"].lag_until = topo.clock.monotonic() + 0.4
         topo.write("db1", 5)
         return real_once(sw)
 
-    monkeypatch.setattr(Switchover, "_fence_once", always_stalls)
+    monkeypatch.setattr(Fence, "_fence_once", always_stalls)
     sentence = kit.fence_step(cut).run(ctx)
     assert "(attempt 2 of 2)" in sentence and "applied it" not in sentence
     assert kit.catch_up_step(cut).run(ctx).startswith("db2 applied")

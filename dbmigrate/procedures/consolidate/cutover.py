@@ -30,7 +30,7 @@ from dbmigrate.procedures.consolidate.context import (
 from dbmigrate.procedures.consolidate.accounts import Accounts, differences, shard_accounts, try_login
 from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_fence, check_in_fence
 from dbmigrate.procedures.kit.drain import drain, protected_users
-from dbmigrate.procedures.kit.fence import EXPIRY_MARGIN_S, Fenced, ServerFence
+from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer
 
 
 def end_app_sessions(ctx: RunContext, name: str) -> tuple[int, set[str]]:
@@ -92,7 +92,7 @@ def cutover(ctx: RunContext, source: str) -> str:
             reverse[t.name] = [t_file, t_pos]
         with edit_state(ctx) as st:
             st.reverse[source] = reverse
-        kit.before_open()
+        kit.before_open(", ".join(t.name for t in targets))
         moved = []
         for t in targets:
             applier_of(ctx, t.name).set_read_only(False)
@@ -137,7 +137,7 @@ class CatchUpTimeout(ConsolidateError):
     """An instance did not apply the fenced server's final position in time."""
 
 
-def fence(ctx: RunContext, source: str, targets: list) -> tuple[ServerFence, Fenced]:
+def fence(ctx: RunContext, source: str, targets: list) -> tuple[Fence, Fenced]:
     """The kit fence on the old server (calm wait, watchdog with its timeline, fenced catch-up
     budget and attempts); its final position is a binlog (file, pos): replication here is by
     file and position on named connections."""
@@ -163,9 +163,10 @@ def fence(ctx: RunContext, source: str, targets: list) -> tuple[ServerFence, Fen
             raise ConsolidateRefused(f"not fenced again: {reason}", hint="nothing changed on it; resume once it keeps up")
 
     del plan
-    kit = ServerFence(source, server_of(ctx, source), p, read_final=lambda insp: insp.binlog_coordinates(),
-                      log=ctx.log, clock=ctx.clock,
-                      default_expiry_s=p.fence_timeout_s + p.catchup_timeout_s + EXPIRY_MARGIN_S)
+    kit = Fence(source, FencedServer.of(server_of(ctx, source)), p,
+                final_position=lambda insp, read: insp.binlog_coordinates(),
+                catchup_timeout_s=p.catchup_timeout_s, targets=", ".join(t.name for t in targets),
+                log=ctx.log, clock=ctx.clock)
     return kit, kit.fence(applied_within=applied_within, before_retry=converge_again)
 
 

@@ -35,21 +35,12 @@ from dbmigrate.db.inspector import Inspector, Session
 from dbmigrate.engine.wait import Clock
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
-from dbmigrate.procedures.kit.fence_watch import FenceWatch, OnFenceBlocked
+from dbmigrate.procedures.kit.fence import CalmWait, Fence, FencedServer, FenceParams
 from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError, WaitTimeout
 from dbmigrate.routing.base import RouterError
 
-QUERY_INTERRUPTED = 1317  # the fence statement ended by KILL QUERY
-
-
 # The convergence loop polls slowly while the candidate is more than this many times the limit behind.
 FAR_TIMES = 4
-
-# What the fence's expiry leaves beyond the fence and catch-up bounds (the seal and the open).
-FENCE_EXPIRY_MARGIN_S = 3.0
-# The candidate is not opened when the old primary's fence expires within this long: the event
-# scheduler fires on whole seconds (CURRENT_TIMESTAMP is truncated), up to a second early.
-FENCE_EXPIRY_GUARD_S = 2.0
 
 # The catch-up's first, short wait; only past it is the candidate's replication status read.
 FIRST_CATCHUP_WAIT_S = 0.05
@@ -64,41 +55,6 @@ SQL_STOPPED_CONFIRM_S = 0.3
 # How often the convergence looks again at work that is too big for the window: INNODB_TRX is
 # a cache refreshed only when nobody read it for 0.1 s.
 SIZE_LOOK_POLL_S = 0.11
-
-@dataclass
-class _CalmWait:
-    """The convergence loop's wait for a moment with no row-lock wait on the old primary."""
-
-    bound_s: float
-    started: float | None = None  # when a row-lock wait was first seen
-    waited_s: float = 0.0
-    waits_at_fence: int = 0
-
-    @property
-    def looks(self) -> bool:
-        return self.bound_s > 0
-
-    def now(self, waits: int, at: float, deadline: float) -> bool:
-        """Fence now? Yes with no row-lock wait; else once bound_s has passed since the first
-        one, or at the convergence deadline (converged: the fence is not refused for this)."""
-        if not waits:
-            self.waited_s = at - self.started if self.started is not None else 0.0
-            return True
-        if self.started is None:
-            self.started = at
-        if at - self.started >= self.bound_s or at >= deadline:
-            self.waited_s, self.waits_at_fence = at - self.started, waits
-            return True
-        return False
-
-    def said(self, old: str) -> str:
-        if self.waits_at_fence:
-            return (f"; {self.waits_at_fence} transaction(s) on {old} still waited for a row lock after "
-                    f"{self.waited_s * 1000:.0f} ms: fenced anyway")
-        if self.started is not None:
-            return f"; waited {self.waited_s * 1000:.1f} ms for no row-lock wait on {old}"
-        return ""
-
 
 @dataclass
 class _SizeSeen:
@@ -117,8 +73,9 @@ class WriterRouter(Protocol):
     def describe_switch(self, new: Server, old: Server | None = None) -> list[str]: ...
 
 
-@dataclass
-class SwitchoverSettings:
+class SwitchoverSettings(FenceParams):
+    """The switchover's bounds: the fence's (FenceParams, declared once in the kit) and its own."""
+
     catchup_timeout_s: float = 5.0
     # The fence waits until the candidate is this close to the primary, so that the
     # catch-up inside the fenced window (where writes are refused) stays short.
@@ -129,10 +86,6 @@ class SwitchoverSettings:
     # this slowly: a 1 ms loop is two reads per ms and most of a core, taken from a primary
     # and a machine that may be saturated already, for nothing until the candidate comes close.
     converge_far_poll_s: float = 0.01
-    # Once converged, wait up to this long for a moment when no transaction on the old primary
-    # waits for a row lock: a fence set then would wait behind it, holding every write back.
-    # Past it, fence anyway (the fence watchdog handles a blocked fence). 0: do not look.
-    fence_calm_wait_s: float = 0.5
     # Size, not only count: once converged, the fence also waits (within converge_timeout_s,
     # else refuses with the reason) while the old primary runs a DDL or a transaction that has
     # modified at least this many rows, or the candidate applies a DDL or has more than
@@ -140,40 +93,16 @@ class SwitchoverSettings:
     # multi-second apply that would otherwise fall inside the fenced window.
     converge_max_trx_rows: int = 10_000
     converge_max_backlog_bytes: int = 1 << 20
-    fence_timeout_s: float = 5.0  # SET GLOBAL read_only=ON waits for the global read lock: bounded
-    # Writes queue behind a fence that waits for running statements: after this long the
-    # watchdog acts, by `on_fence_blocked` (unfence: give up, nothing changed; kill_blockers).
-    fence_block_s: float = 0.5
-    on_fence_blocked: OnFenceBlocked = "unfence"
-    # A fence that gave up blocked is tried again (writes flow in between) up to this many times in all.
-    fence_attempts: int = 1
-    fence_retry_pause_s: float = 1.0
-    # With fence_attempts > 1: an attempt whose candidate does not apply the final position
-    # within this long (a candidate stalled right after it converged) is unfenced, writes flow,
-    # and the next attempt converges again; the last attempt leaves the wait to the catch-up
-    # step (catchup_timeout_s). None: every attempt does.
-    fenced_catchup_budget_s: float | None = None
     # How long an undo waits for one server to answer before taking it as down (frozen, dead).
     probe_timeout_s: float = 2.0
     drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
     kill_app_sessions: bool = True  # end remaining app sessions on the fenced server
     replica_timeout_s: float = 30.0  # bound for repointing each other replica
     admin_users: tuple[str, ...] = ()  # sessions never killed (the tool's own, replication)
-    # The fence expires on the server by itself (a one-time EVENT scheduled in the fence's own
-    # request, cancelled just before the candidate opens), so a tool that freezes or dies inside
-    # the window, or a fence that lands after the tool gave up on it, holds the server read-only
-    # for at most this long. None: fence_timeout_s + catchup_timeout_s + FENCE_EXPIRY_MARGIN_S.
-    fence_expiry_s: float | None = None
-    # require: refuse a server whose event scheduler is off (preflight says so); if_available:
-    # fence without the expiry there; off: never schedule it.
-    fence_expiry: str = "require"
 
     def expiry_s(self) -> float:
-        if self.fence_expiry == "off":
-            return 0.0
-        if self.fence_expiry_s is not None:
-            return self.fence_expiry_s
-        return self.fence_timeout_s + self.catchup_timeout_s + FENCE_EXPIRY_MARGIN_S
+        """Seconds after which the old primary's fence expires by itself (0: never scheduled)."""
+        return self.expiry_after(self.catchup_timeout_s)
 
 
 @dataclass
@@ -224,14 +153,6 @@ Notify = Callable[..., None]  # (message, level="info")
 Record = Callable[[str, str], None]  # (server, statement) planned in dry-run
 
 
-class _NoWatch:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 class Switchover:
     def __init__(self, topo: Topology, old: str, new: str, settings: SwitchoverSettings,
                  router: WriterRouter | None = None, *, dry_run: bool = False,
@@ -248,11 +169,21 @@ class Switchover:
         # The final position the candidate was seen to apply within the fenced catch-up budget:
         # the catch-up step need not ask again inside the window.
         self.applied_at_fence: str | None = None
-        # Wall clock by which the last fence this instance set expires on the server (None: no expiry).
-        self.fence_expires_at: float | None = None
-        self._expiry_usable: dict[str, bool] = {}  # per server: its event scheduler runs
+        # The kit's fence of the old primary (its expiry, watchdog, attempts and budget).
+        self.old_fence: Fence[str] = Fence(
+            old, FencedServer(inspector=lambda: self.insp(self.old), applier=lambda: self.apply(self.old),
+                              bounded=lambda seconds: self.topo.bounded(seconds, self.old),
+                              side_session=lambda timeout_s: self.topo.side_session(self.old, timeout_s)),
+            settings, final_position=lambda insp, read: read if read is not None else insp.gtid_binlog_pos(),
+            catchup_timeout_s=settings.catchup_timeout_s, targets=new, log=self.log, clock=self.clock,
+            dry_run=dry_run)
         # Sessions of accounts that bypass read_only that seal_old ended: who may have written after the fence.
         self.sealed_sessions: list[Session] = []
+
+    @property
+    def fence_expires_at(self) -> float | None:
+        """Wall clock by which the last fence this instance set expires on the server (None: no expiry)."""
+        return self.old_fence.expires_at
 
     # -- helpers -------------------------------------------------------------
     def server(self, name: str) -> Server:
@@ -332,7 +263,7 @@ class Switchover:
         t0 = self.clock.monotonic()
         deadline = t0 + self.s.converge_timeout_s
         worst = 0
-        calm = _CalmWait(self.s.fence_calm_wait_s)
+        calm = CalmWait(self.s.fence_calm_wait_s)
         too_big, size_waited_from, seen = "", None, _SizeSeen()
         while True:
             behind = max(new.trx_behind(old.gtid_binlog_pos()).values(), default=0)
@@ -346,8 +277,9 @@ class Switchover:
                         waited_ms = (now - t0) * 1000
                         size_said = (f"; waited {(now - size_waited_from) * 1000:.0f} ms for work too big for the "
                                      f"fenced window" if size_waited_from is not None else "")
+                        calm_said = f"; {calm.said(self.old)}" if calm.said(self.old) else ""
                         return (f"{self.new} was {behind} transaction(s) behind {self.old} (limit {limit}; "
-                                f"at most {worst} while waiting {waited_ms:.1f} ms){calm.said(self.old)}{size_said}"), \
+                                f"at most {worst} while waiting {waited_ms:.1f} ms){calm_said}{size_said}"), \
                             behind
                     if size_waited_from is None:
                         size_waited_from = now
@@ -411,7 +343,7 @@ class Switchover:
         self.insp(self.old).open_sessions(self.s.fence_timeout_s)
         self.insp(self.new).open_sessions(self.s.catchup_timeout_s)
         self._require_gtid_mode()
-        self._expiry_for(self.old)  # read now: not inside the window
+        self.old_fence.expiry_s()  # read now: not inside the window
         self._window_ready = True
         # Grants (and roles' grants) are read now: inside the window only the sessions are.
         bypass = self.bypass_users()
@@ -433,78 +365,24 @@ class Switchover:
         return self.insp(self.old).read_only()
 
     def fence(self, before_retry: Callable[[], object] | None = None) -> tuple[str, str]:
-        """read_only on the old primary, tried up to fence_attempts times when one attempt gives
-        up blocked, or its candidate did not apply the final position within
-        fenced_catchup_budget_s (writes flow for fence_retry_pause_s in between); returns
-        (sentence, final position). `before_retry` runs before each new attempt: the candidate
-        may have fallen behind while writes flowed, and the caller converges again so that the
-        catch-up stays outside the window."""
-        attempts = max(1, self.s.fence_attempts)
-        for attempt in range(1, attempts + 1):
-            try:
-                if attempt > 1 and before_retry is not None:
-                    before_retry()
-                sentence, pos = self._fence_once()
-                if attempt < attempts and self.s.fenced_catchup_budget_s and not self.dry_run:
-                    sentence += self._applied_within_budget(pos)
-            except RefusedWait as e:
-                if attempt == attempts:
-                    if attempts > 1:
-                        e.message = f"{e.message} (attempt {attempt} of {attempts})"
-                    raise
-                self.log(f"{e.message}; trying again in {self.s.fence_retry_pause_s:g}s "
-                         f"(attempt {attempt + 1} of {attempts})", "warning")
-                self.clock.sleep(self.s.fence_retry_pause_s)
-                continue
-            return (f"{sentence} (attempt {attempt} of {attempts})" if attempt > 1 else sentence), pos
-        raise AssertionError("unreachable")  # the loop returns or raises
-
-    def _fence_once(self) -> tuple[str, str]:
-        """One attempt at read_only on the old primary; returns (sentence, final position).
-
-        SET GLOBAL read_only=ON returns once commits in progress are done, and no
-        application commit can follow, so the position read right after it is final.
-        Application sessions are ended later (`end_sessions`), after the router
-        flip, because nothing they do can change the data any more.
-        """
+        """read_only on the old primary through the kit's fence (kit/fence.py): tried up to
+        fence_attempts times when one attempt gives up blocked, or its candidate did not apply the
+        final position within fenced_catchup_budget_s (writes flow for fence_retry_pause_s in
+        between); returns (sentence, final position). `before_retry` runs before each new
+        attempt: the candidate may have fallen behind while writes flowed, and the caller
+        converges again (its calm wait too) so that the catch-up stays outside the window."""
         if not self.dry_run and not self._window_ready:
             self._require_gtid_mode()
-        t0 = self.clock.monotonic()
-        # Under the bound the open sessions are used as they are: no ping before each statement.
-        with self.topo.bounded(self.s.fence_timeout_s + 1, self.old):
-            watch = None if self.dry_run else self._fence_watch()
-            pos = self._set_read_only_watched(watch)
-            fenced_ms = (self.clock.monotonic() - t0) * 1000
-            if pos is None:
-                pos = self.insp(self.old).gtid_binlog_pos()
-        said = f"fenced {self.old} (read_only=ON) in {fenced_ms:.1f} ms"
-        if watch is not None and watch.killed:
-            said += f" after ending {len(watch.killed)} blocking statement(s) ({watch.describe_blockers()})"
-        return f"{said}; final position {pos or '(empty)'}", pos
+        fenced = self.old_fence.fence(self._applied_within, before_retry, calm=False)
+        return fenced.sentence, fenced.position
 
-    def _applied_within_budget(self, position: str) -> str:
-        """Inside the fenced window: the candidate applies the final position within the budget,
-        or the old primary is unfenced (the candidate was never opened: one writable server) and
-        RefusedWait lets the next attempt converge again. A candidate that does not answer within
-        the budget counts as one that did not apply: the next attempt's convergence names it."""
-        budget = self.s.fenced_catchup_budget_s or 0.0
-        t0 = self.clock.monotonic()
-        try:
-            with self.topo.bounded(budget + ROUND_TRIP_MARGIN_S, self.new):
-                applied = self.insp(self.new).wait_for_gtid(position, budget)
-        except QueryError:
-            applied = False
-        waited_ms = (self.clock.monotonic() - t0) * 1000
+    def _applied_within(self, position: str, budget_s: float) -> bool:
+        """Inside the fenced window: has the candidate applied the final position within the budget?"""
+        with self.topo.bounded(budget_s + ROUND_TRIP_MARGIN_S, self.new):
+            applied = self.insp(self.new).wait_for_gtid(position, budget_s)
         if applied:
             self.applied_at_fence = position
-            return f"; {self.new} applied it in {waited_ms:.1f} ms"
-        self._cancel_expiry(self.old)
-        self.apply(self.old).set_read_only(False)
-        raise RefusedWait(f"{self.new} did not apply {self.old}'s final position {position} within the fenced "
-                          f"catch-up budget of {budget * 1000:g} ms (waited {waited_ms:.1f} ms): unfenced "
-                          f"{self.old} (read_only=OFF), it takes writes again, nothing changed",
-                          hint="the candidate stalls while applying: retry when it keeps up (dbmigrate lag watch), "
-                               "or raise fenced_catchup_budget_s")
+        return applied
 
     def _require_gtid_mode(self) -> None:
         problem = self.insp(self.old).gtid_mode_problem()
@@ -513,76 +391,10 @@ class Switchover:
             raise SafetyError(f"{self.old} runs with {problem}",
                               hint="switchovers need gtid_mode=ON and enforce_gtid_consistency=ON")
 
-    # -- the fence's expiry (a frozen tool cannot hold the cluster read-only) ----------
-    def _expiry_for(self, name: str) -> float:
-        """Seconds of expiry for a fence of `name`, 0 for none; refuses per fence_expiry."""
-        if self.s.fence_expiry == "off":
-            return 0.0
-        if self.dry_run:
-            return self.s.expiry_s()
-        usable = self._expiry_usable.get(name)
-        if usable is None:
-            usable = self._expiry_usable[name] = self.insp(name).event_scheduler_on()
-        if usable:
-            return self.s.expiry_s()
-        if self.s.fence_expiry == "require":
-            raise SafetyError(f"{name} runs with event_scheduler=OFF: its fence could not expire by itself, and a "
-                              f"tool that froze inside the window would hold it read-only",
-                              hint=f"turn the event scheduler on at {name} (event_scheduler=ON, also in its config), or set "
-                                   f"fence_expiry: if_available in the playbook to fence without the bound")
-        self.log(f"{name} runs with event_scheduler=OFF: fencing without an expiry (fence_expiry: if_available)",
-                 "warning")
-        return 0.0
-
-    def _cancel_expiry(self, name: str) -> None:
-        """Drop the expiry of a fence of `name` (a no-op where none was scheduled)."""
-        if self.s.fence_expiry != "off":
-            self.apply(name).cancel_fence_expiry()
-
     def require_fence_holds(self, expires_at: float | None) -> None:
         """Refuse to open the candidate when the old primary's fence expires (or expired) before
         the open can have landed: the expiry would make the old primary writable beside it."""
-        if expires_at is None or self.dry_run:
-            return
-        left = expires_at - self.clock.now()
-        if left < FENCE_EXPIRY_GUARD_S:
-            raise SafetyError(f"the fence of {self.old} expires by itself in {max(left, 0.0):.1f}s (or has): not "
-                              f"opening {self.new} beside it",
-                              hint=f"the run undoes the switchover; if it stopped, dbmigrate rollback RUN; raise "
-                                   f"fence_expiry_s if the window legitimately lasts longer")
-
-    def _set_read_only_watched(self, watch: "FenceWatch | None") -> str | None:
-        """read_only=ON and, in the same round trip, the final position (None when it was not
-        read: dry-run, or a watchdog's KILL QUERY that reached the read after the fence held)."""
-        expiry = self._expiry_for(self.old)
-        try:
-            with watch or _NoWatch():
-                try:
-                    self.fence_expires_at = self.clock.now() + expiry if expiry else None
-                    return self.apply(self.old).fence_and_read_binlog_pos(self.s.fence_timeout_s, expiry or None)
-                finally:
-                    if watch is not None:
-                        watch.mark("fence returned")
-        except QueryError as e:
-            if watch is not None and watch.error:
-                self.log(f"the fence watchdog on {self.old} failed: {watch.error}", "warning")
-            if watch is not None and watch.gave_up:
-                self.log(f"the fence watchdog on {self.old}: {watch.said_timeline()}", "debug")
-            if watch is None or not watch.gave_up or e.errno != QUERY_INTERRUPTED:
-                raise
-            if not self.insp(self.old).read_only():
-                # Not fenced: the expiry scheduled with the fence must not fire on a later fence.
-                self._cancel_expiry(self.old)
-                raise watch.refusal(self.old) from None
-            return None
-
-    def _fence_watch(self) -> FenceWatch | None:
-        side = self.topo.side_session(self.old, self.s.fence_timeout_s)
-        if side is None:
-            return None
-        insp, apply = side
-        return FenceWatch(insp, apply, self.insp(self.old).connection_id(), self.s.fence_block_s,
-                          self.s.on_fence_blocked, self.log)
+        self.old_fence.require_not_expiring(expires_at, self.new)
 
     def end_sessions(self, name: str | None = None) -> str:
         """Wait (bounded) for open app transactions on a fenced server, then end its app sessions."""
@@ -615,7 +427,7 @@ class Switchover:
         insp = self.insp(self.old)
         # Before the read that proves the fence holds: once the expiry is dropped, nothing but
         # an operator can unfence the old primary, so "still fenced" stays true through the open.
-        self._cancel_expiry(self.old)
+        self.old_fence.cancel_expiry()
         if not bypass:
             # No account can write past read_only: one round trip, no session list, inside the window.
             fenced, pos = insp.read_only_and_binlog_pos()
@@ -641,9 +453,7 @@ class Switchover:
         return (f"ended {ended} session(s) of accounts that bypass read_only on {self.old}; " if ended else ""), pos
 
     def _require_still_fenced(self, fenced: bool) -> None:
-        if not fenced:
-            raise SafetyError(f"{self.old} is writable again: refusing to open {self.new} (two primaries)",
-                              hint=f"find who set read_only=OFF on {self.old}; then roll back: dbmigrate rollback RUN")
+        self.old_fence.require_fenced(fenced, self.new)
 
     def bypass_users(self) -> set[str]:
         insp = self.insp(self.old)
@@ -668,8 +478,7 @@ class Switchover:
         if cand_writable:
             raise SafetyError(f"refusing to unfence {self.old}: {self.new} is writable (two primaries)",
                               hint="roll the switchover back instead: dbmigrate rollback RUN")
-        self._cancel_expiry(self.old)
-        self.apply(self.old).set_read_only(False)
+        self.old_fence.unfence()
         return f"unfenced {self.old} (read_only=OFF): it takes writes again"
 
     # -- 2. catch up ---------------------------------------------------------
@@ -745,10 +554,7 @@ class Switchover:
         if not sealed and not self.dry_run:
             # The old primary's fence may carry an expiry (a switch back fenced it): dropped, then
             # seen still fenced, before the candidate opens.
-            self.require_fence_holds(self.fence_expires_at)
-            with self.topo.bounded(self.s.fence_timeout_s, self.old):
-                self._cancel_expiry(self.old)
-                self._require_still_fenced(self.insp(self.old).read_only())
+            self.old_fence.before_open(self.new)
         a = self.apply(self.new)
         with self.topo.bounded(self.s.catchup_timeout_s, self.new):
             if stop_replica:
