@@ -42,6 +42,8 @@ import tempfile
 import time
 
 from dbmigrate.rehearsal.faultmatrix import FaultCluster, all_scenarios, netfault, run_scenario, select
+from dbmigrate.rehearsal.faultmatrix.consolidate_rows import run_consolidate_scenario, shard_cluster
+from dbmigrate.rehearsal.faultmatrix.disk import run_disk_full_scenario
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 
@@ -91,17 +93,24 @@ def main() -> int:
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else (lambda m: print(m, flush=True))
     boxes = Sandboxes()
     cluster = FaultCluster(boxes, f"faults{os.getpid() % 10000}", say)
+    shards = shard_cluster(boxes, f"cfaults{os.getpid() % 10000}", say)  # consolidation's old servers
     results = []
     t0 = time.monotonic()
     try:
         for sc in picked:
-            r = run_scenario(cluster, sc, say, after_exit_s=args.after_exit)
+            if sc.procedure == "consolidate":
+                r = run_consolidate_scenario(shards, sc, say, after_exit_s=args.after_exit)
+            elif sc.fault == "disk-full-candidate":
+                r = run_disk_full_scenario(cluster, sc, say, after_exit_s=args.after_exit)
+            else:
+                r = run_scenario(cluster, sc, say, after_exit_s=args.after_exit)
             results.append(r)
             say(f"  {r.verdict} in {r.duration_s:.0f}s: lost {r.lost_total}, two-writable {r.two_writable}, "
                 f"no-writer {r.longest_no_writer_ms:.0f} ms, app gap {r.writer_gap_ms} ms, bound {r.bound_ms:.0f} ms, healthy {r.healthy}, "
                 f"operator {r.action}" + (f"; {'; '.join(r.why)[:300]}" if r.why else ""))
     finally:
         cluster.down()
+        shards.down()
         left = netfault.remove_leftovers()
         if left:
             say(f"removed {left} fault rule(s) a scenario left behind")

@@ -125,6 +125,7 @@ class FaultCluster:
     def __init__(self, boxes: Sandboxes, name: str, say: Say = lambda m: None):
         self.boxes, self.name, self.say = boxes, name, say
         self.up_and_healthy = False
+        self.small_disk = None  # the candidate's datadir on a filesystem of its own (disk.SmallDatadir)
 
     @property
     def state(self):
@@ -286,6 +287,8 @@ class _Fault:
             creds = self.cluster.inventory.app_credentials(self.cluster.name)
             self.long = BigStatement(s.host, s.port, creds, "ddl" if f == "ddl-at-fence" else "trx").start()
             time.sleep(0.5)  # in flight on the old primary, half a second before the fence
+        elif f == "disk-full-candidate" and self.cluster.small_disk is not None:
+            self.cluster.small_disk.fill()  # right after the open: the new primary cannot commit
         self._inject_process_faults(proc)
         marker.unlink(missing_ok=True)  # release the pause
 
@@ -318,6 +321,10 @@ class _Fault:
         boxes, name = self.cluster.boxes, self.cluster.name
         if self.held is not None:
             self.held.finish()  # the partition heals (the frozen tool goes on) when its time is up
+        if self.cluster.small_disk is not None:
+            self.cluster.small_disk.free()  # space freed before the operator's command, and the server
+            if not self.cluster.small_disk.wait_resumed():  # writing again (its retry comes every 60 s)
+                self.problems.append("the candidate still waited for disk space 90 s after it was freed")
         if self.frozen_pid is not None:
             os.kill(self.frozen_pid, signal.SIGCONT)
             self.frozen_pid = None
@@ -328,7 +335,7 @@ class _Fault:
         if self.long is not None:
             self.long.join(SETTINGS["fence_timeout_s"] + 60)
         self.repair_ms = (time.monotonic() - t0) * 1000 if self.sc.fault in (
-            "freeze-candidate", "kill-old-primary", "kill-haproxy") else 0.0
+            "freeze-candidate", "kill-old-primary", "kill-haproxy", "disk-full-candidate") else 0.0
 
 
 class _Held:
@@ -517,6 +524,9 @@ def _bound_ms(res: Result, fault: _Fault) -> float:
             # Partitioned from its statement: the statement's own bound, then the partition's
             # remainder before the statement's session can be seen dead (KILL) and the state read.
             bound += (st.bound_s(settings) + max(0.0, fault.sc.hold_s - st.bound_s(settings))) * 1000
+    if fault.sc.fault == "disk-full-candidate":
+        # A new primary that cannot commit: the verify step's probe write gives up after its bound.
+        bound += SETTINGS["verify_timeout_s"] * 1000
     if res.action in ("resume", "rollback"):
         bound += RECOVERY_ALLOWANCE_MS
     return float(round(bound))
@@ -613,3 +623,9 @@ def _tail(path: Path, lines: int = 8) -> str:
         return "\n".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
     except OSError:
         return ""
+
+
+# For the other row runners (consolidate_rows.py): the same held faults and journal readings.
+Held = _Held
+run_summary = _summary
+output_tail = _tail

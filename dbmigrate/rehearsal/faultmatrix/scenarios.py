@@ -173,6 +173,8 @@ def procedure_settings(procedure: str, settings: dict) -> dict:
 
 
 def statement_of(sc: Scenario) -> RoleStatement | None:
+    if sc.procedure == "consolidate":
+        return CONSOLIDATE_STATEMENTS.get(sc.statement or "")
     return ROLE_STATEMENTS.get(sc.procedure, {}).get(sc.statement or "")
 
 
@@ -212,8 +214,51 @@ def issue_reproductions() -> list[Scenario]:
     ]
 
 
+# Consolidation: the first old server's cutover (its fence, then the open of its new instance).
+# "old" is that old server, "candidate" its instance. The fence is bounded like promote's
+# (fence_timeout_s + 1); the open has no bound of its own and waits for the inventory's
+# read_timeout, which these rows set to CONSOLIDATE_READ_TIMEOUT_S.
+CONSOLIDATE_SETTINGS = {"fence_timeout_s": 2, "catchup_timeout_s": 3, "drain_timeout_s": 0.3, "gate_timeout_s": 20}
+CONSOLIDATE_READ_TIMEOUT_S = 10
+CONSOLIDATE_STATEMENTS = {
+    "fence": RoleStatement("old", "read_only=ON", "fence_timeout_s", "in:cut over:read_only=on", 1.0),
+    # The pause sees statements without the tool's tag; the fence's expiry body is spelled
+    # `SET @@GLOBAL.read_only=0`, so this is the open.
+    "open": RoleStatement("candidate", OPEN_TEXT, "read_timeout_s", "in:cut over:set global read_only=off"),
+}
+CONSOLIDATE_NETWORK_FAULTS = ("partition-old", "partition-new", "partition-own-conn")
+
+
+def consolidate_settings() -> dict:
+    return {**CONSOLIDATE_SETTINGS, "read_timeout_s": CONSOLIDATE_READ_TIMEOUT_S}
+
+
+def consolidate_matrix() -> list[Scenario]:
+    """The per-server fence and the open of the new instance: the old server's port, the new
+    instance's port, or only the tool's own connection partitioned from the statement for
+    0.5x, 1x and 1.5x its bound; the tool frozen right after it for 2x. Each ends rolled back
+    (by the run or by the operator's one `rollback`); judged 30 s after exit."""
+    out = []
+    settings = consolidate_settings()
+    for key, st in CONSOLIDATE_STATEMENTS.items():
+        bound = st.bound_s(settings)
+        for fault in CONSOLIDATE_NETWORK_FAULTS:
+            for k in LENGTHS:
+                out.append(Scenario("consolidate", fault, f"{key}@{k:g}x", "rollback", None, key,
+                                    round(k * bound, 2), after_exit_s=JUDGED_AFTER_EXIT_S))
+        out.append(Scenario("consolidate", "freeze-tool", f"{key}@2x", "rollback", st.after, key,
+                            round(2 * bound, 2), after_exit_s=JUDGED_AFTER_EXIT_S))
+    return out
+
+
+# The candidate's datadir on a small filesystem of its own, filled right after the open.
+DISK_FULL = Scenario("promote", "disk-full-candidate", "after-open", "rollback", "after:open",
+                     after_exit_s=JUDGED_AFTER_EXIT_S)
+
+
 def all_scenarios(settings: dict | None = None) -> list[Scenario]:
-    return promote_matrix() + swap_matrix() + network_matrix(settings or SETTINGS) + issue_reproductions()
+    return (promote_matrix() + swap_matrix() + network_matrix(settings or SETTINGS) + issue_reproductions()
+            + [DISK_FULL] + consolidate_matrix())
 
 
 def select(scenarios: list[Scenario], only: str | None = None, fast: bool = False) -> list[Scenario]:
