@@ -21,6 +21,7 @@ import yaml
 from dbmigrate.config import HostSpec, load_inventory
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.engine.journal import Journal
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import measure_shards, plan
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
@@ -172,9 +173,23 @@ class ConsolidationRun:
             return None
         return sock if len(sock.encode()) < 100 else None  # the limit of a unix socket's path
 
+    def _provisioned(self) -> set[str]:
+        """The instances whose provisioning step finished (the journal of the running run)."""
+        if not self.journal.exists():
+            return set()
+        try:
+            with Journal(self.journal) as j:
+                runs = j.list_runs(limit=1)
+                steps = j.step_rows(runs[0]["id"]) if runs else []
+        except Exception:  # the run is creating its journal
+            return set()
+        return {inst for inst in self.instances for st in steps
+                if st["name"].startswith(f"provision {inst} ") and st["action"] == "run"
+                and st["status"] in ("done", "skipped")}
+
     def start_pollers_when_fenceable(self, alive: Callable[[], bool], timeout_s: float = 300) -> bool:
-        """Once each new instance exists and is read-only (it is writable for a moment while it
-        is created, before any route can name it), poll read_only on it and its old server every
+        """Once each new instance is provisioned and read-only (it is writable for a moment while
+        it is created, before any route can name it), poll read_only on it and its old server every
         10 ms over their unix sockets (a partitioned port does not blind the poller)."""
         c = self.cluster
         # The tool's account: the application's may not exist on an instance before its seed.
@@ -182,9 +197,10 @@ class ConsolidationRun:
         deadline = time.monotonic() + timeout_s
         waiting = dict(self.new_of)
         while waiting and time.monotonic() < deadline and alive():
+            provisioned = self._provisioned()
             for old, inst in list(waiting.items()):
                 sock = self.socket_of(inst)
-                if sock is None:
+                if sock is None or inst not in provisioned:
                     continue
                 try:
                     with c.open_address(self.instances[inst], unix_socket=sock) as srv:

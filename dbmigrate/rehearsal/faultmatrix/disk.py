@@ -47,6 +47,7 @@ class SmallDatadir:
         self.datadir = boxes.find(sandbox).spec(instance).datadir
         self.filler = self.datadir / FILLER
         self.filled_bytes = 0
+        self.filled_peak = 0  # what fill() took, kept after free()
 
     def __enter__(self) -> "SmallDatadir":
         self.boxes.stop_instance(self.sandbox, self.instance)
@@ -86,6 +87,7 @@ class SmallDatadir:
                     size //= 2
         finally:
             os.close(fd)
+        self.filled_peak = self.filled_bytes
         return self.filled_bytes
 
     def free(self) -> None:
@@ -153,7 +155,7 @@ def run_disk_full_scenario(cluster, sc, say=lambda m: None, after_exit_s: float 
             say(f"{sc.id}: {candidate}'s datadir on a {small.size_mb} MB tmpfs, {small.free_bytes() >> 20} MB free")
             cluster.small_disk = small
             r = run_scenario(cluster, sc, say, after_exit_s=after_exit_s)
-            r.details["disk_filled_bytes"] = small.filled_bytes
+            r.details["disk_filled_bytes"] = small.filled_peak
             return r
     except DiskFaultError as e:
         r = Result(sc.id, sc.fast)
