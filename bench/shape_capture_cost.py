@@ -3,12 +3,15 @@
 
 A throwaway sandbox (a primary and one replica) gets the fixture schema with every hazard
 (tests/fixtures/shapes/ca.sql) and TABLES copies of its tables grown to ROWS rows; a writer
-inserts on the primary as fast as one session can. Measured over equal windows: writes per
-second and the longest gap between two acknowledged writes with no capture, then during
-`shape capture` read from the primary itself (--server, the worst case), then read from the
-replica (the default), then with a digested query window of --seconds on the primary.
+inserts on the primary as fast as one session can. Each capture is paired with a
+window of the same length with no capture right before it (a shared host's load drifts), and
+the pair repeated --rounds times: writes per second against its paired window, and the longest
+gap between two acknowledged writes, for `shape capture` read from the primary itself
+(--server, the worst case), read from the replica (the default), and with a digested query
+window of --seconds on the primary. Medians of the ratios, worst of the stalls; the host's load
+average is printed with them.
 
-    python bench/shape_capture_cost.py [--rows 20000] [--tables 20] [--seconds 5] [--json]
+    python bench/shape_capture_cost.py [--rows 20000] [--tables 20] [--seconds 5] [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,6 +65,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--tables", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     boxes = Sandboxes()
@@ -78,31 +83,41 @@ def main() -> None:
                           f"SELECT 1 + seq % 2, 'valid', NOW(6) FROM ca.seq_1_to_{args.rows}")
         w = Writer(inv, primary)
         w.start()
-        results = {}
+        results: dict[str, list] = {}
         try:
             time.sleep(1)
-            t0 = time.monotonic()
-            time.sleep(3)
-            results["no capture"] = w.window(t0, time.monotonic())
-            for label, kw in (("capture read from the primary", {"server": primary}),
-                              ("capture read from the replica", {}),
-                              (f"capture + {args.seconds:g}s digest window", {"seconds": args.seconds})):
-                t0 = time.monotonic()
-                shape, _ = shape_use.capture(state.inventory_file, NAME, HOME / label.replace(" ", "-"), **kw)
-                results[label] = (*w.window(t0, time.monotonic()), shape.took_s)
+            for _ in range(args.rounds):
+                for label, kw in (("capture read from the primary", {"server": primary}),
+                                  ("capture read from the replica", {}),
+                                  (f"capture + {args.seconds:g}s digest window", {"seconds": args.seconds})):
+                    t0 = time.monotonic()
+                    shape, _ = shape_use.capture(state.inventory_file, NAME, HOME / label.replace(" ", "-"), **kw)
+                    t1 = time.monotonic()
+                    time.sleep(0.5)
+                    b0 = time.monotonic()
+                    time.sleep(t1 - t0)
+                    base = w.window(b0, time.monotonic())
+                    during = w.window(t0, t1)
+                    results.setdefault(label, []).append({"writes_per_s": during[0], "stall_ms": during[1],
+                                                          "paired_writes_per_s": base[0], "paired_stall_ms": base[1],
+                                                          "took_s": t1 - t0})
         finally:
             w.stop_flag.set()
             w.join(5)
     finally:
         boxes.down(NAME)
+    load = os.getloadavg()
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({"load_average": load, "results": results}, indent=2))
         return
-    base = results["no capture"][0]
-    for label, r in results.items():
-        took = f", capture took {r[2]:.1f}s" if len(r) > 2 else ""
-        print(f"{label:<34} {r[0]:8.0f} writes/s ({r[0] / base:.2f} of no capture), longest write stall "
-              f"{r[1]:.0f} ms{took}")
+    print(f"host load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores; "
+          f"{args.rounds} round(s)")
+    for label, rounds in results.items():
+        ratios = sorted(r["writes_per_s"] / max(r["paired_writes_per_s"], 1e-9) for r in rounds)
+        print(f"{label:<34} writes/s {statistics.median(ratios):.2f} of the paired no-capture window "
+              f"(rounds {', '.join(f'{x:.2f}' for x in ratios)}); longest write stall "
+              f"{max(r['stall_ms'] for r in rounds):.0f} ms (no capture: {max(r['paired_stall_ms'] for r in rounds):.0f} ms); "
+              f"capture took {statistics.median(r['took_s'] for r in rounds):.1f} s")
 
 
 if __name__ == "__main__":

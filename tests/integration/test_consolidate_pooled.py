@@ -143,6 +143,9 @@ def test_pooled_client_writes_through_the_instance_after_the_cutover_and_back_af
         cut = next(s["sentence"] for s in run["steps"] if s["name"].startswith("cut over"))
         assert f"app session(s) on {OLD} ended" in cut and "logs in to" in cut, cut
         assert "reconnected to the instance(s)" in cut, cut
+        # Every account that writes the shard is checked there, not only the inventory's one:
+        # the second application writes one column of docs.
+        assert "every account that writes the shards can write there" in cut and f"{APP2.user}@%" in cut, cut
         verify = next(s["sentence"] for s in run["steps"] if s["name"].startswith("verify shard routes"))
         assert "no application session left on an old server" in verify, verify
         # The copy was verified before the fence, range by range; inside it only what kept changing.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
-from dbmigrate.db.grants import GrantLine, canonical, lines_for
+from dbmigrate.db.grants import GrantLine, canonical, like_matches, lines_for
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError
 
@@ -94,3 +94,36 @@ def try_login(name: str, address: str, creds: Credentials, shards: list[str]) ->
         if insp.read_only():
             raise DbmigrateError(f"{creds.user} logs in to {address} but it is read-only")
     return f"{creds.user} logs in to {address} (writable) and reaches {', '.join(reached) or 'no table'}"
+
+
+def writers_that_bypass(accounts: Accounts, bypass_users: set[str], server: str) -> list[str]:
+    """Accounts that write the moved shards and that read_only does not stop (SUPER, READ ONLY
+    ADMIN, directly or through a role): after the fence they would keep writing on the old
+    server while their shards open on the instance."""
+    return [f"{user}@{host} writes the shards and bypasses read_only on {server}: the fence would not stop it"
+            for user, host in accounts.writers if user in bypass_users]
+
+
+def writers_on_instance(new: Inspector, accounts: Accounts, shards: list[str]) -> tuple[list[str], list[str]]:
+    """After the switch: every account that writes these shards holds, on the instance, each of
+    its write grant lines on them, and the instance takes writes. Returns (accounts that can,
+    problems)."""
+    if new.read_only():
+        return [], [f"{new.server.name} is read-only: no application account can write there"]
+    ok, problems = [], []
+    for user, host in accounts.writers:
+        lines = [g for g in accounts.grants[(user, host)] if g.writes and
+                 (g.schema in shards or g.level == "schema" and any(like_matches(g.schema or "", s) for s in shards))]
+        if not lines:
+            continue
+        who = f"{user}@{host}"
+        if not new.account_exists(user, host):
+            problems.append(f"{who} does not exist on {new.server.name}")
+            continue
+        there = {canonical(g.text) for g in lines_for(new.grants(user, host), shards, include_global=True)}
+        missing = [g.text for g in lines if canonical(g.text) not in there]
+        if missing:
+            problems.append(f"{who} cannot write on {new.server.name}: lacks {'; '.join(missing)}")
+        else:
+            ok.append(who)
+    return ok, problems

@@ -27,7 +27,9 @@ from dbmigrate.procedures.consolidate.context import (
     targets_of,
     wild_patterns,
 )
-from dbmigrate.procedures.consolidate.accounts import Accounts, differences, shard_accounts, try_login
+from dbmigrate.procedures.consolidate.accounts import (
+    Accounts, differences, shard_accounts, try_login, writers_on_instance, writers_that_bypass,
+)
 from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_fence, check_in_fence
 from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer
@@ -54,8 +56,9 @@ def cutover(ctx: RunContext, source: str) -> str:
     fence (kit fence: calm wait, watchdog, fenced catch-up budget) -> each instance applies the
     final position -> the ranges that kept changing compared -> reverse connections -> open
     the instances -> routes switched -> (outside the window) the application's sessions on
-    the old server ended, so that pools reconnect through the new route -> the app account
-    logs in there -> forward connections dropped."""
+    the old server ended, so that pools reconnect through the new route -> every account that
+    writes the shards can write there, the app account logs in there -> forward connections
+    dropped."""
     plan, p = plan_of(ctx), params_of(ctx)
     targets = targets_of(plan, source)
     old_addr = address_of(ctx, source)
@@ -107,7 +110,7 @@ def cutover(ctx: RunContext, source: str) -> str:
         record_fence_checks(ctx, copies)
         # Only now, with every route naming an instance: a pool that reconnects at once finds the new writer.
         killed, seen = end_app_sessions(ctx, source)
-        logged_in = try_app_login(ctx, source, targets)
+        logged_in = try_app_login(ctx, source, targets, accounts)
     except BaseException as exc:
         undone = False
         try:
@@ -172,7 +175,8 @@ def fence(ctx: RunContext, source: str, targets: list) -> tuple[Fence, Fenced]:
 
 def require_accounts(ctx: RunContext, source: str, targets: list) -> Accounts:
     """Before the fence: every account with a privilege on the moved shards exists on its
-    instance, authenticates the same and holds the same grants there; else nothing is fenced."""
+    instance, authenticates the same and holds the same grants there, and every one that writes
+    them is stopped by read_only on the old server; else nothing is fenced."""
     plan, p = plan_of(ctx), params_of(ctx)
     src = Inspector(server_of(ctx, source))
     exclude = {src.login_user, resources_of(ctx).repl.user}
@@ -183,6 +187,8 @@ def require_accounts(ctx: RunContext, source: str, targets: list) -> Accounts:
         accounts = shard_accounts(src, shards, include_global=p.seed.global_grants, exclude=exclude)
         everyone.grants.update(accounts.grants)
         problems += differences(src, Inspector(server_of(ctx, t.name)), accounts, shards)
+    if everyone.writers:
+        problems += writers_that_bypass(everyone, src.read_only_bypass_users(), source)
     if problems:
         raise ConsolidateRefused(f"not fenced: the application's accounts would not work on the instance: "
                                  f"{'; '.join(problems)}",
@@ -245,14 +251,26 @@ def record_fence_checks(ctx: RunContext, copies: dict[str, CopyCheck]) -> None:
     save_checksums(ctx, sums)
 
 
-def try_app_login(ctx: RunContext, source: str, targets: list) -> str:
-    """After the switch: the inventory's app account logs in where each route now points,
-    finds it writable and reaches its shards' tables (other accounts were compared before the fence)."""
-    app = resources_of(ctx).app
-    if app is None:
-        return "no app account in the inventory to log in with"
+def try_app_login(ctx: RunContext, source: str, targets: list, accounts: Accounts | None = None) -> str:
+    """After the switch: every account that writes the moved shards holds its write grants on
+    the instance, which takes writes (read as the tool: their passwords are not ours), and the
+    inventory's app account logs in where each route now points, finds it writable and reaches
+    its shards' tables."""
     plan = plan_of(ctx)
     said = []
+    if accounts is not None and accounts.writers:
+        able, problems = [], []
+        for t in targets:
+            ok, bad = writers_on_instance(Inspector(server_of(ctx, t.name)), accounts, shards_of(plan, t.name, source))
+            able += [f"{who} on {t.name}" for who in ok]
+            problems += bad
+        if problems:
+            raise SafetyError(f"the application's accounts cannot write on the instance(s): {'; '.join(problems)}",
+                              hint=f"fix those accounts' grants on the instance(s); {source} was put back")
+        said.append(f"every account that writes the shards can write there ({', '.join(able)})")
+    app = resources_of(ctx).app
+    if app is None:
+        return "; ".join(said + ["no app account in the inventory to log in with"])
     for t in targets:
         shards = shards_of(plan, t.name, source)
         writer = route_of(ctx, shards[0]).current().writer if shards else address_of(ctx, t.name)
