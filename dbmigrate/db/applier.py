@@ -180,6 +180,17 @@ class Applier:
             raise ValueError("only CREATE USER and GRANT statements are replayed")
         self._send(statement)
 
+    def create_role(self, role: str) -> None:
+        """A role as on another server; its administrator is the tool's account (MariaDB's default)."""
+        self._send("CREATE ROLE IF NOT EXISTS " + _ident(role))
+
+    def grant_role(self, role: str, user: str, host: str) -> None:
+        """GRANT role TO user@host, or TO another role when host is ''."""
+        self._send(f"GRANT {_ident(role)} TO " + (f"%s@%s" if host else "%s"), (user, host) if host else (user,))
+
+    def set_default_role(self, role: str, user: str, host: str) -> None:
+        self._send(f"SET DEFAULT ROLE {_ident(role)} FOR %s@%s", (user, host))
+
     def drop_schema_without_binlog(self, schema: str) -> None:
         """Drop a copied schema on this server only (nothing replicates, no GTID)."""
         self.ddl_without_binlog("DROP DATABASE IF EXISTS `" + schema.replace("`", "``") + "`")

@@ -449,10 +449,11 @@ class Inspector:
         rows = self.server.query("SELECT Host AS h FROM mysql.user WHERE User=%s ORDER BY Host", (user,))
         return [str(r["h"]) for r in rows]
 
-    def privilege_holders(self, schemas: list[str], include_global: bool) -> list[tuple[str, str]]:
+    def privilege_holders(self, schemas: list[str], include_global: bool, roles: bool = False) -> list[tuple[str, str]]:
         """(user, host) of every account with a privilege on one of `schemas`, at any level:
         schema (a LIKE pattern that covers it counts), table, column, routine, and global when
-        asked. Roles and anonymous accounts are left out."""
+        asked. Roles (MariaDB: an empty host) and anonymous accounts are left out; with
+        `roles`, only the roles are returned, as (role, '')."""
         if not schemas:
             return []
         from dbmigrate.db.grants import like_matches
@@ -471,7 +472,31 @@ class Inspector:
                     "SELECT User AS u, Host AS h FROM mysql.user WHERE User <> '' AND Host <> '' AND "
                     "(Select_priv='Y' OR Insert_priv='Y' OR Update_priv='Y' OR Delete_priv='Y')"):
                 found.add((str(r["u"]), str(r["h"])))
-        return sorted(a for a in found if a[1] != "")  # MariaDB's roles have an empty host
+        return sorted(a for a in found if (a[1] == "") == roles)  # MariaDB's roles have an empty host
+
+    def role_members(self, roles: set[str]) -> list[tuple[str, str, str]]:
+        """(user, host, role) for every grant of one of `roles`, and of a role that holds one of
+        them, to a user or another role (a role's host is '')."""
+        if not roles:
+            return []
+        edges = [(str(r["user"]), str(r["host"]), str(r["role"]))
+                 for r in self.server.query("SELECT User AS user, Host AS host, Role AS role FROM mysql.roles_mapping")]
+        wanted, out = set(roles), []
+        while True:
+            more = [e for e in edges if e[2] in wanted and e not in out]
+            if not more:
+                return sorted(out)
+            out += more
+            wanted |= {u for u, h, _ in more if h == ""}
+
+    def role_exists(self, role: str) -> bool:
+        return bool(self.server.scalar("SELECT COUNT(*) AS n FROM mysql.user WHERE User=%s AND Host='' AND "
+                                       "is_role='Y'", (role,)))
+
+    def default_role(self, user: str, host: str) -> str:
+        """The role a user's sessions start with ('' for none)."""
+        return str(self.server.scalar("SELECT default_role AS r FROM mysql.user WHERE User=%s AND Host=%s",
+                                      (user, host)) or "")
 
     def data_size_bytes(self) -> int:
         """Data + index bytes of the user schemas (a rough size of what a copy must hold)."""

@@ -14,7 +14,8 @@ it reconnects to the fenced server at once and writes nothing until someone roll
     (calm wait), an instance that stalls applying makes the first attempt give up within the
     fenced catch-up budget (unfenced, nothing changed), and the second attempt moves it.
   - a logical seed copies every account with privileges on the shard, at every level, and
-    each logs in to the instance and reaches its tables.
+    the roles that give some of them theirs (the role, its grants, who holds it, the default
+    role), and each logs in to the instance and reaches its tables.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ SHARD = "shard_p"
 BLOB_MB = int(os.environ.get("DBMIGRATE_TEST_BLOB_MB", "96"))
 ROW_KB = 64
 APP2 = Credentials("certs_ro", "app2-secret")
+APP3 = Credentials("certs_rw", "app3-secret")  # reaches the shard only through a role
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -84,6 +86,12 @@ def legacy(boxes):
         s.execute(f"CREATE USER {APP2.user}@'%' IDENTIFIED BY '{APP2.password}'")
         s.execute(f"GRANT SELECT ON {SHARD}.items TO {APP2.user}@'%'")
         s.execute(f"GRANT SELECT (id, label), UPDATE (label) ON {SHARD}.docs TO {APP2.user}@'%'")
+        # A third: no grant of its own, a role that writes one table, started with by default.
+        s.execute("CREATE ROLE certs_writer")
+        s.execute(f"GRANT SELECT, INSERT, UPDATE ON {SHARD}.items TO certs_writer")
+        s.execute(f"CREATE USER {APP3.user}@'%' IDENTIFIED BY '{APP3.password}'")
+        s.execute(f"GRANT certs_writer TO {APP3.user}@'%'")
+        s.execute(f"SET DEFAULT ROLE certs_writer FOR {APP3.user}@'%'")
     yield state, inv, routes
     boxes.down(NAME)
 
@@ -236,7 +244,7 @@ def test_a_logical_seed_copies_every_account_of_the_shard_and_each_reaches_its_t
         run = detail(outcome.run_id)
         st = ConsolidateState.load(run["state"])
         seed = next(iter(st.seeds.values()))
-        assert seed["method"] == "logical" and seed["accounts"] >= 2, seed
+        assert seed["method"] == "logical" and seed["accounts"] >= 3, seed
         inst = st.instances["pc-1"]
         host, _, port = inst.rpartition(":")
         # Each account logs in to the instance with its own password and reaches its tables.
@@ -249,6 +257,12 @@ def test_a_logical_seed_copies_every_account_of_the_shard_and_each_reaches_its_t
             s.execute(f"UPDATE {SHARD}.docs SET label = 'seen' WHERE id = 1")
             with pytest.raises(Exception, match="denied"):
                 s.query(f"SELECT body FROM {SHARD}.docs LIMIT 1")  # the column grant, no more
+        with Server("as-app3", host, int(port), APP3) as s:  # its default role, no SET ROLE
+            assert s.scalar("SELECT CURRENT_ROLE() AS r") == "certs_writer"
+            assert s.scalar(f"SELECT COUNT(*) AS n FROM {SHARD}.items") == 300
+            s.execute(f"UPDATE {SHARD}.items SET qty = qty WHERE id = 1")
+            with pytest.raises(Exception, match="denied"):
+                s.query(f"SELECT id FROM {SHARD}.docs LIMIT 1")  # the role's table only
     finally:
         back = rollback_run(outcome.run_id, assume_yes=True)
         assert back.status == "rolled_back", back.summary

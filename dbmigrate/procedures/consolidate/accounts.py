@@ -24,13 +24,23 @@ SYSTEM_USERS = frozenset({"root", "mariadb.sys", "mysql.sys", "mysql.session", "
 @dataclass
 class Accounts:
     grants: dict[tuple[str, str], list[GrantLine]] = field(default_factory=dict)
+    # Roles with a privilege on the shards (their grant lines), who holds them (user, host, role;
+    # host '' for a role granted to a role) and each member's default role.
+    roles: dict[str, list[GrantLine]] = field(default_factory=dict)
+    members: list[tuple[str, str, str]] = field(default_factory=list)
+    default_roles: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    @property
+    def users(self) -> list[tuple[str, str]]:
+        """Every account that reaches the shards, directly or through a role."""
+        return sorted(set(self.grants) | {(u, h) for u, h, _ in self.members if h})
 
     @property
     def writers(self) -> list[tuple[str, str]]:
         return [a for a, lines in self.grants.items() if any(g.writes for g in lines)]
 
     def names(self) -> str:
-        return ", ".join(f"{u}@{h}" for u, h in self.grants) or "none"
+        return ", ".join([f"{u}@{h}" for u, h in self.users] + [f"role {r}" for r in self.roles]) or "none"
 
 
 def shard_accounts(old: Inspector, shards: list[str], *, include_global: bool, exclude: set[str]) -> Accounts:
@@ -41,6 +51,14 @@ def shard_accounts(old: Inspector, shards: list[str], *, include_global: bool, e
         lines = lines_for(old.grants(user, host), shards, include_global)
         if lines:
             found.grants[(user, host)] = lines
+    for role, _ in old.privilege_holders(shards, include_global, roles=True):
+        lines = lines_for(old.role_grants(role), shards, include_global)
+        if lines:
+            found.roles[role] = lines
+    found.members = [(u, h, r) for u, h, r in old.role_members(set(found.roles))
+                     if u not in SYSTEM_USERS and u not in exclude]
+    for member in {(u, h) for u, h, _ in found.members if h}:
+        found.default_roles[member] = old.default_role(*member)
     return found
 
 
@@ -54,6 +72,23 @@ def copy_accounts(old: Inspector, new: Inspector, apply: Applier, accounts: Acco
         for g in lines:
             apply.replay_account_statement(g.text)
             n += 1
+    # Roles: created, given their grants on the shards, granted to their members as on the old
+    # server, and each member's default role set, so that its sessions start with it.
+    for role, lines in accounts.roles.items():
+        apply.create_role(role)
+        for g in lines:
+            apply.replay_account_statement(g.text)
+            n += 1
+    for user, host, role in accounts.members:
+        if host and not new.account_exists(user, host):
+            apply.replay_account_statement(old.create_user_statement(user, host))
+        elif not host:
+            apply.create_role(user)
+        apply.grant_role(role, user, host)
+        n += 1
+    for (user, host), role in accounts.default_roles.items():
+        if role:
+            apply.set_default_role(role, user, host)
     return n
 
 
@@ -76,6 +111,27 @@ def differences(old: Inspector, new: Inspector, accounts: Accounts, shards: list
         for g in lines:
             if g.level in ("table", "column") and g.schema in tables and g.obj not in tables[g.schema]:
                 problems.append(f"{who} is granted {g.schema}.{g.obj}, which {new.server.name} lacks")
+    for user, host in [a for a in accounts.users if a not in accounts.grants]:  # through a role only
+        if not new.account_exists(user, host):
+            problems.append(f"{user}@{host} does not exist on {new.server.name}")
+        elif old.create_user_statement(user, host) != new.create_user_statement(user, host):
+            problems.append(f"{user}@{host} authenticates differently on {new.server.name} (SHOW CREATE USER differs)")
+    for role, lines in accounts.roles.items():
+        if not new.role_exists(role):
+            problems.append(f"role {role} does not exist on {new.server.name}")
+            continue
+        there = {canonical(g.text) for g in lines_for(new.role_grants(role), shards, include_global=True)}
+        missing = [g.text for g in lines if canonical(g.text) not in there]
+        if missing:
+            problems.append(f"role {role} lacks on {new.server.name}: {'; '.join(missing)}")
+    if accounts.members:
+        held = set(new.role_members(set(accounts.roles)))
+        for user, host, role in accounts.members:
+            if (user, host, role) not in held:
+                problems.append(f"{user}{'@' + host if host else ''} does not hold role {role} on {new.server.name}")
+    for (user, host), role in accounts.default_roles.items():
+        if role and new.account_exists(user, host) and new.default_role(user, host) != role:
+            problems.append(f"{user}@{host} does not start with role {role} on {new.server.name}")
     return problems
 
 
@@ -94,6 +150,13 @@ def try_login(name: str, address: str, creds: Credentials, shards: list[str]) ->
         if insp.read_only():
             raise DbmigrateError(f"{creds.user} logs in to {address} but it is read-only")
     return f"{creds.user} logs in to {address} (writable) and reaches {', '.join(reached) or 'no table'}"
+
+
+def merge(into: Accounts, more: Accounts) -> None:
+    into.grants.update(more.grants)
+    into.roles.update(more.roles)
+    into.members += [m for m in more.members if m not in into.members]
+    into.default_roles.update(more.default_roles)
 
 
 def writers_that_bypass(accounts: Accounts, bypass_users: set[str], server: str) -> list[str]:

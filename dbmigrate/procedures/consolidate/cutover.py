@@ -28,7 +28,7 @@ from dbmigrate.procedures.consolidate.context import (
     wild_patterns,
 )
 from dbmigrate.procedures.consolidate.accounts import (
-    Accounts, differences, shard_accounts, try_login, writers_on_instance, writers_that_bypass,
+    Accounts, differences, merge, shard_accounts, try_login, writers_on_instance, writers_that_bypass,
 )
 from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_fence, check_in_fence
 from dbmigrate.procedures.kit.drain import drain, protected_users
@@ -129,7 +129,8 @@ def cutover(ctx: RunContext, source: str) -> str:
                   if p.checksum else "")
     return (f"{said_check}{fenced.sentence}; caught up in {caught_ms:.0f} ms; routes {', '.join(moved)} "
             f"after {fenced_ms:.0f} ms fenced; then {killed} app session(s) on {source} ended; {logged_in}{reached}; "
-            f"{len(accounts.grants)} account(s) with grants on the shards present on the instance(s); "
+            f"{len(accounts.users)} account(s) and {len(accounts.roles)} role(s) with grants on the shards present "
+            f"on the instance(s); "
             f"{source} replicates them back for rollback")
 
 
@@ -185,7 +186,7 @@ def require_accounts(ctx: RunContext, source: str, targets: list) -> Accounts:
     for t in targets:
         shards = shards_of(plan, t.name, source)
         accounts = shard_accounts(src, shards, include_global=p.seed.global_grants, exclude=exclude)
-        everyone.grants.update(accounts.grants)
+        merge(everyone, accounts)
         problems += differences(src, Inspector(server_of(ctx, t.name)), accounts, shards)
     if everyone.writers:
         problems += writers_that_bypass(everyone, src.read_only_bypass_users(), source)

@@ -71,7 +71,7 @@ def copy_accounts_to(ctx: RunContext, source: str, instance: str, shards: list[s
     if problems:
         raise ConsolidateError(f"after copying the accounts of {', '.join(shards)} to {instance}: "
                                + "; ".join(problems), hint="fix the accounts on the instance, then resume")
-    return len(accounts.grants), lines
+    return len(accounts.users), lines
 
 
 def choose_method(ctx: RunContext, inst: PlannedInstance, source: str) -> tuple[str, str]:
