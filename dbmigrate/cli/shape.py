@@ -28,14 +28,18 @@ def capture(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inven
             server: Optional[str] = typer.Option(None, "--server", help="Read the schema here (default: a replica, "
                                                                         "else the primary)."),
             literals: bool = typer.Option(False, "--literals", help="Keep the literals of the digest's samples."),
+            window: str = typer.Option("auto", "--window", help="How the query window is read: performance_schema "
+                                       "(its statement digests: every session, also those that set their own "
+                                       "long_query_time), slow_log (a long_query_time=0 window), or auto (the "
+                                       "first where performance_schema is on)."),
             as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.")) -> None:
     """Capture the shape of a cluster's databases into DIR (no row of data is written)."""
     shape, written = shape_use.capture(inventory, cluster, out, schemas=schema or None, seconds=seconds,
-                                       server=server, literals=literals,
+                                       server=server, literals=literals, via=window,
                                        progress=lambda m: err_console.print(m, markup=False))
     tables = sum(len(s["tables"]) for s in shape.schemas.values())
     summary = {"schemas": list(shape.schemas), "tables_and_views": tables, "accounts": len(shape.accounts),
-               "sessions_visible": bool(shape.sessions.get("available")), "digest": shape.digest,
+               "sessions_visible": bool(shape.sessions.get("available")), "digest": shape.digest, "digest_source": shape.digest_source,
                "took_s": round(shape.took_s, 2), "files": [str(p) for p in written]}
     if as_json:
         print_json(summary)
@@ -43,5 +47,7 @@ def capture(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inven
     console.print(f"{len(shape.schemas)} schema(s), {tables} table(s) and view(s), {len(shape.accounts)} account(s) "
                   f"from {shape.captured_from} in {shape.took_s:.1f}s; written: {', '.join(str(p) for p in written)}",
                   markup=False)
+    if shape.digest_source:
+        console.print(f"query window: {shape.digest_source}", markup=False)
     if not shape.sessions.get("available"):
         console.print(f"sessions: {shape.sessions.get('why')}", markup=False)

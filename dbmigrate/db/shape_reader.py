@@ -15,6 +15,9 @@ SYSTEM_USERS = ("root", "mariadb.sys", "mysql.sys", "mysql.session", "mysql.info
 SESSION_VARIABLES = ("sql_mode", "long_query_time", "time_zone", "character_set_client", "collation_connection",
                      "transaction_isolation", "tx_isolation", "autocommit", "wait_timeout", "max_statement_time",
                      "innodb_lock_wait_timeout", "optimizer_switch")
+_SET_VARIABLE = re.compile(r"(?:@@SESSION\s*\.\s*|@@|\bSESSION\s+|\bSET\s+|,\s*)`?(\w+)`?\s*=", re.IGNORECASE)
+_SET_VALUE = re.compile(r"(?:@@SESSION\.|@@|\bSESSION\s+|\bSET\s+|,\s*)`?(\w+)`?\s*=\s*('[^']*'|\"[^\"]*\"|[\w.+-]+)",
+                        re.IGNORECASE)
 _SECRET = re.compile(r"\s+(IDENTIFIED\s+(?:BY\s+PASSWORD|VIA\s+\w+\s+USING|BY)\s+)'[^']*'", re.IGNORECASE)
 
 
@@ -96,21 +99,28 @@ class ShapeReader:
         return [without_secrets(str(next(iter(r.values())))) for r in rows]
 
     def session_overrides(self) -> dict[str, Any]:
-        """Per account, the session variables its open sessions set to something else than the
-        global value (performance_schema.variables_by_thread); {"available": False} without it."""
+        """Per account, the session variables its sessions set to something else than the global
+        value: from performance_schema.variables_by_thread (MySQL), else (MariaDB has no such
+        table) from the SET statements performance_schema's digests and statement history saw.
+        {"available": False, "why": ...} when neither can tell."""
         try:
             on = str(self.server.scalar("SELECT @@GLOBAL.performance_schema AS p")).upper() in ("1", "ON")
             if not on:
                 return {"available": False, "why": "performance_schema is OFF: the sessions' own settings are not "
                                                    "visible; declare them in the shape's sessions.yaml"}
             marks = ", ".join(["%s"] * len(SESSION_VARIABLES))
-            rows = self.server.query(
-                "SELECT t.PROCESSLIST_USER AS u, v.VARIABLE_NAME AS n, v.VARIABLE_VALUE AS v, g.VARIABLE_VALUE AS g "
-                "FROM performance_schema.variables_by_thread v "
-                "JOIN performance_schema.threads t ON t.THREAD_ID = v.THREAD_ID "
-                "JOIN performance_schema.global_variables g ON g.VARIABLE_NAME = v.VARIABLE_NAME "
-                f"WHERE t.PROCESSLIST_USER IS NOT NULL AND LOWER(v.VARIABLE_NAME) IN ({marks}) "
-                "AND NOT (v.VARIABLE_VALUE <=> g.VARIABLE_VALUE)", SESSION_VARIABLES)
+            try:
+                rows = self.server.query(
+                    "SELECT t.PROCESSLIST_USER AS u, v.VARIABLE_NAME AS n, v.VARIABLE_VALUE AS v, "
+                    "g.VARIABLE_VALUE AS g FROM performance_schema.variables_by_thread v "
+                    "JOIN performance_schema.threads t ON t.THREAD_ID = v.THREAD_ID "
+                    "JOIN performance_schema.global_variables g ON g.VARIABLE_NAME = v.VARIABLE_NAME "
+                    f"WHERE t.PROCESSLIST_USER IS NOT NULL AND LOWER(v.VARIABLE_NAME) IN ({marks}) "
+                    "AND NOT (v.VARIABLE_VALUE <=> g.VARIABLE_VALUE)", SESSION_VARIABLES)
+            except QueryError as e:
+                if e.errno != 1146:
+                    raise
+                return self._session_sets()
         except QueryError as e:
             return {"available": False, "why": f"performance_schema could not be read: {e.message}"}
         out: dict[str, dict[str, str]] = {}
@@ -118,7 +128,36 @@ class ShapeReader:
             if str(r["u"]) in SYSTEM_USERS:
                 continue
             out.setdefault(str(r["u"]), {})[str(r["n"]).lower()] = str(r["v"])
-        return {"available": True, "by_account": out}
+        return {"available": True, "how": "performance_schema.variables_by_thread", "by_account": out}
+
+    def _session_sets(self) -> dict[str, Any]:
+        """MariaDB: which session variables the applications SET (digests, since the server
+        started), and with which values per account where the statement history still holds
+        the SET (it needs the events_statements_current consumer and _history_long, or _history,
+        which keeps only each session's last statements)."""
+        counts: dict[str, int] = {}
+        for r in self.server.query("SELECT DIGEST_TEXT AS t, COUNT_STAR AS n FROM "
+                                   "performance_schema.events_statements_summary_by_digest WHERE DIGEST_TEXT LIKE 'SET %'"):
+            for name in _SET_VARIABLE.findall(str(r["t"])):
+                if name.lower() in SESSION_VARIABLES:
+                    counts[name.lower()] = counts.get(name.lower(), 0) + int(r["n"] or 0)
+        by_account: dict[str, dict[str, str]] = {}
+        rows = [r for table in ("events_statements_history_long", "events_statements_history") for r in self.server.query(
+            f"SELECT t.PROCESSLIST_USER AS u, h.SQL_TEXT AS s FROM performance_schema.{table} h "
+            "JOIN performance_schema.threads t ON t.THREAD_ID = h.THREAD_ID WHERE h.SQL_TEXT LIKE 'SET %' "
+            "AND t.PROCESSLIST_USER IS NOT NULL ORDER BY h.EVENT_ID")]
+        for r in rows:
+            if str(r["u"]) in SYSTEM_USERS:
+                continue
+            for name, value in _SET_VALUE.findall(str(r["s"])):
+                if name.lower() in SESSION_VARIABLES:
+                    by_account.setdefault(str(r["u"]), {})[name.lower()] = value.strip("'\"")
+        why = None if by_account else (
+            "the sessions' values are not visible (MariaDB has no variables_by_thread and the statement history "
+            "holds no SET)" + (f"; applications SET {', '.join(sorted(counts))}: declare the values in the shape's "
+                               f"sessions.yaml" if counts else ""))
+        return {"available": bool(by_account), "how": "SET statements in performance_schema's statement history",
+                "set_since_start": counts, "by_account": by_account, **({"why": why} if why else {})}
 
 
 def load_script(schemas: dict[str, Any]) -> str:

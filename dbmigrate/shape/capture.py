@@ -69,12 +69,13 @@ class Shape:
     accounts: list[dict[str, Any]] = field(default_factory=list)
     sessions: dict[str, Any] = field(default_factory=dict)
     digest: str | None = None
+    digest_source: str | None = None  # which query window: performance_schema or the slow log
     took_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "captured_from": self.captured_from, "took_s": round(self.took_s, 2),
                 "schemas": self.schemas, "accounts": self.accounts, "sessions": self.sessions,
-                "digest": self.digest}
+                "digest": self.digest, "digest_source": self.digest_source}
 
     def schema_sql(self) -> str:
         return load_script(self.schemas)

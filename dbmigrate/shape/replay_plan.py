@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 
 _LITERAL = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"|(?<![\w.`])(?:0x[0-9a-f]+|x'[0-9a-f]*')(?![\w.`])"
-                      r"|(?<![\w.`?])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.`])", re.IGNORECASE)
+                      r"|(?<![\w.`?])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.`])"
+                      r"|(?<![\w'\"`?])\?(?![\w'\"`?])", re.IGNORECASE)  # a digest text's own placeholder
 _IDENT = r"((?:`(?:[^`]|``)+`|[A-Za-z_$][\w$]*)(?:\.(?:`(?:[^`]|``)+`|[A-Za-z_$][\w$]*))*)"
 _COMPARED = re.compile(_IDENT + r"\s*(?:<=>|<=|>=|<>|!=|=|<|>|\bNOT\s+LIKE|\bLIKE|\bNOT\s+IN\s*\(|\bIN\s*\()"
                        r"(?:\s*\?\s*,)*\s*$", re.IGNORECASE)
@@ -20,7 +21,7 @@ _BETWEEN = re.compile(_IDENT + r"\s+(?:NOT\s+)?BETWEEN\s+(?:\?\s+AND\s*)?$", re.
 _LIMIT = re.compile(r"\b(LIMIT|OFFSET)\s*(?:\d+\s*,\s*)?$", re.IGNORECASE)
 _INSERT = re.compile(r"^\s*(?:INSERT|REPLACE)\s+(?:LOW_PRIORITY\s+|DELAYED\s+|HIGH_PRIORITY\s+|IGNORE\s+)*"
                      r"(?:INTO\s+)?" + _IDENT + r"\s*(?:\(([^)]*)\))?\s*VALUES?\s*", re.IGNORECASE)
-_FUNCTION_ARG = re.compile(r"(?<!\bIN)(?<!\bVALUES)(?<!\bVALUE)\b\w+\(\s*$", re.IGNORECASE)
+_FUNCTION_ARG = re.compile(r"\b(?!IN\b|VALUES?\b)\w+\s*\(\s*$", re.IGNORECASE)
 _WRITES = re.compile(r"^\s*(?:INSERT|REPLACE|UPDATE|DELETE)\b", re.IGNORECASE)
 DEFAULT_LIMIT = 10
 
@@ -48,8 +49,14 @@ def unquote(ident: str) -> str:
 
 def plan(sample: str) -> ReplayStatement:
     """`sample` (redacted or not) as a statement with `?` parameters."""
-    text = sample.strip().rstrip(";")
+    # performance_schema's digest text spaces every token: `ca` . `orders` ( `id` , ...
+    text = re.sub(r"`\s+\.\s+`", "`.`", sample.strip().rstrip(";"))
     insert = _INSERT.match(text)
+    if insert and insert.group(2) and re.match(r"\(\s*\.\.\.\s*\)", text[insert.end():]):
+        # a digest text folds the value list: one row of parameters, one a column
+        n = len(insert.group(2).split(","))
+        text = text[:insert.end()] + "(" + ", ".join(["?"] * n) + ")" + text[insert.end():].split(")", 1)[1]
+        insert = _INSERT.match(text)
     insert_columns = [unquote(c.strip()) for c in insert.group(2).split(",")] if insert and insert.group(2) else []
     insert_table = unquote(insert.group(1)) if insert else None
     value_slots = _value_slots(text, insert.end()) if insert else {}
@@ -66,7 +73,7 @@ def plan(sample: str) -> ReplayStatement:
         if _FUNCTION_ARG.search(before) and m.group(0)[0].isdigit():  # NOW(6), DATETIME(6): syntax, not data
             out.append(m.group(0))
             continue
-        kind = "number" if m.group(0)[0] in "-0123456789" and not m.group(0).lower().startswith("0x") else "string"
+        kind = "number" if m.group(0)[0] in "-0123456789?" and not m.group(0).lower().startswith("0x") else "string"
         slot = value_slots.get(m.start())
         if slot is not None and slot < len(insert_columns):
             params.append(Parameter(insert_columns[slot].split(".")[-1], insert_table, None, True, kind))

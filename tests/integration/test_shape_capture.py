@@ -57,3 +57,91 @@ def test_shape_capture_keeps_every_hazard_and_no_secret(boxes, cli, tmp_path):
         assert "sessions" in shape
     finally:
         boxes.down("shape")
+
+
+class PooledApp:
+    """An application whose pool connected before the window and set long_query_time=11.2 on
+    each connection: a slow-log window never sees its queries."""
+
+    def __init__(self, port: int):
+        import threading
+
+        import mysql.connector
+
+        self.conns = []
+        for _ in range(2):
+            c = mysql.connector.connect(host="127.0.0.1", port=port, user="ca_app", password="ca-app-secret",
+                                        autocommit=True, use_pure=True, ssl_disabled=True)
+            cur = c.cursor()
+            cur.execute("SET SESSION long_query_time = 11.2")
+            cur.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES'")
+            cur.close()
+            self.conns.append(c)
+        self.stop = threading.Event()
+        self.sent = 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        import time
+
+        while not self.stop.is_set():
+            for c in self.conns:
+                cur = c.cursor()
+                cur.execute("SELECT id, account_id FROM ca.orders USE INDEX (ix_status_created) "
+                            "WHERE status = 'pending' ORDER BY created LIMIT 5")
+                cur.fetchall()
+                cur.execute("UPDATE ca.orders SET status = 'valid' WHERE id = 1")
+                cur.close()
+                self.sent += 2
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        for c in self.conns:
+            c.close()
+
+
+def test_a_pool_with_its_own_long_query_time_is_captured_by_performance_schema(boxes, cli, tmp_path):
+    state = boxes.up("shapeps", 0, extra={"performance_schema": "ON",
+                                          "performance-schema-consumer-events-statements-current": "ON",
+                                          "performance-schema-consumer-events-statements-history": "ON",
+                                          "performance-schema-consumer-events-statements-history-long": "ON"})
+    app = None
+    try:
+        inv = load_inventory(state.inventory_file)
+        spec = inv.cluster("shapeps").servers["shapeps-1"]
+        with private_defaults_file(inv.credentials_for(spec), spec.host, spec.port) as cnf:
+            p = subprocess.run(["mariadb", f"--defaults-file={cnf}"], stdin=FIXTURE.open("rb"),
+                               capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        app = PooledApp(spec.port)
+        out = tmp_path / "shape"
+        r = cli("shape", "capture", "-i", str(state.inventory_file), "-c", "shapeps", "-o", str(out),
+                "--schema", "ca", "--seconds", "3", timeout=120)
+        assert r.returncode == 0, r.stderr + r.stdout
+        assert "query window: performance_schema statement digests" in r.stdout, r.stdout
+        digest = json.loads((out / "digest.json").read_text())
+        assert digest["source"]["kind"] == "performance_schema"
+        classes = {c["example"]: c for c in digest["classes"]}
+        hinted = [c for e, c in classes.items() if "USE INDEX (ix_status_created)" in e]
+        assert hinted and hinted[0]["count"] >= 20 and hinted[0]["user"] == "ca_app", classes.keys()
+        assert "'pending'" not in hinted[0]["example"]  # literals redacted
+        assert any(e.startswith("UPDATE ca.orders") for e in classes)
+        assert not any("performance_schema" in e or "information_schema" in e.lower() for e in classes)
+        sessions = json.loads((out / "shape.json").read_text())["sessions"]
+        assert sessions["available"] and sessions["set_since_start"]["long_query_time"] >= 2, sessions
+        assert float(sessions["by_account"]["ca_app"]["long_query_time"]) == 11.2  # the pool's own setting
+        assert sessions["by_account"]["ca_app"]["sql_mode"] == "STRICT_ALL_TABLES"
+        # The same window through the slow log sees none of the pool's queries: the reason for the above.
+        r = cli("shape", "capture", "-i", str(state.inventory_file), "-c", "shapeps", "-o", str(tmp_path / "slow"),
+                "--schema", "ca", "--seconds", "2", "--window", "slow_log", timeout=120)
+        assert r.returncode == 0, r.stderr + r.stdout
+        assert "query window: slow-log window" in r.stdout
+        slow = json.loads((tmp_path / "slow" / "digest.json").read_text())
+        assert not any("ix_status_created" in c["example"] for c in slow["classes"])
+    finally:
+        if app is not None:
+            app.close()
+        boxes.down("shapeps")

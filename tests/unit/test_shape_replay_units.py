@@ -81,3 +81,26 @@ def test_a_shape_directory_is_checked_before_anything_is_built(tmp_path):
     (tmp_path / "shape.json").write_text("{}")
     with pytest.raises(UsageError, match="not a shape written by"):
         read_shape(tmp_path)
+
+
+def test_a_performance_schema_window_is_the_difference_of_the_digest_counters():
+    from dbmigrate.digest.statement_window import digest_between, tables_of
+
+    text = "SELECT ID , `account_id` FROM `ca` . `orders` USE INDEX ( `ix_status_created` ) WHERE STATUS = ? LIMIT ?"
+    row = {"digest": "abc", "digest_text": text, "n": 130, "sum_ps": 2_000_000_000, "max_ps": 9_000_000,
+           "rows_examined": 1300}
+    own = {"digest": "def", "digest_text": "SELECT * FROM performance_schema . threads", "n": 5, "sum_ps": 1,
+           "max_ps": 1, "rows_examined": 0}
+    before = {("ca", "abc"): {**row, "n": 30, "sum_ps": 1_000_000_000, "rows_examined": 300}}
+    d = digest_between(before, {("ca", "abc"): row, ("", "def"): own},
+                       {"abc": ("ca_app", "SELECT id FROM ca.orders WHERE status = 'pending'")}, 2.0, {})
+    (qc,) = d.classes  # the window's own reads are not the application's
+    assert qc.count == 100 and abs(qc.total_time - 0.001) < 1e-9 and qc.rows_examined_avg == 10
+    assert qc.user == "ca_app" and qc.example.startswith("SELECT id FROM ca.orders") and d.rate(qc.count) == 50
+    assert tables_of(text, "ca") == ("`ca`.`orders`",) and tables_of("UPDATE t SET a = ?", "x") == ("`x`.`t`",)
+    p = plan(text)
+    assert p.sql.endswith("FROM `ca`.`orders` USE INDEX ( `ix_status_created` ) WHERE STATUS = ? LIMIT 10")
+    assert [x.column for x in p.parameters] == ["STATUS"]
+    p = plan("INSERT INTO `ca` . `orders` ( `account_id` , `status` ) VALUES (...)")
+    assert p.sql == "INSERT INTO `ca`.`orders` ( `account_id` , `status` ) VALUES (?, ?)"
+    assert [x.column for x in p.parameters] == ["account_id", "status"]

@@ -146,7 +146,8 @@ class Sandboxes:
 
     # -- create --------------------------------------------------------------
     def up(self, name: str, replicas: int = 2, base_dir: Path | None = None, buffer_pool_mb: int = 64,
-           candidate_buffer_pool_mb: int | None = None) -> SandboxState:
+           candidate_buffer_pool_mb: int | None = None, extra: dict[str, str] | None = None) -> SandboxState:
+        """`extra`: my.cnf settings for every instance (e.g. performance_schema=ON, set at start)."""
         check_name(name)
         if replicas < 0 or replicas > 8:
             raise UsageError("--replicas must be between 0 and 8")
@@ -167,7 +168,7 @@ class Sandboxes:
             iname = f"{name}-{i + 1}"
             state.instances[iname] = InstanceState(
                 iname, port, server_id=i + 1, cluster=name, role="primary" if i == 0 else "replica",
-                replica_of=None if i == 0 else f"{name}-1", buffer_pool_mb=buffer_pool_mb)
+                replica_of=None if i == 0 else f"{name}-1", buffer_pool_mb=buffer_pool_mb, extra=dict(extra or {}))
         accounts = acc.new_accounts()
         acc.write_option_file(state.credentials_file, accounts)
         state.save()
