@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""The fault matrix's results as markdown tables, from one or more `bench/faults.py --json` files.
+
+    python bench/faults_table.py RESULTS.json [MORE.json ...]
+
+One table per procedure (rows in the order given), then the totals: rows per verdict,
+acknowledged writes, lost writes, moments with two writable servers, the seconds each row was
+judged after the tool exited.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+
+def row(r: dict) -> str:
+    lost = sum(r["lost_by_server"].values())
+    gap = f"{r['writer_gap_ms']:,.0f}" if r.get("writer_gap_ms") is not None else "-"
+    op = r["operator_action"] if r["operator_action"] == "nothing" else f"{r['operator_action']} -> {r['action_status']}"
+    return (f"| `{r['id']}` | {r['verdict']} | {lost} | {r['two_writable_moments']} | "
+            f"{r['longest_no_writer_ms']:,.0f} ({r['no_writer_bound_ms']:,.0f}) | {gap} | "
+            f"{'yes' if r['healthy'] else 'NO'} | {r['run_status'] or '-'} | {op} |")
+
+
+def main(paths: list[str]) -> int:
+    results, judged = [], set()
+    for p in paths:
+        doc = json.load(open(p))
+        results += doc["results"]
+        judged.add(doc.get("judged_after_exit_s"))
+    by_proc: dict[str, list[dict]] = {}
+    for r in results:
+        by_proc.setdefault(r["id"].split("/", 1)[0], []).append(r)
+    head = ("| row | verdict | lost | two writable | longest no-writer ms (bound) | app gap ms | healthy | run ended "
+            "| operator |\n|---|---|---|---|---|---|---|---|---|")
+    for proc, rows in by_proc.items():
+        print(f"#### {proc}\n\n{head}")
+        for r in rows:
+            print(row(r))
+            if r["verdict"] == "FAIL":
+                print(f"| | why: {'; '.join(r['why'])[:300]} | | | | | | | |")
+        print()
+    verdicts = Counter(r["verdict"] for r in results)
+    print(f"{len(results)} rows: " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items()))
+          + f"; {sum(r['acknowledged'] for r in results):,} acknowledged writes, "
+          f"{sum(sum(r['lost_by_server'].values()) for r in results)} lost, "
+          f"{sum(r['two_writable_moments'] for r in results)} moments with two writable servers, "
+          f"{sum(not r['healthy'] for r in results)} unhealthy at the end; judged until "
+          f"{', '.join(f'{j:g}' for j in sorted(x for x in judged if x is not None))} s after the tool exited.")
+    return 1 if verdicts.get("FAIL") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
