@@ -302,6 +302,11 @@ class Server:
         log.warning("%s: gave up on %s: in doubt until session %d is ended", self.name, shown, session)
         return doubt
 
+    def settle_doubts(self) -> None:
+        """End the sessions of this server's statements in doubt now (see _settle_doubts), so that
+        a bounded read that follows spends its bound on the read alone."""
+        self._settle_doubts()
+
     def _settle_doubts(self) -> None:
         """Before any statement to a server with a statement in doubt: end that statement's
         session from a fresh one and see it gone, so that what is read next is final."""

@@ -91,6 +91,7 @@ class FakeServer:
     # was ended first. `doubts` holds those changes (statement, effect).
     partitioned: bool = False
     doubts: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
+    settle_cost_s: float = 0.0  # ending a session in doubt here takes this long (a new connection after a partition)
     expiry_at: float | None = None  # clock time when a scheduled fence expiry fires (None: none)
     disk_full: bool = False  # a write waits for disk space (until the bound, or the read timeout)
     # Work too big for a fenced window, each until a clock time: a DDL or large transaction in
@@ -158,6 +159,9 @@ class FakeTopology(Topology):
         s = self.servers[name]
         if s.doubts:
             self._settle(s)
+            deadline = self.deadlines.get(name)
+            if deadline is not None and self.clock.monotonic() >= deadline:  # as the real handle's _check_time_left
+                raise Unresponsive(f"{name} ({s.host}:{s.port}): the bound of the wait in progress ran out", errno=3024)
         if s.up and (s.frozen or s.partitioned):
             # The statement waits for an answer that never comes: until the bound, or the read timeout.
             deadline = self.deadlines.get(name, self.clock.monotonic() + self.read_timeout_s)
@@ -173,6 +177,7 @@ class FakeTopology(Topology):
         """Before any statement to a server with a change in doubt: end that change's session
         (it then never lands), or fail as the real handle does when it cannot."""
         if s.up and not s.frozen and not s.partitioned:
+            self.clock.advance(s.settle_cost_s)
             self.sent.append((s.name, "KILL CONNECTION <in doubt: " + "; ".join(sql for sql, _ in s.doubts) + ">"))
             s.doubts.clear()
             return
@@ -180,6 +185,11 @@ class FakeTopology(Topology):
         doubt = InDoubt(s.name, s.address, 7, TOOL_USER, statement, 0.0)
         raise InDoubtUnsettled(f"{doubt.said()} was given up on and may still be executed; it stays in doubt until "
                                f"that session is ended, and it cannot be ended now", doubt)
+
+    def settle(self, name: str) -> None:
+        s = self.servers[name]
+        if s.doubts:
+            self._settle(s)
 
     def in_doubt(self, name: str, sql: str, effect: Callable[[], None]) -> None:
         """A change sent to a partitioned server: costs the bound, then is given up on, in doubt."""

@@ -60,6 +60,21 @@ def test_open_in_doubt_healed_before_the_undo_is_ended_then_the_old_primary_take
     assert router.writer == "127.0.0.1:3301"
 
 
+def test_ending_the_open_in_doubt_does_not_spend_the_bound_of_the_read_that_decides():
+    # Measured: the session was ended (a new connection right after the heal took most of the
+    # probe's bound), then the read of db2 found the bound spent, took db2 for unreachable and
+    # the undo refused to unfence db1: read-only until the operator's command.
+    topo, router, sw = flipped()
+    open_in_doubt(topo, sw)
+    topo.heal("db2", lands_after_s=LATE_S)
+    topo.servers["db2"].settle_cost_s = sw.s.probe_timeout_s
+
+    switch_back(sw, candidate_opened=True, router_switched=True)
+
+    assert never_two_writable_for(topo, LATE_S + 20) == ["db1"]
+    assert router.writer == "127.0.0.1:3301"
+
+
 def test_open_in_doubt_on_an_unreachable_candidate_keeps_the_old_primary_fenced_until_it_answers():
     topo, router, sw = flipped()
     open_in_doubt(topo, sw)

@@ -31,6 +31,7 @@ from dbmigrate.db.binlog import BinlogReader
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import ReplicaStatus
+from dbmigrate.db.in_doubt import SETTLE_GONE_S
 from dbmigrate.db.inspector import Inspector, Session
 from dbmigrate.engine.wait import Clock
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
@@ -138,6 +139,10 @@ class Topology:
                 stack.enter_context(self.servers[name].bounded(seconds))
             yield
 
+    def settle(self, name: str) -> None:
+        """End the sessions of `name`'s statements in doubt (db/in_doubt.py); raises when it cannot."""
+        self.servers[name].settle_doubts()
+
     def binlog(self, name: str, timeout_s: float) -> BinlogReader:
         """Transactions from `name`'s binlog (each read bounded by `timeout_s`)."""
         return BinlogReader(self.servers[name], timeout_s)
@@ -217,8 +222,12 @@ class Switchover:
         return not self.insp(name).read_only()
 
     def writable_or_none(self, name: str) -> bool | None:
-        """Is `name` writable? None when it does not answer within probe_timeout_s (frozen, dead)."""
+        """Is `name` writable? None when it does not answer within probe_timeout_s (frozen, dead).
+        A statement in doubt there is ended first, within a bound of its own: after a partition
+        heals, ending it takes a new connection, and the read must not find its bound spent."""
         try:
+            with self.topo.bounded(self.s.probe_timeout_s + SETTLE_GONE_S, name):
+                self.topo.settle(name)
             with self.topo.bounded(self.s.probe_timeout_s, name):
                 return self.writable(name)
         except DbmigrateError:
