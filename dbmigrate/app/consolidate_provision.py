@@ -106,6 +106,13 @@ def connection_for(inv, host: str, address: str, start: str | None) -> files.Hos
     if access_kind == "local":
         mode = start or ("systemd" if SYSTEMD_MARK.exists() else "direct")
         return files.HostConnection(host, {"ansible_connection": "local"}, mode, become=os.geteuid() != 0)
+    if access_kind == "docker":
+        # A container: `docker exec` as root (nothing to become), and no systemd runs in it.
+        dv: dict[str, Any] = {"ansible_connection": "dbmigrate_docker", "ansible_host": access.container,
+                              "ansible_pipelining": True}  # each module in one exec, no temp file copied first
+        if access.engine:
+            dv["ansible_docker_engine"] = access.engine
+        return files.HostConnection(host, dv, start or "direct", become=False)
     v: dict[str, Any] = {"ansible_connection": "ssh", "ansible_host": access.address or address}
     if access.user:
         v["ansible_user"] = access.user

@@ -292,6 +292,8 @@ def consolidate(
     keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running for inspection."),
     name: Optional[str] = typer.Option(None, "--name", help="Name the sandbox (also the prefix of its old "
                                        "servers and instances); default consol-XXXX."),
+    compose: bool = typer.Option(False, "--compose", help=COMPOSE_HELP + " The target hosts are containers too: "
+                                 "the instances are provisioned into them and seeded physically."),
 ):
     """4 old servers (10 shards, a writer on each) onto 2 hosts x 2 instances: plan, provision, physical
     seeding, fleet cutover, DSN routes, one server rolled back; reports loss, checksums and reverse replication."""
@@ -305,6 +307,8 @@ def consolidate(
             raise UsageError(f"--rows must be between 1 and 1,000,000, not {rows}")
         if throttle < 0:
             raise UsageError(f"--throttle must be 0 or more MB/s, not {throttle:g}")
+        if compose and remote:
+            raise UsageError("--compose and --remote are two ways to give every server a host of its own: choose one")
         if name is not None:
             from dbmigrate.rehearsal.sandbox.manager import check_name
 
@@ -312,11 +316,15 @@ def consolidate(
         say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
             (lambda m: console.print(f"[dim]… {m}[/]"))
         report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle, keep=keep,
-                                      subscribers=[] if json_out else [ConsoleRenderer(console)], name=name)
+                                      subscribers=[] if json_out else [ConsoleRenderer(console)], name=name,
+                                      compose=compose)
         if json_out:
             print_json(report)
         else:
             render_consolidation(report)
+            render_compose(report)
+            if keep and compose:
+                print_kept_compose(report)
         if not report["ok"]:
             raise CommandFailed(1, "the consolidation rehearsal failed: " + consolidation_failure(report),
                                 hint="rehearse again with --keep to inspect the sandbox")
@@ -325,7 +333,8 @@ def consolidate(
 
 
 def render_consolidation(r: dict) -> None:
-    t = Table(title=f"consolidation rehearsal ({'remote hosts over ssh' if r['remote'] else 'local hosts'})")
+    where = "containers (compose)" if r.get("compose") else "remote hosts over ssh" if r["remote"] else "local hosts"
+    t = Table(title=f"consolidation rehearsal ({where})")
     for c in ("shard", "old server", "instance", "served by", "consolidate status", "acked", "on new", "lost",
               "checksum"):
         t.add_column(c)

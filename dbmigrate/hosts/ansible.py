@@ -17,6 +17,8 @@ from typing import Callable
 from dbmigrate.exceptions import DbmigrateError, UsageError
 from dbmigrate.redact import redact
 
+# Our own connection plugins (`dbmigrate_docker`: hosts that are containers), loaded by path.
+CONNECTION_PLUGINS = Path(__file__).resolve().parent / "ansible_connection"
 _RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$")
 
 
@@ -84,7 +86,8 @@ def run_playbook(workdir: Path, inventory: Path, playbook: Path, vars_file: Path
     # Pipelining runs each module over the one ssh session instead of copying it to a temp file first.
     config.write_text("[defaults]\nretry_files_enabled = False\nhost_key_checking = True\nnocolor = True\n"
                       "[ssh_connection]\npipelining = True\n")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_STDOUT_CALLBACK": "default", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_STDOUT_CALLBACK": "default", "PYTHONUNBUFFERED": "1",
+           "ANSIBLE_CONNECTION_PLUGINS": str(CONNECTION_PLUGINS)}
     lines: list[str] = []
     try:
         proc = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -13,7 +13,11 @@ vs new, checks that each moved old server replicates back, and that every instan
 listens at its planned port.
 
 With `remote`, each old server and each target host is a host of its own behind a
-real sshd: files and programs are reached only over ssh.
+real sshd: files and programs are reached only over ssh. With `compose`, the old
+servers are containers of docker-compose.yml and the target hosts empty containers
+(its profile `consolidate`): the instances are provisioned into those containers
+(Ansible through `docker exec`) and everything of a server's files goes through the
+`docker` access kind.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import pwd
 import os
 import secrets
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -31,7 +36,7 @@ import yaml
 from dbmigrate.config import load_inventory
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.exceptions import DbmigrateError, SandboxError
 from dbmigrate.hosts import LocalHost
 from dbmigrate.hosts.services import InstanceService
 from dbmigrate.procedures.consolidate.plan import connection_name, measure_shards, plan
@@ -83,7 +88,8 @@ class DirectDriver:
 
 def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = False, rows: int = 2000,
                          throttle_mb_s: float = 0, keep: bool = False, subscribers=(),
-                         name: str | None = None, driver: Driver | None = None) -> dict[str, Any]:
+                         name: str | None = None, driver: Driver | None = None,
+                         compose: bool = False) -> dict[str, Any]:
     from dbmigrate.app.consolidate_provision import ProvisionRequest, provision
     from dbmigrate.app.consolidate_status import consolidation_status
     from dbmigrate.app.runs import resolve_journal_path
@@ -99,12 +105,20 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
     host_sshd: list[Any] = []
     writers: dict[str, ShardWriter] = {}
     placed = None
+    topo = None
+    olds = old_names(name)
+    if compose:
+        from dbmigrate.rehearsal.compose.run import ComposeRun
+        from dbmigrate.rehearsal.compose.topology import SERVICES
+
+        state = topo = ComposeRun(name, dict(zip(olds, SERVICES)), progress=say, keep=keep, hosts=HOSTS,
+                                  standalone=True, router=False).up()
     try:
-        boxes.up(name, replicas=0)
-        olds = old_names(name)
-        for old in olds[1:]:
-            boxes.add_instance(name, old, cluster=name)
-        state = boxes.find(name)
+        if not compose:
+            boxes.up(name, replicas=0)
+            for old in olds[1:]:
+                boxes.add_instance(name, old, cluster=name)
+            state = boxes.find(name)
         base = load_inventory(state.inventory_file)
         app = base.app_credentials(name)
         shards = _shards(name)
@@ -112,7 +126,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             with base.open(old) as s:
                 for sh in names:
                     create_shard(s, sh, rows, app.user)
-        say(f"sandbox {name}: {len(olds)} old servers, {sum(map(len, shards.values()))} shards of {rows} rows "
+        say(f"{'compose topology' if compose else 'sandbox'} {name}: {len(olds)} old servers, {sum(map(len, shards.values()))} shards of {rows} rows "
             f"({time.monotonic() - t0:.1f}s)")
         if remote:
             from dbmigrate.rehearsal.sandbox import sshd
@@ -124,7 +138,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                 host_sshd.append(daemon)
             say("every old server and target host reached over its own sshd")
             state = boxes.find(name)
-        inv_path, routes = _legacy_inventory(state, name, shards, host_sshd)
+        inv_path, routes = _legacy_inventory(state, name, shards, host_sshd, topo)
         inv = load_inventory(inv_path)
 
         plan_file = state.path / "plan.json"
@@ -133,11 +147,17 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         plan_file.write_text(json.dumps(placed.to_dict(), indent=2))
         say("plan: " + "; ".join(f"{i.name} <- {', '.join(i.shards)} at port {i.port}" for i in placed.instances))
         t1 = time.monotonic()
-        provisioned = provision(ProvisionRequest(
-            plan=plan_file, inventory=inv_path, cluster=name, start="direct", conf_dir=str(state.path / "etc"),
-            mariadbd_user=pwd.getpwuid(os.getuid()).pw_name, install_packages=False))
+        if compose:  # in the host containers: their own /etc, and the image's mysql user
+            request = ProvisionRequest(plan=plan_file, inventory=inv_path, cluster=name, start="direct",
+                                       install_packages=False)
+        else:
+            request = ProvisionRequest(plan=plan_file, inventory=inv_path, cluster=name, start="direct",
+                                       conf_dir=str(state.path / "etc"), mariadbd_user=pwd.getpwuid(os.getuid()).pw_name,
+                                       install_packages=False)
+        provisioned = provision(request)
+        how = "docker exec into the host containers" if compose else "ssh" if remote else "connection=local"
         say(f"provisioned {len(provisioned.instances)} instances through ansible-playbook "
-            f"({'ssh' if remote else 'connection=local'}, mariadbd started directly) in {time.monotonic() - t1:.1f}s")
+            f"({how}, mariadbd started directly) in {time.monotonic() - t1:.1f}s")
 
         for sh in [s for names in shards.values() for s in names]:
             writers[sh] = ShardWriter(routes, sh, app)
@@ -179,6 +199,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                                "recap": provisioned.recap.hosts if provisioned.recap else None,
                                "instances": provisioned.instances}
         report["ports_not_as_planned"] = _ports_not_as_planned(inv, placed)
+        if topo is not None:
+            report["compose"] = topo.facts()
         report.update({
             "sandbox": name, "remote": remote, "run_id": outcome.run_id, "run_status": outcome.status,
             "summary": outcome.summary, "rolled_back_server": rolled if rollback_sentence else None,
@@ -197,7 +219,12 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             w.stop_flag.set()
         for w in writers.values():
             w.join(10)
-        if not keep:
+        if not keep and topo is not None:  # the instances go with their host containers
+            left = topo.down()
+            if left and sys.exc_info()[0] is None:  # never hide the error that ended the run
+                raise SandboxError(f"the compose rehearsal left {', '.join(left)} behind",
+                                   hint="remove them with docker rm -f / docker network rm")
+        elif not keep:
             if placed is not None:
                 _stop_instances(placed)
             for d in host_sshd:  # before the sandbox goes: it removes their directory
@@ -237,7 +264,8 @@ def _address(inv, server: str) -> str:
     return f"{spec.host}:{spec.port}"
 
 
-def _legacy_inventory(state, name: str, shards: dict[str, list[str]], host_sshd: list) -> tuple[Path, Path]:
+def _legacy_inventory(state, name: str, shards: dict[str, list[str]], host_sshd: list,
+                      topo=None) -> tuple[Path, Path]:
     doc = yaml.safe_load(state.inventory_file.read_text())
     cluster = doc["clusters"][name]
     for old, names in shards.items():
@@ -250,6 +278,16 @@ def _legacy_inventory(state, name: str, shards: dict[str, list[str]], host_sshd:
                     for k, h in enumerate(HOSTS)}
     for h, daemon in zip(HOSTS, host_sshd):
         doc["hosts"][h]["access"] = daemon.endpoint.access()
+    if topo is not None:  # each host a container on its own address; datadirs and sockets where a host keeps them
+        from dbmigrate.rehearsal.compose.topology import HOST_PORTS
+
+        for h in HOSTS:
+            address, container = topo.host(h)
+            doc["hosts"][h] = {"cores": 2, "memory_gb": 1, "disk_gb": 5, "max_instances": 2, "address": address,
+                               "base_port": HOST_PORTS[0], "datadir_root": "/var/lib/mysql-instances",
+                               "run_dir": "/run/mysqld",
+                               "access": {"kind": "docker", "container": container,
+                                          "engine": topo.state.engine_address}}
     doc["planning"] = {"reserved_memory_gb": 0.25, "instance_overhead_mb": 64, "min_buffer_pool_mb": 32}
     path = state.path / "legacy.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

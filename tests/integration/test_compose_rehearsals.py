@@ -89,15 +89,38 @@ def compose_images(dbm_home):
     assert not _engine_processes(dbm_home)
 
 
-def _container_servers() -> set[int]:
-    """mariadbd processes started the way the compose file starts them (inside containers)."""
+def _proc(pid: str, what: str) -> str:
+    try:
+        return (Path("/proc") / pid / what).read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _container_servers(home: Path) -> set[int]:
+    """mariadbd processes in a container (another mount namespace) of this session's engine, or
+    left without any engine (their shim gone): the compose file's servers and the instances
+    provisioned into target host containers alike. Another engine's containers are not ours."""
+    try:
+        own_ns = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return set()
     found = set()
     for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or _proc(p.name, "comm") != "mariadbd":
+            continue
         try:
-            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if os.readlink(p / "ns/mnt") == own_ns:
+                continue  # a sandbox's server, not a container's
         except OSError:
             continue
-        if cmd.startswith("mariadbd --user=mysql --bind-address=127."):
+        pid, ours = p.name, True
+        while pid not in ("0", "1", ""):
+            if _proc(pid, "comm").startswith("containerd-shim"):
+                ours = str(home / "docker") in _proc(pid, "cmdline")
+                break
+            stat = _proc(pid, "stat")
+            pid = stat.rsplit(")", 1)[-1].split()[1] if ")" in stat else ""
+        if ours:
             found.add(int(p.name))
     return found
 
@@ -106,10 +129,10 @@ def _container_servers() -> set[int]:
 def no_leftovers(compose_images, dbm_home):
     """After the test (passed or not): no engine process, no server process of a container and
     no topology directory of the run."""
-    before = _container_servers()
-    yield
+    before = _container_servers(dbm_home)
+    yield dbm_home
     procs = _engine_processes(dbm_home) + [f"{pid} mariadbd of a container" for pid in
-                                           sorted(_container_servers() - before)]
+                                           sorted(_container_servers(dbm_home) - before)]
     topologies = list((dbm_home / "compose").glob("*/topology.json")) if (dbm_home / "compose").exists() else []
     for t in topologies:  # a failed test must not leave its topology to the next one
         from dbmigrate.rehearsal.compose.run import teardown
@@ -156,6 +179,50 @@ def test_regression_is_rolled_back_with_windows_read_through_docker_exec(no_left
     # opened, read and removed inside their containers: their paths exist nowhere else.
     assert execs[old] >= 1 and execs[new] >= 2, execs
     assert rep["guard_windows"][-1]["queries"] > 0  # the window read in the container held the load's queries
+
+
+def test_consolidation_provisions_into_host_containers_and_loses_nothing_kept_until_down(no_leftovers, compose_images):
+    """4 old servers in containers, 2 target hosts that are empty containers: the instances are
+    provisioned into those (Ansible through docker exec), seeded physically (mariadb-backup from
+    container to container), cut over under the shard writers; --keep leaves it all up until
+    `rehearse down` removes it."""
+    name = "consol-compose"
+    r = run_cli("rehearse", "consolidate", "--compose", "--rows", "100", "--keep", "--name", name, "--json",
+                timeout=600)
+    try:
+        assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-2500:])
+        rep = _result(r.stdout)
+        assert rep["run_status"] == "done" and rep["ok"]
+        assert rep["lost_writes"] == 0 and rep["acknowledged_writes"] > 100
+        assert rep["misrouted_shards"] == 0 and rep["checksum_differences"] == 0
+        c = rep["compose"]
+        hosts = {h["address"]: h["container"] for h in c["hosts"].values()}
+        assert len(hosts) == 2 and not set(hosts) & {s["address"].split(":")[0] for s in c["servers"].values()}
+        for sh, s in rep["shards"].items():  # every shard was served by its new instance, in a host container
+            inst = rep["instances"][s["instance"]]
+            assert inst["address"].split(":")[0] in hosts, inst
+            assert s["acked_on_new"] > 0 and s["lost"] == 0 and s["served_by"] == s["expected"], (sh, s)
+            if s["moved"]:  # all but the old server rolled back on purpose
+                assert s["served_by"] == inst["address"], (sh, s)
+        assert len(rep["seeds"]) == 4 and all(v["method"] == "physical" for v in rep["seeds"].values())
+        # Provisioning and seeding reached the hosts' and old servers' files only through docker exec.
+        assert all(c["docker_execs"][ctr] > 0 for ctr in hosts.values()), c["docker_execs"]
+        assert all(c["docker_execs"][s["container"]] > 0 for s in c["servers"].values()), c["docker_execs"]
+        assert any(f"dbmigrate rehearse down {name}" in line for line in c["kept"])
+        assert (no_leftovers / "compose" / name / "topology.json").exists()  # kept: still there
+    finally:
+        down = run_cli("rehearse", "down", name)
+    assert down.returncode == 0, down.stderr[-1500:]
+
+
+def test_consolidation_refuses_a_taken_target_host_port_before_anything_starts(no_leftovers):
+    with socket.socket() as s:
+        s.bind(("127.61.91.22", 3307))  # target host h2's second instance
+        s.listen()
+        r = run_cli("rehearse", "consolidate", "--compose", env={"DBMIGRATE_COMPOSE_ADDRESSES": "127.61.91"})
+    assert r.returncode != 0
+    err = r.stderr.strip().splitlines()
+    assert "127.61.91.22:3307 is already taken" in err[0] and "DBMIGRATE_COMPOSE_ADDRESSES" in r.stderr
 
 
 def _ci_commands(path: Path) -> list[str]:

@@ -14,7 +14,7 @@ from dbmigrate.rehearsal.compose import topology as topo
 
 def test_addresses_are_one_per_server_on_one_prefix_and_free():
     a = topo.pick_addresses(topo.SERVICES)
-    assert set(a) == {*topo.SERVICES, "haproxy"}
+    assert set(a) == {*topo.SERVICES, *topo.HOSTS, "haproxy"}
     prefixes = {addr.rsplit(".", 1)[0] for addr in a.values()}
     assert len(prefixes) == 1 and next(iter(prefixes)).startswith("127.")
     assert len(set(a.values())) == len(a)
@@ -35,7 +35,19 @@ def test_a_taken_address_is_refused_and_named(monkeypatch):
 def test_a_free_forced_prefix_is_used_as_given(monkeypatch):
     monkeypatch.setenv(topo.PREFIX_ENV, "127.61.78")
     a = topo.pick_addresses(("db1", "db2"))
-    assert a == {"db1": "127.61.78.11", "db2": "127.61.78.12", "haproxy": "127.61.78.10"}
+    assert a == {"db1": "127.61.78.11", "db2": "127.61.78.12", "h1": "127.61.78.21", "h2": "127.61.78.22",
+                 "haproxy": "127.61.78.10"}
+
+
+def test_a_taken_port_of_a_target_host_is_refused_and_named(monkeypatch):
+    """A consolidation's target host gets instances at 3306 and 3307 on its address: both must be free."""
+    monkeypatch.setenv(topo.PREFIX_ENV, "127.61.79")
+    with socket.socket() as s:
+        s.bind(("127.61.79.22", 3307))
+        s.listen()
+        with pytest.raises(SandboxError) as e:
+            topo.pick_addresses(topo.SERVICES)
+    assert e.value.message == "127.61.79.22:3307 is already taken by another process"
 
 
 @pytest.mark.parametrize("bad", ["10.0.0", "127.1", "127.300.1", "127.a.b"])

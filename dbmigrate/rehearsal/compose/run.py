@@ -20,8 +20,13 @@ Progress = Callable[[str], None]
 
 
 class ComposeRun:
-    def __init__(self, name: str, servers: dict[str, str], *, progress: Progress | None = None, keep: bool = False):
+    def __init__(self, name: str, servers: dict[str, str], *, progress: Progress | None = None, keep: bool = False,
+                 hosts: tuple[str, ...] = (), standalone: bool = False, router: bool = True):
+        """`servers`: inventory name -> compose service (see ComposeTopology.up); `hosts`: empty
+        target hosts to start too; `standalone`: no replication, each server a primary of its own;
+        `router`: HAProxy in front."""
         self.name, self.servers, self.keep = name, dict(servers), keep
+        self.hosts, self.standalone, self.router = tuple(hosts), standalone, router
         self.say = progress or (lambda m: None)
         self.engine = self.topology = self.state = self.images = None
         self._execs_before: dict[str, int] = {}
@@ -48,7 +53,8 @@ class ComposeRun:
             self.timings["images_s"] = round(time.monotonic() - t, 1)
             self.topology = ComposeTopology(self.engine, self.images, self.say)
             self._execs_before = exec_counts()
-            self.state = self.topology.up(self.name, self.servers, keep=self.keep, addresses=addresses)
+            self.state = self.topology.up(self.name, self.servers, keep=self.keep, addresses=addresses,
+                                          hosts=self.hosts, standalone=self.standalone, router=self.router)
             self.timings.update(self.state.timings)
         except BaseException:
             self.engine.stop()
@@ -67,6 +73,10 @@ class ComposeRun:
     def pid(self, name: str) -> int | None:
         return self.topology.pid(self.state, name)
 
+    def host(self, service: str) -> tuple[str, str]:
+        """A target host's (address, container)."""
+        return self.state.addresses[service], self.state.containers[service]
+
     def facts(self) -> dict[str, Any]:
         """How the topology ran: engine, Compose, images, addresses, and the programs the tool ran in
         each container (the only way it reached the servers' files)."""
@@ -81,8 +91,10 @@ class ComposeRun:
             "project": self.state.project,
             "servers": {n: {"address": f"{self.state.addresses[s]}:3306", "container": self.state.containers[s]}
                         for n, s in self.state.servers.items()},
-            "haproxy": {"address": self.state.addresses["haproxy"], "writer_port": 3306, "reader_port": 3307,
-                        "container": self.state.containers.get("haproxy")},
+            "haproxy": ({"address": self.state.addresses["haproxy"], "writer_port": 3306, "reader_port": 3307,
+                         "container": self.state.containers.get("haproxy")} if self.state.router else None),
+            "hosts": {h: {"address": self.state.addresses[h], "container": self.state.containers[h]}
+                      for h in self.state.hosts},
             "docker_execs": {c: after.get(c, 0) - self._execs_before.get(c, 0) for c in sorted(containers)},
             "timings": dict(self.timings),
             "kept": self.how_to_reach() if self.keep else [],
@@ -95,6 +107,8 @@ class ComposeRun:
                  f"{s.project}"]
         lines += [f"{n}: mariadb --defaults-file={s.credentials_file} --defaults-group-suffix=-admin "
                   f"-h {s.addresses[svc]} -P 3306 (container {s.containers.get(svc)})" for n, svc in s.servers.items()]
+        lines += [f"host {h}: container {s.containers.get(h)} on {s.addresses[h]} (its instances listen there; "
+                  f"a shell: DOCKER_HOST={s.engine_address} docker exec -it {s.containers.get(h)} sh)" for h in s.hosts]
         lines.append(f"remove it: dbmigrate rehearse down {s.name}")
         return lines
 

@@ -42,6 +42,9 @@ SERVER_PORT = 3306
 READER_PORT = 3307
 HEALTHY_TIMEOUT_S = 180
 SERVICES = ("db1", "db2", "db3", "db4")
+HOSTS = ("h1", "h2")  # empty target hosts of a consolidation (profile `consolidate`)
+HOST_PORTS = (3306, 3307)  # the instances a target host gets: its base_port and the next
+PROFILE = "consolidate"
 PREFIX_ENV = "DBMIGRATE_COMPOSE_ADDRESSES"  # e.g. 127.61.7: servers at .11-.14, HAProxy at .10
 
 Progress = Callable[[str], None]
@@ -64,6 +67,9 @@ class TopologyState:
     primary: str
     containers: dict[str, str] = field(default_factory=dict)  # service -> container name
     keep: bool = False
+    hosts: list[str] = field(default_factory=list)  # target host services (consolidation)
+    standalone: bool = False  # every server a primary of its own (consolidation's old servers)
+    router: bool = True  # HAProxy in front
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -151,6 +157,7 @@ def pick_addresses(services: tuple[str, ...]) -> dict[str, str]:
 
 def _layout(prefix: str, services: tuple[str, ...]) -> dict[str, str]:
     out = {svc: f"{prefix}.{11 + i}" for i, svc in enumerate(services)}
+    out.update({h: f"{prefix}.{21 + i}" for i, h in enumerate(HOSTS)})
     out["haproxy"] = f"{prefix}.10"
     return out
 
@@ -158,7 +165,7 @@ def _layout(prefix: str, services: tuple[str, ...]) -> dict[str, str]:
 def _taken(addresses: dict[str, str]) -> list[str]:
     taken = []
     for svc, addr in addresses.items():
-        ports = (SERVER_PORT, READER_PORT) if svc == "haproxy" else (SERVER_PORT,)
+        ports = (SERVER_PORT, READER_PORT) if svc == "haproxy" else HOST_PORTS if svc in HOSTS else (SERVER_PORT,)
         taken += [f"{addr}:{p}" for p in ports if not bindable(addr, p)]
     return taken
 
@@ -181,7 +188,7 @@ class ComposeTopology:
             "DBMIGRATE_HAPROXY_IMAGE": self.images.haproxy,
             "DBMIGRATE_ROOT_PASSWORD": root_password,
             "DBMIGRATE_PORT": str(SERVER_PORT),
-            "DBMIGRATE_HAPROXY_ADDRESS": state.addresses["haproxy"],
+            "DBMIGRATE_HAPROXY_ADDRESS": state.addresses.get("haproxy", "127.0.0.1"),
             "DBMIGRATE_HAPROXY_RUN": str(state.path / "run"),
         })
         for svc in SERVICES:
@@ -189,12 +196,15 @@ class ComposeTopology:
         return e
 
     def up(self, name: str, servers: dict[str, str], *, keep: bool = False,
-           addresses: dict[str, str] | None = None) -> TopologyState:
+           addresses: dict[str, str] | None = None, hosts: tuple[str, ...] = (), standalone: bool = False,
+           router: bool = True) -> TopologyState:
         """Start `servers` (inventory name -> compose service; the first is the primary, the
-        others replicate from it) and HAProxy; returns the recorded state. `addresses`: as
-        picked by pick_addresses (picked now when not given)."""
+        others replicate from it, or with `standalone` each is a primary of its own), the
+        empty target `hosts` and HAProxy (unless not `router`); returns the recorded state.
+        `addresses`: as picked by pick_addresses (picked now when not given)."""
         refuse_kept()
         services = tuple(servers.values())
+        started = (*services, *hosts, *(("haproxy",) if router else ()))
         base = topologies_dir() / name
         if base.exists():
             raise UsageError(f"a compose topology named {name} exists at {base}",
@@ -204,7 +214,7 @@ class ComposeTopology:
         if taken:
             raise SandboxError(f"{taken[0]} was taken by another process since it was picked",
                                hint="run the rehearsal again: free addresses are picked afresh")
-        addresses = {k: v for k, v in addresses.items() if k in services or k == "haproxy"}
+        addresses = {k: v for k, v in addresses.items() if k in started}
         base.mkdir(parents=True)
         (base / "run").mkdir()
         os.chmod(base, 0o700)
@@ -212,7 +222,7 @@ class ComposeTopology:
         state = TopologyState(name=name, project=project_name(name), dir=str(base),
                               engine_address=self.engine.address, engine_owned=self.engine.owned,
                               compose=self.cli.argv, addresses=addresses, servers=dict(servers), primary=primary,
-                              keep=keep)
+                              keep=keep, hosts=list(hosts), standalone=standalone, router=router)
         accounts = acc.new_accounts()
         acc.write_option_file(state.credentials_file, accounts)
         root_password = _new_password()
@@ -222,17 +232,22 @@ class ComposeTopology:
         try:
             self.say(f"compose up {state.project} with {self.cli.describe()}: "
                      + ", ".join(f"{n} ({servers[n]}) on {addresses[servers[n]]}:{SERVER_PORT}" for n in servers)
-                     + f", HAProxy on {addresses['haproxy']}")
-            self.cli.run(state.project, ["up", "-d", "--no-build", *services, "haproxy"],
+                     + "".join(f", host {h} on {addresses[h]}" for h in hosts)
+                     + (f", HAProxy on {addresses['haproxy']}" if router else ""))
+            self.cli.run(state.project, ["--profile", PROFILE, "up", "-d", "--no-build", *started],
                          self.env(state, root_password), what="compose up")
-            state.containers = self._containers(state, (*services, "haproxy"))
+            state.containers = self._containers(state, started)
             state.save()
-            self._wait_healthy(state, services)
+            self._wait_healthy(state, services, hosts, router)
             state.timings["up_healthy_s"] = round(time.monotonic() - t0, 1)
             self.say(f"every server healthy {state.timings['up_healthy_s']:.1f}s after compose up")
             root = Credentials("root", root_password)
-            self._wire(state, accounts, root)
-            self._route(state)
+            if standalone:
+                self._standalone(state, accounts, root)
+            else:
+                self._wire(state, accounts, root)
+            if router:
+                self._route(state)
             self.write_inventory(state)
             state.timings["ready_s"] = round(time.monotonic() - t0, 1)
             state.save()
@@ -253,7 +268,8 @@ class ComposeTopology:
             out[svc] = names[0]
         return out
 
-    def _wait_healthy(self, state: TopologyState, services: tuple[str, ...]) -> None:
+    def _wait_healthy(self, state: TopologyState, services: tuple[str, ...], hosts: tuple[str, ...] = (),
+                      router: bool = True) -> None:
         deadline = time.monotonic() + HEALTHY_TIMEOUT_S
         pending = list(services)
         while pending:
@@ -273,12 +289,15 @@ class ComposeTopology:
                 raise SandboxError(f"{c} was not healthy within {HEALTHY_TIMEOUT_S} s: {self.last_log_lines(c)}")
             if pending:
                 time.sleep(0.25)
-        # HAProxy has no healthcheck: it is up when its admin socket answers (see _route).
-        hap = state.containers["haproxy"]
-        status = self.engine.text("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", hap).split()
-        if status and status[0] != "running":
-            raise SandboxError(f"container {hap} exited during start-up (exit {status[1]}): "
-                               f"{self.last_log_lines(hap)}")
+        # HAProxy and the empty hosts have no healthcheck: running is up (HAProxy's admin socket
+        # is waited for in _route).
+        for svc in (*hosts, *(("haproxy",) if router else ())):
+            c = state.containers[svc]
+            status = self.engine.text("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", c).split()
+            if status and status[0] != "running":
+                raise SandboxError(f"container {c} exited during start-up (exit {status[1]}): "
+                                   f"{self.last_log_lines(c)}",
+                                   hint=f"the whole log: docker logs {c} (the topology was removed)")
 
     def last_log_lines(self, container: str, lines: int = 3) -> str:
         res = self.engine.run("logs", "--tail", "20", container, check=False)
@@ -318,6 +337,20 @@ class ComposeTopology:
         self.say(f"accounts on {state.primary}; {', '.join(n for n in state.servers if n != state.primary)} "
                  f"replicate from it")
 
+    def _standalone(self, state: TopologyState, accounts: dict, root: Credentials) -> None:
+        """Every server a writable primary of its own, the accounts created on each without a
+        GTID (so that any of them can later replicate from another without errant ones)."""
+        for name in state.servers:
+            with self.root_server(state, name, root) as s:
+                applier = Applier(s)
+                applier.binlog_session(False)
+                for schema in acc.APP_SCHEMAS:
+                    applier.create_schema(schema)
+                for account in acc.bootstrap_accounts(accounts):
+                    create_account(applier, account)
+                applier.set_read_only(False)
+        self.say(f"accounts on {', '.join(state.servers)}: each a primary of its own")
+
     def _route(self, state: TopologyState) -> None:
         """HAProxy's writer is the primary, readers the replicas (runtime API, then the state file)."""
         from dbmigrate.routing.base import RouterError
@@ -349,19 +382,20 @@ class ComposeTopology:
         for name, svc in state.servers.items():
             servers[name] = {
                 "host": state.addresses[svc], "port": SERVER_PORT,
-                "role": "primary" if name == state.primary else "replica",
+                **({"role": "primary"} if name == state.primary else {} if state.standalone else {"role": "replica"}),
                 "host_name": state.containers[svc], "datadir": "/var/lib/mysql",
                 "access": {"kind": "docker", "container": state.containers[svc], "engine": state.engine_address},
             }
         run = state.path / "run"
-        cluster = {
+        cluster: dict[str, Any] = {
             "replication_credentials": {"defaults_file": "credentials.cnf", "group": "client-repl"},
             "app_credentials": {"defaults_file": "credentials.cnf", "group": "client-app"},
             "servers": servers,
-            "router": {"kind": "haproxy", "admin_socket": str(run / "admin.sock"), "writer_backend": "writer",
-                       "reader_backend": "readers", "writer_port": SERVER_PORT, "reader_port": READER_PORT,
-                       "address": state.addresses["haproxy"], "state_file": str(run / "server-state")},
         }
+        if state.router:
+            cluster["router"] = {"kind": "haproxy", "admin_socket": str(run / "admin.sock"), "writer_backend": "writer",
+                                 "reader_backend": "readers", "writer_port": SERVER_PORT, "reader_port": READER_PORT,
+                                 "address": state.addresses["haproxy"], "state_file": str(run / "server-state")}
         doc = {"version": 1,
                "defaults": {"credentials": {"defaults_file": "credentials.cnf", "group": "client-admin"}},
                "clusters": {state.name: cluster}}
@@ -384,7 +418,7 @@ class ComposeTopology:
     def down(self, state: TopologyState) -> list[str]:
         """Remove the project's containers, volumes and files; returns what could not be removed."""
         env = self.env(state, "unused")
-        res = self.cli.run(state.project, ["down", "-v", "--remove-orphans", "--timeout", "10"], env,
+        res = self.cli.run(state.project, ["--profile", PROFILE, "down", "-v", "--remove-orphans", "--timeout", "10"], env,
                            what="compose down", check=False)
         left = self.leftovers(state.project)
         if left:  # compose could not: remove by label
