@@ -52,15 +52,28 @@ def _engine_processes(home: Path) -> list[str]:
 
 
 def _engine_lists(engine) -> list[str]:
-    """Everything a run could leave in the engine: containers, volumes, networks beyond the
-    engine's own, build containers and dangling image layers."""
+    """Everything a run could leave in the engine: containers, volumes and networks of a compose
+    project of ours (dbm-NAME), build containers and dangling image layers. On an engine that
+    was already running, nothing else in it is ours to judge."""
     from dbmigrate.rehearsal.compose.images import build_leftovers
 
-    left = [f"container {c}" for c in engine.text("ps", "-a", "--format", "{{.Names}}").split()]
-    left += [f"volume {v}" for v in engine.text("volume", "ls", "-q").split()]
-    left += [f"network {n}" for n in engine.text("network", "ls", "--format", "{{.Name}}").split()
-             if n not in ("bridge", "host", "none")]
+    project = '{{.Label "com.docker.compose.project"}}'
+    rows = [line.split() for line in engine.text("ps", "-a", "--format", "{{.Names}} " + project).splitlines()]
+    left = [f"container {r[0]}" for r in rows if len(r) == 2 and r[1].startswith("dbm-")]
+    for kind in ("volume", "network"):
+        rows = [line.split() for line in engine.text(kind, "ls", "--format", "{{.Name}} " + project).splitlines()]
+        left += [f"{kind} {r[0]}" for r in rows if len(r) == 2 and r[1].startswith("dbm-")]
     return left + build_leftovers(engine)
+
+
+def _left_in_the_engine() -> list[str]:
+    from dbmigrate.rehearsal.compose.engine import acquire
+
+    engine = acquire()
+    try:
+        return _engine_lists(engine)
+    finally:
+        engine.stop()
 
 
 @pytest.fixture(scope="session")
@@ -80,11 +93,7 @@ def compose_images(dbm_home):
         engine.stop()
     assert not _engine_processes(dbm_home)
     yield images
-    engine = acquire()
-    try:
-        left = _engine_lists(engine)
-    finally:
-        engine.stop()
+    left = _left_in_the_engine()
     assert left == [], f"left in the engine by the compose tests: {left}"
     assert not _engine_processes(dbm_home)
 
@@ -127,8 +136,9 @@ def _container_servers(home: Path) -> set[int]:
 
 @pytest.fixture
 def no_leftovers(compose_images, dbm_home):
-    """After the test (passed or not): no engine process, no server process of a container and
-    no topology directory of the run."""
+    """After the test (passed or not): no engine process, no server process of a container, no
+    topology directory of the run, and no container, volume, network or build leftover of ours
+    in the engine."""
     before = _container_servers(dbm_home)
     yield dbm_home
     procs = _engine_processes(dbm_home) + [f"{pid} mariadbd of a container" for pid in
@@ -143,7 +153,8 @@ def no_leftovers(compose_images, dbm_home):
             print(f"teardown of {t.parent.name} failed: {e}")
     for line in procs:
         os.kill(int(line.split()[0]), 9)
-    assert procs == [] and topologies == [], f"left behind: {procs} {topologies}"
+    in_engine = _left_in_the_engine() if not procs else ["(not listed: engine processes were left)"]
+    assert procs == [] and topologies == [] and in_engine == [], f"left behind: {procs} {topologies} {in_engine}"
 
 
 def _result(stdout: str) -> dict:
