@@ -54,6 +54,51 @@ def test_images_default_to_the_official_ones():
     assert services["db1"]["healthcheck"]["test"][1] == "healthcheck.sh"  # the official image's script
 
 
+def test_every_image_is_a_variable_whose_default_is_the_official_image():
+    """Where a registry is reachable the same file runs the official images; here the rehearsal
+    passes the names of the images it built in these variables."""
+    for name, svc in _compose()["services"].items():
+        var, default = DEFAULT.fullmatch(svc["image"]).groups()
+        expected = ("DBMIGRATE_HAPROXY_IMAGE", "haproxy:2.6") if name == "haproxy" else \
+            ("DBMIGRATE_MARIADB_IMAGE", "mariadb:10.11")
+        assert (var, default) == expected, name
+
+
+def test_the_servers_keep_the_official_mariadb_images_conventions():
+    """The official image's contract: root's password from MARIADB_ROOT_PASSWORD (and its host from
+    MARIADB_ROOT_HOST), flags as the command, `healthcheck.sh --connect --innodb_initialized`;
+    the image built from Debian's packages honours the same contract."""
+    servers = {n: s for n, s in _compose()["services"].items() if "healthcheck" in s}
+    assert set(servers) == {"db1", "db2", "db3", "db4"}
+    for name, svc in servers.items():
+        env = svc["environment"]
+        assert env["MARIADB_ROOT_PASSWORD"].startswith("${DBMIGRATE_ROOT_PASSWORD"), name
+        assert "MARIADB_ROOT_HOST" in env
+        assert svc["healthcheck"]["test"] == ["CMD", "healthcheck.sh", "--connect", "--innodb_initialized"]
+        assert all(str(flag).startswith("--") for flag in svc["command"]), name  # flags only: the entrypoint adds mariadbd
+    ours = ROOT / "compose/mariadb"
+    dockerfile = (ours / "Dockerfile").read_text()
+    assert "COPY docker-entrypoint.sh healthcheck.sh /usr/local/bin/" in dockerfile
+    entrypoint = (ours / "docker-entrypoint.sh").read_text()
+    assert "MARIADB_ROOT_PASSWORD" in entrypoint and "MARIADB_ROOT_HOST" in entrypoint
+    assert 'set -- mariadbd "$@"' in entrypoint  # flags as the command, as the official entrypoint
+
+
+def test_haproxy_is_configured_where_the_official_image_reads_it():
+    hap = _compose()["services"]["haproxy"]
+    assert "./compose/haproxy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in hap["volumes"]
+    assert "/usr/local/etc/haproxy/haproxy.cfg" in (ROOT / "compose/haproxy/Dockerfile").read_text()
+
+
+def test_the_consolidation_hosts_start_only_when_asked():
+    """h1 and h2 are in the `consolidate` profile: a plain `docker compose up` starts the promote topology."""
+    services = _compose()["services"]
+    hosts = {n: s for n, s in services.items() if "profiles" in s}
+    assert set(hosts) == {"h1", "h2"}
+    for svc in hosts.values():
+        assert svc["profiles"] == ["consolidate"] and svc["network_mode"] == "host" and svc["init"] is True
+
+
 def test_haproxy_config_matches_the_inventory():
     cfg = (ROOT / "compose/haproxy/haproxy.cfg").read_text()
     env = _compose()["services"]["haproxy"]["environment"]
