@@ -58,8 +58,10 @@ def build_images(home: Path) -> dict:
     wall = time.monotonic() - t
     if res.returncode != 0:
         raise SystemExit(f"building the images failed: {res.stderr.strip()[-800:]}")
-    return {"what": "images from nothing (debootstrap, import, both builds)", "s": round(wall, 1),
-            "parts": json.loads(res.stdout.strip().splitlines()[-1]), "load_before": before, "load_after": load1(),
+    parts = json.loads(res.stdout.strip().splitlines()[-1])
+    what = "images from nothing (debootstrap, import, both builds)" if "base_s" in parts else \
+        "images (" + ("cached: nothing built" if not parts else "base cached: " + ", ".join(parts)) + ")"
+    return {"what": what, "s": round(wall, 1), "parts": parts, "load_before": before, "load_after": load1(),
             "target_s": TARGET_IMAGES_S}
 
 
