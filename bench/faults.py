@@ -19,6 +19,11 @@ the connection that carried the statement dropped with iptables from that statem
 packet for 0.5x, 1x and 1.5x its bound, then healed; the tool frozen (SIGSTOP) right after
 the statement for 2x its bound, then continued; the candidate's replication connection cut
 before the fence; a table-copying DDL and a 200,000-row transaction in flight at the fence.
+Consolidation (`consolidate/*`): the first old server's fence and the open of its new instance, the
+old server's port, the instance's port or only the tool's connection dropped for 0.5x, 1x, 1.5x the
+statement's bound, the tool frozen right after it for 2x; old servers built once and reused, each row
+on fresh instances and ended rolled back. `promote/disk-full-candidate/after-open/rollback`: the
+candidate's datadir on a tmpfs of its own, filled right after the open.
 The watcher reads @@read_only every 10 ms over unix sockets (a partition does not blind it)
 and every row is judged until --after-exit seconds after the tool and the operator's
 command exited (default 30): a statement given up on may still land.
