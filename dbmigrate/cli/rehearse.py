@@ -118,8 +118,8 @@ def render_shape(r: dict) -> None:
         seen = ", ".join(f"{k}={v}" for k, v in pool["session"].items()) or "server defaults"
         console.print(f"pool {user}: {pool['opened']} connection(s) opened; its session settings read back: {seen}",
                       markup=False)
-    t = Table(title="captured query classes, replayed (before -> after the cutover)")
-    for col in ("class", "account", "rate/s", "count", "p50 ms", "p99 ms", "errors", "errors in cutover"):
+    t = Table(title="captured query classes, replayed (before -> after the run)")
+    for col in ("class", "account", "rate/s", "count", "p50 ms", "p99 ms", "errors", "errors during the run"):
         t.add_column(col, no_wrap=col != "class")
 
     def pair(c: dict, key: str) -> str:
@@ -213,6 +213,9 @@ def schema_swap(
                                        "of its instances); default swap-XXXX."),
     rows: int = typer.Option(5000, "--rows", help="Rows in app.orders (small data keeps it quick)."),
     compose: bool = typer.Option(False, "--compose", help=COMPOSE_HELP),
+    shape: Optional[Path] = typer.Option(None, "--shape", help=SHAPE_HELP),
+    scale: float = typer.Option(0.01, "--scale", help="With --shape: generate this share of each captured "
+                                "table's rows (at least one row for a table that had rows)."),
     report_file: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report (charts, tables) "
                                                "to this file and the same numbers as JSON beside it."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Ask nothing (a rehearsal never asks: its playbook runs "
@@ -240,6 +243,7 @@ def schema_swap(
         say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
             (lambda m: console.print(f"[dim]… {m}[/]"))
         report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
+                                      shape=shape, scale=scale,
                                       subscribers=[] if json_out else [ConsoleRenderer(console)])
         if checked_report is not None:
             from dbmigrate.app.reports import model_of_run, write_report
@@ -249,6 +253,7 @@ def schema_swap(
             print_json(report)
         else:
             render_swap(report)
+            render_shape(report)
             render_compose(report)
             if checked_report is not None:
                 console.print(f"report: {report['report_files'][0]} (numbers: {report['report_files'][1]})",

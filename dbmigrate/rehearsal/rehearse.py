@@ -219,6 +219,18 @@ def start_shape(boxes, name: str, inv, shape_files, scale: float, say: Progress,
     return replay
 
 
+def finish_shape(replay, shaped: dict[str, Any], finished: float, after_s: float) -> None:
+    """The replay kept running `after_s` past the run, stopped, and its classes reported for
+    before the run, during it and after it."""
+    shaped.setdefault("cutover_began", finished)
+    Clock().sleep(max(2, after_s))  # the classes' "after", on the final primary
+    replay.stop()
+    shaped["classes"] = replay.report({"before": (replay.started_at or 0, shaped["cutover_began"]),
+                                       "during": (shaped["cutover_began"], finished),
+                                       "after": (finished, time.time())})
+    shaped["summary"]["pools"] = replay.pools_report()
+
+
 def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5, keep: bool = False,
                      subscribers=(), playbook_extra: dict[str, Any] | None = None, regress: bool = False,
                      guard: bool = True, remote: bool = False,
@@ -327,13 +339,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                 sampler.stop()
         finished = time.time()
         if replay is not None:
-            shaped.setdefault("cutover_began", finished)
-            Clock().sleep(max(2, load_seconds))  # the classes' "after", on the new primary
-            replay.stop()
-            shaped["classes"] = replay.report({"before": (replay.started_at or 0, shaped["cutover_began"]),
-                                               "during": (shaped["cutover_began"], finished),
-                                               "after": (finished, time.time())})
-            shaped["summary"]["pools"] = replay.pools_report()
+            finish_shape(replay, shaped, finished, load_seconds)
             replay = None
         Clock().sleep(0.3)  # a few writes on the final primary before the check
         try:

@@ -23,7 +23,10 @@ from dbmigrate.config import load_inventory
 from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import SandboxError
 from dbmigrate.home import home
-from dbmigrate.rehearsal.rehearse import Progress, replication_shape, start_workload, stop_workload, wait_applied
+from dbmigrate.rehearsal.rehearse import (
+    Progress, check_shape_options, finish_shape, replication_shape, start_shape, start_workload, stop_workload,
+    wait_applied,
+)
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 COLUMN, INDEX = "rehearsal_note", "idx_rehearsal_amount"
@@ -49,13 +52,15 @@ def altered(inv, server: str) -> bool:
 
 
 def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False, subscribers=(),
-                         name: str | None = None, rows: int = 5000, compose: bool = False) -> dict[str, Any]:
+                         name: str | None = None, rows: int = 5000, compose: bool = False,
+                         shape: Path | None = None, scale: float = 0.01) -> dict[str, Any]:
     from dbmigrate.app.runs import start_run
     from dbmigrate.rehearsal.readload import create_orders
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
 
     say = progress or (lambda m: None)
+    shape_files = check_shape_options(shape, scale, compose) if shape is not None else None
     boxes = Sandboxes(progress=say)
     name = name or f"swap-{secrets.token_hex(2)}"
     t0 = time.monotonic()
@@ -67,7 +72,8 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
                                   progress=say, keep=keep).up()
     else:
         boxes.up(name, replicas=2)
-    verifier = background = reads = None
+    verifier = background = reads = replay = None
+    shaped: dict[str, Any] = {}
     try:
         if not compose:
             haproxy.start(boxes, name)
@@ -86,10 +92,17 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
         bench = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000, threads=2)
         bench.prepare()
         reads, verifier, background = start_workload(inv, name, bench, router.reader_port or router.writer_port, 180)
+        if shape_files is not None:
+            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped)
+            Clock().sleep(2)  # the classes' "before"
 
         playbook = swap_playbook(state.path / "schema-swap.yaml", state.inventory_file, name, candidate)
         say(f"running playbook {playbook.name}: {DDL} on each side, one at a time, then back to {primary}")
+        shaped["cutover_began"] = time.time()
         outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+        if replay is not None:
+            finish_shape(replay, shaped, time.time(), 2)
+            replay = None
         Clock().sleep(0.3)  # a few writes on the final primary before the check
         try:
             background.stop()
@@ -127,8 +140,11 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             "topology_after": shape_after,
             "elapsed_s": round(time.monotonic() - t0, 1),
             **({"compose": topo.facts()} if topo is not None else {}),
+            **({"shape": shaped["summary"], "classes": shaped["classes"]} if shape_files is not None else {}),
         }
     finally:
+        if replay is not None:
+            replay.stop()
         stop_workload(background, verifier, reads)
         if not keep:
             if topo is not None:

@@ -58,3 +58,15 @@ def test_rehearse_promote_with_a_captured_shape(boxes, cli):
             assert orphans == 0  # generated and replayed rows keep the foreign key
     finally:
         boxes.down(NAME)
+
+
+def test_rehearse_schema_swap_with_a_captured_shape(boxes, cli):
+    r = cli("rehearse", "schema-swap", "--shape", str(CAPTURE), "--scale", "0.02", "--rows", "500",
+            "--name", "shapedswap", timeout=400)
+    out = r.stdout
+    assert r.returncode == 0, r.stderr[-2000:] + out[-3000:]
+    assert re.search(r"acknowledged writes: [1-9]\d*, lost: 0; run \S+ done", out), out[-2000:]
+    rows = [line for line in out.splitlines() if line.startswith("│") and ("ca_app" in line or "ca_ocsp" in line)]
+    assert len(rows) == 7 and all(re.search(r"│\s*[1-9]\d* -> [1-9]\d*\s*│", line) for line in rows), out[-4000:]
+    assert all(re.search(r"│ 0 -> 0\s*│", line) for line in rows), out[-4000:]
+    assert "shapedswap" not in [s.name for s in boxes.list()]  # torn down
