@@ -1,4 +1,4 @@
-"""The cutover of one old server: checks, fence, catch up, bounded check, reverse connection, open, route,
+"""The cutover of one old server: checks, fence, catch up, bounded check, reverse connection, route, open,
 end the old sessions, and its undo."""
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def cutover(ctx: RunContext, source: str) -> str:
     """Move one old server's shards to their instances, in the order that keeps every
     application writing somewhere: (before the fence) the accounts and the copy checked ->
     fence (kit fence: calm wait, watchdog, fenced catch-up budget) -> each instance applies the
-    final position -> the ranges that kept changing compared -> reverse connections -> open
-    the instances -> routes switched -> (outside the window) the application's sessions on
+    final position -> the ranges that kept changing compared -> reverse connections -> routes
+    switched -> the instances opened -> (outside the window) the application's sessions on
     the old server ended, so that pools reconnect through the new route -> every account that
     writes the shards can write there, the app account logs in there -> forward connections
     dropped."""
@@ -95,13 +95,20 @@ def cutover(ctx: RunContext, source: str) -> str:
             reverse[t.name] = [t_file, t_pos]
         with edit_state(ctx) as st:
             st.reverse[source] = reverse
-        kit.before_open(", ".join(t.name for t in targets))
+        # The routes move while both sides are read-only, then the instances open (promote flips
+        # its router before the open too): a tool stopped after an open leaves the applications
+        # on a writable instance, not on the fenced server.
         moved = []
         for t in targets:
-            applier_of(ctx, t.name).set_read_only(False)
             for shard in shards_of(plan, t.name, source):
                 route_of(ctx, shard).switch_writer(address_of(ctx, t.name), old=old_addr)
                 moved.append(f"{shard}->{t.name}")
+        kit.before_open(", ".join(t.name for t in targets))
+        for t in targets:
+            # Bounded as promote's open: past it the open is in doubt (db/in_doubt.py) and the
+            # undo ends its session before it reads or changes the instance.
+            with server_of(ctx, t.name).bounded(p.catchup_timeout_s):
+                applier_of(ctx, t.name).set_read_only(False)
         fenced_ms = (ctx.clock.monotonic() - started) * 1000
         with edit_state(ctx) as st:
             st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
@@ -412,8 +419,8 @@ def describe_cutover(ctx: RunContext, source: str) -> list[tuple[str, str]]:
                   + ("; the ranges that kept changing compared again" if p.checksum else "")) for t in targets],
             *[(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t} binlog position> (reverse, for rollback); "
                        f"START SLAVE '{connection_name(t)}'") for t in targets],
-            *[(t, "read_only=OFF: takes the shards' writes") for t in targets],
-            ("routes", f"DSN file: each shard of {source} -> its instance"),
+            ("routes", f"DSN file: each shard of {source} -> its instance (both sides still read-only)"),
+            *[(t, f"read_only=OFF (bounded by {p.catchup_timeout_s:g}s): takes the shards' writes") for t in targets],
             (source, "KILL CONNECTION <app sessions> (after the routes moved: pools reconnect to the instance)"),
             *[(t, f"the app account logs in and reaches its tables; stop and remove replication connection "
                   f"'{conn}'") for t in targets]]
