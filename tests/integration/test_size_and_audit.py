@@ -22,7 +22,7 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.journal import Journal
 from dbmigrate.engine.runner import RunPaused
 from dbmigrate.exceptions import RefusedWait, WaitTimeout
-from dbmigrate.procedures.kit.switchover import ReplicationStopped, Switchover, SwitchoverSettings, Topology
+from dbmigrate.procedures.kit.switchover import ReplicationStopped, Switchover, SwitchoverSettings, SwitchoverServers
 from dbmigrate.rehearsal.sandbox import haproxy
 
 from tests import jsonlines
@@ -59,8 +59,8 @@ def cluster(boxes):
     boxes.down(NAME)
 
 
-def topology(inv) -> Topology:
-    return Topology(servers={n: inv.open(n) for n in (OLD, REPLICA, NEW)}, repl=inv.replication_credentials(NAME))
+def topology(inv) -> SwitchoverServers:
+    return SwitchoverServers(servers={n: inv.open(n) for n in (OLD, REPLICA, NEW)}, repl=inv.replication_credentials(NAME))
 
 
 def connect(inv, name: str, user: str | None = None, password: str | None = None):
@@ -99,7 +99,7 @@ def scalar(inv, name: str, sql: str):
         return s.scalar(sql)
 
 
-def catch_up_after(topo: Topology) -> float:
+def catch_up_after(topo: SwitchoverServers) -> float:
     """How long the candidate takes to apply the old primary's position now: what a fence set
     at this moment would have had inside its window."""
     pos = Inspector(topo.servers[OLD]).gtid_binlog_pos()
@@ -320,7 +320,7 @@ def test_a_probe_write_on_a_full_disk_fails_within_the_timeout_and_says_disk_ful
         wait_for(lambda: scalar(inv, full, "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST "
                                            "WHERE STATE LIKE 'Waiting for someone to free space%%'"),
                  what="a write to wait for disk space")
-        topo = Topology(servers={OLD: inv.open(OLD), full: inv.open(full)}, repl=inv.replication_credentials(NAME))
+        topo = SwitchoverServers(servers={OLD: inv.open(OLD), full: inv.open(full)}, repl=inv.replication_credentials(NAME))
         sw = Switchover(topo, OLD, full, SwitchoverSettings(probe_timeout_s=2))
         t0 = time.monotonic()
         with pytest.raises(WaitTimeout) as failed:

@@ -33,7 +33,7 @@ from dbmigrate.db.binlog import BinlogReadError, BinlogTransaction
 from dbmigrate.db.inspector import HeavyWork, Session
 from dbmigrate.engine.wait import FakeClock
 from dbmigrate.exceptions import ConnectionFailed
-from dbmigrate.procedures.kit.switchover import Topology
+from dbmigrate.procedures.kit.switchover import SwitchoverServers
 from dbmigrate.routing.base import RouterError, RouteState
 
 DOMAIN = 0
@@ -116,7 +116,7 @@ class FakeServer:
 
 
 @dataclass
-class FakeTopology(Topology):
+class FakeTopology(SwitchoverServers):
     clock: ScheduledClock = field(default_factory=ScheduledClock)
     sent: list[tuple[str, str]] = field(default_factory=list)  # (server or "router", statement)
     deadlines: dict[str, float] = field(default_factory=dict)  # bounds in force, in clock time
@@ -143,7 +143,7 @@ class FakeTopology(Topology):
     def binlog(self, name: str, timeout_s: float) -> "FakeBinlog":
         return FakeBinlog(self, name)
 
-    # -- the Topology seam --------------------------------------------------
+    # -- the SwitchoverServers seam --------------------------------------------------
     def inspector(self, name: str) -> "FakeInspector":
         return FakeInspector(self, name)
 

@@ -15,7 +15,8 @@ from dbmigrate.db.inspector import Session
 from dbmigrate.exceptions import ConnectionFailed, DbmigrateError, SafetyError, WaitTimeout
 from dbmigrate.routing.base import RouterError
 from dbmigrate.procedures.kit.roles import find_primary
-from dbmigrate.procedures.kit.switchover import FIRST_CATCHUP_WAIT_S, Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.kit.switchover.settings import FIRST_CATCHUP_WAIT_S
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
 from tests.unit.fake_topology import FakeInspector, FakeRouter, FakeTopology, cluster
 
 FENCE = "SET STATEMENT lock_wait_timeout=5 FOR SET GLOBAL read_only=ON"

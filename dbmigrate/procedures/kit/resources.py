@@ -16,7 +16,7 @@ from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import UsageError
 from dbmigrate.procedures.contract import LeaseServers, Prepared
 from dbmigrate.procedures.kit.roles import find_primary_of
-from dbmigrate.procedures.kit.switchover import Topology
+from dbmigrate.procedures.kit.switchover import SwitchoverServers
 
 if TYPE_CHECKING:
     from dbmigrate.config import Inventory
@@ -52,9 +52,9 @@ class ClusterResources:
     router: Any = None
     lock_session: Optional[Server] = None
 
-    def topology(self, replicas: list[str]) -> Topology:
+    def topology(self, replicas: list[str]) -> SwitchoverServers:
         inv = self.inventory
-        return Topology(servers=self.servers, repl=inv.replication_credentials(self.cluster), replicas=replicas,
+        return SwitchoverServers(servers=self.servers, repl=inv.replication_credentials(self.cluster), replicas=replicas,
                         repl_addresses={n: inv.replication_address(n) for n in self.servers})
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from dbmigrate.engine.step import RunState
 from dbmigrate.exceptions import UsageError
 from dbmigrate.procedures.contract import Prepared
 from dbmigrate.procedures.kit.resources import ClusterResources, OnCluster, handed_over, inventory_of, open_cluster
-from dbmigrate.procedures.kit.switchover import Topology
+from dbmigrate.procedures.kit.switchover import SwitchoverServers
 
 
 class PromoteState(TypedState):
@@ -30,7 +30,7 @@ class PromoteResources(OnCluster):
     cluster: ClusterResources
     old: str
     new: str
-    topology: Topology
+    topology: SwitchoverServers
     old_gone: bool = False  # the operator asked to complete without the old primary (dead after the fence)
 
 

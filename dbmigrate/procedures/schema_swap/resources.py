@@ -16,7 +16,7 @@ from dbmigrate.engine.step import RunState
 from dbmigrate.exceptions import UsageError
 from dbmigrate.procedures.contract import Prepared
 from dbmigrate.procedures.kit.resources import ClusterResources, OnCluster, handed_over, open_cluster
-from dbmigrate.procedures.kit.switchover import Topology
+from dbmigrate.procedures.kit.switchover import SwitchoverServers
 from dbmigrate.procedures.schema_swap.expect import ddl_applied
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 
@@ -52,7 +52,7 @@ class SchemaSwapResources(OnCluster):
     sides: list[str]
     candidate: str
     primary_altered: bool
-    topology: Topology  # for the primary's switchover: the sides other than the candidate move
+    topology: SwitchoverServers  # for the primary's switchover: the sides other than the candidate move
     replay: Optional[Digest] = None  # the application's queries, tried on each side before it returns
 
     @property

@@ -1,0 +1,135 @@
+"""1. Fence: the old primary stops taking writes (through the kit's fence), is sealed before the
+candidate opens, or is unfenced when the candidate is known closed.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
+from dbmigrate.exceptions import SafetyError
+from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
+from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
+
+
+class FenceSteps(SwitchoverBase):
+    # -- 1. fence ------------------------------------------------------------
+    def is_fenced(self) -> bool:
+        return self.insp(self.old).read_only()
+
+    def fence(self, before_retry: Callable[[], object] | None = None) -> tuple[str, str]:
+        """read_only on the old primary through the kit's fence (kit/fence.py): tried up to
+        fence_attempts times when one attempt gives up blocked, or its candidate did not apply the
+        final position within fenced_catchup_budget_s (writes flow for fence_retry_pause_s in
+        between); returns (sentence, final position). `before_retry` runs before each new
+        attempt: the candidate may have fallen behind while writes flowed, and the caller
+        converges again (its calm wait too) so that the catch-up stays outside the window."""
+        if not self.dry_run and not self._window_ready:
+            self._require_gtid_mode()
+        fenced = self.old_fence.fence(self._applied_within, before_retry, calm=False)
+        return fenced.sentence, fenced.position
+
+    def _applied_within(self, position: str, budget_s: float) -> bool:
+        """Inside the fenced window: has the candidate applied the final position within the budget?"""
+        with self.topo.bounded(budget_s + ROUND_TRIP_MARGIN_S, self.new):
+            applied = self.insp(self.new).wait_for_gtid(position, budget_s)
+        if applied:
+            self.applied_at_fence = position
+        return applied
+
+    def _require_gtid_mode(self) -> None:
+        problem = self.insp(self.old).gtid_mode_problem()
+        if problem:
+            # Without GTIDs the final position would be empty and the catch-up wait a no-op.
+            raise SafetyError(f"{self.old} runs with {problem}",
+                              hint="switchovers need gtid_mode=ON and enforce_gtid_consistency=ON")
+
+    def require_fence_holds(self, expires_at: float | None) -> None:
+        """Refuse to open the candidate when the old primary's fence expires (or expired) before
+        the open can have landed: the expiry would make the old primary writable beside it."""
+        self.old_fence.require_not_expiring(expires_at, self.new)
+
+    def end_sessions(self, name: str | None = None) -> str:
+        """Wait (bounded) for open app transactions on a fenced server, then end its app sessions."""
+        name = name or self.old
+        drained, killed = self._drain(name)
+        return f"{name}: {drained} open app transaction(s) at the start, {killed} app session(s) ended"
+
+    def _drain(self, name: str) -> tuple[int, int]:
+        """Wait (bounded) for open app transactions to end, then end app sessions."""
+        if self.dry_run:
+            return 0, 0
+        insp = self.insp(name)
+        if not insp.reachable():
+            return 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
+        protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
+        done = drain(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+                     until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
+        return done.open_at_start, done.ended
+
+    def seal_old(self, bypass: set[str] | None = None) -> tuple[str, str]:
+        """Before the candidate opens: the old primary must still be read-only, and every session
+        of an account that bypasses read_only is ended, so that nothing can commit there after
+        the final position is read. Returns (sentence, final position). Bounded like the fence:
+        inside the window a frozen old primary costs the bound, and no ping precedes a statement."""
+        bypass = self.bypass_users() if bypass is None else bypass
+        with self.topo.bounded(self.s.fence_timeout_s, self.old):
+            return self._seal_old(bypass)
+
+    def _seal_old(self, bypass: set[str]) -> tuple[str, str]:
+        insp = self.insp(self.old)
+        # Before the read that proves the fence holds: once the expiry is dropped, nothing but
+        # an operator can unfence the old primary, so "still fenced" stays true through the open.
+        self.old_fence.cancel_expiry()
+        if not bypass:
+            # No account can write past read_only: one round trip, no session list, inside the window.
+            fenced, pos = insp.read_only_and_binlog_pos()
+            self._require_still_fenced(fenced)
+            return "", pos
+        # One round trip when none of those accounts has a session, the usual case.
+        fenced, count, pos = insp.read_only_sessions_count_and_binlog_pos(bypass)
+        self._require_still_fenced(fenced)
+        if not count:
+            return "", pos
+        ended = 0
+        for sess in insp.sessions():
+            if sess.user in bypass:
+                self.sealed_sessions.append(sess)
+                try:
+                    self.apply(self.old).kill_connection(sess.id)
+                    ended += 1
+                except QueryError as e:
+                    if e.errno != UNKNOWN_THREAD:
+                        raise
+        # Read after the sessions were ended: a commit of theirs before that is in it.
+        pos = insp.gtid_binlog_pos()
+        return (f"ended {ended} session(s) of accounts that bypass read_only on {self.old}; " if ended else ""), pos
+
+    def _require_still_fenced(self, fenced: bool) -> None:
+        self.old_fence.require_fenced(fenced, self.new)
+
+    def bypass_users(self) -> set[str]:
+        insp = self.insp(self.old)
+        return insp.read_only_bypass_users() - {insp.login_user, self.topo.repl.user, "system user", "event_scheduler"}
+
+    def unfence_old(self, candidate_known_closed: bool, candidate_writable: "bool | None | object" = ...) -> str:
+        """Make the old primary writable again, only if the candidate cannot take writes.
+        `candidate_writable` is what a caller already found (None: it did not answer); by
+        default the candidate is asked, within probe_timeout_s."""
+        if not self.is_fenced():
+            return f"{self.old} is already writable"
+        cand_writable = self.writable_or_none(self.new) if candidate_writable is ... else candidate_writable
+        if cand_writable is None:
+            if not candidate_known_closed:
+                raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable (what it "
+                                  f"was last sent may still land): {self.old} stays fenced",
+                                  hint=f"check {self.new} by hand: set read_only=ON there and bring its writes to "
+                                       f"{self.old} (replicate until caught up) before {self.old} takes writes again")
+            cand_writable = False
+            self.log(f"{self.new} did not answer within {self.s.probe_timeout_s:g}s; it was never opened by this "
+                     f"run, so {self.old} is unfenced", "warning")
+        if cand_writable:
+            raise SafetyError(f"refusing to unfence {self.old}: {self.new} is writable (two primaries)",
+                              hint="roll the switchover back instead: dbmigrate rollback RUN")
+        self.old_fence.unfence()
+        return f"unfenced {self.old} (read_only=OFF): it takes writes again"
