@@ -116,8 +116,9 @@ def render_shape(r: dict) -> None:
                      if sh["skipped_classes"] else ""), markup=False)
     for user, pool in sorted((sh.get("pools") or {}).items()):
         seen = ", ".join(f"{k}={v}" for k, v in pool["session"].items()) or "server defaults"
-        console.print(f"pool {user}: {pool['opened']} connection(s) opened; its session settings read back: {seen}",
-                      markup=False)
+        where = ", ".join(f"{n} to {a}" for a, n in (pool.get("opened_to") or {}).items())
+        console.print(f"pool {user}: {pool['opened']} connection(s) opened ({where}); its session settings read "
+                      f"back: {seen}", markup=False)
     t = Table(title="captured query classes, replayed (before -> after the run)")
     for col in ("class", "account", "rate/s", "count", "p50 ms", "p99 ms", "errors", "errors during the run"):
         t.add_column(col, no_wrap=col != "class")
@@ -299,6 +300,10 @@ def consolidate(
                                        "servers and instances); default consol-XXXX."),
     compose: bool = typer.Option(False, "--compose", help=COMPOSE_HELP + " The target hosts are containers too: "
                                  "the instances are provisioned into them and seeded physically."),
+    shape: Optional[Path] = typer.Option(None, "--shape", help=SHAPE_HELP + " Its schemas are shards of the first "
+                                         "old server, and the pool follows the DSN file when it opens a connection."),
+    scale: float = typer.Option(0.01, "--scale", help="With --shape: generate this share of each captured "
+                                "table's rows (at least one row for a table that had rows)."),
 ):
     """4 old servers (10 shards, a writer on each) onto 2 hosts x 2 instances: plan, provision, physical
     seeding, fleet cutover, DSN routes, one server rolled back; reports loss, checksums and reverse replication."""
@@ -322,11 +327,12 @@ def consolidate(
             (lambda m: console.print(f"[dim]… {m}[/]"))
         report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle, keep=keep,
                                       subscribers=[] if json_out else [ConsoleRenderer(console)], name=name,
-                                      compose=compose)
+                                      compose=compose, shape=shape, scale=scale)
         if json_out:
             print_json(report)
         else:
             render_consolidation(report)
+            render_shape(report)
             render_compose(report)
             if keep and compose:
                 print_kept_compose(report)

@@ -89,13 +89,16 @@ class DirectDriver:
 def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = False, rows: int = 2000,
                          throttle_mb_s: float = 0, keep: bool = False, subscribers=(),
                          name: str | None = None, driver: Driver | None = None,
-                         compose: bool = False) -> dict[str, Any]:
+                         compose: bool = False, shape: Path | None = None, scale: float = 0.01) -> dict[str, Any]:
     from dbmigrate.app.consolidate_provision import ProvisionRequest, provision
     from dbmigrate.app.consolidate_status import consolidation_status
     from dbmigrate.app.runs import resolve_journal_path
     from dbmigrate.engine.journal import Journal
     from dbmigrate.rehearsal.provision import install
 
+    from dbmigrate.rehearsal.rehearse import check_shape_options
+
+    shape_files = check_shape_options(shape, scale, compose) if shape is not None else None
     install()  # the planned instances are created in this rehearsal's sandbox
     say = progress or (lambda m: None)
     driver = driver or DirectDriver(subscribers)
@@ -104,6 +107,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
     t0 = time.monotonic()
     host_sshd: list[Any] = []
     writers: dict[str, ShardWriter] = {}
+    replay = None
+    shaped: dict[str, Any] = {}
     placed = None
     topo = None
     olds = old_names(name)
@@ -126,6 +131,14 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             with base.open(old) as s:
                 for sh in names:
                     create_shard(s, sh, rows, app.user)
+        if shape_files is not None:
+            # The shape's schemas are shards of the first old server, with a writer of their own too.
+            for schema in shape_files.schemas:
+                if any(schema in names for names in shards.values()):
+                    raise SandboxError(f"the shape's schema {schema} is named like a shard of the rehearsal")
+                with base.open(olds[0]) as s:
+                    create_shard(s, schema, 0, app.user)
+                shards[olds[0]].append(schema)
         say(f"{'compose topology' if compose else 'sandbox'} {name}: {len(olds)} old servers, {sum(map(len, shards.values()))} shards of {rows} rows "
             f"({time.monotonic() - t0:.1f}s)")
         if remote:
@@ -166,9 +179,26 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             if not w.wait_acks_on(w.writer(), 10, timeout_s=30):
                 raise RuntimeError(f"the writer of {sh} could not write to {w.writer()}: {w.errors}")
         say(f"{len(writers)} shard writers running through the DSN file")
+        if shape_files is not None:
+            from dbmigrate.rehearsal.rehearse import start_shape
+
+            first = next(iter(shape_files.schemas))
+
+            def route() -> tuple[str, int]:
+                host, _, port = DsnFileRouter(first, routes).current().writer.rpartition(":")
+                return host, int(port)
+
+            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, server=olds[0], address=route)
+            time.sleep(2)  # the classes' "before"
 
         playbook = _playbook(state.path, name, plan_file, throttle_mb_s)
+        shaped["cutover_began"] = time.time()
         outcome = driver.run(playbook)
+        if replay is not None:
+            from dbmigrate.rehearsal.rehearse import finish_shape
+
+            finish_shape(replay, shaped, time.time(), 2)
+            replay = None
         say(f"run {outcome.run_id}: {outcome.status}: {outcome.summary}")
         with Journal(resolve_journal_path()) as j:
             st = ConsolidateState.load(j.all_state(outcome.run_id))
@@ -201,6 +231,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         report["ports_not_as_planned"] = _ports_not_as_planned(inv, placed)
         if topo is not None:
             report["compose"] = topo.facts()
+        if shape_files is not None:
+            report.update(shape=shaped["summary"], classes=shaped["classes"])
         report.update({
             "sandbox": name, "remote": remote, "run_id": outcome.run_id, "run_status": outcome.status,
             "summary": outcome.summary, "rolled_back_server": rolled if rollback_sentence else None,
@@ -215,6 +247,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                             and not report["ports_not_as_planned"] and not report["status"]["problems"])
         return report
     finally:
+        if replay is not None:
+            replay.stop()
         for w in writers.values():
             w.stop_flag.set()
         for w in writers.values():

@@ -196,22 +196,26 @@ def check_shape_options(shape: Path, scale: float, compose: bool):
     return read_shape(shape)
 
 
-def start_shape(boxes, name: str, inv, shape_files, scale: float, say: Progress, shaped: dict[str, Any]):
-    """The shape loaded on the primary (schema, generated rows, accounts and grants) and its
-    classes replayed through the router by a pooled client; the replay, started."""
+def start_shape(boxes, name: str, inv, shape_files, scale: float, say: Progress, shaped: dict[str, Any], *,
+                server: str | None = None, address=None):
+    """The shape loaded on the primary (or `server`): schema, generated rows, accounts and
+    grants; its classes replayed by a pooled client through the router (or `address`, a
+    callable reading a route); the replay, started."""
     from dbmigrate.rehearsal.shape_load import load_shape
     from dbmigrate.rehearsal.shape_replay import ShapeReplay
 
     state = boxes.find(name)
-    with state.instance(f"{name}-1").root_server() as root:
+    with state.instance(server or f"{name}-1").root_server() as root:
         loaded = load_shape(root, shape_files, scale, state.path, progress=say)
-    router = inv.cluster(name).router
-    replay = ShapeReplay((router.address, router.writer_port), shape_files, loaded).start()
+    if address is None:
+        router = inv.cluster(name).router
+        address = (router.address, router.writer_port)
+    replay = ShapeReplay(address, shape_files, loaded).start()
     shaped["summary"] = {**loaded.summary(), "dir": str(shape_files.path), "scale": scale,
                          "classes": len(replay.classes), "skipped_classes": shape_files.skipped,
                          "sessions_from": shape_files.sessions_source(),
                          "sessions": shape_files.sessions}
-    say(f"replaying {len(replay.classes)} captured class(es) at their rates through the router, one pool per "
+    say(f"replaying {len(replay.classes)} captured class(es) at their rates, one pool per "
         f"account ({', '.join(sorted(loaded.accounts))}), session settings from {shape_files.sessions_source()}")
     if not replay.wait_for(1, timeout_s=10):
         idle = [c.label for c in replay.classes if not any(r[2] is None for r in c.records)]

@@ -2,7 +2,8 @@
 like an application's pool (Go's database/sql), not like a polite one:
 
 - one pool per account, connections opened lazily (only when none is idle) through the
-  router's address, reused most-recently-returned first;
+  router's address (or where a DSN file names the writer, read only when a connection is
+  opened), reused most-recently-returned first;
 - a connection that returned an SQL error (1290 read-only, 1176 unknown key, 1142 denied)
   goes back into the pool and is used again; only a connection that is gone is thrown away;
 - every new connection sets the account's own session variables (captured, or declared in
@@ -21,7 +22,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import mysql.connector
 
@@ -46,18 +47,23 @@ class _Conn:
 class Pool:
     """database/sql-like: lazy opens, idle connections kept after SQL errors."""
 
-    def __init__(self, address: tuple[str, int], creds: Credentials, session: dict[str, str], size: int = 4):
+    def __init__(self, address: "tuple[str, int] | Callable[[], tuple[str, int]]", creds: Credentials,
+                 session: dict[str, str], size: int = 4):
         self.address, self.creds, self.session, self.size = address, creds, session, size
         self._idle: list[_Conn] = []
         self._lock = threading.Lock()
         self.opened = 0
         self.session_seen: dict[str, str] = {}  # the settings read back on the first connection
+        self.opened_to: dict[str, int] = {}  # address -> connections opened there
 
     def get(self) -> _Conn:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        conn = mysql.connector.connect(host=self.address[0], port=self.address[1], user=self.creds.user,
+        # A route (a DSN file) is read only here, when a connection is opened: kept connections
+        # stay where they were opened, as a real pool's do.
+        host, port = self.address() if callable(self.address) else self.address
+        conn = mysql.connector.connect(host=host, port=port, user=self.creds.user,
                                        password=self.creds.password or "", connection_timeout=2, autocommit=True,
                                        use_pure=True, ssl_disabled=True)
         cur = conn.cursor()
@@ -71,6 +77,7 @@ class Pool:
         finally:
             cur.close()
         self.opened += 1
+        self.opened_to[f"{host}:{port}"] = self.opened_to.get(f"{host}:{port}", 0) + 1
         return _Conn(conn)
 
     def put(self, c: _Conn) -> None:
@@ -129,7 +136,8 @@ def writer_account(shape: ShapeFiles, loaded: LoadedShape) -> str:
 
 
 class ShapeReplay:
-    def __init__(self, address: tuple[str, int], shape: ShapeFiles, loaded: LoadedShape, *,
+    def __init__(self, address: "tuple[str, int] | Callable[[], tuple[str, int]]", shape: ShapeFiles,
+                 loaded: LoadedShape, *,
                  rate_scale: float = 1.0, pool_size: int = 4):
         self.address, self.shape, self.loaded = address, shape, loaded
         default = writer_account(shape, loaded)
@@ -175,7 +183,8 @@ class ShapeReplay:
         return False
 
     def pools_report(self) -> dict[str, dict[str, Any]]:
-        return {user: {"opened": p.opened, "session": p.session_seen} for user, p in self.pools.items()}
+        return {user: {"opened": p.opened, "opened_to": p.opened_to, "session": p.session_seen}
+                for user, p in self.pools.items()}
 
     def report(self, phases: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
         return [{"class": c.label, "checksum": c.checksum, "account": c.account, "rate": round(c.rate, 1),

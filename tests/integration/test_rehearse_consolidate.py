@@ -1,24 +1,30 @@
 """`dbmigrate rehearse consolidate --remote`: the whole consolidation, each old server and each
 target host behind its own sshd, under a writer on every shard: planned at free ports,
 provisioned by the generated Ansible playbook over ssh (mariadbd started directly), seeded
-physically with each instance stopped and started through the host layer."""
+physically with each instance stopped and started through the host layer. With `--shape`, the
+fixture capture's schema is an eleventh shard on the first old server, its accounts with it, and
+its classes are replayed by a pool that follows the DSN file when it opens a connection."""
 
 from __future__ import annotations
 
 
+from pathlib import Path
+
 import pytest
 from tests import jsonlines
+
+CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "shapes" / "ca-capture"
 
 pytestmark = pytest.mark.integration
 
 
 def test_rehearse_consolidate_remote_moves_every_shard_physically_and_loses_nothing(cli):
-    r = cli("rehearse", "consolidate", "--remote", "--json", timeout=600)
+    r = cli("rehearse", "consolidate", "--remote", "--shape", str(CAPTURE), "--scale", "0.02", "--json", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = jsonlines.result(r.stdout)
     assert rep["ok"] and rep["remote"] and rep["run_status"] == "done", rep["summary"]
-    # 4 old servers, 10 shards, 2 hosts x 2 instances.
-    assert len(rep["shards"]) == 10 and len(rep["instances"]) == 4
+    # 4 old servers, 10 shards and the shape's, 2 hosts x 2 instances.
+    assert len(rep["shards"]) == 11 and "ca" in rep["shards"] and len(rep["instances"]) == 4
     assert sorted(i["host"] for i in rep["instances"].values()) == ["h1", "h1", "h2", "h2"]
     # Created by ansible-playbook at the plan's ports, and used there by every later step.
     assert rep["provision"]["by"] == "ansible-playbook" and set(rep["provision"]["recap"]) == {"h1", "h2"}
@@ -62,3 +68,11 @@ def test_rehearse_consolidate_remote_moves_every_shard_physically_and_loses_noth
     assert rolled not in back and len(back) == 3
     for old, b in back.items():
         assert b["read_only"] and all(v["running"] and v["caught_up"] for v in b["from"].values()), (old, b)
+    # The shape's classes, replayed by its accounts' pools, served before and after without an error;
+    # the application's pool opened connections where the DSN file named the shard's writer, old and new.
+    assert len(rep["classes"]) == 7, rep["classes"]
+    for c in rep["classes"]:
+        assert c["before"]["ok"] > 0 and c["after"]["ok"] > 0 and c["before"]["errors"] == c["after"]["errors"] == 0, c
+    ca = rep["shards"]["ca"]
+    opened = rep["shape"]["pools"]["ca_app"]["opened_to"]
+    assert ca["moved"] and ca["served_by"] in opened and len(opened) >= 2, (opened, ca)  # the old server, then the instance
