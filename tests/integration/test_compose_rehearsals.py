@@ -164,9 +164,21 @@ def _result(stdout: str) -> dict:
     return results[0]["result"]
 
 
+def _passed(r) -> None:
+    """Exit 0, or a failure that says why in full: the run's steps and gates as journaled (pytest
+    would cut a long assertion message short)."""
+    if r.returncode == 0:
+        return
+    try:
+        detail = run_cli("runs", "show", _result(r.stdout)["run_id"]).stdout[-5000:]
+    except Exception as e:  # noqa: BLE001 - the run may have ended before its playbook started
+        detail = f"(no run to show: {e})"
+    pytest.fail(f"exit {r.returncode}: {r.stderr.strip()[-1500:]}\n{detail}", pytrace=False)
+
+
 def test_promote_rehearsal_in_containers_loses_nothing(no_leftovers):
     r = run_cli("rehearse", "promote", "--compose", "--no-guard", "--load-seconds", "2", "--json", timeout=480)
-    assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-2500:])
+    _passed(r)
     rep = _result(r.stdout)
     assert rep["lost_writes"] == 0 and rep["acknowledged_writes"] > 50
     assert rep["run_status"] == "done" and rep["new_primary"] == rep["candidate"]
@@ -179,7 +191,7 @@ def test_promote_rehearsal_in_containers_loses_nothing(no_leftovers):
 
 def test_regression_is_rolled_back_with_windows_read_through_docker_exec(no_leftovers):
     r = run_cli("rehearse", "promote", "--compose", "--regress", "--load-seconds", "2", "--json", timeout=480)
-    assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-2500:])
+    _passed(r)
     rep = _result(r.stdout)
     assert rep["lost_writes"] == 0 and rep["rolled_back"] and rep["guard"]["rollback"]
     assert rep["digest"] and rep["guard_windows"]
@@ -201,7 +213,7 @@ def test_consolidation_provisions_into_host_containers_and_loses_nothing_kept_un
     r = run_cli("rehearse", "consolidate", "--compose", "--rows", "100", "--keep", "--name", name, "--json",
                 timeout=600)
     try:
-        assert r.returncode == 0, (r.stdout[-1500:], r.stderr[-2500:])
+        _passed(r)
         rep = _result(r.stdout)
         assert rep["run_status"] == "done" and rep["ok"]
         assert rep["lost_writes"] == 0 and rep["acknowledged_writes"] > 100
