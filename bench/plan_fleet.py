@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from dbmigrate.app.consolidate_plan import PlanRequest, make_plan
+    from dbmigrate.app.consolidate.plan import PlanRequest, make_plan
 
     with tempfile.TemporaryDirectory(prefix="dbm-fleet-") as tmp:
         where = args.keep or Path(tmp)

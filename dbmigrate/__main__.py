@@ -1,4 +1,4 @@
-from dbmigrate.cli.app import main
+from dbmigrate.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
     ) -> None:
         """Measure shards (or read their sizes) and place them on the target hosts, evenly."""
-        from dbmigrate.app.consolidate_plan import PlanRequest, make_plan
+        from dbmigrate.app.consolidate.plan import PlanRequest, make_plan
 
         result = make_plan(PlanRequest(inventory=inventory, sizes=sizes, hosts=hosts, from_inventory=from_inventory,
                                        strategy=strategy, instances_per_host=instances_per_host, what_if=what_if,
@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     ) -> None:
         """Create and start the plan's instances on their hosts with ansible-playbook, then check each answers."""
-        from dbmigrate.app.consolidate_provision import ProvisionRequest, provision
+        from dbmigrate.app.consolidate.provision import ProvisionRequest, provision
 
         result = provision(ProvisionRequest(plan=plan_file, inventory=inventory, cluster=cluster, out_dir=out_dir,
                                             start=start, conf_dir=conf_dir, mariadbd_user=mariadbd_user,
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the status as JSON"),
     ) -> None:
         """Per shard: served by its old server or its new instance, and how far the move is. Exit 1 on a problem."""
-        from dbmigrate.app.consolidate_status import consolidation_status
+        from dbmigrate.app.consolidate.status import consolidation_status
 
         result = consolidation_status(plan_file, inventory, routes, cluster)
         if as_json:
@@ -193,7 +193,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Change the pace of a live run's copies (they read it within a second)."""
-        from dbmigrate.app.consolidate import set_throttle
+        from dbmigrate.app.consolidate.control import set_throttle
 
         if pause and resume:
             raise UsageError("give --pause or --resume, not both")
@@ -212,7 +212,7 @@ def register(app: typer.Typer) -> None:
         yes: bool = typer.Option(False, "--yes", "-y", help="do not ask"),
     ) -> None:
         """Put one old server back (its shards route to it again); the others stay moved."""
-        from dbmigrate.app.consolidate import rollback_server
+        from dbmigrate.app.consolidate.control import rollback_server
 
         if not yes and not typer.confirm(f"Route {server}'s shards back to it (after it applied their writes)?"):
             raise CommandFailed(1, f"not confirmed: {server}'s shards were not routed back",

@@ -81,7 +81,7 @@ class DirectDriver:
         return start_run(playbook, subscribers=self.subscribers, assume_yes=True)
 
     def roll_back(self, run_id: str, server: str) -> str:
-        from dbmigrate.app.consolidate import rollback_server
+        from dbmigrate.app.consolidate.control import rollback_server
 
         return rollback_server(run_id, server, subscribers=self.subscribers)
 
@@ -90,8 +90,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                          throttle_mb_s: float = 0, keep: bool = False, subscribers=(),
                          name: str | None = None, driver: Driver | None = None,
                          compose: bool = False, shape: Path | None = None, scale: float = 0.01) -> dict[str, Any]:
-    from dbmigrate.app.consolidate_provision import ProvisionRequest, provision
-    from dbmigrate.app.consolidate_status import consolidation_status
+    from dbmigrate.app.consolidate.provision import ProvisionRequest, provision
+    from dbmigrate.app.consolidate.status import consolidation_status
     from dbmigrate.app.runs import resolve_journal_path
     from dbmigrate.engine.journal import Journal
     from dbmigrate.rehearsal.provision import install

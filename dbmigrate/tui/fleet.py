@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from dbmigrate.app.consolidate_board import FleetLayout, TargetInstance
+from dbmigrate.app.consolidate.board import FleetLayout, TargetInstance
 from dbmigrate.engine.events import Event, GateDecided, Metric, StepFinished
 
 MB = 1_000_000

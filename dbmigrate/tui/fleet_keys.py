@@ -11,7 +11,7 @@ from rich.text import Text
 from textual import work
 from textual.widgets import DataTable
 
-from dbmigrate.app.consolidate import rollback_server, set_throttle
+from dbmigrate.app.consolidate.control import rollback_server, set_throttle
 from dbmigrate.app.errors import failure_of
 from dbmigrate.app.runs import explain
 from dbmigrate.exceptions import DbmigrateError

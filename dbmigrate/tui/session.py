@@ -27,7 +27,7 @@ from textual.worker import get_current_worker
 
 from dbmigrate.app.errors import failure_of, redact
 from dbmigrate.app.runs import RunOutcome, describe_playbook, explain, plan_playbook, rollback_run, start_run
-from dbmigrate.app.consolidate_board import fleet_layout
+from dbmigrate.app.consolidate.board import fleet_layout
 from dbmigrate.app.session import journal_note
 from dbmigrate.tui.fleet import FleetBoard
 from dbmigrate.tui.fleet_keys import FleetKeys

@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from dbmigrate.app.consolidate_provision import connection_for
+from dbmigrate.app.consolidate.provision import connection_for
 from dbmigrate.config import load_inventory
 from dbmigrate.hosts.ansible import AnsibleFailed, run_playbook
 from tests.unit.test_docker_host import FAKE_DOCKER

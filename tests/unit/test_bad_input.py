@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dbmigrate.cli.app import app
+from dbmigrate.cli.main import app
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "digest"
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from dbmigrate.cli.app import app
+from dbmigrate.cli.main import app
 from dbmigrate.cli.examples import EXAMPLES, add_examples
 from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure, Runner
 from tests.unit.test_engine_support import new_context

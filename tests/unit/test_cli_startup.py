@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from dbmigrate.cli.app import app
+from dbmigrate.cli.main import app
 from dbmigrate.cli.root import COMMAND_MODULES, build, command_of
 
 
@@ -39,7 +39,7 @@ def test_the_command_is_the_first_word_that_is_not_an_option():
 
 def test_version_loads_no_command():
     loaded = modules_after("import sys; sys.argv = ['dbmigrate', '--version']\n"
-                           "from dbmigrate.cli.app import main; main()")
+                           "from dbmigrate.cli.main import main; main()")
     assert "typer" not in loaded and "rich" not in loaded and "pydantic" not in loaded
 
 

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from dbmigrate.cli.app import app
+from dbmigrate.cli.main import app
 from dbmigrate.console_table import PIPE_WIDTH, Col, fit_to_output, show, styled
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "digest"

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.plan_fleet import write_fleet
-from dbmigrate.app.consolidate_plan import PlanRequest, make_plan
-from dbmigrate.cli.app import app
+from dbmigrate.app.consolidate.plan import PlanRequest, make_plan
+from dbmigrate.cli.main import app
 from dbmigrate.config import HostSpec, PlanningSpec
 from dbmigrate.exceptions import ConfigError, UsageError
 from dbmigrate.procedures.consolidate.plan import GB, ShardDemand, plan, plan_from_dict

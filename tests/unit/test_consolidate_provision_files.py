@@ -92,7 +92,7 @@ def test_recap_and_failure_lines_are_read_back():
 
 
 def test_ssh_host_settings_come_from_the_inventory_and_remote_hosts_need_declared_access(tmp_path):
-    from dbmigrate.app.consolidate_provision import connection_for
+    from dbmigrate.app.consolidate.provision import connection_for
     from dbmigrate.config import load_inventory
 
     inv_file = tmp_path / "inv.yaml"

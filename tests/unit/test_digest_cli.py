@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from dbmigrate.cli.app import app
+from dbmigrate.cli.main import app
 from tests import jsonlines
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "digest"

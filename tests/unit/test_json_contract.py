@@ -11,7 +11,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from dbmigrate.cli.app import app
+from dbmigrate.cli.main import app
 from tests import jsonlines
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "digest"

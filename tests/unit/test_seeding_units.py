@@ -223,7 +223,7 @@ def test_watcher_pauses_the_copy_while_the_probe_is_slow_and_lets_it_go_when_it_
 
 
 def test_live_throttle_is_written_where_a_running_copy_reads_it(tmp_path):
-    from dbmigrate.app.consolidate import set_throttle
+    from dbmigrate.app.consolidate.control import set_throttle
     from dbmigrate.engine.journal import Journal
     from dbmigrate.exceptions import UsageError
     from dbmigrate.procedures.consolidate.resources import LIVE_THROTTLE_KEY

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dbmigrate.app.consolidate_board import FleetLayout, TargetHost, TargetInstance, fleet_layout
+from dbmigrate.app.consolidate.board import FleetLayout, TargetHost, TargetInstance, fleet_layout
 from dbmigrate.engine.events import GateDecided, Metric, StepFinished
 from dbmigrate.tui.session import CutoverApp
 from dbmigrate.tui.fleet import FleetBoard

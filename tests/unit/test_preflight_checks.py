@@ -1,4 +1,4 @@
-"""Pure gate rules: grant parsing, errant GTIDs, versions, binlog, read_only, filters, lag judgement."""
+"""Pure preflight check rules: grant parsing, errant GTIDs, versions, binlog, read_only, filters, lag judgement."""
 
 from __future__ import annotations
 
