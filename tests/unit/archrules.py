@@ -380,3 +380,30 @@ def sql_violations(modules: dict[str, Module], allowed: list[Allowed]) -> list[s
             if looks_like_sql(text) and not any(a.covers(mod.path, text) for a in allowed):
                 out.append(f"{mod.path}:{line} has an SQL statement outside db/: {text[:60]!r}")
     return sorted(set(out))
+
+
+# -- one fence -------------------------------------------------------------------------
+
+FENCE_MODULE = "dbmigrate/procedures/kit/fence.py"
+FENCE_CALLS = ("fence_and_read_binlog_pos",)  # the fence statement (db/applier.py defines it)
+
+
+def fence_violations(modules: dict[str, Module], fence_fields: set[str]) -> list[str]:
+    """Every procedure fences through the kit's fence: the fence statement is sent from
+    kit/fence.py alone, and no settings class (`*Params`, `*Settings`) but FenceParams declares a
+    fence setting (a procedure's params and the switchover's settings inherit them)."""
+    out = []
+    for mod in modules.values():
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in FENCE_CALLS and mod.path != FENCE_MODULE:
+                out.append(f"{mod.path}:{node.lineno} sends the fence itself ({node.func.attr}); fence through "
+                           f"procedures/kit/fence.py")
+            if isinstance(node, ast.ClassDef) and node.name.endswith(("Params", "Settings")) \
+                    and not (mod.path == FENCE_MODULE and node.name == "FenceParams"):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) \
+                            and item.target.id in fence_fields:
+                        out.append(f"{mod.path}:{item.lineno} {node.name} declares the fence setting "
+                                   f"{item.target.id} again; inherit FenceParams")
+    return sorted(out)

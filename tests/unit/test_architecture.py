@@ -105,6 +105,29 @@ def test_no_private_attribute_is_reached_through_an_object():
     assert rules.private_attribute_violations(tree(), ALLOWED_REACHES) == []
 
 
+def fence_fields() -> set[str]:
+    from dbmigrate.procedures.kit.fence import FenceParams
+
+    return set(FenceParams.model_fields)
+
+
+def test_every_procedure_fences_through_the_kit_fence_and_declares_no_fence_setting_again():
+    assert rules.fence_violations(tree(), fence_fields()) == []
+
+
+def test_a_fence_sent_outside_the_kit_fence_or_a_fence_setting_declared_again_is_caught():
+    modules = fake(**{
+        "dbmigrate.procedures.consolidate.cutover": "def f(a):\n    return a.fence_and_read_binlog_pos(5, None)\n",
+        "dbmigrate.procedures.promote.procedure": "class PromoteParams:\n    fence_timeout_s: float = 5\n    other_s: float = 1\n",
+        "dbmigrate.procedures.kit.fence": "class FenceParams:\n    fence_timeout_s: float = 5\n"
+                                          "def g(a):\n    return a.fence_and_read_binlog_pos(5, None)\n",
+    })
+    found = rules.fence_violations(modules, fence_fields())
+    assert [v.split(":")[0] for v in found] == ["dbmigrate/procedures/consolidate/cutover.py",
+                                                "dbmigrate/procedures/promote/procedure.py"], found
+    assert "fence_timeout_s" in found[1] and "other_s" not in found[1]
+
+
 def test_every_process_and_reach_allowance_is_still_needed_and_says_why():
     modules = tree()
     for entry in ALLOWED_PROCESSES:
