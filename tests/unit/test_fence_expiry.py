@@ -113,3 +113,23 @@ def test_the_preflight_rule_per_policy():
     warned = fence_expiry_rule("if_available", {"a": False})
     assert warned.ok and warned.reason.startswith("warning: event_scheduler=OFF on a")
     assert fence_expiry_rule("off", {"a": False}).ok
+
+
+def test_a_rollback_after_a_switch_back_stopped_at_its_fence_drops_that_fence_s_expiry_on_the_server_it_leaves_a_replica():
+    # Measured: a schema swap killed right after its switch back fenced the temporary primary;
+    # the rollback made the original primary writable again and the temporary one its replica,
+    # then the switch back's expiry fired there: two writable servers until someone noticed.
+    from tests.unit.test_switchover_decisions import promoted
+    from dbmigrate.procedures.kit.switchover import switch_back
+    topo, router = promoted()
+    back = Switchover(topo, "db2", "db1", SwitchoverSettings(), router, clock=topo.clock)
+    back.fence()  # the switch back's fence of db2, with its expiry; then the tool is killed
+    topo.clock.advance(0.5)
+    assert topo.servers["db2"].expiry_at is not None and topo.writable() == []
+
+    switch_back(Switchover(topo, "db1", "db2", SwitchoverSettings(), router, clock=topo.clock))
+
+    assert topo.writable() == ["db1"]
+    assert topo.servers["db2"].expiry_at is None
+    topo.clock.advance(60)  # the expiry would have fired on the replica (the fake fails at once on two writable)
+    assert topo.writable() == ["db1"]

@@ -86,6 +86,12 @@ class SwitchoverBase:
         st = self.insp(name).replica_status()
         return st is not None and st.running and self.replicates_from(name, source)
 
+    def drop_fence_expiry(self, name: str) -> None:
+        """Drop a fence expiry scheduled on `name` (a no-op where none is): a server that ends as a
+        replica must never be made writable later by the expiry of a fence a stopped run set there."""
+        if self.s.fence_expiry != "off":
+            self.apply(name).cancel_fence_expiry()
+
     def writable(self, name: str) -> bool:
         return not self.insp(name).read_only()
 

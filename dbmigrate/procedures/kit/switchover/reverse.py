@@ -21,6 +21,7 @@ class ReverseSteps(SwitchoverBase):
 
     def make_replica(self, name: str, source: str) -> None:
         host, port = self._repl_addr(source)
+        self.drop_fence_expiry(name)
         a = self.apply(name)
         a.set_read_only(True)
         a.stop_replica()

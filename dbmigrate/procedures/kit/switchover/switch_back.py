@@ -73,6 +73,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True, router_switched: 
         back.make_replica(sw.new, sw.old)
         said.append(f"{sw.new} replicates from {sw.old} again")
     elif new_writable is not None:
+        back.drop_fence_expiry(sw.new)  # as make_replica does: it stays a replica
         st = back.insp(sw.new).replica_status()
         if st and not st.running:
             back.apply(sw.new).start_replica()
