@@ -5,7 +5,7 @@ and schema swap procedures wrap these methods as engine steps; rollback is the s
 pointed the other way (`switch_back`), so going back is a switchover, not a
 restore.
 
-Order matters for the write gap (measured on loopback, see the README):
+Order matters for the write gap (measured on loopback, see docs/internals/fenced-window.md):
 read_only on the old primary, wait for the candidate to apply the old
 primary's final GTID position, flip the router (the candidate is still
 read-only: the application reconnects while it opens), read_only=OFF on the
@@ -18,6 +18,11 @@ Safety rules enforced here, not left to callers:
 - the old primary is unfenced only when the candidate is known read-only
   (never two writable primaries);
 - every wait is bounded; a failed catch-up leads to unfencing (never left read-only).
+
+One file per step, in order: converge, fence (through the kit's one fence, kit/fence.py),
+catchup, open_candidate, router, reset, repoint, reverse, verify; without_old completes a
+switchover whose old primary died after the fence; switch_back undoes any of them. base.py holds
+what every step shares, settings.py the bounds, servers.py the servers by name.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
 from dbmigrate.exceptions import DbmigrateError, WaitTimeout
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
-from dbmigrate.procedures.kit.switchover.errors import DISK_FULL_ERRNOS, ReplicationStopped, disk_full, never_primary, replication_error, waiting_for_disk
+from dbmigrate.procedures.kit.switchover.errors import (DISK_FULL_ERRNOS, ReplicationStopped, disk_full,
+                                                       never_primary, replication_error, waiting_for_disk)
 
 
 class VerifySteps(SwitchoverBase):
