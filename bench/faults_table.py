@@ -3,6 +3,8 @@
 
     python bench/faults_table.py RESULTS.json [MORE.json ...]
 
+A row found again in a later file replaces the earlier one and is marked "(run again)" next
+to its verdict; the replaced results are listed after the tables, so that nothing is hidden.
 One table per procedure (rows in the order given), then the totals: rows per verdict,
 acknowledged writes, lost writes, moments with two writable servers, the seconds each row was
 judged after the tool exited.
@@ -15,21 +17,28 @@ import sys
 from collections import Counter
 
 
-def row(r: dict) -> str:
+def row(r: dict, again: bool = False) -> str:
     lost = sum(r["lost_by_server"].values())
     gap = f"{r['writer_gap_ms']:,.0f}" if r.get("writer_gap_ms") is not None else "-"
     op = r["operator_action"] if r["operator_action"] == "nothing" else f"{r['operator_action']} -> {r['action_status']}"
-    return (f"| `{r['id']}` | {r['verdict']} | {lost} | {r['two_writable_moments']} | "
+    return (f"| `{r['id']}` | {r['verdict']}{' (run again)' if again else ''} | {lost} | {r['two_writable_moments']} | "
             f"{r['longest_no_writer_ms']:,.0f} ({r['no_writer_bound_ms']:,.0f}) | {gap} | "
             f"{'yes' if r['healthy'] else 'NO'} | {r['run_status'] or '-'} | {op} |")
 
 
 def main(paths: list[str]) -> int:
-    results, judged = [], set()
+    by_id: dict[str, dict] = {}
+    replaced: list[dict] = []
+    judged = set()
     for p in paths:
         doc = json.load(open(p))
-        results += doc["results"]
+        for r in doc["results"]:
+            if r["id"] in by_id:
+                replaced.append(by_id[r["id"]])
+            by_id[r["id"]] = r
         judged.add(doc.get("judged_after_exit_s"))
+    results = list(by_id.values())
+    again = {r["id"] for r in replaced}
     by_proc: dict[str, list[dict]] = {}
     for r in results:
         by_proc.setdefault(r["id"].split("/", 1)[0], []).append(r)
@@ -38,9 +47,14 @@ def main(paths: list[str]) -> int:
     for proc, rows in by_proc.items():
         print(f"#### {proc}\n\n{head}")
         for r in rows:
-            print(row(r))
+            print(row(r, r["id"] in again))
             if r["verdict"] == "FAIL":
                 print(f"| | why: {'; '.join(r['why'])[:300]} | | | | | | | |")
+        print()
+    if replaced:
+        print("Replaced by a later run:\n")
+        for r in replaced:
+            print(f"- `{r['id']}`: {r['verdict']}" + (f" ({'; '.join(r['why'])[:300]})" if r["why"] else ""))
         print()
     verdicts = Counter(r["verdict"] for r in results)
     print(f"{len(results)} rows: " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items()))
