@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import yaml
 
+from dbmigrate.rehearsal.playbook_defaults import REHEARSAL_FENCE
 from dbmigrate.config import load_inventory
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
@@ -154,7 +155,8 @@ def _write_playbook(path: Path, inventory: Path, cluster: str, candidate: str, e
         "procedure": "promote",
         "inventory": str(inventory),
         "cluster": cluster,
-        "params": {"candidate": candidate, "catchup_timeout_s": 5, "drain_timeout_s": 1, **extra.get("params", {})},
+        "params": {"candidate": candidate, "catchup_timeout_s": 5, "drain_timeout_s": 1, **REHEARSAL_FENCE,
+                   **extra.get("params", {})},
         "gates": [{"name": "operator go-ahead", "kind": "manual", "before": "cutover"}],
     }
     for key in ("guard", "hooks"):

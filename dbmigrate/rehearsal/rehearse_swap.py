@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from dbmigrate.rehearsal.playbook_defaults import REHEARSAL_FENCE
 from dbmigrate.config import load_inventory
 from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import SandboxError
@@ -40,7 +41,7 @@ def swap_playbook(path: Path, inventory: Path, cluster: str, candidate: str) -> 
                       "verify": [{"table": "app.orders", "column": COLUMN}],
                       "warm": {"method": "scan", "tables": ["app.orders"], "target_hit_ratio": 0.9, "seconds": 30},
                       "primary": "switchover", "candidate": candidate, "switch_back": True,
-                      "drain_timeout_s": 2, "catchup_timeout_s": 3, "max_lag_ms": 5000}}
+                      "drain_timeout_s": 2, "catchup_timeout_s": 3, "max_lag_ms": 5000, **REHEARSAL_FENCE}}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
