@@ -216,15 +216,15 @@ def issue_reproductions() -> list[Scenario]:
 
 # Consolidation: the first old server's cutover (its fence, then the open of its new instance).
 # "old" is that old server, "candidate" its instance. The fence is bounded like promote's
-# (fence_timeout_s + 1); the open has no bound of its own and waits for the inventory's
-# read_timeout, which these rows set to CONSOLIDATE_READ_TIMEOUT_S.
+# (fence_timeout_s + 1), the open like promote's (catchup_timeout_s); the inventory's
+# read_timeout (CONSOLIDATE_READ_TIMEOUT_S here) bounds the statements that have no bound of their own.
 CONSOLIDATE_SETTINGS = {"fence_timeout_s": 2, "catchup_timeout_s": 3, "drain_timeout_s": 0.3, "gate_timeout_s": 20}
 CONSOLIDATE_READ_TIMEOUT_S = 10
 CONSOLIDATE_STATEMENTS = {
     "fence": RoleStatement("old", "read_only=ON", "fence_timeout_s", "in:cut over:read_only=on", 1.0),
     # The pause sees statements without the tool's tag; the fence's expiry body is spelled
     # `SET @@GLOBAL.read_only=0`, so this is the open.
-    "open": RoleStatement("candidate", OPEN_TEXT, "read_timeout_s", "in:cut over:set global read_only=off"),
+    "open": RoleStatement("candidate", OPEN_TEXT, "catchup_timeout_s", "in:cut over:set global read_only=off"),
 }
 CONSOLIDATE_NETWORK_FAULTS = ("partition-old", "partition-new", "partition-own-conn")
 
