@@ -3,7 +3,7 @@
 
 A throwaway sandbox (a primary and one replica) gets the fixture schema with every hazard
 (tests/fixtures/shapes/ca.sql) and TABLES copies of its tables grown to ROWS rows; a writer
-inserts on the primary as fast as one session can. Each capture is paired with a
+inserts on the primary as fast as one session can, from a process of its own. Each capture is paired with a
 window of the same length with no capture right before it (a shared host's load drifts), and
 the pair repeated --rounds times: writes per second against its paired window, and the longest
 gap between two acknowledged writes, for `shape capture` read from the primary itself
@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
+import multiprocessing
 import time
 from pathlib import Path
 
@@ -42,20 +42,38 @@ FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "shapes" 
 NAME = "bshape"
 
 
-class Writer(threading.Thread):
-    def __init__(self, inv, server: str):
-        super().__init__(daemon=True)
-        self.srv = inv.open(server)
-        self.acks: list[float] = []
-        self.stop_flag = threading.Event()
+def _write(inventory_file: str, server: str, stop, acks_file: str) -> None:
+    inv = load_inventory(Path(inventory_file))
+    with inv.open(server) as srv, open(acks_file, "a", buffering=1) as out:
+        while not stop.is_set():
+            srv.execute("INSERT INTO ca.audit_log VALUES (NOW(6), 'bench', 'w')")
+            out.write(f"{time.monotonic():.6f}\n")  # a line at a time: a file never waits on a reader
 
-    def run(self) -> None:
-        while not self.stop_flag.is_set():
-            self.srv.execute("INSERT INTO ca.audit_log VALUES (NOW(6), 'bench', 'w')")
-            self.acks.append(time.monotonic())
+
+class Writer:
+    """The primary's writer in a process of its own, so that the capture's own Python work
+    (column statistics) cannot hold it back through this process's GIL: what is measured is the
+    server's and the host's share. Its ack times (CLOCK_MONOTONIC, one clock for every process)
+    go to a file that is read when a window is measured."""
+
+    def __init__(self, inventory_file: Path, server: str):
+        self.acks_file = HOME / "writer-acks.txt"
+        self.stop_flag = multiprocessing.Event()
+        self.proc = multiprocessing.Process(target=_write, args=(str(inventory_file), server, self.stop_flag,
+                                                                 str(self.acks_file)), daemon=True)
+
+    def start(self) -> None:
+        self.proc.start()
+
+    def join(self, timeout: float) -> None:
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.kill()
 
     def window(self, t0: float, t1: float) -> tuple[float, float]:
-        times = [t for t in self.acks if t0 <= t <= t1]
+        time.sleep(0.1)  # the last line before t1 written
+        acks = [float(x) for x in self.acks_file.read_text().split()]
+        times = [t for t in acks if t0 <= t <= t1]
         gap = max((b - a for a, b in zip(times, times[1:])), default=0.0)
         return len(times) / max(t1 - t0, 1e-9), gap * 1000
 
@@ -81,7 +99,7 @@ def main() -> None:
                 s.execute(f"CREATE TABLE ca.orders_{i} LIKE ca.orders")
                 s.execute(f"INSERT INTO ca.orders_{i} (account_id, status, created) "
                           f"SELECT 1 + seq % 2, 'valid', NOW(6) FROM ca.seq_1_to_{args.rows}")
-        w = Writer(inv, primary)
+        w = Writer(state.inventory_file, primary)
         w.start()
         results: dict[str, list] = {}
         try:
