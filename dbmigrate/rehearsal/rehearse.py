@@ -76,6 +76,20 @@ def start_workload(inv, cluster: str, bench, read_port: int, load_seconds: int) 
     return reads, verifier, background
 
 
+def tear_down(topo, boxes: Sandboxes, name: str) -> None:
+    """Remove a rehearsal's topology (its compose containers, or its sandbox) and its ops files.
+    Called from a `finally`: what a compose topology leaves behind is an error only when the
+    run itself did not fail (never hide the error that ended the run)."""
+    if topo is not None:
+        left = topo.down()
+        if left and sys.exc_info()[0] is None:
+            raise SandboxError(f"the compose rehearsal left {', '.join(left)} behind",
+                               hint="remove them with docker rm -f / docker network rm")
+    else:
+        boxes.down(name)
+    shutil.rmtree(home() / "ops" / name, ignore_errors=True)
+
+
 def stop_workload(background, verifier, reads) -> None:
     """What a rehearsal left running when it ends early: background load, the verifier, reads."""
     if background is not None:
@@ -413,11 +427,4 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             replay.stop()
         stop_workload(background, verifier, reads)
         if not keep:
-            if topo is not None:
-                left = topo.down()
-                if left and sys.exc_info()[0] is None:  # never hide the error that ended the run
-                    raise SandboxError(f"the compose rehearsal left {', '.join(left)} behind",
-                                       hint="remove them with docker rm -f / docker network rm")
-            else:
-                boxes.down(name)
-            shutil.rmtree(home() / "ops" / name, ignore_errors=True)
+            tear_down(topo, boxes, name)

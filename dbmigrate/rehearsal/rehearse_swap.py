@@ -11,8 +11,6 @@ the original primary takes writes again with both replicas under it.
 from __future__ import annotations
 
 import secrets
-import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +20,9 @@ import yaml
 from dbmigrate.rehearsal.playbook_defaults import REHEARSAL_FENCE
 from dbmigrate.config import load_inventory
 from dbmigrate.engine.wait import Clock
-from dbmigrate.exceptions import SandboxError
-from dbmigrate.home import home
 from dbmigrate.rehearsal.rehearse import (
     Progress, check_shape_options, finish_shape, replication_shape, start_shape, start_workload, stop_workload,
-    wait_applied,
+    tear_down, wait_applied,
 )
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
@@ -148,14 +144,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             replay.stop()
         stop_workload(background, verifier, reads)
         if not keep:
-            if topo is not None:
-                left = topo.down()
-                if left and sys.exc_info()[0] is None:  # never hide the error that ended the run
-                    raise SandboxError(f"the compose rehearsal left {', '.join(left)} behind",
-                                       hint="remove them with docker rm -f / docker network rm")
-            else:
-                boxes.down(name)
-            shutil.rmtree(home() / "ops" / name, ignore_errors=True)
+            tear_down(topo, boxes, name)
 
 
 def succeeded(report: dict[str, Any]) -> bool:

@@ -25,13 +25,14 @@ from pathlib import Path
 import mysql.connector
 
 from dbmigrate.db.credentials import Credentials
+from dbmigrate.rehearsal.verify.shard_writer import AckedWrites
 
 TABLE = "seq"
 GONE = {2006, 2013, 2055, 1927, 4031, 2003}  # the connection is gone: the pool discards it
 SESSION = ("SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'", "SET SESSION long_query_time=11.2")
 
 
-class PooledWriter(threading.Thread):
+class PooledWriter(AckedWrites, threading.Thread):
     """Writes ids 1, 2, ... into SHARD.seq through a pool of up to `size` connections."""
 
     def __init__(self, routes: Path, shard: str, creds: Credentials, *, size: int = 4, interval_s: float = 0.005):
@@ -108,19 +109,8 @@ class PooledWriter(threading.Thread):
         for conn, _cur, _addr in self._idle:
             _close(conn)
 
-    def acked_on(self, address: str) -> int:
-        return sum(1 for _, a, _ in list(self.acks) if a == address)
-
     def first_ack_on(self, address: str) -> float | None:
         return next((t for _, a, t in list(self.acks) if a == address), None)
-
-    def wait_acks_on(self, address: str, n: int, timeout_s: float = 30) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self.acked_on(address) < n:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
-        return True
 
     def longest_gap_s(self) -> float:
         times = [t for _, _, t in list(self.acks)]
@@ -129,9 +119,6 @@ class PooledWriter(threading.Thread):
     def error_counts(self) -> dict[str, int]:
         return {code: len(at) for code, at in self.errors.items()}
 
-    def stop(self) -> None:
-        self.stop_flag.set()
-        self.join(10)
 
 
 def _close(conn: object) -> None:

@@ -40,7 +40,30 @@ def ids_on(server: Server, shard: str) -> set[int]:
     return {int(r["id"]) for r in server.query(f"SELECT id FROM `{shard}`.`{TABLE}`")}
 
 
-class ShardWriter(threading.Thread):
+class AckedWrites:
+    """What a writer thread acknowledged: `acks` holds (id, address that acknowledged it, when);
+    `stop_flag` ends its loop."""
+
+    acks: list[tuple[int, str, float]]
+    stop_flag: threading.Event
+
+    def acked_on(self, address: str) -> int:
+        return sum(1 for _, a, _ in list(self.acks) if a == address)
+
+    def wait_acks_on(self, address: str, n: int, timeout_s: float = 30) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.acked_on(address) < n:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(10)  # type: ignore[attr-defined]  # a threading.Thread
+
+
+class ShardWriter(AckedWrites, threading.Thread):
     """Writes ids 1, 2, ... into SHARD.seq at whatever the DSN file names as the shard's writer."""
 
     def __init__(self, routes: Path, shard: str, creds: Credentials, interval_s: float = 0.01):
@@ -90,21 +113,7 @@ class ShardWriter(threading.Thread):
         if conn is not None:
             conn.close()
 
-    def acked_on(self, address: str) -> int:
-        return sum(1 for _, a, _ in list(self.acks) if a == address)
-
-    def wait_acks_on(self, address: str, n: int, timeout_s: float = 30) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self.acked_on(address) < n:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
-        return True
-
     def longest_gap_ms(self) -> float:
         times = [t for _, _, t in list(self.acks)]
         return max(((b - a) * 1000 for a, b in zip(times, times[1:])), default=0.0)
 
-    def stop(self) -> None:
-        self.stop_flag.set()
-        self.join(10)
