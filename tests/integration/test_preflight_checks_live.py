@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -60,6 +61,28 @@ def test_healthy_topology_passes_every_gate(box):
     assert all(set(g) >= {"name", "ok", "reason", "details"} for g in doc["gates"])
     table = check_cli(state.inventory_file, f"127.0.0.1:{state.instances[f'{NAME}-2'].port}")
     assert table.returncode == 0 and "all gates pass" in table.stdout
+
+
+def test_every_account_that_writes_the_application_schemas_is_checked(box):
+    """A second application account with a table-level grant is named by app_user_fenced, and
+    fails it once it can bypass read_only (unless allowed by name)."""
+    _, inv, s = box
+    primary = s[f"{NAME}-1"]
+    primary.execute("CREATE USER 'billing'@%s IDENTIFIED BY %s", ("%", secrets.token_urlsafe(12)))
+    try:
+        primary.execute("GRANT SELECT, INSERT ON app.t TO 'billing'@%s", ("%",))
+        g = gates(inv, f"{NAME}-2")["app_user_fenced"]
+        assert g.ok and "billing (table)" in g.reason, g.reason
+        for server in g.details["servers"].values():  # the primary and the candidate
+            assert server["checked"]["billing"] == ["table"] and server["checked"]["dbm_app"] == ["schema"]
+            assert "dbm_admin" in server["excluded"] and "dbm_admin" not in server["checked"]
+        primary.execute("GRANT SUPER ON *.* TO 'billing'@%s", ("%",))
+        g = gates(inv, f"{NAME}-2")["app_user_fenced"]
+        assert not g.ok and "'billing' writes the application's schemas (table) and bypasses read_only" in g.reason
+        allowed = gates(inv, f"{NAME}-2", allow_read_only_bypass=("billing",))["app_user_fenced"]
+        assert allowed.ok and "'billing' (table) bypasses read_only: allowed" in allowed.reason
+    finally:
+        primary.execute("DROP USER IF EXISTS 'billing'@%s", ("%",))
 
 
 def test_unknown_candidate_is_a_usage_error(box):

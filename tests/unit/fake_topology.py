@@ -85,6 +85,9 @@ class FakeServer:
     sessions: list[Session] = field(default_factory=list)
     open_trx: set[int] = field(default_factory=set)  # session ids inside a transaction
     bypass_users: set[str] = field(default_factory=set)  # accounts that bypass read_only
+    # Accounts: their SHOW GRANTS lines, and the levels at which each can write the application's schemas.
+    grants: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    writers: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     event_scheduler: bool = True
     # Partitioned: connections hang like a frozen server's, and a change sent meanwhile is in
     # doubt: it lands when the network heals (its packets were only delayed) unless its session
@@ -370,6 +373,18 @@ class FakeInspector:
 
     def read_only_bypass_users(self) -> set[str]:
         return set(self._server().bypass_users)
+
+    def schemas(self) -> list[str]:
+        return ["app"]
+
+    def schema_writers(self, schemas: list[str]) -> dict[tuple[str, str], set[str]]:
+        return {a: set(levels) for a, levels in self._server().writers.items()}
+
+    def user_hosts(self, user: str) -> list[str]:
+        return sorted(h for u, h in self._server().grants if u == user)
+
+    def grants(self, user: str, host: str = "%") -> list[str]:
+        return list(self._server().grants[(user, host)])
 
     def open_transactions(self) -> list[tuple[int, str]]:
         s = self._server()

@@ -201,6 +201,56 @@ def app_fence_rule(user: str, grants_by_host: dict[str, list[str]], bypass: set[
     return GateResult(True, f"read_only fences '{user}' on {server} (none of {', '.join(sorted(bypass))})", details)
 
 
+# The server's own locked accounts: they own system objects and take no sessions.
+SERVER_ACCOUNTS = frozenset({"mariadb.sys", "mysql.sys", "mysql.session", "mysql.infoschema", "PUBLIC",
+                             "system user", "event_scheduler"})
+
+
+def writers_fence_rule(writers: dict[tuple[str, str], set[str]], bypass: set[str], session_users: list[str],
+                       allowed: set[str], exempt: set[str], server: str) -> GateResult:
+    """Every account that can write the application's schemas (`writers`: (user, host) -> the
+    levels it writes at), other than the tool's own (`exempt`), must be stopped by read_only
+    once the fence is up, or have its sessions ended at the fence (allowed by name).
+
+    An account that bypasses read_only and writes at schema, table or column level (or through
+    a role) is an application's: its pool reconnects at any moment and would write past the
+    fence, so it fails whether or not it has a session now. One that writes only through
+    global privileges (an administrator's) fails when it has a session now."""
+    levels: dict[str, set[str]] = {}
+    for (user, _host), lv in writers.items():
+        if user not in exempt:
+            levels.setdefault(user, set()).update(lv)
+    sessions = {u: session_users.count(u) for u in levels if u in session_users}
+    checked = sorted(levels)
+    details = {"checked": {u: sorted(levels[u]) for u in checked},
+               "excluded": sorted({u for u, _ in writers if u in exempt}),
+               "bypassing": sorted(u for u in checked if u in bypass), "sessions": sessions,
+               "allowed": sorted(allowed)}
+    problems, notes = [], []
+    for user in checked:
+        if user not in bypass:
+            continue
+        what = ", ".join(sorted(levels[user]))
+        if user in allowed:
+            notes.append(f"'{user}' ({what}) bypasses read_only: allowed, its sessions are ended at the fence")
+        elif levels[user] - {"global"}:
+            problems.append(f"'{user}' writes the application's schemas ({what}) and bypasses read_only on {server}: "
+                            f"its connections would keep writing after the fence (revoke SUPER / READ ONLY ADMIN, "
+                            f"or allow_read_only_bypass: [{user}] to end its sessions at the fence)")
+        elif user in sessions:
+            problems.append(f"'{user}' (global write privileges) bypasses read_only and has {sessions[user]} "
+                            f"session(s) on {server}: they could write after the fence (end them, or "
+                            f"allow_read_only_bypass: [{user}])")
+        else:
+            notes.append(f"warning: '{user}' (global write privileges) bypasses read_only on {server}, no session now")
+    if problems:
+        return GateResult(False, "; ".join(problems), details)
+    listing = ", ".join(f"{u} ({', '.join(sorted(levels[u]))})" for u in checked) or "none"
+    excluded = f"; not checked: {', '.join(details['excluded'])} (the tool's own)" if details["excluded"] else ""
+    return GateResult(True, f"read_only fences every account that writes the application's schemas on {server}: "
+                            f"{listing}{excluded}" + "".join(f"; {n}" for n in notes), details)
+
+
 def fence_expiry_rule(policy: str, scheduler_on: dict[str, bool]) -> GateResult:
     """The fence expires by itself only where the event scheduler runs (the old primary, and the
     candidate, which a switch back fences)."""
@@ -260,15 +310,26 @@ def reverse_path_gate(candidate: Server, repl_user: str) -> GateResult:
     return reverse_path_rule(repl_user, _grants_by_host(candidate, repl_user), candidate.address)
 
 
-def app_fence_gate(servers: list[Server], app_user: str) -> GateResult:
-    results = [app_fence_rule(app_user, _grants_by_host(s, app_user), s.flavor.read_only_privileges(), s.address)
-               for s in servers]
+def app_fence_gate(servers: list[tuple[str, Any]], app_user: str, repl_user: str,
+                   allowed: tuple[str, ...] = ()) -> GateResult:
+    """The inventory's app account, and every other account that can write the application's
+    schemas, stopped by read_only on each of `servers` ((address, inspector) pairs: the
+    primary the fence closes and the candidate a way back fences)."""
+    results = []
+    for address, insp in servers:
+        app = app_fence_rule(app_user, {h: insp.grants(app_user, h) for h in insp.user_hosts(app_user)},
+                             insp.flavor.read_only_privileges(), address)
+        exempt = {insp.login_user, repl_user, *SERVER_ACCOUNTS}
+        writers = writers_fence_rule(insp.schema_writers(insp.schemas()), insp.read_only_bypass_users(),
+                                     [x.user for x in insp.sessions()], set(allowed), exempt, address)
+        ok = app.ok and writers.ok
+        reason = "; ".join(r.reason for r in (app, writers) if not r.ok) if not ok else writers.reason
+        results.append(GateResult(ok, reason, {"app_user": app.details, **writers.details}))
     bad = [r for r in results if not r.ok]
-    details = {"servers": {s.address: r.details for s, r in zip(servers, results)}}
+    details = {"servers": {a: r.details for (a, _), r in zip(servers, results)}}
     if bad:
         return GateResult(False, "; ".join(r.reason for r in bad), details)
-    return GateResult(True, results[0].reason if len(results) == 1 else
-                      f"read_only fences '{app_user}' on {', '.join(s.address for s in servers)}", details)
+    return GateResult(True, "; ".join(r.reason for r in results), details)
 
 
 def disk_gate(host: Host, datadir: str | None, need_bytes: int) -> GateResult:
@@ -457,7 +518,9 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
         ("reverse_path", lambda: reverse_path_gate(cand.server, repl_user())),
         ("read_only_bypass", lambda: bypass_sessions_gate(primary.server, repl_user(),
                                                            limits.allow_read_only_bypass)),
-        ("app_user_fenced", lambda: app_fence_gate([primary.server, cand.server], app_user())),
+        ("app_user_fenced", lambda: app_fence_gate(
+            [(n.address, Inspector(n.server)) for n in (primary, cand)], app_user(), repl_user(),
+            limits.allow_read_only_bypass)),
         ("fence_expiry", lambda: fence_expiry_rule(limits.fence_expiry, {
             primary.address: Inspector(primary.server).event_scheduler_on(),
             cand.address: Inspector(cand.server).event_scheduler_on()})),
