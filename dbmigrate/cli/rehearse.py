@@ -111,7 +111,9 @@ def render_shape(r: dict) -> None:
     sh = r["shape"]
     console.print(f"shape {sh['dir']} at scale {sh['scale']:g}: {sh['tables']} table(s), {sh['rows']} generated "
                   f"row(s), {sh['objects']} object(s), {len(sh['accounts'])} account(s) with {sh['grants']} "
-                  f"grant(s) (passwords in {sh['option_file']}); session settings from {sh['sessions_from']}"
+                  f"grant(s), {len(sh.get('roles') or [])} role(s) with {sh.get('role_grants', 0)} role grant(s), "
+                  f"{sh.get('proxy_grants', 0)} PROXY grant(s) (passwords in {sh['option_file']}); session settings "
+                  f"from {sh['sessions_from']}"
                   + (f"; not replayed (connection set-up): {len(sh['skipped_classes'])} class(es)"
                      if sh["skipped_classes"] else ""), markup=False)
     for user, pool in sorted((sh.get("pools") or {}).items()):

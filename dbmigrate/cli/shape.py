@@ -39,13 +39,14 @@ def capture(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inven
                                        progress=lambda m: err_console.print(m, markup=False))
     tables = sum(len(s["tables"]) for s in shape.schemas.values())
     summary = {"schemas": list(shape.schemas), "tables_and_views": tables, "accounts": len(shape.accounts),
+               "roles": len(shape.roles), "proxy_grants": sum(len(a["proxies"]) for a in shape.accounts),
                "sessions_visible": bool(shape.sessions.get("available")), "digest": shape.digest, "digest_source": shape.digest_source,
                "took_s": round(shape.took_s, 2), "files": [str(p) for p in written]}
     if as_json:
         print_json(summary)
         return
-    console.print(f"{len(shape.schemas)} schema(s), {tables} table(s) and view(s), {len(shape.accounts)} account(s) "
-                  f"from {shape.captured_from} in {shape.took_s:.1f}s; written: {', '.join(str(p) for p in written)}",
+    console.print(f"{len(shape.schemas)} schema(s), {tables} table(s) and view(s), {len(shape.accounts)} account(s), "
+                  f"{len(shape.roles)} role(s) from {shape.captured_from} in {shape.took_s:.1f}s; written: {', '.join(str(p) for p in written)}",
                   markup=False)
     if shape.digest_source:
         console.print(f"query window: {shape.digest_source}", markup=False)

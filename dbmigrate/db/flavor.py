@@ -92,6 +92,13 @@ class Flavor:
     def read_only_privileges(self) -> set[str]: raise NotImplementedError
     def bypass_grantees_sql(self) -> str | None: raise NotImplementedError
     def role_edges_sql(self) -> str | None: raise NotImplementedError
+    # Roles for a shape: rows (name, host) of every role; (user, host, role, role_host) of every
+    # grant of a role (to a user, or to a role); (user, host, role, role_host) of default roles.
+    def roles_sql(self) -> str: raise NotImplementedError
+    def role_grants_sql(self) -> str: raise NotImplementedError
+    def default_roles_sql(self) -> str: raise NotImplementedError
+    def role_account(self, name: str, host: str) -> str: raise NotImplementedError
+    def set_default_role_sql(self, role_account: str) -> str: raise NotImplementedError
     def global_status_sql(self, count: int) -> str: raise NotImplementedError
     def innodb_tables_sql(self) -> str: raise NotImplementedError
     def with_statement_timeout(self, select: str, seconds: float) -> str: raise NotImplementedError
@@ -247,6 +254,26 @@ class MariaDB(Flavor):
     def role_edges_sql(self) -> str | None:
         # One row per role granted to a user or to another role (Host '' for a role).
         return "SELECT User AS user, Host AS host, Role AS role FROM mysql.roles_mapping"
+
+    # MariaDB: a role is a name alone (mysql.user with is_role='Y', an empty host); its grants
+    # are in mysql.roles_mapping (Host '' when granted to another role); one default role per
+    # account, in mysql.user.
+    def roles_sql(self) -> str:
+        return "SELECT User AS name, '' AS host FROM mysql.user WHERE is_role = 'Y' ORDER BY User"
+
+    def role_grants_sql(self) -> str:
+        return ("SELECT User AS user, Host AS host, Role AS role, '' AS role_host FROM mysql.roles_mapping "
+                "ORDER BY User, Host, Role")
+
+    def default_roles_sql(self) -> str:
+        return ("SELECT User AS user, Host AS host, default_role AS role, '' AS role_host FROM mysql.user "
+                "WHERE default_role <> '' AND is_role = 'N' ORDER BY User, Host")
+
+    def role_account(self, name: str, host: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    def set_default_role_sql(self, role_account: str) -> str:
+        return f"SET DEFAULT ROLE {role_account} FOR %s@%s"
 
     def global_status_sql(self, count: int) -> str:
         return ("SELECT VARIABLE_NAME AS n, VARIABLE_VALUE AS v FROM information_schema.GLOBAL_STATUS "
@@ -576,6 +603,26 @@ class MySQL(Flavor):
 
     def role_edges_sql(self) -> str | None:
         return None
+
+    # MySQL 8 (from its manual; not run here): a role is an account (name@host, locked, host '%'
+    # unless named); mysql.role_edges holds each grant of a role (FROM = the role, TO = who
+    # holds it), mysql.default_roles the roles an account's sessions start with (several).
+    def roles_sql(self) -> str:
+        return "SELECT DISTINCT FROM_USER AS name, FROM_HOST AS host FROM mysql.role_edges ORDER BY 1, 2"
+
+    def role_grants_sql(self) -> str:
+        return ("SELECT TO_USER AS user, TO_HOST AS host, FROM_USER AS role, FROM_HOST AS role_host "
+                "FROM mysql.role_edges ORDER BY 1, 2, 3")
+
+    def default_roles_sql(self) -> str:
+        return ("SELECT USER AS user, HOST AS host, DEFAULT_ROLE_USER AS role, DEFAULT_ROLE_HOST AS role_host "
+                "FROM mysql.default_roles ORDER BY 1, 2, 3")
+
+    def role_account(self, name: str, host: str) -> str:
+        return "`" + name.replace("`", "``") + "`@`" + (host or "%").replace("`", "``") + "`"
+
+    def set_default_role_sql(self, role_account: str) -> str:
+        return f"SET DEFAULT ROLE {role_account} TO %s@%s"
 
     def global_status_sql(self, count: int) -> str:
         # information_schema.GLOBAL_STATUS is gone in 8.0; performance_schema has it.

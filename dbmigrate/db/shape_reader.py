@@ -98,6 +98,36 @@ class ShapeReader:
         rows = self.server.query("SHOW GRANTS FOR %s@%s", (user, host))
         return [without_secrets(str(next(iter(r.values())))) for r in rows]
 
+    # -- roles and PROXY grants (no secret in either) --
+    def roles(self) -> list[tuple[str, str]]:
+        """(name, host) of every role; the host is '' on MariaDB, where a role is a name."""
+        return [(str(r["name"]), str(r["host"] or "")) for r in self.server.query(self.server.flavor.roles_sql())
+                if str(r["name"]) not in SYSTEM_USERS]
+
+    def role_privileges(self, name: str, host: str) -> list[str]:
+        """SHOW GRANTS of a role: its privileges, and the roles granted to it."""
+        rows = (self.server.query("SHOW GRANTS FOR %s@%s", (name, host)) if host
+                else self.server.query("SHOW GRANTS FOR %s", (name,)))
+        return [str(next(iter(r.values()))) for r in rows]
+
+    def role_grants(self) -> list[dict[str, str]]:
+        """Every grant of a role: {user, host, role, role_host} (to another role: its name and host)."""
+        return [{k: str(r[k] or "") for k in ("user", "host", "role", "role_host")}
+                for r in self.server.query(self.server.flavor.role_grants_sql())]
+
+    def default_roles(self) -> list[dict[str, str]]:
+        """The roles an account's sessions start with: {user, host, role, role_host}."""
+        return [{k: str(r[k] or "") for k in ("user", "host", "role", "role_host")}
+                for r in self.server.query(self.server.flavor.default_roles_sql())]
+
+    def proxies(self) -> list[dict[str, Any]]:
+        """PROXY grants: {user, host} may act as {proxied_user, proxied_host} (mysql.proxies_priv,
+        the same table in both flavors)."""
+        rows = self.server.query("SELECT User AS u, Host AS h, Proxied_user AS pu, Proxied_host AS ph, "
+                                 "With_grant AS g FROM mysql.proxies_priv ORDER BY User, Host, Proxied_user")
+        return [{"user": str(r["u"]), "host": str(r["h"]), "proxied_user": str(r["pu"]), "proxied_host": str(r["ph"]),
+                 "with_grant": str(r["g"]) in ("1", "Y")} for r in rows if str(r["u"]) not in SYSTEM_USERS]
+
     def session_overrides(self) -> dict[str, Any]:
         """Per account, the session variables its sessions set to something else than the global
         value: from performance_schema.variables_by_thread (MySQL), else (MariaDB has no such

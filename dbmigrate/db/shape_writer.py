@@ -75,3 +75,32 @@ class ShapeWriter:
     def grant(self, line: str) -> None:
         """A GRANT line from grant_for_any_host."""
         self.applier.replay_account_statement(line)
+
+    def create_role(self, name: str, host: str) -> None:
+        self.applier.sql("CREATE ROLE IF NOT EXISTS " + self.applier.flavor.role_account(name, host))
+
+    def grant_role(self, name: str, host: str, to_user: str, to_host: str) -> None:
+        """A role to an account (`to_host` '%'), or to another role (MariaDB: `to_host` '')."""
+        role = self.applier.flavor.role_account(name, host)
+        if to_host or self.applier.flavor.name != "mariadb":
+            self.applier.sql(f"GRANT {role} TO %s@%s", (to_user, to_host or "%"))
+        else:
+            self.applier.sql(f"GRANT {role} TO %s", (to_user,))
+
+    def set_default_role(self, name: str, host: str, user: str) -> None:
+        self.applier.sql(self.applier.flavor.set_default_role_sql(self.applier.flavor.role_account(name, host)),
+                         (user, "%"))
+
+    def grant_proxy(self, proxied_user: str, proxied_host: str, user: str, with_grant: bool) -> None:
+        self.applier.sql("GRANT PROXY ON %s@%s TO %s@%s" + (" WITH GRANT OPTION" if with_grant else ""),
+                         (proxied_user, proxied_host, user, "%"))
+
+
+def role_privilege_line(line: str) -> str | None:
+    """A role's SHOW GRANTS line replayed as it is (its grantee is the role's name), or None for
+    one that grants nothing to replay (USAGE alone) or grants a role (replayed as a role grant)."""
+    if re.match(r"^\s*GRANT\s+USAGE\s+ON\s+\*\.\*\s", line, re.IGNORECASE):
+        return None
+    if not re.search(r"\sON\s", line, re.IGNORECASE) or re.match(r"^\s*GRANT\s+PROXY\s", line, re.IGNORECASE):
+        return None
+    return line

@@ -17,7 +17,7 @@ from typing import Callable
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials, quote_option_value
 from dbmigrate.db.shape_reader import ShapeReader
-from dbmigrate.db.shape_writer import ShapeWriter, grant_for_any_host
+from dbmigrate.db.shape_writer import ShapeWriter, grant_for_any_host, role_privilege_line
 from dbmigrate.exceptions import UsageError
 from dbmigrate.redact import register_secret
 from dbmigrate.shape.files import ShapeFiles
@@ -31,6 +31,9 @@ class LoadedShape:
     sources: dict[str, ValueSource] = field(default_factory=dict)  # schema.table -> its generator
     accounts: dict[str, Credentials] = field(default_factory=dict)
     grants: int = 0
+    roles: list[str] = field(default_factory=list)
+    role_grants: int = 0  # roles granted to accounts and to other roles, and default roles set
+    proxies: int = 0
     kept: list[str] = field(default_factory=list)  # accounts the sandbox already had, left as they were
     objects: int = 0
     option_file: Path | None = None
@@ -43,6 +46,7 @@ class LoadedShape:
     def summary(self) -> dict:
         return {"tables": len(self.sources), "rows": sum(self.rows.values()), "rows_by_table": self.rows,
                 "objects": self.objects, "accounts": sorted(self.accounts), "grants": self.grants,
+                "roles": self.roles, "role_grants": self.role_grants, "proxy_grants": self.proxies,
                 "accounts_kept": self.kept,
                 "option_file": str(self.option_file) if self.option_file else None, "took_s": round(self.took_s, 2)}
 
@@ -100,10 +104,56 @@ def load_shape(server: Server, shape: ShapeFiles, scale: float, secrets_dir: Pat
                 raise UsageError(f"the shape's grant for {account['user']} could not be applied: {e}",
                                  hint="edit the grant in shape.json or capture the shape again") from None
             out.grants += 1
-    say(f"shape: {len(users)} account(s) with {out.grants} grant(s); their passwords in {out.option_file} (0600)"
+    _load_roles(writer, reader, shape, out)
+    say(f"shape: {len(users)} account(s) with {out.grants} grant(s), {len(out.roles)} role(s) with "
+        f"{out.role_grants} role grant(s), {out.proxies} PROXY grant(s); their passwords in {out.option_file} (0600)"
         + (f"; the sandbox's own kept: {', '.join(out.kept)}" if out.kept else ""))
     out.took_s = time.monotonic() - t0
     return out
+
+
+def _load_roles(writer: ShapeWriter, reader: ShapeReader, shape: ShapeFiles, out: LoadedShape) -> None:
+    """The shape's roles with their privileges, each granted as captured (to the shape's accounts
+    and to other roles), the accounts' default roles, then PROXY grants: an account proxied that
+    the shape created is the one at '%', another keeps its captured host."""
+    def applied(what: str, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except Exception as e:
+            raise UsageError(f"the shape's {what} could not be applied: {e}",
+                             hint="edit it in shape.json or capture the shape again") from None
+
+    roles = {(r["name"], r.get("host") or "") for r in shape.roles}
+    for r in shape.roles:
+        applied(f"role {r['name']}", lambda r=r: writer.create_role(r["name"], r.get("host") or ""))
+        out.roles.append(r["name"])
+    for r in shape.roles:
+        for line in r.get("grants") or []:
+            replayed = role_privilege_line(line)
+            if replayed is not None:
+                applied(f"grant for role {r['name']}", lambda line=replayed: writer.grant(line))
+                out.grants += 1
+        for parent in r.get("roles") or []:
+            applied(f"role {parent['name']} of role {r['name']}", lambda r=r, p=parent: writer.grant_role(
+                p["name"], p.get("host") or "", r["name"], r.get("host") or ""))
+            out.role_grants += 1
+    for account in [a for a in shape.accounts if a["user"] in out.accounts]:
+        user = account["user"]
+        for role in account.get("roles") or []:
+            if (role["name"], role.get("host") or "") in roles:
+                applied(f"role {role['name']} of {user}",
+                        lambda role=role: writer.grant_role(role["name"], role.get("host") or "", user, "%"))
+                out.role_grants += 1
+        for role in account.get("default_roles") or []:
+            if (role["name"], role.get("host") or "") in roles:
+                applied(f"default role of {user}",
+                        lambda role=role: writer.set_default_role(role["name"], role.get("host") or "", user))
+                out.role_grants += 1
+        for p in account.get("proxies") or []:
+            host = "%" if p["user"] in out.accounts else p["host"]
+            applied(f"PROXY grant of {user}",
+                    lambda p=p, host=host: writer.grant_proxy(p["user"], host, user, bool(p.get("with_grant"))))
+            out.proxies += 1
 
 
 def _write_option_file(path: Path, accounts: dict[str, Credentials]) -> None:

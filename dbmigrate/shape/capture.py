@@ -67,6 +67,7 @@ class Shape:
     captured_from: str
     schemas: dict[str, Any] = field(default_factory=dict)
     accounts: list[dict[str, Any]] = field(default_factory=list)
+    roles: list[dict[str, Any]] = field(default_factory=list)
     sessions: dict[str, Any] = field(default_factory=dict)
     digest: str | None = None
     digest_source: str | None = None  # which query window: performance_schema or the slow log
@@ -74,7 +75,7 @@ class Shape:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "captured_from": self.captured_from, "took_s": round(self.took_s, 2),
-                "schemas": self.schemas, "accounts": self.accounts, "sessions": self.sessions,
+                "schemas": self.schemas, "accounts": self.accounts, "roles": self.roles, "sessions": self.sessions,
                 "digest": self.digest, "digest_source": self.digest_source}
 
     def schema_sql(self) -> str:
@@ -107,8 +108,22 @@ def capture_shape(server: Server, schemas: list[str] | None = None, *, sample_ro
                        for n in reader.events(schema)],
         }
         say(f"{schema}: {len(tables)} table(s) and view(s)")
+    # Roles and PROXY grants: which roles exist with their privileges, who holds each (an
+    # account, or another role), which an account's sessions start with, and who may act as whom.
+    held, defaults, proxies = reader.role_grants(), reader.default_roles(), reader.proxies()
+
+    def roles_of(user: str, host: str, rows: list[dict[str, str]]) -> list[dict[str, str]]:
+        return [{"name": r["role"], "host": r["role_host"]} for r in rows if (r["user"], r["host"]) == (user, host)]
+
+    for name, host in reader.roles():
+        shape.roles.append({"name": name, "host": host, "grants": reader.role_privileges(name, host),
+                            "roles": roles_of(name, host, held)})
     for user, host in reader.accounts():
-        shape.accounts.append({"user": user, "host": host, "grants": reader.grants(user, host)})
+        shape.accounts.append({"user": user, "host": host, "grants": reader.grants(user, host),
+                               "roles": roles_of(user, host, held), "default_roles": roles_of(user, host, defaults),
+                               "proxies": [{"user": p["proxied_user"], "host": p["proxied_host"],
+                                            "with_grant": p["with_grant"]}
+                                           for p in proxies if (p["user"], p["host"]) == (user, host)]})
     shape.sessions = reader.session_overrides()
     shape.took_s = time.monotonic() - t0
     return shape

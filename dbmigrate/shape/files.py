@@ -39,6 +39,10 @@ class ShapeFiles:
     def accounts(self) -> list[dict[str, Any]]:
         return self.shape.get("accounts") or []
 
+    @property
+    def roles(self) -> list[dict[str, Any]]:
+        return self.shape.get("roles") or []
+
     def rate(self, qc: QueryClass) -> float:
         return qc.count / self.duration_s
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from dbmigrate.config import load_inventory
-from dbmigrate.db.credentials import parse_option_file
+from dbmigrate.db.connection import Server
+from dbmigrate.db.credentials import Credentials, parse_option_file
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,8 @@ def test_rehearse_promote_with_a_captured_shape(boxes, cli):
         assert stat.S_IMODE(option_file.stat().st_mode) == 0o600
         accounts = parse_option_file(option_file)
         passwords = [g["password"] for g in accounts.values()]
-        assert {g["user"] for g in accounts.values()} == {"ca_app", "ca_ocsp"}
+        assert {g["user"] for g in accounts.values()} == {"ca_app", "ca_ocsp", "ca_audit"}
+        assert "1 role(s) with 2 role grant(s), 1 PROXY grant(s)" in out, out[-4000:]
         assert not any(p in out or p in r.stderr for p in passwords)  # never printed
         inv = load_inventory(state.inventory_file)
         with inv.open(f"{NAME}-new") as new, inv.open(f"{NAME}-1") as old:
@@ -53,6 +55,18 @@ def test_rehearse_promote_with_a_captured_shape(boxes, cli):
                 grants = srv.query("SHOW GRANTS FOR 'ca_ocsp'@'%'")
                 text = " ".join(str(next(iter(g.values()))) for g in grants)
                 assert "SELECT (`id`, `status`)" in text or "SELECT (`status`, `id`)" in text
+                # The role with its privilege, held by ca_audit by default, and ca_audit's PROXY grant.
+                role = " ".join(str(next(iter(g.values()))) for g in srv.query("SHOW GRANTS FOR 'ca_reader'"))
+                assert "GRANT SELECT ON `ca`.`accounts` TO `ca_reader`" in role, role
+                assert srv.scalar("SELECT default_role FROM mysql.user WHERE User='ca_audit' AND Host='%'") == \
+                    "ca_reader"
+                assert srv.query("SELECT Proxied_user AS u, Proxied_host AS h FROM mysql.proxies_priv "
+                                 "WHERE User='ca_audit'") == [{"u": "ca_ocsp", "h": "%"}]
+            audit = next(g for g in accounts.values() if g["user"] == "ca_audit")
+            spec = inv.cluster(NAME).servers[f"{NAME}-new"]
+            with Server("audit", spec.host, spec.port, Credentials("ca_audit", audit["password"])) as as_audit:
+                assert as_audit.scalar("SELECT CURRENT_ROLE() AS r") == "ca_reader"  # its sessions start with it
+                assert as_audit.scalar("SELECT COUNT(*) AS n FROM ca.accounts") >= 1  # through the role
             orphans = new.scalar("SELECT COUNT(*) FROM ca.orders o LEFT JOIN ca.accounts a ON a.id = o.account_id "
                                  "WHERE a.id IS NULL")
             assert orphans == 0  # generated and replayed rows keep the foreign key

@@ -17,6 +17,12 @@ from tests import jsonlines
 pytestmark = pytest.mark.integration
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "shapes" / "ca.sql"
+PROXY_FIXTURE = FIXTURE.with_name("ca-proxy.sql")
+
+
+def sql_statements(path: Path) -> list[str]:
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("--"))
+    return [s.strip() for s in text.split(";") if s.strip()]
 
 
 def test_shape_capture_keeps_every_hazard_and_no_secret(boxes, cli, tmp_path):
@@ -29,6 +35,9 @@ def test_shape_capture_keeps_every_hazard_and_no_secret(boxes, cli, tmp_path):
             p = subprocess.run(["mariadb", f"--defaults-file={cnf}"], stdin=FIXTURE.open("rb"),
                                capture_output=True, timeout=60)
         assert p.returncode == 0, p.stderr
+        with state.instance(name).root_server() as root:  # PROXY takes root's grant option
+            for statement in sql_statements(PROXY_FIXTURE):
+                root.execute(statement)
         out = tmp_path / "shape"
         r = cli("shape", "capture", "-i", str(state.inventory_file), "-c", "shape", "-o", str(out),
                 "--schema", "ca", "--json")
@@ -50,8 +59,15 @@ def test_shape_capture_keeps_every_hazard_and_no_secret(boxes, cli, tmp_path):
         grants = {a["user"]: a["grants"] for a in shape["accounts"]}
         assert any("SELECT (`id`, `status`)" in g or "SELECT (`status`, `id`)" in g for g in grants["ca_ocsp"])
         assert any("EXECUTE ON PROCEDURE `ca`.`expire_orders`" in g for g in grants["ca_ocsp"])
+        # The role with its privilege, held by default by ca_audit, and ca_audit's PROXY grant.
+        [reader] = [r for r in shape["roles"] if r["name"] == "ca_reader"]
+        assert any("GRANT SELECT ON `ca`.`accounts` TO `ca_reader`" in g for g in reader["grants"]), reader
+        audit = next(a for a in shape["accounts"] if a["user"] == "ca_audit")
+        assert audit["roles"] == [{"name": "ca_reader", "host": ""}] == audit["default_roles"]
+        assert audit["proxies"] == [{"user": "ca_ocsp", "host": "%", "with_grant": False}]
+        assert jsonlines.result(r.stdout)["proxy_grants"] == 1
         text = (out / "shape.json").read_text() + (out / "schema.sql").read_text()
-        assert "ca-app-secret" not in text and not re.search(r"\*[0-9A-F]{40}", text)  # no password, no hash
+        assert "ca-audit-secret" not in text and "ca-app-secret" not in text and not re.search(r"\*[0-9A-F]{40}", text)  # no password, no hash
         assert all("<redacted>" in g[0] or "IDENTIFIED" not in g[0] for g in grants.values())
         assert "Ærø" not in text and "postmaster@aero.example" not in text  # no row of data
         assert "sessions" in shape
