@@ -17,6 +17,7 @@ average is printed with them.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -86,6 +87,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    load_before = os.getloadavg()
+    # A capture that can sample its slow-log window (log_slow_rate_limit) is also measured so.
+    sampling = "sample" in inspect.signature(shape_use.capture).parameters
     boxes = Sandboxes()
     state = boxes.up(NAME, 1)
     try:
@@ -107,7 +111,9 @@ def main() -> None:
             for _ in range(args.rounds):
                 for label, kw in (("capture read from the primary", {"server": primary}),
                                   ("capture read from the replica", {}),
-                                  (f"capture + {args.seconds:g}s digest window", {"seconds": args.seconds})):
+                                  (f"capture + {args.seconds:g}s digest window", {"seconds": args.seconds}),
+                                  *([(f"capture + {args.seconds:g}s window 1 in 10",
+                                      {"seconds": args.seconds, "sample": 10})] if sampling else [])):
                     t0 = time.monotonic()
                     shape, _ = shape_use.capture(state.inventory_file, NAME, HOME / label.replace(" ", "-"), **kw)
                     t1 = time.monotonic()
@@ -118,7 +124,8 @@ def main() -> None:
                     during = w.window(t0, t1)
                     results.setdefault(label, []).append({"writes_per_s": during[0], "stall_ms": during[1],
                                                           "paired_writes_per_s": base[0], "paired_stall_ms": base[1],
-                                                          "took_s": t1 - t0})
+                                                          "took_s": t1 - t0, "paced": getattr(shape, "paced", None),
+                                                          "window": shape.digest_source})
         finally:
             w.stop_flag.set()
             w.join(5)
@@ -126,16 +133,18 @@ def main() -> None:
         boxes.down(NAME)
     load = os.getloadavg()
     if args.json:
-        print(json.dumps({"load_average": load, "results": results}, indent=2))
+        print(json.dumps({"load_average_before": load_before, "load_average": load, "results": results}, indent=2))
         return
-    print(f"host load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores; "
-          f"{args.rounds} round(s)")
+    print(f"host load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores "
+          f"(before the sandbox: {load_before[0]:.1f}); {args.rounds} round(s)")
     for label, rounds in results.items():
         ratios = sorted(r["writes_per_s"] / max(r["paired_writes_per_s"], 1e-9) for r in rounds)
         print(f"{label:<34} writes/s {statistics.median(ratios):.2f} of the paired no-capture window "
               f"(rounds {', '.join(f'{x:.2f}' for x in ratios)}); longest write stall "
               f"{max(r['stall_ms'] for r in rounds):.0f} ms (no capture: {max(r['paired_stall_ms'] for r in rounds):.0f} ms); "
               f"capture took {statistics.median(r['took_s'] for r in rounds):.1f} s")
+        if rounds[0].get("window"):
+            print(f"{'':<34} query window: {rounds[0]['window']}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import resource
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 NICE_OUTSIDE_WINDOW = 10  # the value the tests use; runs take DBMIGRATE_NICE (0: unchanged)
 
@@ -118,3 +120,23 @@ def end_run() -> None:
 
 def lowered() -> bool:
     return _lowered
+
+
+@contextmanager
+def yielding(amount: int) -> Iterator[None]:
+    """The calling thread, and the programs it starts, `amount` lower for a while (a capture
+    that shares cores with a primary); the other threads as they are. Left alone where it
+    could not be raised back afterwards."""
+    tid = threading.get_native_id()
+    try:
+        original = os.getpriority(os.PRIO_PROCESS, tid)
+    except OSError:
+        original = None
+    if amount <= 0 or original is None or not _can_restore(original):
+        yield
+        return
+    os.setpriority(os.PRIO_PROCESS, tid, min(19, original + amount))
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, tid, original)

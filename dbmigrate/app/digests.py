@@ -39,8 +39,9 @@ def _exit_on_sigterm(signum, frame) -> None:
 
 def capture(inventory: Optional[Path], server: Optional[str], seconds: float, out: Optional[Path], *,
             saved_settings: Optional[Path] = None, log_file: Optional[str] = None,
-            progress: Callable[[str], None] | None = None) -> Any:
-    """Open a window (long_query_time=0 to a file of our own), digest it, restore the settings."""
+            progress: Callable[[str], None] | None = None, sample: int = 1) -> Any:
+    """Open a window (long_query_time=0 to a file of our own; 1 statement in `sample` logged),
+    digest it, restore the settings."""
     srv = _open_server(inventory, server)
     try:
         inv = load_inventory(inventory)
@@ -51,7 +52,7 @@ def capture(inventory: Optional[Path], server: Optional[str], seconds: float, ou
         previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
             return window.capture_window(srv, seconds, out, saved_settings_file=saved_settings, log_file=log_file,
-                                         reader=reader, progress=progress, source=source)
+                                         reader=reader, progress=progress, source=source, sample=sample)
         finally:
             signal.signal(signal.SIGTERM, previous)
     finally:

@@ -6,19 +6,40 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from dbmigrate import priority
 from dbmigrate.config import load_inventory
 from dbmigrate.exceptions import UsageError
 from dbmigrate.shape.capture import Shape, capture_shape, redact_literals, write_shape
+from dbmigrate.shape.pacing import DEFAULT_SHARE, Pacer
+
+NICE = 10  # the capture is never in a hurry: the cores go to the server and its application first
 
 
 WINDOWS = ("auto", "performance_schema", "slow_log")
 
 
 def capture(inventory: Path, cluster: str, out: Path, *, schemas: list[str] | None = None, seconds: float = 0,
-            server: str | None = None, literals: bool = False, via: str = "auto",
+            server: str | None = None, literals: bool = False, via: str = "auto", share: float = DEFAULT_SHARE,
+            nice: int = NICE, sample: int = 1,
             progress: Callable[[str], None] | None = None) -> tuple[Shape, list[Path]]:
+    """The capture paced (its reads take at most `share` of the time) and at `nice` lower CPU
+    priority, its digest and the programs it starts too; a slow-log window logs 1 in `sample`."""
     if via not in WINDOWS:
         raise UsageError(f"--window {via}: choose one of {', '.join(WINDOWS)}")
+    if not 0 < share <= 1:
+        raise UsageError(f"--share {share:g}: the capture's share of the time is more than 0 and at most 1",
+                         hint="e.g. --share 0.2 (a read of 20 ms, then 80 ms of pause)")
+    if not 0 <= nice <= 19:
+        raise UsageError(f"--nice {nice}: a priority lowered by 0 to 19", hint="e.g. --nice 10")
+    if sample < 1:
+        raise UsageError(f"--sample {sample}: a slow-log window logs 1 statement in N, N >= 1", hint="e.g. --sample 10")
+    with priority.yielding(nice):
+        return _capture(inventory, cluster, out, schemas, seconds, server, literals, via, share, sample, progress)
+
+
+def _capture(inventory: Path, cluster: str, out: Path, schemas: list[str] | None, seconds: float, server: str | None,
+             literals: bool, via: str, share: float, sample: int,
+             progress: Callable[[str], None] | None) -> tuple[Shape, list[Path]]:
     inv = load_inventory(inventory)
     spec = inv.cluster(cluster)
     names = list(spec.servers)
@@ -27,17 +48,19 @@ def capture(inventory: Path, cluster: str, out: Path, *, schemas: list[str] | No
     primary = spec.primary_hint() or names[0]
     read_from = server or next((n for n in names if n != primary), primary)
     with inv.open(read_from) as srv:
-        shape = capture_shape(srv, schemas, progress=progress)
+        shape = capture_shape(srv, schemas, pacer=Pacer(share), progress=progress)
     written = write_shape(shape, out)
     if seconds > 0:
         from dbmigrate.digest.model import Digest
 
         digest_path = out / "digest.json"
-        shape.digest_source = capture_window(inv, inventory, primary, seconds, digest_path, via, progress)
+        shape.digest_source = capture_window(inv, inventory, primary, seconds, digest_path, via, progress, sample)
+        d = Digest.load(digest_path)
         if not literals:
-            d = Digest.load(digest_path)
             d.classes = [_redacted(c) for c in d.classes]
-            d.save(digest_path)
+        if (d.source or {}).get("sampled_1_in", 1) > 1:
+            d = _unsampled(d, int(d.source["sampled_1_in"]))
+        d.save(digest_path)
         shape.digest = digest_path.name
         written = write_shape(shape, out) + [digest_path]
     return shape, written
@@ -49,8 +72,19 @@ def _redacted(qc):
     return replace(qc, example=redact_literals(qc.example))
 
 
+def _unsampled(d, n: int):
+    """A window that logged 1 statement in n: counts and total times scaled back by n, so that
+    a rehearsal replays each class at the rate the primary served it (latencies as measured)."""
+    from dataclasses import replace
+
+    d.classes = [replace(c, count=c.count * n, total_time=c.total_time * n) for c in d.classes]
+    d.query_count, d.total_time = d.query_count * n, d.total_time * n
+    d.source = {**d.source, "counts_scaled_by": n}
+    return d
+
+
 def capture_window(inv, inventory: Path, primary: str, seconds: float, digest_path: Path, via: str,
-                   progress: Callable[[str], None] | None) -> str:
+                   progress: Callable[[str], None] | None, sample: int = 1) -> str:
     """The query window on the primary: performance_schema's statement digests where it is on
     (they see sessions that set their own long_query_time), else a slow-log window (which does
     not see them until they reconnect). Returns which was used, in words."""
@@ -72,6 +106,8 @@ def capture_window(inv, inventory: Path, primary: str, seconds: float, digest_pa
     if via == "auto":
         say(f"performance_schema cannot be read on {primary} ({why_not}): a slow-log window instead, which does "
             f"not see sessions that set their own long_query_time until they reconnect")
-    capture_digest(inventory, primary, seconds, digest_path, progress=progress)
-    return ("slow-log window (sessions that set their own long_query_time are not seen until they reconnect"
+    capture_digest(inventory, primary, seconds, digest_path, progress=progress, sample=sample)
+    return ("slow-log window" + (f" sampled by log_slow_rate_limit={sample} (1 statement in {sample} logged, "
+                                 f"counts scaled back by {sample})" if sample > 1 else "")
+            + " (sessions that set their own long_query_time are not seen until they reconnect"
             + (f"; performance_schema: {why_not}" if why_not else "") + ")")

@@ -32,22 +32,35 @@ def capture(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inven
                                        "(its statement digests: every session, also those that set their own "
                                        "long_query_time), slow_log (a long_query_time=0 window), or auto (the "
                                        "first where performance_schema is on)."),
+            share: float = typer.Option(shape_use.DEFAULT_SHARE, "--share", help="The share of the time the "
+                                        "capture's reads may take: each read is followed by a pause (0.2: a read "
+                                        "of 20 ms, then 80 ms of nothing; 1: no pause)."),
+            nice: int = typer.Option(shape_use.NICE, "--nice", help="Run the capture this much lower in CPU "
+                                     "priority (0: unchanged), for a tool on the database host."),
+            sample: int = typer.Option(1, "--sample", help="A slow-log window logs 1 statement in N "
+                                       "(log_slow_rate_limit; counts scaled back by N): less of the primary's "
+                                       "time spent logging, rare classes may be missed."),
             as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.")) -> None:
     """Capture the shape of a cluster's databases into DIR (no row of data is written)."""
     shape, written = shape_use.capture(inventory, cluster, out, schemas=schema or None, seconds=seconds,
-                                       server=server, literals=literals, via=window,
+                                       server=server, literals=literals, via=window, share=share, nice=nice,
+                                       sample=sample,
                                        progress=lambda m: err_console.print(m, markup=False))
     tables = sum(len(s["tables"]) for s in shape.schemas.values())
     summary = {"schemas": list(shape.schemas), "tables_and_views": tables, "accounts": len(shape.accounts),
                "roles": len(shape.roles), "proxy_grants": sum(len(a["proxies"]) for a in shape.accounts),
                "sessions_visible": bool(shape.sessions.get("available")), "digest": shape.digest, "digest_source": shape.digest_source,
-               "took_s": round(shape.took_s, 2), "files": [str(p) for p in written]}
+               "took_s": round(shape.took_s, 2), "paced": shape.paced, "files": [str(p) for p in written]}
     if as_json:
         print_json(summary)
         return
     console.print(f"{len(shape.schemas)} schema(s), {tables} table(s) and view(s), {len(shape.accounts)} account(s), "
                   f"{len(shape.roles)} role(s) from {shape.captured_from} in {shape.took_s:.1f}s; written: {', '.join(str(p) for p in written)}",
                   markup=False)
+    if shape.paced:
+        p = shape.paced
+        console.print(f"paced: {p['reads']} read(s) one at a time, {p['busy_s']:.1f}s reading, {p['paused_s']:.1f}s "
+                      f"paused (at most {p['share']:g} of the time)", markup=False)
     if shape.digest_source:
         console.print(f"query window: {shape.digest_source}", markup=False)
     if not shape.sessions.get("available"):

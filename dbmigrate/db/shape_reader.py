@@ -5,7 +5,7 @@ and the session settings applications use. Every read is a catalog read or a bou
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterator, NamedTuple
 
 from dbmigrate.db.connection import QueryError, Server
 
@@ -18,6 +18,21 @@ SESSION_VARIABLES = ("sql_mode", "long_query_time", "time_zone", "character_set_
 _SET_VARIABLE = re.compile(r"(?:@@SESSION\s*\.\s*|@@|\bSESSION\s+|\bSET\s+|,\s*)`?(\w+)`?\s*=", re.IGNORECASE)
 _SET_VALUE = re.compile(r"(?:@@SESSION\.|@@|\bSESSION\s+|\bSET\s+|,\s*)`?(\w+)`?\s*=\s*('[^']*'|\"[^\"]*\"|[\w.+-]+)",
                         re.IGNORECASE)
+SAMPLE_BATCH = 250
+# Sampled as their length and CRC32 only: a long value's bytes would cost the server, the
+# network and the tool far more than the statistics need (lengths and how many differ).
+MEASURED_TYPES = ("tinyblob", "blob", "mediumblob", "longblob", "tinytext", "text", "mediumtext", "longtext",
+                  "json")
+_CRC = "#crc"
+_PARTITION = re.compile(r"#p#", re.IGNORECASE)  # t#P#p0 (#SP#sp0): a partition's row of its table
+
+
+class Measured(NamedTuple):
+    """A long value as sampled: its length (bytes of a BLOB, characters of a TEXT) and its CRC32."""
+    length: int
+    crc: int
+
+
 _SECRET = re.compile(r"\s+(IDENTIFIED\s+(?:BY\s+PASSWORD|VIA\s+\w+\s+USING|BY)\s+)'[^']*'", re.IGNORECASE)
 
 
@@ -36,6 +51,14 @@ class ShapeReader:
                                  f"WHERE SCHEMA_NAME NOT IN ({marks}) ORDER BY SCHEMA_NAME", SYSTEM_SCHEMAS)
         return [str(r["s"]) for r in rows]
 
+    def stats_on_metadata(self) -> bool:
+        """Whether reading information_schema.TABLES makes InnoDB recompute every table's
+        statistics (innodb_stats_on_metadata=ON: index dives on each table read)."""
+        try:
+            return str(self.server.scalar("SELECT @@GLOBAL.innodb_stats_on_metadata AS v")).upper() in ("1", "ON")
+        except QueryError:
+            return False
+
     def tables(self, schema: str) -> list[dict[str, Any]]:
         rows = self.server.query(
             "SELECT TABLE_NAME AS name, TABLE_TYPE AS type, ENGINE AS engine, TABLE_ROWS AS `rows`, "
@@ -47,6 +70,37 @@ class ShapeReader:
                  "index_bytes": int(r["index_bytes"] or 0), "avg_row_bytes": int(r["avg_row_bytes"] or 0),
                  "partitioned": "partitioned" in str(r["options"] or "").lower(), "collation": r["collation"]}
                 for r in rows]
+
+    def tables_from_persistent_stats(self, schema: str) -> list[dict[str, Any]]:
+        """What tables() gives, without opening a table: names from SHOW FULL TABLES, rows and
+        sizes from InnoDB's persistent statistics (a partition's rows added to its table's);
+        engine, collation and partitioning are filled from the CREATE statement (table_options)."""
+        listed = self.server.query(f"SHOW FULL TABLES FROM `{schema}`")
+        page = int(self.server.scalar("SELECT @@GLOBAL.innodb_page_size AS p") or 16384)
+        sums: dict[str, list[int]] = {}
+        for r in self.server.query("SELECT table_name AS t, n_rows AS r, clustered_index_size AS c, "
+                                   "sum_of_other_index_sizes AS o FROM mysql.innodb_table_stats "
+                                   "WHERE database_name=%s", (schema,)):
+            acc = sums.setdefault(_PARTITION.split(str(r["t"]))[0], [0, 0, 0])
+            acc[0] += int(r["r"] or 0)
+            acc[1] += int(r["c"] or 0) * page
+            acc[2] += int(r["o"] or 0) * page
+        out = []
+        for r in sorted(listed, key=lambda r: str(list(r.values())[0])):
+            name, kind = (str(v) for v in list(r.values())[:2])
+            rows, data, index = sums.get(name, [0, 0, 0])
+            out.append({"name": name, "type": "view" if kind == "VIEW" else "table", "engine": None, "rows": rows,
+                        "data_bytes": data, "index_bytes": index, "avg_row_bytes": data // rows if rows else 0,
+                        "partitioned": False, "collation": None})
+        return out
+
+    @staticmethod
+    def table_options(create: str) -> dict[str, Any]:
+        """Engine, collation and partitioning as a CREATE TABLE statement states them."""
+        engine = re.search(r"\)\s*ENGINE=(\w+)", create)
+        collation = re.search(r"\bCOLLATE=(\w+)", create)
+        return {"engine": engine.group(1) if engine else None, "collation": collation.group(1) if collation else None,
+                "partitioned": bool(re.search(r"\bPARTITION\s+BY\b", create, re.IGNORECASE))}
 
     def create_statement(self, schema: str, name: str, kind: str) -> str:
         """SHOW CREATE TABLE | VIEW | PROCEDURE | FUNCTION | TRIGGER | EVENT."""
@@ -69,16 +123,48 @@ class ShapeReader:
                                  "WHERE EVENT_SCHEMA=%s ORDER BY EVENT_NAME", (schema,))
         return [str(r["n"]) for r in rows]
 
-    def sample(self, schema: str, table: str, rows: int) -> tuple[list[str], list[tuple]]:
-        """The first `rows` rows in the table's own order (no sort: a bounded read)."""
-        cur_rows = self.server.query(f"SELECT * FROM `{schema}`.`{table}` LIMIT {int(rows)}")
-        if not cur_rows:
-            cols = [str(r["COLUMN_NAME"]) for r in self.server.query(
-                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
-                "ORDER BY ORDINAL_POSITION", (schema, table))]
-            return cols, []
-        cols = list(cur_rows[0].keys())
-        return cols, [tuple(r[c] for c in cols) for r in cur_rows]
+    def sample(self, schema: str, table: str, rows: int, batch: int = SAMPLE_BATCH
+               ) -> Iterator[tuple[list[str], list[tuple]]]:
+        """At most `rows` rows, `batch` at a time: primary-key range reads (`pk > last ORDER BY pk
+        LIMIT batch`) where the key is one column, else one bounded read in the table's own order.
+        Long values (BLOB, TEXT, JSON) come back as Measured(length, CRC32): the server sends a
+        few bytes per value and nothing of its content. Yields (columns, rows) per read, so that
+        the caller can pause between them."""
+        described = self.columns(schema, table)
+        if not described:
+            return
+        names = [str(c["name"]) for c in described]
+        select = []
+        for c in described:
+            name, kind = str(c["name"]), str(c["data_type"]).lower()
+            if kind in MEASURED_TYPES:
+                length = "LENGTH" if "blob" in kind else "CHAR_LENGTH"
+                select.append(f"{length}(`{name}`) AS `{name}`, CRC32(`{name}`) AS `{name}{_CRC}`")
+            else:
+                select.append(f"`{name}`")
+        keys = [str(c["name"]) for c in described if c["key"] == "PRI"]
+        key = keys[0] if len(keys) == 1 else None
+        base = f"SELECT {', '.join(select)} FROM `{schema}`.`{table}`"
+        measured = [str(c["name"]) for c in described if str(c["data_type"]).lower() in MEASURED_TYPES]
+        last, taken = None, 0
+        while taken < rows:
+            n = min(batch, rows - taken) if key else rows
+            if key is None:
+                found = self.server.query(f"{base} LIMIT {int(n)}")
+            elif last is None:
+                found = self.server.query(f"{base} ORDER BY `{key}` LIMIT {int(n)}")
+            else:
+                found = self.server.query(f"{base} WHERE `{key}` > %s ORDER BY `{key}` LIMIT {int(n)}", (last,))
+            out = []
+            for r in found:
+                for m in measured:
+                    r[m] = None if r[m] is None else Measured(int(r[m]), int(r[f"{m}{_CRC}"]))
+                out.append(tuple(r[c] for c in names))
+            yield names, out
+            taken += len(out)
+            if key is None or len(out) < n:
+                return
+            last = found[-1][key]
 
     def columns(self, schema: str, table: str) -> list[dict[str, Any]]:
         """A table's columns as the data generator needs them (type, length, key, extra)."""

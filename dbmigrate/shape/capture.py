@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dbmigrate.db.connection import Server
-from dbmigrate.db.shape_reader import ShapeReader, load_script
+from dbmigrate.db.shape_reader import Measured, ShapeReader, load_script
+from dbmigrate.shape.pacing import Pacer
 
 FORMAT = "dbmigrate.shape/1"
 SAMPLE_ROWS = 1000
@@ -45,7 +46,12 @@ def column_stats(columns: list[str], rows: list[tuple]) -> dict[str, dict[str, A
         values = [r[i] for r in rows]
         present = [v for v in values if v is not None]
         st: dict[str, Any] = {"sampled": n, "null_share": round(1 - len(present) / n, 4) if n else None}
-        if present:
+        if present and all(isinstance(v, Measured) for v in present):
+            # a long value sampled as its length and CRC32 (its bytes never left the server)
+            lengths = [v.length for v in present]
+            st.update(distinct_share=round(len({v for v in present}) / len(present), 4),
+                      avg_len=round(statistics.fmean(lengths), 1), max_len=max(lengths))
+        elif present:
             try:
                 st["distinct_share"] = round(len(set(present)) / len(present), 4)
             except TypeError:
@@ -72,9 +78,11 @@ class Shape:
     digest: str | None = None
     digest_source: str | None = None  # which query window: performance_schema or the slow log
     took_s: float = 0.0
+    paced: dict[str, Any] = field(default_factory=dict)  # reads, time reading, time paused
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "captured_from": self.captured_from, "took_s": round(self.took_s, 2),
+                "paced": self.paced,
                 "schemas": self.schemas, "accounts": self.accounts, "roles": self.roles, "sessions": self.sessions,
                 "digest": self.digest, "digest_source": self.digest_source}
 
@@ -83,49 +91,77 @@ class Shape:
 
 
 def capture_shape(server: Server, schemas: list[str] | None = None, *, sample_rows: int = SAMPLE_ROWS,
-                  progress: Callable[[str], None] | None = None) -> Shape:
+                  pacer: Pacer | None = None, progress: Callable[[str], None] | None = None) -> Shape:
+    """Every read is a catalog read or a bounded sample, one at a time, each followed by a pause
+    (`pacer`) so that the capture takes a bounded share of the server's time, never a burst."""
     reader = ShapeReader(server)
+    pace = pacer or Pacer()
     say = progress or (lambda message: None)
     t0 = time.monotonic()
     shape = Shape(captured_from=server.name)
-    for schema in schemas or reader.user_schemas():
+    persistent = reader.stats_on_metadata()
+    if persistent:
+        say(f"{server.name} has innodb_stats_on_metadata=ON: each table's size is read from the persistent "
+            "statistics (mysql.innodb_table_stats), not information_schema.TABLES, which would recompute them")
+    with pace:
+        names = schemas or reader.user_schemas()
+    for schema in names:
+        with pace:
+            listed = reader.tables_from_persistent_stats(schema) if persistent else reader.tables(schema)
         tables = []
-        for t in reader.tables(schema):
-            t["create"] = reader.create_statement(schema, t["name"], t["type"])
+        for t in listed:
+            with pace:
+                t["create"] = reader.create_statement(schema, t["name"], t["type"])
+            if persistent and t["type"] == "table":
+                t.update(reader.table_options(t["create"]))
             if t["type"] == "table":
-                cols, rows = reader.sample(schema, t["name"], sample_rows)
+                cols, rows = [], []
+                for cols, batch in pace.each(reader.sample(schema, t["name"], sample_rows)):
+                    rows += batch
                 t["columns"] = column_stats(cols, rows)
                 t["has_primary_key"] = "PRIMARY KEY" in t["create"].upper()
                 t["foreign_keys"] = t["create"].upper().count("FOREIGN KEY")
             tables.append(t)
-        shape.schemas[schema] = {
-            "tables": tables,
-            "routines": [{"type": kind, "name": n, "create": reader.create_statement(schema, n, kind)}
-                         for kind, n in reader.routines(schema)],
-            "triggers": [{"name": n, "create": reader.create_statement(schema, n, "trigger")}
-                         for n in reader.triggers(schema)],
-            "events": [{"name": n, "create": reader.create_statement(schema, n, "event")}
-                       for n in reader.events(schema)],
-        }
+        with pace:
+            routines, triggers, events = reader.routines(schema), reader.triggers(schema), reader.events(schema)
+        objects = {"routines": [], "triggers": [], "events": []}
+        for key, kinds in (("routines", routines), ("triggers", [("trigger", n) for n in triggers]),
+                           ("events", [("event", n) for n in events])):
+            for kind, n in kinds:
+                with pace:
+                    create = reader.create_statement(schema, n, kind)
+                objects[key].append({"type": kind, "name": n, "create": create} if key == "routines"
+                                    else {"name": n, "create": create})
+        shape.schemas[schema] = {"tables": tables, **objects}
         say(f"{schema}: {len(tables)} table(s) and view(s)")
     # Roles and PROXY grants: which roles exist with their privileges, who holds each (an
     # account, or another role), which an account's sessions start with, and who may act as whom.
-    held, defaults, proxies = reader.role_grants(), reader.default_roles(), reader.proxies()
+    with pace:
+        held, defaults, proxies = reader.role_grants(), reader.default_roles(), reader.proxies()
 
     def roles_of(user: str, host: str, rows: list[dict[str, str]]) -> list[dict[str, str]]:
         return [{"name": r["role"], "host": r["role_host"]} for r in rows if (r["user"], r["host"]) == (user, host)]
 
-    for name, host in reader.roles():
-        shape.roles.append({"name": name, "host": host, "grants": reader.role_privileges(name, host),
-                            "roles": roles_of(name, host, held)})
-    for user, host in reader.accounts():
-        shape.accounts.append({"user": user, "host": host, "grants": reader.grants(user, host),
-                               "roles": roles_of(user, host, held), "default_roles": roles_of(user, host, defaults),
-                               "proxies": [{"user": p["proxied_user"], "host": p["proxied_host"],
-                                            "with_grant": p["with_grant"]}
-                                           for p in proxies if (p["user"], p["host"]) == (user, host)]})
-    shape.sessions = reader.session_overrides()
+    with pace:
+        roles = reader.roles()
+    for name, host in roles:
+        with pace:
+            shape.roles.append({"name": name, "host": host, "grants": reader.role_privileges(name, host),
+                                "roles": roles_of(name, host, held)})
+    with pace:
+        accounts = reader.accounts()
+    for user, host in accounts:
+        with pace:
+            shape.accounts.append({"user": user, "host": host, "grants": reader.grants(user, host),
+                                   "roles": roles_of(user, host, held),
+                                   "default_roles": roles_of(user, host, defaults),
+                                   "proxies": [{"user": p["proxied_user"], "host": p["proxied_host"],
+                                                "with_grant": p["with_grant"]}
+                                               for p in proxies if (p["user"], p["host"]) == (user, host)]})
+    with pace:
+        shape.sessions = reader.session_overrides()
     shape.took_s = time.monotonic() - t0
+    shape.paced = pace.summary()
     return shape
 
 
