@@ -45,3 +45,23 @@ def legacy_shards(boxes, name: str, old: dict[str, list[str]], rows: int, **doc_
         for sh in shards:
             DsnFileRouter(sh, routes).switch_writer(f"{spec.host}:{spec.port}")
     return state, inv, routes
+
+
+def add_blob_table(server, shard: str, mb: int, row_kb: int = 64) -> int:
+    """A MEDIUMBLOB table `docs` of about `mb` MB in `shard`, generated fast: one row, then
+    INSERT ... SELECT doubling, kept out of the binlog (a seed copies it; replication has nothing
+    to carry). Returns its rows."""
+    server.execute("SET SESSION sql_log_bin=0")
+    try:
+        server.execute(f"CREATE TABLE {shard}.docs (id INT PRIMARY KEY AUTO_INCREMENT, body MEDIUMBLOB NOT NULL, "
+                       "label VARCHAR(40) CHARACTER SET latin1)")
+        server.execute(f"INSERT INTO {shard}.docs (body, label) VALUES (REPEAT(RANDOM_BYTES(1024), {row_kb}), 'x')")
+        rows, n = mb * 1024 // row_kb, 1
+        while n < rows:
+            step = min(n, rows - n)
+            server.execute(f"INSERT INTO {shard}.docs (body, label) SELECT body, label FROM {shard}.docs LIMIT {step}")
+            n += step
+        server.execute(f"ANALYZE TABLE {shard}.docs")
+    finally:
+        server.execute("SET SESSION sql_log_bin=1")
+    return rows
