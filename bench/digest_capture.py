@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """What a digest capture costs the primary: its throughput and the application's longest write
 stall, with no capture, with a full capture (long_query_time=0, every statement logged) and
-with a sampled one (log_slow_rate_limit: 1 in N statements logged), on one primary.
+with a sampled one (log_slow_rate_limit: 1 in N statements logged), on one primary; with
+--performance-schema the primary starts with performance_schema on and a fourth kind reads its
+statement digests at the start and end of the window (nothing logged, no setting changed). What
+performance_schema costs by being on is the "none" figure of such a run against one without it.
 
 The load: sysbench oltp_write_only, 2 threads, unthrottled (its transactions per second are
 the throughput figure), and the application's writer in a process of its own through HAProxy
@@ -13,7 +16,7 @@ beside.
 
 Targets: a capture costs <= 5% of the throughput and no write stall over 10 ms.
 
-    python bench/digest_capture.py [--seconds 10] [--repeat 2] [--sample 10] [--json]
+    python bench/digest_capture.py [--seconds 10] [--repeat 2] [--sample 10] [--performance-schema] [--json]
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ def longest_gap_ms(acks, start: float, end: float) -> float:
     return best
 
 
-def run_bench(seconds: float, repeat: int, sample: int, say) -> dict:
+def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema: bool = False) -> dict:
     from dbmigrate.config import load_inventory
+    from dbmigrate.digest.statement_window import capture_statement_window
     from dbmigrate.digest.window import SlowLogWindow, digest_slow_log, LocalFileReader
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sandbox.manager import Sandboxes
@@ -51,7 +55,9 @@ def run_bench(seconds: float, repeat: int, sample: int, say) -> dict:
 
     boxes = Sandboxes()
     name = f"digcap{os.getpid() % 10000}"
-    boxes.up(name, 0, buffer_pool_mb=128)
+    extra = {"performance_schema": "ON",
+             "performance_schema_consumer_events_statements_history": "ON"} if performance_schema else None
+    boxes.up(name, 0, buffer_pool_mb=128, extra=extra)
     writer = None
     try:
         haproxy.start(boxes, name)
@@ -62,7 +68,7 @@ def run_bench(seconds: float, repeat: int, sample: int, say) -> dict:
         writer = WriterProcess(state.inventory_file, name, interval_s=0.001, retry_pause_s=0.0005)
         writer.start()
         writer.wait_for_acks(50)
-        kinds = ["none", "full", f"sampled 1/{sample}"]
+        kinds = ["none", "full", f"sampled 1/{sample}"] + (["performance_schema"] if performance_schema else [])
         phases: list[dict] = []
         work = Path(os.environ["DBMIGRATE_HOME"]) / "digest-bench"
         work.mkdir(parents=True, exist_ok=True)
@@ -70,6 +76,28 @@ def run_bench(seconds: float, repeat: int, sample: int, say) -> dict:
             for kind in kinds:
                 server = inv.open(f"{name}-1")
                 window = None
+                if kind == "performance_schema":
+                    # The window reads the digests at its start and end while the load runs.
+                    import threading
+
+                    box: dict = {}
+                    reader = threading.Thread(target=lambda: box.update(w=capture_statement_window(
+                        server, seconds, work / "ps.digest.json")), daemon=True)
+                    t0 = time.monotonic()
+                    reader.start()
+                    result = load.run(time_s=int(seconds))
+                    t1 = time.monotonic()
+                    reader.join(timeout=seconds + 30)
+                    logged = box["w"].digest.query_count if "w" in box else None
+                    server.close()
+                    time.sleep(0.3)
+                    stall = longest_gap_ms(writer.acks, t0, t1)
+                    phases.append({"kind": kind, "round": r + 1, "tps": round(result.tps, 1),
+                                   "longest_write_stall_ms": round(stall, 1), "statements_logged": logged,
+                                   "digest_s": 0.0})
+                    say(f"{kind:>16} (round {r + 1}): {result.tps:.0f} tps, longest write stall {stall:.1f} ms, "
+                        f"{logged} statements in the digests' difference")
+                    continue
                 if kind != "none":
                     window = SlowLogWindow(server, sample=1 if kind == "full" else sample)
                     window.open()
@@ -105,7 +133,8 @@ def run_bench(seconds: float, repeat: int, sample: int, say) -> dict:
         base = by_kind["none"]["tps"]
         for kind in kinds[1:]:
             by_kind[kind]["throughput_cost_pct"] = round((base - by_kind[kind]["tps"]) / base * 100, 1) if base else None
-        return {"seconds": seconds, "repeat": repeat, "sample": sample, "by_kind": by_kind, "phases": phases,
+        return {"seconds": seconds, "repeat": repeat, "sample": sample, "performance_schema": performance_schema,
+                "by_kind": by_kind, "phases": phases,
                 "lost_writes": report.lost_total, "load_average_1min": round(os.getloadavg()[0], 2)}
     finally:
         if writer is not None:
@@ -128,6 +157,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--sample", type=int, default=10)
+    ap.add_argument("--performance-schema", action="store_true",
+                    help="start the primary with performance_schema on and measure its digest window too")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if "DBMIGRATE_HOME" not in os.environ:  # a private home, removed at the end
@@ -136,7 +167,7 @@ def main() -> int:
 
         atexit.register(shutil.rmtree, os.environ["DBMIGRATE_HOME"], ignore_errors=True)
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    out = run_bench(args.seconds, args.repeat, args.sample, say)
+    out = run_bench(args.seconds, args.repeat, args.sample, say, args.performance_schema)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
