@@ -14,9 +14,11 @@ machine spreads over all of them. The digest itself (pt-query-digest of the capt
 runs after each phase, not during it: it runs where the tool runs, and its time is reported
 beside.
 
-Targets: a capture costs <= 5% of the throughput and no write stall over 10 ms.
+Targets: a capture costs <= 5% of the throughput and no write stall over 10 ms. --rate TPS throttles
+sysbench to the rehearsal's load (300 tps there) instead: its throughput is then fixed, and what a
+capture costs shows as sysbench's p95 latency and the writer's stalls.
 
-    python bench/digest_capture.py [--seconds 10] [--repeat 2] [--sample 10] [--performance-schema] [--json]
+    python bench/digest_capture.py [--seconds 10] [--repeat 2] [--sample 10] [--performance-schema] [--rate TPS] [--json]
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def longest_gap_ms(acks, start: float, end: float) -> float:
     return best
 
 
-def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema: bool = False) -> dict:
+def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema: bool = False,
+              rate: int | None = None) -> dict:
     from dbmigrate.config import load_inventory
     from dbmigrate.digest.statement_window import capture_statement_window
     from dbmigrate.digest.window import SlowLogWindow, digest_slow_log, LocalFileReader
@@ -85,7 +88,7 @@ def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema:
                         server, seconds, work / "ps.digest.json")), daemon=True)
                     t0 = time.monotonic()
                     reader.start()
-                    result = load.run(time_s=int(seconds))
+                    result = load.run(time_s=int(seconds), rate=rate)
                     t1 = time.monotonic()
                     reader.join(timeout=seconds + 30)
                     logged = box["w"].digest.query_count if "w" in box else None
@@ -93,7 +96,7 @@ def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema:
                     time.sleep(0.3)
                     stall = longest_gap_ms(writer.acks, t0, t1)
                     phases.append({"kind": kind, "round": r + 1, "tps": round(result.tps, 1),
-                                   "longest_write_stall_ms": round(stall, 1), "statements_logged": logged,
+                                   "sysbench_p95_ms": result.latency_p95_ms, "longest_write_stall_ms": round(stall, 1), "statements_logged": logged,
                                    "digest_s": 0.0})
                     say(f"{kind:>16} (round {r + 1}): {result.tps:.0f} tps, longest write stall {stall:.1f} ms, "
                         f"{logged} statements in the digests' difference")
@@ -102,7 +105,7 @@ def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema:
                     window = SlowLogWindow(server, sample=1 if kind == "full" else sample)
                     window.open()
                 t0 = time.monotonic()
-                result = load.run(time_s=int(seconds))
+                result = load.run(time_s=int(seconds), rate=rate)
                 t1 = time.monotonic()
                 logged = digest_s = None
                 if window is not None:
@@ -116,7 +119,8 @@ def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema:
                 server.close()
                 time.sleep(0.3)
                 stall = longest_gap_ms(writer.acks, t0, t1)
-                phases.append({"kind": kind, "round": r + 1, "tps": round(result.tps, 1), "longest_write_stall_ms":
+                phases.append({"kind": kind, "round": r + 1, "tps": round(result.tps, 1),
+                               "sysbench_p95_ms": result.latency_p95_ms, "longest_write_stall_ms":
                                round(stall, 1), "statements_logged": logged, "digest_s": digest_s})
                 say(f"{kind:>16} (round {r + 1}): {result.tps:.0f} tps, longest write stall {stall:.1f} ms"
                     + (f", {logged} statements logged, digested in {digest_s} s" if logged is not None else ""))
@@ -125,7 +129,9 @@ def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema:
         by_kind = {}
         for kind in kinds:
             mine = [p for p in phases if p["kind"] == kind]
+            p95s = [p["sysbench_p95_ms"] for p in mine if p["sysbench_p95_ms"] is not None]
             by_kind[kind] = {"tps": round(statistics.median(p["tps"] for p in mine), 1),
+                             "sysbench_p95_ms": round(statistics.median(p95s), 2) if p95s else None,
                              "longest_write_stall_ms": max(p["longest_write_stall_ms"] for p in mine),
                              "statements_logged": ([p["statements_logged"] for p in mine]
                                                    if kind != "none" else None),
@@ -134,6 +140,7 @@ def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema:
         for kind in kinds[1:]:
             by_kind[kind]["throughput_cost_pct"] = round((base - by_kind[kind]["tps"]) / base * 100, 1) if base else None
         return {"seconds": seconds, "repeat": repeat, "sample": sample, "performance_schema": performance_schema,
+                "rate": rate,
                 "by_kind": by_kind, "phases": phases,
                 "lost_writes": report.lost_total, "load_average_1min": round(os.getloadavg()[0], 2)}
     finally:
@@ -145,7 +152,7 @@ def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema:
 def render(out: dict) -> None:
     for kind, k in out["by_kind"].items():
         cost = k.get("throughput_cost_pct")
-        print(f"{kind:>16}: {k['tps']} tps (median)"
+        print(f"{kind:>16}: {k['tps']} tps (median), sysbench p95 {k.get('sysbench_p95_ms')} ms"
               + (f", {cost}% below no capture (target <= {TARGET_THROUGHPUT_COST_PCT}%)" if cost is not None else "")
               + f"; longest write stall {k['longest_write_stall_ms']} ms (target <= {TARGET_STALL_MS} ms)"
               + (f"; logged {k['statements_logged']}, digested in {k['digest_s']} s" if k["statements_logged"] else ""))
@@ -159,6 +166,7 @@ def main() -> int:
     ap.add_argument("--sample", type=int, default=10)
     ap.add_argument("--performance-schema", action="store_true",
                     help="start the primary with performance_schema on and measure its digest window too")
+    ap.add_argument("--rate", type=int, default=None, help="throttle sysbench to this many tps")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if "DBMIGRATE_HOME" not in os.environ:  # a private home, removed at the end
@@ -167,7 +175,7 @@ def main() -> int:
 
         atexit.register(shutil.rmtree, os.environ["DBMIGRATE_HOME"], ignore_errors=True)
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    out = run_bench(args.seconds, args.repeat, args.sample, say, args.performance_schema)
+    out = run_bench(args.seconds, args.repeat, args.sample, say, args.performance_schema, args.rate)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
