@@ -99,8 +99,13 @@ def capture_window(inv, inventory: Path, primary: str, seconds: float, digest_pa
         if via != "slow_log" and not why_not:
             from dbmigrate.digest.statement_window import capture_statement_window
 
-            capture_statement_window(srv, seconds, digest_path, progress=progress)
-            return "performance_schema statement digests (sessions with their own long_query_time included)"
+            window = capture_statement_window(srv, seconds, digest_path, progress=progress)
+            used = "performance_schema statement digests (sessions with their own long_query_time included)"
+            if window.unseen_prepared:
+                from dbmigrate.digest.statement_window import unseen_warning
+
+                used += f"; {unseen_warning(window.unseen_prepared)} (--window slow_log)"
+            return used
     from dbmigrate.app.digests import capture as capture_digest
 
     if via == "auto":

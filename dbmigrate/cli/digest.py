@@ -35,6 +35,9 @@ def capture(
     saved_settings: Optional[Path] = typer.Option(None, "--saved-settings",
                                                   help="Where to keep the server's previous settings (default: next to --out)."),
     log_file: Optional[str] = typer.Option(None, "--server-log-file", help="Server-side path of the window's slow log."),
+    sample: int = typer.Option(1, "--sample", min=1,
+                               help="Log 1 in N statements (MariaDB's log_slow_rate_limit): a busy primary pays "
+                                    "about N times less for the window; counts in the digest are of the sample."),
     json_out: bool = typer.Option(False, "--json", help="Print the digest as JSON."),
 ):
     """Capture a digest: long_query_time=0 for N seconds on a server (settings restored), or digest a slow log."""
@@ -43,7 +46,7 @@ def capture(
         d, sentence = digests.digest_file(slow_log, out)
     else:
         result = digests.capture(inventory, server, seconds, out, saved_settings=saved_settings,
-                                     log_file=log_file, progress=None if json_out else _progress)
+                                     log_file=log_file, sample=sample, progress=None if json_out else _progress)
         d, sentence = result.digest, result.sentence()
         if result.sessions_before and not json_out:
             _progress(f"{result.sessions_before} client session(s) were connected before the window opened: "

@@ -18,6 +18,14 @@ SUMMARY = ("SELECT SCHEMA_NAME AS schema_name, DIGEST AS digest, DIGEST_TEXT AS 
            "FROM performance_schema.events_statements_summary_by_digest WHERE DIGEST IS NOT NULL")
 
 
+# MariaDB 10.11 counts a server-side prepared statement's executions (the binary protocol's
+# COM_STMT_EXECUTE) under these event names and in no digest: a window of digests alone does not
+# see an application that prepares its statements. Their count says how much the window missed.
+UNDIGESTED_EXECUTES = ("SELECT COALESCE(SUM(COUNT_STAR), 0) AS n "
+                       "FROM performance_schema.events_statements_summary_global_by_event_name "
+                       "WHERE EVENT_NAME IN ('statement/com/Execute', 'statement/com/Bulk_execute')")
+
+
 class StatementDigests:
     def __init__(self, server: Server):
         self.server = server
@@ -38,6 +46,13 @@ class StatementDigests:
 
     def snapshot(self) -> dict[tuple[str, str], dict[str, Any]]:
         return {(str(r["schema_name"] or ""), str(r["digest"])): r for r in self.server.query(SUMMARY)}
+
+    def undigested_executions(self) -> int:
+        """Prepared-statement executions counted so far outside any digest (see UNDIGESTED_EXECUTES)."""
+        try:
+            return int(self.server.scalar(UNDIGESTED_EXECUTES) or 0)
+        except QueryError:
+            return 0
 
     def samples(self) -> dict[str, tuple[str, str]]:
         """digest -> (user, statement) from whichever statement history consumer is on."""

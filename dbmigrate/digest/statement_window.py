@@ -33,11 +33,22 @@ class StatementWindow:
     digest: Digest
     source: str = "performance_schema"
 
+    @property
+    def unseen_prepared(self) -> int:
+        return int((self.digest.source or {}).get("prepared_executions_not_in_digests") or 0)
+
     def sentence(self) -> str:
         d = self.digest
         return (f"captured {d.query_count} statements in {len(d.classes)} classes over {d.duration_s or 0:.1f}s "
                 f"from performance_schema's statement digests (every session, whatever its long_query_time); "
-                f"digest in {self.digest_file}")
+                f"digest in {self.digest_file}" + (f"; {unseen_warning(self.unseen_prepared)}"
+                                                   if self.unseen_prepared else ""))
+
+
+def unseen_warning(executions: int) -> str:
+    return (f"NOT SEEN: {executions} execution(s) of server-side prepared statements, which this server's "
+            f"performance_schema counts without a digest (MariaDB): their classes are missing from this window; "
+            f"a slow-log window sees them (sampled with log_slow_rate_limit on a busy primary)")
 
 
 def tables_of(digest_text: str, schema: str) -> tuple[str, ...]:
@@ -83,18 +94,23 @@ def capture_statement_window(server: Server, seconds: float, out: Path, *, clock
                              progress: Callable[[str], None] | None = None) -> StatementWindow:
     clock, say = clock or Clock(), progress or (lambda m: None)
     reader = StatementDigests(server)
+    executes_before = reader.undigested_executions()
     before = reader.snapshot()
     t0 = clock.monotonic()
     say(f"window open on {server.name}: performance_schema's statement digests read now and in {seconds:g}s "
         f"(no setting changed; sessions with their own long_query_time are seen)")
     clock.sleep(seconds)
     after = reader.snapshot()
+    unseen = max(0, reader.undigested_executions() - executes_before)
     duration = clock.monotonic() - t0
     samples = reader.samples()
     say(f"window closed after {duration:.1f}s; {len(samples)} sample statement(s) from the statement history")
     digest = digest_between(before, after, samples, duration,
                             {"kind": "performance_schema", "server": server.name, "address": server.address,
                              "seconds": round(duration, 3), "samples": "statement history" if samples else
-                             "digest text (no statement history consumer on)"})
+                             "digest text (no statement history consumer on)",
+                             "prepared_executions_not_in_digests": unseen})
+    if unseen:
+        say(unseen_warning(unseen))
     digest.save(out)
     return StatementWindow(out, digest)

@@ -330,8 +330,11 @@ class CaptureResult:
 
     def sentence(self) -> str:
         d = self.digest
+        sampled = int((d.source or {}).get("sampled_1_in") or 1)
         return (f"captured {d.query_count} queries in {len(d.classes)} classes over "
-                f"{d.duration_s or 0:.1f}s; digest in {self.digest_file}")
+                f"{d.duration_s or 0:.1f}s" + (f" (1 in {sampled} statements logged: counts and rates are of "
+                                               f"the sample, latencies comparable)" if sampled > 1 else "")
+                + f"; digest in {self.digest_file}")
 
 
 def default_digest_file(server_name: str) -> Path:

@@ -137,6 +137,23 @@ def test_capture_on_primary_under_load_restores_previous_settings(box, tmp_path)
     assert {c.checksum for c in Digest.load(again).classes} == {c.checksum for c in d.classes}
 
 
+def test_a_sampled_capture_logs_one_in_n_and_restores_the_rate(box, tmp_path):
+    state, inv = box
+    primary = inv.open(f"{SANDBOX}-1")
+    before = primary.scalar("SELECT @@GLOBAL.log_slow_rate_limit AS r")
+    out = tmp_path / "sampled.digest.json"
+    with Workload(primary.host, primary.port, inv.app_credentials(SANDBOX), writes=True) as load:
+        time.sleep(0.3)
+        r = cli("digest", "capture", "--inventory", str(state.inventory_file), "--server", f"{SANDBOX}-1",
+                "--seconds", "3", "--sample", "10", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert not load.errors
+    assert "1 in 10 statements logged" in r.stdout, r.stdout
+    d = Digest.load(out)
+    assert d.source["sampled_1_in"] == 10 and d.query_count > 0
+    assert primary.scalar("SELECT @@GLOBAL.log_slow_rate_limit AS r") == before
+
+
 def test_dropped_index_on_a_replica_shows_as_a_regression(box, tmp_path):
     state, inv = box
     replica = inv.open(f"{SANDBOX}-2")
