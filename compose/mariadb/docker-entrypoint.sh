@@ -34,7 +34,8 @@ if [ ! -d "$datadir/mysql" ]; then
             "ALTER USER 'root'@'localhost' IDENTIFIED BY '$pw';"
         if [ "$host" != localhost ]; then
             printf '%s\n' "CREATE USER 'root'@'$host' IDENTIFIED BY '$pw';" \
-                "GRANT ALL PRIVILEGES ON *.* TO 'root'@'$host' WITH GRANT OPTION;"
+                "GRANT ALL PRIVILEGES ON *.* TO 'root'@'$host' WITH GRANT OPTION;" \
+                "GRANT PROXY ON ''@'%' TO 'root'@'$host' WITH GRANT OPTION;"
         fi
     } | mariadb --socket="$sock" -uroot
     kill "$pid"

@@ -99,7 +99,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
 
     from dbmigrate.rehearsal.rehearse import check_shape_options
 
-    shape_files = check_shape_options(shape, scale, compose) if shape is not None else None
+    shape_files = check_shape_options(shape, scale, compose, "consolidate") if shape is not None else None
     install()  # the planned instances are created in this rehearsal's sandbox
     say = progress or (lambda m: None)
     driver = driver or DirectDriver(subscribers)

@@ -198,7 +198,7 @@ def _drop_index_locally(inv, candidate: str) -> None:
         Applier(c).drop_index_locally("app", "orders", "idx_customer")
 
 
-def check_shape_options(shape: Path, scale: float, compose: bool):
+def check_shape_options(shape: Path, scale: float, compose: bool, rehearsal: str = "promote"):
     """--shape and --scale checked before any sandbox is built."""
     from dbmigrate.exceptions import UsageError
     from dbmigrate.shape.files import read_shape
@@ -206,23 +206,30 @@ def check_shape_options(shape: Path, scale: float, compose: bool):
     if not 0 < scale <= 1:
         raise UsageError(f"--scale {scale:g}: the share of the captured rows to generate is above 0 and at most 1",
                          hint="e.g. --scale 0.01")
-    if compose:
-        raise UsageError("--shape is not available with --compose yet: a shape loads through the sandbox's "
-                         "local root login", hint="rehearse with --shape on the local sandbox")
+    if compose and rehearsal != "promote":
+        raise UsageError(f"--shape with --compose is available for `rehearse promote` only, not for `rehearse "
+                         f"{rehearsal}` yet", hint=f"rehearse {rehearsal} with --shape on the local sandbox, or "
+                                               f"rehearse promote --compose --shape")
     return read_shape(shape)
 
 
 def start_shape(boxes, name: str, inv, shape_files, scale: float, say: Progress, shaped: dict[str, Any], *,
-                server: str | None = None, address=None):
+                server: str | None = None, address=None, compose=None):
     """The shape loaded on the primary (or `server`): schema, generated rows, accounts and
     grants; its classes replayed by a pooled client through the router (or `address`, a
-    callable reading a route); the replay, started."""
+    callable reading a route); the replay, started. Loaded through the sandbox's local root
+    login, or with `compose` (a ComposeRun) through the compose topology's root login."""
     from dbmigrate.rehearsal.shape_load import load_shape
     from dbmigrate.rehearsal.shape_replay import ShapeReplay
 
-    state = boxes.find(name)
-    with state.instance(server or f"{name}-1").root_server() as root:
-        loaded = load_shape(root, shape_files, scale, state.path, progress=say)
+    target = server or f"{name}-1"
+    if compose is not None:
+        root_server, secrets_dir = compose.root_server(target), compose.path
+    else:
+        state = boxes.find(name)
+        root_server, secrets_dir = state.instance(target).root_server(), state.path
+    with root_server as root:
+        loaded = load_shape(root, shape_files, scale, secrets_dir, progress=say)
     if address is None:
         router = inv.cluster(name).router
         address = (router.address, router.writer_port)
@@ -314,7 +321,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         # Steady load through the switchover; sysbench is restarted afterwards (upstream #527).
         reads, verifier, background = start_workload(inv, name, bench, inv.cluster(name).router.writer_port, 120)
         if shape_files is not None:
-            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped)
+            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo)
             Clock().sleep(max(2, load_seconds))  # the classes' "before"
         if before_cutover:
             before_cutover(inv, name, candidate)

@@ -57,7 +57,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
     from dbmigrate.rehearsal.sysbench import Sysbench
 
     say = progress or (lambda m: None)
-    shape_files = check_shape_options(shape, scale, compose) if shape is not None else None
+    shape_files = check_shape_options(shape, scale, compose, "schema-swap") if shape is not None else None
     boxes = Sandboxes(progress=say)
     name = name or f"swap-{secrets.token_hex(2)}"
     t0 = time.monotonic()

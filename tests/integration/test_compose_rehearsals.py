@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -187,6 +188,26 @@ def test_promote_rehearsal_in_containers_loses_nothing(no_leftovers):
     assert len({s["address"] for s in c["servers"].values()}) == 4  # a host (address, container) each
     assert all(s["address"].endswith(":3306") for s in c["servers"].values())
     assert c["haproxy"]["address"] not in {s["address"].split(":")[0] for s in c["servers"].values()}
+
+
+def test_promote_rehearsal_in_containers_with_a_captured_shape(no_leftovers):
+    """The fixture capture loaded through the compose topology's root login (schema, rows,
+    accounts, the role and the PROXY grant), its classes replayed by the pooled client through
+    the HAProxy container across the promote: 0 lost, the per-class table printed."""
+    capture = ROOT / "tests" / "fixtures" / "shapes" / "ca-capture"
+    r = run_cli("rehearse", "promote", "--compose", "--shape", str(capture), "--scale", "0.02", "--no-guard",
+                "--load-seconds", "2", timeout=480)
+    out = r.stdout
+    assert r.returncode == 0, r.stderr[-2000:] + out[-3000:]
+    assert re.search(r"acknowledged writes: [1-9]\d*, lost: 0; run \S+ done", out), out[-2000:]
+    assert "1 role(s) with 2 role grant(s), 1 PROXY grant(s)" in out, out[-4000:]
+    assert "captured query classes, replayed" in out
+    rows = [line for line in out.splitlines() if line.startswith("│") and ("ca_app" in line or "ca_ocsp" in line)]
+    assert len(rows) == 7, out[-4000:]
+    for line in rows:
+        assert re.search(r"│\s*[1-9]\d* -> [1-9]\d*\s*│", line), line  # ran before and after the promote
+        assert re.search(r"│ 0 -> 0\s*│", line), line  # no class failed before or after
+    assert "long_query_time=11.2" in out  # the pool's own settings, read back from the container
 
 
 def test_regression_is_rolled_back_with_windows_read_through_docker_exec(no_leftovers):

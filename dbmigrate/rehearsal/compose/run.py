@@ -73,6 +73,10 @@ class ComposeRun:
     def pid(self, name: str) -> int | None:
         return self.topology.pid(self.state, name)
 
+    def root_server(self, name: str):
+        """The compose root login of server `name` (a Server handle, for statements through db/)."""
+        return self.topology.root_server(self.state, name)
+
     def host(self, service: str) -> tuple[str, str]:
         """A target host's (address, container)."""
         return self.state.addresses[service], self.state.containers[service]

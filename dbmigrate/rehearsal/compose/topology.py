@@ -305,7 +305,14 @@ class ComposeTopology:
         text = [t.strip() for t in text if t.strip()][-lines:]
         return " | ".join(text) or "(no log lines)"
 
-    def root_server(self, state: TopologyState, name: str, root: Credentials) -> Server:
+    def root_server(self, state: TopologyState, name: str, root: Credentials | None = None) -> Server:
+        """The compose root login of a server (from the topology's credentials file unless given):
+        root@'%' with every privilege and PROXY's grant option, as the official image makes it."""
+        if root is None:
+            from dbmigrate.db.credentials import parse_option_file
+
+            g = parse_option_file(state.credentials_file).get("client-root") or {}
+            root = Credentials(g.get("user", "root"), g.get("password", ""))
         return Server(name, state.addresses[state.servers[name]], SERVER_PORT, root, connect_timeout=5)
 
     def _wire(self, state: TopologyState, accounts: dict, root: Credentials) -> None:
