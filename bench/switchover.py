@@ -219,6 +219,13 @@ def playbook(state, name: str, candidate: str, via: str, budget_s: float | None 
     return path
 
 
+def dbmigrate_cmd() -> list[str]:
+    """The installed `dbmigrate` command, run by this interpreter: its interpreter line may name
+    another environment's Python (an editable install made elsewhere), its code is the same."""
+    exe = Path(sys.executable).with_name("dbmigrate")
+    return [sys.executable, str(exe)] if exe.exists() else [sys.executable, "-m", "dbmigrate"]
+
+
 def run_as_operator(pb: Path, moments: "Moments") -> tuple[Any, float, float, float]:
     """`dbmigrate run PB --yes --json` in a process of its own, as an operator starts it: its
     start-up and CPU count. Returns (outcome, exec time, exit time (monotonic), CPU seconds)."""
@@ -228,12 +235,11 @@ def run_as_operator(pb: Path, moments: "Moments") -> tuple[Any, float, float, fl
 
     offset = time.time() - time.monotonic()
     moments.time_of = lambda e: datetime.fromisoformat(e.at.replace("Z", "+00:00")).timestamp() - offset
-    exe = Path(sys.executable).with_name("dbmigrate")
     t0 = time.monotonic()
     # As installed: compiled modules cached (in the bench's home), not compiled at every start.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(Path(os.environ["DBMIGRATE_HOME"]) / "pycache")
-    p = subprocess.Popen([str(exe), "run", str(pb), "--yes", "--json"], stdout=subprocess.PIPE,
+    p = subprocess.Popen(dbmigrate_cmd() + ["run", str(pb), "--yes", "--json"], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, env=env)
     lines = p.stdout.read().splitlines()
     _, status, usage = os.wait4(p.pid, 0)
