@@ -3,9 +3,9 @@
 
 A throwaway sandbox (a primary and one replica) gets the fixture schema with every hazard
 (tests/fixtures/shapes/ca.sql) and TABLES copies of its tables grown to ROWS rows; a writer
-inserts on the primary as fast as one session can, from a process of its own. Each capture is paired with a
-window of the same length with no capture right before it (a shared host's load drifts), and
-the pair repeated --rounds times: writes per second against its paired window, and the longest
+inserts on the primary as fast as one session can, from a process of its own. Each capture is paired with
+windows of the same length with no capture right before and right after it (a shared host's
+load drifts), and repeated --rounds times: writes per second against its paired window, and the longest
 gap between two acknowledged writes, for `shape capture` read from the primary itself
 (--server, the worst case), read from the replica (the default), and with a digested query
 window of --seconds on the primary. Medians of the ratios, worst of the stalls; the host's load
@@ -108,24 +108,30 @@ def main() -> None:
         results: dict[str, list] = {}
         try:
             time.sleep(1)
+            took: dict[str, float] = {}
             for _ in range(args.rounds):
                 for label, kw in (("capture read from the primary", {"server": primary}),
                                   ("capture read from the replica", {}),
                                   (f"capture + {args.seconds:g}s digest window", {"seconds": args.seconds}),
                                   *([(f"capture + {args.seconds:g}s window 1 in 10",
                                       {"seconds": args.seconds, "sample": 10})] if sampling else [])):
+                    # A window of no capture right before and one right after, each as long as the
+                    # capture (its length from the previous round): a shared host's load drifts.
+                    pre = took.get(label, 5.0)
+                    time.sleep(pre)
                     t0 = time.monotonic()
                     shape, _ = shape_use.capture(state.inventory_file, NAME, HOME / label.replace(" ", "-"), **kw)
                     t1 = time.monotonic()
+                    took[label] = t1 - t0
                     time.sleep(0.5)
                     b0 = time.monotonic()
                     time.sleep(t1 - t0)
-                    base = w.window(b0, time.monotonic())
+                    before, after = w.window(t0 - pre, t0 - 0.05), w.window(b0, time.monotonic())
                     during = w.window(t0, t1)
-                    results.setdefault(label, []).append({"writes_per_s": during[0], "stall_ms": during[1],
-                                                          "paired_writes_per_s": base[0], "paired_stall_ms": base[1],
-                                                          "took_s": t1 - t0, "paced": getattr(shape, "paced", None),
-                                                          "window": shape.digest_source})
+                    results.setdefault(label, []).append({
+                        "writes_per_s": during[0], "stall_ms": during[1],
+                        "paired_writes_per_s": (before[0] + after[0]) / 2, "paired_stall_ms": max(before[1], after[1]),
+                        "took_s": t1 - t0, "paced": getattr(shape, "paced", None), "window": shape.digest_source})
         finally:
             w.stop_flag.set()
             w.join(5)
@@ -143,6 +149,10 @@ def main() -> None:
               f"(rounds {', '.join(f'{x:.2f}' for x in ratios)}); longest write stall "
               f"{max(r['stall_ms'] for r in rounds):.0f} ms (no capture: {max(r['paired_stall_ms'] for r in rounds):.0f} ms); "
               f"capture took {statistics.median(r['took_s'] for r in rounds):.1f} s")
+        if rounds[0].get("paced"):
+            p = rounds[0]["paced"]
+            print(f"{'':<34} paced: {p['reads']} reads, {p['busy_s']:.1f} s reading and {p['paused_s']:.1f} s paused "
+                  f"(share {p['share']:g})")
         if rounds[0].get("window"):
             print(f"{'':<34} query window: {rounds[0]['window']}")
 
