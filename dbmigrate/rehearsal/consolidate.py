@@ -99,7 +99,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
 
     from dbmigrate.rehearsal.rehearse import check_shape_options
 
-    shape_files = check_shape_options(shape, scale, compose, "consolidate") if shape is not None else None
+    shape_files = check_shape_options(shape, scale) if shape is not None else None
     install()  # the planned instances are created in this rehearsal's sandbox
     say = progress or (lambda m: None)
     driver = driver or DirectDriver(subscribers)
@@ -189,7 +189,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                 host, _, port = DsnFileRouter(first, routes).current().writer.rpartition(":")
                 return host, int(port)
 
-            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, server=olds[0], address=route)
+            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, server=olds[0], address=route,
+                                 compose=topo)
             time.sleep(2)  # the classes' "before"
 
         playbook = _playbook(state.path, name, plan_file, throttle_mb_s)

@@ -198,18 +198,14 @@ def _drop_index_locally(inv, candidate: str) -> None:
         Applier(c).drop_index_locally("app", "orders", "idx_customer")
 
 
-def check_shape_options(shape: Path, scale: float, compose: bool, rehearsal: str = "promote"):
-    """--shape and --scale checked before any sandbox is built."""
+def check_shape_options(shape: Path, scale: float):
+    """--shape and --scale checked before any sandbox or compose topology is built."""
     from dbmigrate.exceptions import UsageError
     from dbmigrate.shape.files import read_shape
 
     if not 0 < scale <= 1:
         raise UsageError(f"--scale {scale:g}: the share of the captured rows to generate is above 0 and at most 1",
                          hint="e.g. --scale 0.01")
-    if compose and rehearsal != "promote":
-        raise UsageError(f"--shape with --compose is available for `rehearse promote` only, not for `rehearse "
-                         f"{rehearsal}` yet", hint=f"rehearse {rehearsal} with --shape on the local sandbox, or "
-                                               f"rehearse promote --compose --shape")
     return read_shape(shape)
 
 
@@ -270,7 +266,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
     from dbmigrate.rehearsal.sysbench import Sysbench
 
     say = progress or (lambda m: None)
-    shape_files = check_shape_options(shape, scale, compose) if shape is not None else None
+    shape_files = check_shape_options(shape, scale) if shape is not None else None
     boxes = Sandboxes(progress=say)
     name = name or f"rehearsal-{secrets.token_hex(2)}"
     remote_info: dict[str, Any] = {}

@@ -57,7 +57,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
     from dbmigrate.rehearsal.sysbench import Sysbench
 
     say = progress or (lambda m: None)
-    shape_files = check_shape_options(shape, scale, compose, "schema-swap") if shape is not None else None
+    shape_files = check_shape_options(shape, scale) if shape is not None else None
     boxes = Sandboxes(progress=say)
     name = name or f"swap-{secrets.token_hex(2)}"
     t0 = time.monotonic()
@@ -90,7 +90,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
         bench.prepare()
         reads, verifier, background = start_workload(inv, name, bench, router.reader_port or router.writer_port, 180)
         if shape_files is not None:
-            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped)
+            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo)
             Clock().sleep(2)  # the classes' "before"
 
         playbook = swap_playbook(state.path / "schema-swap.yaml", state.inventory_file, name, candidate)

@@ -22,6 +22,7 @@ import yaml
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
+CAPTURE = ROOT / "tests" / "fixtures" / "shapes" / "ca-capture"
 
 pytestmark = pytest.mark.integration
 
@@ -190,12 +191,19 @@ def test_promote_rehearsal_in_containers_loses_nothing(no_leftovers):
     assert c["haproxy"]["address"] not in {s["address"].split(":")[0] for s in c["servers"].values()}
 
 
+def _classes_served(classes) -> None:
+    """Every replayed class of the fixture capture ran before and after, without an error."""
+    assert len(classes) == 7, classes
+    for c in classes:
+        assert c["before"]["count"] > 0 and c["after"]["count"] > 0, c
+        assert not c["before"]["errors"] and not c["after"]["errors"], c
+
+
 def test_promote_rehearsal_in_containers_with_a_captured_shape(no_leftovers):
     """The fixture capture loaded through the compose topology's root login (schema, rows,
     accounts, the role and the PROXY grant), its classes replayed by the pooled client through
     the HAProxy container across the promote: 0 lost, the per-class table printed."""
-    capture = ROOT / "tests" / "fixtures" / "shapes" / "ca-capture"
-    r = run_cli("rehearse", "promote", "--compose", "--shape", str(capture), "--scale", "0.02", "--no-guard",
+    r = run_cli("rehearse", "promote", "--compose", "--shape", str(CAPTURE), "--scale", "0.02", "--no-guard",
                 "--load-seconds", "2", timeout=480)
     out = r.stdout
     assert r.returncode == 0, r.stderr[-2000:] + out[-3000:]
@@ -208,6 +216,16 @@ def test_promote_rehearsal_in_containers_with_a_captured_shape(no_leftovers):
         assert re.search(r"│\s*[1-9]\d* -> [1-9]\d*\s*│", line), line  # ran before and after the promote
         assert re.search(r"│ 0 -> 0\s*│", line), line  # no class failed before or after
     assert "long_query_time=11.2" in out  # the pool's own settings, read back from the container
+
+
+def test_schema_swap_rehearsal_in_containers_with_a_captured_shape(no_leftovers):
+    r = run_cli("rehearse", "schema-swap", "--compose", "--shape", str(CAPTURE), "--scale", "0.02", "--rows", "500",
+                "--json", timeout=480)
+    _passed(r)
+    rep = _result(r.stdout)
+    assert rep["run_status"] == "done" and rep["lost_writes"] == 0 and rep["primary_back"]
+    assert rep["shape"]["roles"] == ["ca_reader"] and rep["shape"]["proxy_grants"] == 1
+    _classes_served(rep["classes"])
 
 
 def test_regression_is_rolled_back_with_windows_read_through_docker_exec(no_leftovers):
@@ -232,7 +250,7 @@ def test_consolidation_provisions_into_host_containers_and_loses_nothing_kept_un
     `rehearse down` removes it."""
     name = "consol-compose"
     r = run_cli("rehearse", "consolidate", "--compose", "--rows", "100", "--keep", "--name", name, "--json",
-                timeout=600)
+                "--shape", str(CAPTURE), "--scale", "0.02", timeout=600)
     try:
         _passed(r)
         rep = _result(r.stdout)
@@ -254,6 +272,11 @@ def test_consolidation_provisions_into_host_containers_and_loses_nothing_kept_un
         assert all(c["docker_execs"][s["container"]] > 0 for s in c["servers"].values()), c["docker_execs"]
         assert any(f"dbmigrate rehearse down {name}" in line for line in c["kept"])
         assert (no_leftovers / "compose" / name / "topology.json").exists()  # kept: still there
+        # The shape, loaded through the first old container's root login, is a shard of its own;
+        # its classes ran before and after the cutover without an error.
+        assert rep["shape"]["roles"] == ["ca_reader"] and rep["shape"]["proxy_grants"] == 1
+        assert "ca" in rep["shards"] and rep["shards"]["ca"]["lost"] == 0
+        _classes_served(rep["classes"])
     finally:
         down = run_cli("rehearse", "down", name)
     assert down.returncode == 0, down.stderr[-1500:]

@@ -1,5 +1,4 @@
-"""`--shape` with `--compose`: promote loads it into containers; the other rehearsals refuse it
-before anything starts, saying which works."""
+"""`--shape` and `--scale` are checked before any sandbox or compose topology is built."""
 
 from __future__ import annotations
 
@@ -13,13 +12,12 @@ from dbmigrate.rehearsal.rehearse import check_shape_options
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "shapes" / "ca-capture"
 
 
-def test_promote_takes_a_shape_with_compose():
-    assert check_shape_options(CAPTURE, 0.02, True, "promote").classes
+def test_a_capture_is_read_with_its_classes():
+    assert check_shape_options(CAPTURE, 0.02).classes
 
 
-@pytest.mark.parametrize("rehearsal", ["schema-swap", "consolidate"])
-def test_the_other_rehearsals_refuse_a_shape_with_compose(rehearsal):
+@pytest.mark.parametrize("scale", [0, 1.5, -0.1])
+def test_a_scale_outside_the_captured_rows_is_refused(scale):
     with pytest.raises(UsageError) as e:
-        check_shape_options(CAPTURE, 0.02, True, rehearsal)
-    assert f"available for `rehearse promote` only, not for `rehearse {rehearsal}`" in str(e.value)
-    assert check_shape_options(CAPTURE, 0.02, False, rehearsal).classes  # the sandbox takes it
+        check_shape_options(CAPTURE, scale)
+    assert "above 0 and at most 1" in str(e.value)
