@@ -220,10 +220,10 @@ def playbook(state, name: str, candidate: str, via: str, budget_s: float | None 
 
 
 def dbmigrate_cmd() -> list[str]:
-    """The installed `dbmigrate` command, run by this interpreter: its interpreter line may name
-    another environment's Python (an editable install made elsewhere), its code is the same."""
-    exe = Path(sys.executable).with_name("dbmigrate")
-    return [sys.executable, str(exe)] if exe.exists() else [sys.executable, "-m", "dbmigrate"]
+    """`dbmigrate` as `python -m dbmigrate` with this interpreter: the code under test's own entry
+    point, whatever an installed script's interpreter line or entry point says (an editable install
+    made elsewhere, or from another commit)."""
+    return [sys.executable, "-m", "dbmigrate"]
 
 
 def run_as_operator(pb: Path, moments: "Moments") -> tuple[Any, float, float, float]:
