@@ -59,6 +59,8 @@ def test_a_global_writer_that_bypasses_read_only_fails_only_with_a_session():
     topo = topology(root=({"global"}, True))
     g = gate(topo)
     assert g.ok and "warning: 'root' (global write privileges) bypasses read_only" in g.reason
+    topo.servers["db2"].sessions.append(Session(42, "root", "localhost", None, "Sleep", 3, None))
+    assert gate(topo).ok  # on the candidate: not fenced now
     topo.servers["db1"].sessions.append(Session(41, "root", "localhost", "app", "Sleep", 3, None))
     g = gate(topo)
     assert not g.ok and "'root' (global write privileges) bypasses read_only and has 1 session(s) on 127.0.0.1:3301" \

@@ -314,14 +314,16 @@ def app_fence_gate(servers: list[tuple[str, Any]], app_user: str, repl_user: str
                    allowed: tuple[str, ...] = ()) -> GateResult:
     """The inventory's app account, and every other account that can write the application's
     schemas, stopped by read_only on each of `servers` ((address, inspector) pairs: the
-    primary the fence closes and the candidate a way back fences)."""
+    primary the fence closes, then the candidate a way back fences). Sessions count on the
+    first only: the one fenced now."""
     results = []
-    for address, insp in servers:
+    for i, (address, insp) in enumerate(servers):
         app = app_fence_rule(app_user, {h: insp.grants(app_user, h) for h in insp.user_hosts(app_user)},
                              insp.flavor.read_only_privileges(), address)
         exempt = {insp.login_user, repl_user, *SERVER_ACCOUNTS}
         writers = writers_fence_rule(insp.schema_writers(insp.schemas()), insp.read_only_bypass_users(),
-                                     [x.user for x in insp.sessions()], set(allowed), exempt, address)
+                                     [x.user for x in insp.sessions()] if i == 0 else [], set(allowed), exempt,
+                                     address)
         ok = app.ok and writers.ok
         reason = "; ".join(r.reason for r in (app, writers) if not r.ok) if not ok else writers.reason
         results.append(GateResult(ok, reason, {"app_user": app.details, **writers.details}))
