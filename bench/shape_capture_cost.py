@@ -79,6 +79,27 @@ class Writer:
         return len(times) / max(t1 - t0, 1e-9), gap * 1000
 
 
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the servers' processes used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def tool_cpu_s() -> float:
+    """CPU seconds of this process's capture thread and the programs it ran (pt-query-digest)."""
+    import resource
+
+    return time.thread_time() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + \
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=20000)
@@ -104,6 +125,7 @@ def main() -> None:
                 s.execute(f"INSERT INTO ca.orders_{i} (account_id, status, created) "
                           f"SELECT 1 + seq % 2, 'valid', NOW(6) FROM ca.seq_1_to_{args.rows}")
         w = Writer(state.inventory_file, primary)
+        servers = boxes.pids(NAME)
         w.start()
         results: dict[str, list] = {}
         try:
@@ -118,20 +140,28 @@ def main() -> None:
                     # A window of no capture right before and one right after, each as long as the
                     # capture (its length from the previous round): a shared host's load drifts.
                     pre = took.get(label, 5.0)
+                    c_pre = cpu_s(servers)
                     time.sleep(pre)
+                    c0, k0 = cpu_s(servers), tool_cpu_s()
                     t0 = time.monotonic()
                     shape, _ = shape_use.capture(state.inventory_file, NAME, HOME / label.replace(" ", "-"), **kw)
                     t1 = time.monotonic()
+                    c1, k1 = cpu_s(servers), tool_cpu_s()
                     took[label] = t1 - t0
                     time.sleep(0.5)
-                    b0 = time.monotonic()
+                    b0, c_b0 = time.monotonic(), cpu_s(servers)
                     time.sleep(t1 - t0)
+                    c_b1 = cpu_s(servers)
+                    # The servers' CPU beyond what they used per second without a capture (the writer's share).
+                    idle_rate = ((c0 - c_pre) + (c_b1 - c_b0)) / (pre + (t1 - t0))
+                    server_extra = (c1 - c0) - idle_rate * (t1 - t0)
                     before, after = w.window(t0 - pre, t0 - 0.05), w.window(b0, time.monotonic())
                     during = w.window(t0, t1)
                     results.setdefault(label, []).append({
                         "writes_per_s": during[0], "stall_ms": during[1],
                         "paired_writes_per_s": (before[0] + after[0]) / 2, "paired_stall_ms": max(before[1], after[1]),
-                        "took_s": t1 - t0, "paced": getattr(shape, "paced", None), "window": shape.digest_source})
+                        "took_s": t1 - t0, "paced": getattr(shape, "paced", None), "window": shape.digest_source,
+                        "tool_cpu_s": k1 - k0, "server_cpu_extra_s": server_extra})
         finally:
             w.stop_flag.set()
             w.join(5)
@@ -149,6 +179,12 @@ def main() -> None:
               f"(rounds {', '.join(f'{x:.2f}' for x in ratios)}); longest write stall "
               f"{max(r['stall_ms'] for r in rounds):.0f} ms (no capture: {max(r['paired_stall_ms'] for r in rounds):.0f} ms); "
               f"capture took {statistics.median(r['took_s'] for r in rounds):.1f} s")
+        if "tool_cpu_s" in rounds[0]:
+            tool = statistics.median(r["tool_cpu_s"] for r in rounds)
+            extra = statistics.median(r["server_cpu_extra_s"] for r in rounds)
+            took = statistics.median(r["took_s"] for r in rounds)
+            print(f"{'':<34} CPU: the tool {tool:.2f} s, the servers {extra:+.2f} s beyond their no-capture rate; "
+                  f"together {(tool + max(extra, 0)) / took * 100:.0f}% of one core over the capture")
         if rounds[0].get("paced"):
             p = rounds[0]["paced"]
             print(f"{'':<34} paced: {p['reads']} reads, {p['busy_s']:.1f} s reading and {p['paused_s']:.1f} s paused "
