@@ -142,10 +142,10 @@ class ShapeReader:
                 select.append(f"{length}(`{name}`) AS `{name}`, CRC32(`{name}`) AS `{name}{_CRC}`")
             else:
                 select.append(f"`{name}`")
-        keys = [str(c["name"]) for c in described if c["key"] == "PRI"]
-        key = keys[0] if len(keys) == 1 else None
-        base = f"SELECT {', '.join(select)} FROM `{schema}`.`{table}`"
         measured = [str(c["name"]) for c in described if str(c["data_type"]).lower() in MEASURED_TYPES]
+        keys = [str(c["name"]) for c in described if c["key"] == "PRI"]
+        key = keys[0] if len(keys) == 1 and keys[0] not in measured else None  # a TEXT key is read as its length
+        base = f"SELECT {', '.join(select)} FROM `{schema}`.`{table}`"
         last, taken = None, 0
         while taken < rows:
             n = min(batch, rows - taken) if key else rows
