@@ -11,7 +11,7 @@ gap between two acknowledged writes, for `shape capture` read from the primary i
 window of --seconds on the primary. Medians of the ratios, worst of the stalls; the host's load
 average is printed with them.
 
-    python bench/shape_capture_cost.py [--rows 20000] [--tables 20] [--seconds 5] [--rounds 3] [--json]
+    python bench/shape_capture_cost.py [--rows 20000] [--tables 20] [--seconds 5] [--rounds 3] [--share F] [--json]
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ def main() -> None:
     ap.add_argument("--tables", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--share", type=float, default=None, help="the capture's --share (default: its own)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     load_before = os.getloadavg()
@@ -144,6 +145,8 @@ def main() -> None:
                     time.sleep(pre)
                     c0, k0 = cpu_s(servers), tool_cpu_s()
                     t0 = time.monotonic()
+                    if args.share is not None:
+                        kw = {**kw, "share": args.share}
                     shape, _ = shape_use.capture(state.inventory_file, NAME, HOME / label.replace(" ", "-"), **kw)
                     t1 = time.monotonic()
                     c1, k1 = cpu_s(servers), tool_cpu_s()

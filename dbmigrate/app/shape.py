@@ -28,7 +28,7 @@ def capture(inventory: Path, cluster: str, out: Path, *, schemas: list[str] | No
         raise UsageError(f"--window {via}: choose one of {', '.join(WINDOWS)}")
     if not 0 < share <= 1:
         raise UsageError(f"--share {share:g}: the capture's share of the time is more than 0 and at most 1",
-                         hint="e.g. --share 0.2 (a read of 20 ms, then 80 ms of pause)")
+                         hint="e.g. --share 0.05 (a read of 10 ms, then 190 ms of pause)")
     if not 0 <= nice <= 19:
         raise UsageError(f"--nice {nice}: a priority lowered by 0 to 19", hint="e.g. --nice 10")
     if sample < 1:

@@ -33,8 +33,8 @@ def capture(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inven
                                        "long_query_time), slow_log (a long_query_time=0 window), or auto (the "
                                        "first where performance_schema is on)."),
             share: float = typer.Option(shape_use.DEFAULT_SHARE, "--share", help="The share of the time the "
-                                        "capture's reads may take: each read is followed by a pause (0.2: a read "
-                                        "of 20 ms, then 80 ms of nothing; 1: no pause)."),
+                                        "capture's reads may take: each read is followed by a pause (0.05: a read "
+                                        "of 10 ms, then 190 ms of nothing; 1: no pause)."),
             nice: int = typer.Option(shape_use.NICE, "--nice", help="Run the capture this much lower in CPU "
                                      "priority (0: unchanged), for a tool on the database host."),
             sample: int = typer.Option(1, "--sample", help="A slow-log window logs 1 statement in N "
