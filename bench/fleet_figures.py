@@ -1,0 +1,107 @@
+"""The fleet benchmark's arithmetic, apart from any server: write gaps inside a window, samples
+inside windows, the windows each old server spent in a fleet stage (from the journal's
+metrics), the process tree whose memory counts as the tool's, and the ratios across N."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterable, Optional
+
+from dbmigrate.procedures.consolidate.throttle import percentile
+
+Window = tuple[float, float]  # epoch seconds, start and end
+
+
+def epoch(iso: str) -> float:
+    """The journal's UTC ISO timestamps as epoch seconds (acks carry time.time())."""
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def gap_in(times: list[float], t0: float, t1: float) -> Optional[float]:
+    """The longest pause (ms) between two consecutive acks that overlaps [t0, t1]; the pause an
+    application saw because of what happened in that window. None when no ack came after t0
+    (the writer never wrote again: not a gap but an outage, reported as such)."""
+    ordered = sorted(times)
+    longest = None
+    for a, b in zip(ordered, ordered[1:]):
+        if b >= t0 and a <= t1:
+            longest = max(longest or 0.0, (b - a) * 1000)
+    if not ordered or ordered[-1] < t0:
+        return None
+    return longest if longest is not None else 0.0
+
+
+def within(samples: Iterable[tuple[float, float]], windows: Iterable[Window]) -> list[float]:
+    """The values of (when, value) samples taken inside any of the windows."""
+    ws = list(windows)
+    return [v for t, v in samples if any(a <= t <= b for a, b in ws)]
+
+
+def stage_windows(metrics: list[dict], stage: str) -> dict[str, Window]:
+    """Per old server, when its `stage` (seed, cutover) began and ended, from the fleet's
+    `fleet_server_s` metrics: a `started` event, then one `done` or `failed` event."""
+    began: dict[str, float] = {}
+    out: dict[str, Window] = {}
+    for m in metrics:
+        if m["name"] != "fleet_server_s" or m["labels"].get("stage") != stage:
+            continue
+        server, status, at = m["labels"]["server"], m["labels"]["status"], epoch(m["at"])
+        if status == "started":
+            began[server] = at
+        elif status in ("done", "failed") and server in began:
+            out[server] = (began[server], at)
+    return out
+
+
+def most_at_once(windows: Iterable[Window]) -> int:
+    """How many windows overlapped at the busiest moment (the concurrency actually reached)."""
+    events = sorted([(a, 1) for a, _ in windows] + [(b, -1) for _, b in windows], key=lambda e: (e[0], e[1]))
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def descendants(parents: dict[int, int], root: int) -> set[int]:
+    """Every process below `root`, given pid -> parent pid."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = set(), [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def p50_max(values: list[Optional[float]]) -> tuple[Optional[float], Optional[float]]:
+    known = [v for v in values if v is not None]
+    if not known:
+        return None, None
+    return percentile(known, 50), max(known)
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return round(a / b, 2) if a is not None and b else None
+
+
+# A figure "does not grow" when the largest fleet's is within this factor of the smallest's:
+# a shared 2-core machine moves single figures by that much between runs.
+NOISE = 1.2
+
+
+def scaling_verdicts(rows: list[dict]) -> dict:
+    """Largest N against smallest: wall time per MB moved (no faster than the data: <= 1),
+    the per-server cutover gap p50 and max, and the sources' p99.9 during seeding."""
+    lo, hi = min(rows, key=lambda r: r["n"]), max(rows, key=lambda r: r["n"])
+    figures = {
+        "wall_per_mb": ratio(hi["wall_s_per_mb"], lo["wall_s_per_mb"]),
+        "gap_p50": ratio(hi["gap_ms"]["p50"], lo["gap_ms"]["p50"]),
+        "gap_max": ratio(hi["gap_ms"]["max"], lo["gap_ms"]["max"]),
+        "source_p999": ratio(hi["source_p999_ms"]["seeding"], lo["source_p999_ms"]["seeding"]),
+    }
+    return {"between": [lo["n"], hi["n"]], "ratios": figures, "noise_factor": NOISE,
+            "met": {k: (v is not None and v <= NOISE) for k, v in figures.items()}}
