@@ -15,7 +15,8 @@ through the throttle: the playbook's p99.9 limit on the source, and a byte cap i
 - seeding MB/s against a raw copy (tar of the same old servers' files, no binlogs, through the
   same relay, page cache dropped first, the same concurrency), per copy and for the fleet;
 - each server's cutover write gap: the longest pause of its writer that overlaps its cutover
-  (p50 and max over the servers), and lost writes (acknowledged, not on the shard's server);
+  (p50 and max over the servers; also beyond the writer's own pace, and the fenced window the
+  tool journaled), and lost writes (acknowledged, not on the shard's server);
 - the sources' p99.9 read latency while each was being copied (all sources' samples pooled;
   the worst single source beside it), quiet before the run, against the throttle's limit;
 - the tool's peak memory: the `dbmigrate run` process's own high-water mark, and the peak
@@ -60,7 +61,7 @@ def log(msg: str) -> None:
 
 
 class ToolMemory(threading.Thread):
-    """Samples the tool's process tree five times a second: its own VmHWM (exact, the kernel
+    """Samples the tool's process tree twice a second: its own VmHWM (exact, the kernel
     keeps it) and the summed RSS of it and its descendants other than mariadbd."""
 
     def __init__(self, pid: int):
@@ -68,6 +69,7 @@ class ToolMemory(threading.Thread):
         self.pid = pid
         self.hwm_kb = 0
         self.tree_peak_kb = 0
+        self.cpu_s = 0.0  # its own user + system time, and its finished children's (mariadb-backup, ...)
         self.stop_flag = threading.Event()
 
     @staticmethod
@@ -95,13 +97,18 @@ class ToolMemory(threading.Thread):
             if not own:
                 return
             self.hwm_kb = max(self.hwm_kb, int(own.get("VmHWM", "0 kB").split()[0]))
+            try:
+                f = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                self.cpu_s = sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+            except (OSError, IndexError, ValueError):
+                pass
             tree = 0
             for pid in {self.pid} | fig.descendants(self._parents(), self.pid):
                 st = self._status(pid)
                 if st and st.get("Name", "").strip() != "mariadbd":
                     tree += int(st.get("VmRSS", "0 kB").split()[0])
             self.tree_peak_kb = max(self.tree_peak_kb, tree)
-            self.stop_flag.wait(0.2)
+            self.stop_flag.wait(0.5)
 
 
 class App:
@@ -142,6 +149,12 @@ class Fleet:
         self.apps: dict[str, App] = {}
         self.tool: subprocess.Popen | None = None
         self.up = False
+
+    def write_interval_s(self) -> float:
+        """Each writer's pause between writes: the applications' load on this one machine is the
+        same for every N (per server it shrinks as N grows), so that the tool's share of the
+        CPU, not the applications', is what changes with N."""
+        return self.n / self.args.writes_per_s
 
     def old(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(1, self.n + 1)]
@@ -210,8 +223,8 @@ class Fleet:
             spec = inv.cluster(self.name).servers[server]
             self.apps[server] = App({"routes": str(self.routes), "shard": shard, "app": [app.user, app.password],
                                      "admin": [admin.user, admin.password], "source": server, "host": spec.host,
-                                     "port": spec.port, "rows": self.args.rows, "reads_per_s": self.args.reads_per_s,
-                                     "write_interval_s": self.args.write_interval_ms / 1000})
+                                     "port": spec.port, "rows": self.args.rows, "reads_per_s": self.args.reads_per_s / self.n,
+                                     "write_interval_s": self.write_interval_s()})
         for a in self.apps.values():
             a.ready()
 
@@ -231,7 +244,7 @@ class Fleet:
             mem.join(5)
             out.close()
         wall = time.monotonic() - t
-        return {"rc": rc, "wall_s": wall, "hwm_kb": mem.hwm_kb, "tree_peak_kb": mem.tree_peak_kb}
+        return {"rc": rc, "wall_s": wall, "hwm_kb": mem.hwm_kb, "tree_peak_kb": mem.tree_peak_kb, "cpu_s": mem.cpu_s}
 
     def raw_copy(self) -> dict:
         """tar of each old server's files (no binlogs), through the relay seeding uses, the
@@ -299,6 +312,11 @@ class Fleet:
             with Server(addr, host, int(port), creds) as srv:
                 lost += len({i for i, _, _ in acks} - ids_on(srv, shard))
         p50, mx = fig.p50_max([gaps.get(s) for s in self.old()])
+        pace_ms = self.write_interval_s() * 1000
+        # The cutover's own account of its fenced window (fence to writes open on the instance).
+        f50, fmax = fig.p50_max([m["value"] for m in detail["metrics"] if m["name"] == "fenced_window_ms"])
+        beyond = [None if gaps.get(s) is None else max(0.0, gaps[s] - pace_ms) for s in self.old()]
+        b50, bmax = fig.p50_max(beyond)
 
         during = []
         worst_source = None
@@ -329,16 +347,18 @@ class Fleet:
             "raw": {"mb": round(raw["bytes"] / 1e6, 1),
                     "per_copy_mb_s": round(sum(raw["per_copy_mb_s"]) / len(raw["per_copy_mb_s"]), 1),
                     "fleet_mb_s": round(raw["bytes"] / 1e6 / raw["wall_s"], 1)},
-            "gap_ms": {"p50": round(p50) if p50 is not None else None, "max": round(mx) if mx is not None else None,
+            "gap_ms": {"p50": _r(p50), "max": _r(mx), "writer_interval": round(pace_ms, 1),
+                       "beyond_pace_p50": _r(b50), "beyond_pace_max": _r(bmax),
                        "per_server": {s: (round(g) if g is not None else None) for s, g in gaps.items()},
                        "not_cut_over": sorted(set(self.old()) - set(cuts))},
-            "fenced_ms_max": max((m["value"] for m in detail["metrics"] if m["name"] == "fenced_window_ms"), default=None),
+            "fenced_ms": {"p50": _r(f50), "max": _r(fmax)},
             "lost": lost,
             "write_errors": sum(sum(r["write_errors"].values()) for r in results.values()),
             "source_p999_ms": {"seeding": _r(percentile(during, 99.9)), "worst_source": _r(worst_source),
                                "quiet": _r(percentile(quiet, 99.9)), "limit": self.args.limit_ms,
                                "samples": len(during)},
             "tool_memory_mb": {"process_peak": round(tool["hwm_kb"] / 1024), "tree_peak": round(tool["tree_peak_kb"] / 1024)},
+            "tool_cpu_s": round(tool["cpu_s"], 1),
         }
 
     def close(self) -> None:
@@ -378,8 +398,10 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=4, help="the playbook's fleet.concurrency")
     ap.add_argument("--limit-ms", type=float, default=50, help="the throttle's limit: seed.max_source_p999_ms")
     ap.add_argument("--cap-mb-s", type=float, default=0, help="the throttle's byte cap per copy: seed.throttle_mb_s")
-    ap.add_argument("--reads-per-s", type=float, default=100, help="each source's application reads per second")
-    ap.add_argument("--write-interval-ms", type=float, default=10, help="each writer's pause between writes")
+    ap.add_argument("--reads-per-s", type=float, default=400,
+                    help="the applications' point reads per second on the old servers, in all (split evenly)")
+    ap.add_argument("--writes-per-s", type=float, default=400,
+                    help="the applications' writes per second, in all (split evenly over the old servers)")
     ap.add_argument("--quiet-s", type=float, default=5, help="the sources' latency measured this long before the run")
     ap.add_argument("--timeout-s", type=float, default=900, help="give up on one run after this long")
     ap.add_argument("--json", action="store_true")
@@ -421,16 +443,17 @@ def print_table(out: dict) -> None:
           f"{out['load_avg_after']} after; {out['rows_per_shard']} rows per shard; fleet.concurrency "
           f"{out['concurrency']}; throttle limit p99.9 {out['limit_ms']:g} ms, cap {out['cap_mb_s'] or 'none'}")
     print("| N | status | wall s (provision/seed/cutover) | MB moved | s per MB | seeding MB/s per copy / fleet "
-          "| raw MB/s per copy / fleet | gap p50 / max ms | lost | source p99.9 ms seeding (worst source) / quiet "
-          "| tool MB (process / tree) |")
+          "(paused s) | raw MB/s per copy / fleet | gap ms p50 / max (beyond the writer's pace) | lost "
+          "| source p99.9 ms while copied (worst source) / quiet | tool MB process / tree, CPU s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in out["runs"]:
         s, sd, rw, g, p = r["steps_s"], r["seeding"], r["raw"], r["gap_ms"], r["source_p999_ms"]
         print(f"| {r['n']} | {r['status']} | {r['wall_s']} ({s.get('provision', '-')}/{s.get('seed')}/{s.get('cutover')}) "
-              f"| {r['moved_mb']} | {r['wall_s_per_mb']} | {sd['per_copy_mb_s']} / {sd['fleet_mb_s']} "
-              f"| {rw['per_copy_mb_s']} / {rw['fleet_mb_s']} | {g['p50']} / {g['max']} | {r['lost']} "
+              f"| {r['moved_mb']} | {r['wall_s_per_mb']} | {sd['per_copy_mb_s']} / {sd['fleet_mb_s']} ({sd['paused_s']}) "
+              f"| {rw['per_copy_mb_s']} / {rw['fleet_mb_s']} | {g['p50']} / {g['max']} ({g['beyond_pace_p50']} / "
+              f"{g['beyond_pace_max']}, pace {g['writer_interval']}) | {r['lost']} "
               f"| {p['seeding']} ({p['worst_source']}) / {p['quiet']} | {r['tool_memory_mb']['process_peak']} / "
-              f"{r['tool_memory_mb']['tree_peak']} |")
+              f"{r['tool_memory_mb']['tree_peak']}, {r['tool_cpu_s']} |")
     sc = out["scaling"]
     if sc:
         lo, hi = sc["between"]
