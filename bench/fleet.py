@@ -315,6 +315,9 @@ class Fleet:
         pace_ms = self.write_interval_s() * 1000
         # The cutover's own account of its fenced window (fence to writes open on the instance).
         f50, fmax = fig.p50_max([m["value"] for m in detail["metrics"] if m["name"] == "fenced_window_ms"])
+        fenced = fig.fenced_windows(detail["metrics"])
+        beside = fig.beside_each_window(fenced, cuts)
+        fenced_ms = {m["labels"]["source"]: m["value"] for m in detail["metrics"] if m["name"] == "fenced_window_ms"}
         beyond = [None if gaps.get(s) is None else max(0.0, gaps[s] - pace_ms) for s in self.old()]
         b50, bmax = fig.p50_max(beyond)
 
@@ -351,7 +354,12 @@ class Fleet:
                        "beyond_pace_p50": _r(b50), "beyond_pace_max": _r(bmax),
                        "per_server": {s: (round(g) if g is not None else None) for s, g in gaps.items()},
                        "not_cut_over": sorted(set(self.old()) - set(cuts))},
-            "fenced_ms": {"p50": _r(f50), "max": _r(fmax)},
+            "fenced_ms": {"p50": _r(f50), "max": _r(fmax),
+                          # Does a window last longer when other servers' cutovers run beside it?
+                          "by_others_outside_their_window": fig.split_by(fenced_ms, beside, "outside_window"),
+                          "by_others_fenced": fig.split_by(fenced_ms, beside, "fenced")},
+            "gap_by_others_outside_their_window": fig.split_by(
+                {s: g for s, g in gaps.items() if g is not None}, beside, "outside_window"),
             "lost": lost,
             "write_errors": sum(sum(r["write_errors"].values()) for r in results.values()),
             "source_p999_ms": {"seeding": _r(percentile(during, 99.9)), "worst_source": _r(worst_source),

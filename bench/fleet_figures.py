@@ -106,3 +106,34 @@ def scaling_verdicts(rows: list[dict]) -> dict:
     }
     return {"between": [lo["n"], hi["n"]], "ratios": figures, "noise_factor": NOISE,
             "met": {k: (v is not None and v <= NOISE) for k, v in figures.items()}}
+
+
+def fenced_windows(metrics: list[dict]) -> dict[str, Window]:
+    """Per old server, its fenced window: the `fenced_window_ms` metric is journaled as the
+    window ends, with its length."""
+    return {m["labels"]["source"]: (epoch(m["at"]) - m["value"] / 1000, epoch(m["at"]))
+            for m in metrics if m["name"] == "fenced_window_ms"}
+
+
+def _overlap(a: Window, b: Window) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def beside_each_window(fenced: dict[str, Window], cutovers: dict[str, Window]) -> dict[str, dict[str, int]]:
+    """For each server's fenced window, how many other servers were fenced at the same time, and
+    how many were in their cutover but outside their own window (checks before the fence, the
+    sessions and accounts after it): the work that shares the tool and the CPU with the window."""
+    out = {}
+    for s, w in fenced.items():
+        others = [o for o in cutovers if o != s and _overlap(w, cutovers[o])]
+        in_window = [o for o in others if o in fenced and _overlap(w, fenced[o])]
+        out[s] = {"fenced": len(in_window), "outside_window": len(others) - len(in_window)}
+    return out
+
+
+def split_by(values: dict[str, float], key: dict[str, dict[str, int]], field: str) -> dict[str, Optional[float]]:
+    """p50 of the values whose server had none of `field` beside it, and of those that had some."""
+    alone = [v for s, v in values.items() if key.get(s, {}).get(field, 0) == 0]
+    beside = [v for s, v in values.items() if key.get(s, {}).get(field, 0) > 0]
+    return {"none_beside": percentile(alone, 50), "some_beside": percentile(beside, 50),
+            "servers_none": len(alone), "servers_some": len(beside)}

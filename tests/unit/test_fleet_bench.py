@@ -75,3 +75,19 @@ def test_scaling_verdicts_compare_the_largest_fleet_with_the_smallest():
 def test_a_missing_figure_is_not_met():
     v = fig.scaling_verdicts([row(4, 0.1, 50, 100, None), row(16, 0.1, 50, 100, 30)])
     assert v["ratios"]["source_p999"] is None and v["met"]["source_p999"] is False
+
+
+def test_beside_each_window_tells_fenced_neighbours_from_busy_ones():
+    fenced = {"a": (10.0, 10.1), "b": (10.05, 10.2), "c": (20.0, 20.1)}
+    cutovers = {"a": (9.0, 11.0), "b": (9.5, 11.0), "c": (19.0, 21.0), "d": (19.5, 20.5)}
+    beside = fig.beside_each_window(fenced, cutovers)
+    assert beside["a"] == {"fenced": 1, "outside_window": 0}
+    assert beside["c"] == {"fenced": 0, "outside_window": 1}  # d was cutting over, not fenced (yet)
+    split = fig.split_by({"a": 40.0, "b": 50.0, "c": 90.0}, beside, "outside_window")
+    assert split == {"none_beside": 40.0, "some_beside": 90.0, "servers_none": 2, "servers_some": 1}
+
+
+def test_fenced_windows_end_when_the_metric_was_journaled():
+    w = fig.fenced_windows([{"name": "fenced_window_ms", "value": 250.0, "at": "2026-01-01T00:00:01+00:00",
+                             "labels": {"source": "a"}}])
+    assert w["a"][1] - w["a"][0] == pytest.approx(0.25)
