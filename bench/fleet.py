@@ -318,6 +318,11 @@ class Fleet:
         fenced = fig.fenced_windows(detail["metrics"])
         beside = fig.beside_each_window(fenced, cuts)
         fenced_ms = {m["labels"]["source"]: m["value"] for m in detail["metrics"] if m["name"] == "fenced_window_ms"}
+        # Where each window went: to the instance's catch-up, and after it (reverse connection, routes, open).
+        parts = {s: fig.window_parts(rec.get("text", "")) for s, rec in st.servers.items()
+                 if rec.get("stage") == "cutover" and rec.get("status") == "done"}
+        after = [p["window_ms"] - p["caught_up_ms"] for p in parts.values()
+                 if p["window_ms"] is not None and p["caught_up_ms"] is not None]
         beyond = [None if gaps.get(s) is None else max(0.0, gaps[s] - pace_ms) for s in self.old()]
         b50, bmax = fig.p50_max(beyond)
 
@@ -357,7 +362,12 @@ class Fleet:
             "fenced_ms": {"p50": _r(f50), "max": _r(fmax),
                           # Does a window last longer when other servers' cutovers run beside it?
                           "by_others_outside_their_window": fig.split_by(fenced_ms, beside, "outside_window"),
-                          "by_others_fenced": fig.split_by(fenced_ms, beside, "fenced")},
+                          "by_others_fenced": fig.split_by(fenced_ms, beside, "fenced"),
+                          "fence_p50": _r(percentile([p["fence_ms"] for p in parts.values() if p["fence_ms"] is not None], 50)),
+                          "caught_up_p50": _r(percentile([p["caught_up_ms"] for p in parts.values()
+                                                          if p["caught_up_ms"] is not None], 50)),
+                          "after_caught_up_p50": _r(percentile(after, 50)),
+                          "after_caught_up_max": _r(max(after, default=None))},
             "gap_by_others_outside_their_window": fig.split_by(
                 {s: g for s, g in gaps.items() if g is not None}, beside, "outside_window"),
             "lost": lost,

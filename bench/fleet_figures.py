@@ -137,3 +137,16 @@ def split_by(values: dict[str, float], key: dict[str, dict[str, int]], field: st
     beside = [v for s, v in values.items() if key.get(s, {}).get(field, 0) > 0]
     return {"none_beside": percentile(alone, 50), "some_beside": percentile(beside, 50),
             "servers_none": len(alone), "servers_some": len(beside)}
+
+
+def window_parts(sentence: str) -> dict[str, Optional[float]]:
+    """From a server's cutover sentence: the fence itself (read_only=ON), the time from the fence
+    to the instance having applied the final position, and the whole window (fence to open)."""
+    import re
+
+    def ms(pattern: str) -> Optional[float]:
+        m = re.search(pattern, sentence)
+        return float(m.group(1)) if m else None
+
+    return {"fence_ms": ms(r"\(read_only=ON\) in ([\d.]+) ms"), "caught_up_ms": ms(r"caught up in ([\d.]+) ms"),
+            "window_ms": ms(r"after ([\d.]+) ms fenced")}

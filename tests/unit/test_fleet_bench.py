@@ -91,3 +91,11 @@ def test_fenced_windows_end_when_the_metric_was_journaled():
     w = fig.fenced_windows([{"name": "fenced_window_ms", "value": 250.0, "at": "2026-01-01T00:00:01+00:00",
                              "labels": {"source": "a"}}])
     assert w["a"][1] - w["a"][0] == pytest.approx(0.25)
+
+
+def test_window_parts_read_the_cutover_sentence():
+    text = ("copy verified before the fence (2 range(s), 3045 row(s) equal), 0 range(s) compared in it; fenced "
+            "old-1 (read_only=ON) in 3.3 ms; final position ('mysql-bin.000001', 703418); caught up in 4 ms; "
+            "routes shard_01->h1-1 after 22 ms fenced; then 0 app session(s) on old-1 ended")
+    assert fig.window_parts(text) == {"fence_ms": 3.3, "caught_up_ms": 4.0, "window_ms": 22.0}
+    assert fig.window_parts("not fenced: behind")["window_ms"] is None
