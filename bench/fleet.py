@@ -461,15 +461,17 @@ def print_table(out: dict) -> None:
           f"{out['load_avg_after']} after; {out['rows_per_shard']} rows per shard; fleet.concurrency "
           f"{out['concurrency']}; throttle limit p99.9 {out['limit_ms']:g} ms, cap {out['cap_mb_s'] or 'none'}")
     print("| N | status | wall s (provision/seed/cutover) | MB moved | s per MB | seeding MB/s per copy / fleet "
-          "(paused s) | raw MB/s per copy / fleet | gap ms p50 / max (beyond the writer's pace) | lost "
+          "(paused s) | raw MB/s per copy / fleet | gap ms p50 / max (beyond the writer's pace) "
+          "| fenced window ms p50 / max | lost "
           "| source p99.9 ms while copied (worst source) / quiet | tool MB process / tree, CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in out["runs"]:
         s, sd, rw, g, p = r["steps_s"], r["seeding"], r["raw"], r["gap_ms"], r["source_p999_ms"]
         print(f"| {r['n']} | {r['status']} | {r['wall_s']} ({s.get('provision', '-')}/{s.get('seed')}/{s.get('cutover')}) "
               f"| {r['moved_mb']} | {r['wall_s_per_mb']} | {sd['per_copy_mb_s']} / {sd['fleet_mb_s']} ({sd['paused_s']}) "
               f"| {rw['per_copy_mb_s']} / {rw['fleet_mb_s']} | {g['p50']} / {g['max']} ({g['beyond_pace_p50']} / "
-              f"{g['beyond_pace_max']}, pace {g['writer_interval']}) | {r['lost']} "
+              f"{g['beyond_pace_max']}, pace {g['writer_interval']}) | {r['fenced_ms']['p50']} / {r['fenced_ms']['max']} "
+              f"| {r['lost']} "
               f"| {p['seeding']} ({p['worst_source']}) / {p['quiet']} | {r['tool_memory_mb']['process_peak']} / "
               f"{r['tool_memory_mb']['tree_peak']}, {r['tool_cpu_s']} |")
     sc = out["scaling"]
