@@ -105,6 +105,8 @@ def capture_window(inv, inventory: Path, primary: str, seconds: float, digest_pa
                 from dbmigrate.digest.statement_window import unseen_warning
 
                 used += f"; {unseen_warning(window.unseen_prepared)} (--window slow_log)"
+            if sample > 1:  # nothing is logged: every statement is counted, none sampled
+                used += f"; --sample {sample} not applied (it samples a slow-log window)"
             return used
     from dbmigrate.app.digests import capture as capture_digest
 
