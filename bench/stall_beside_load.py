@@ -9,13 +9,16 @@ processes started one after the other, each kind in turn:
 - cpu: a Python loop that burns about as much CPU as the tool's start-up and sends no statement;
 - imports: `dbmigrate run --help` (the command's imports, no server touched);
 - dryrun: `dbmigrate run PLAYBOOK --dry-run --yes --json` (imports, preflight reads, no change);
-- nice-imports: the imports at nice +10.
+- nice-imports: the imports at nice +10;
+- idle-cpu, idle-imports: the loop and the imports under SCHED_IDLE (`chrt --idle 0`): the kernel
+  runs them only on a core nothing else wants and preempts them at once for any other task that
+  wakes, which a nice value does not promise.
 
 Per kind: the process's CPU and wall time, the writer's p99 gap while it ran, and the longest gap
 per process. It tells whether the writer's stalls during the tool's start-up come from what the
 tool sends or from its CPU alone.
 
-    python bench/stall_beside_load.py [--rounds 8] [--kinds idle,cpu,imports,dryrun,nice-imports] [--json]
+    python bench/stall_beside_load.py [--rounds 8] [--kinds idle,cpu,imports,dryrun,nice-imports,idle-cpu,idle-imports] [--json]
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 CPU_LOOP_S = 0.35  # about the tool's start-up on this machine
-KINDS = ("idle", "cpu", "imports", "dryrun", "nice-imports")
+KINDS = ("idle", "cpu", "imports", "dryrun", "nice-imports", "idle-cpu", "idle-imports")
 
 
 def commands(pb: Path, dbmigrate: list[str]) -> dict[str, list[str]]:
@@ -83,7 +86,9 @@ def measure(rounds: int, kinds: list[str], say) -> dict:
                     if kind == "idle":
                         time.sleep(0.6)
                     else:
-                        cmd = (["nice", "-n", "10"] if kind.startswith("nice-") else []) + cmds[kind.removeprefix("nice-")]
+                        prefix = (["nice", "-n", "10"] if kind.startswith("nice-") else
+                                  ["chrt", "--idle", "0"] if kind.startswith("idle-") else [])
+                        cmd = prefix + cmds[kind.removeprefix("nice-").removeprefix("idle-")]
                         p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                         _, _, usage = os.wait4(p.pid, 0)
                         cpu = usage.ru_utime + usage.ru_stime
