@@ -139,3 +139,16 @@ def test_roles_of_the_shards_are_copied_with_their_members_and_default_roles_and
     assert differences(old, new, accounts, ["shard_3"]) == []
     new.defaults = {}
     assert differences(old, new, accounts, ["shard_3"]) == ["certs_rw@% does not start with role writer_role on inst-1"]
+
+
+def test_an_account_that_writes_only_through_a_role_must_be_stopped_by_read_only_too():
+    writer_role = "GRANT INSERT, UPDATE ON `shard_3`.* TO `shard_writer`"
+    found = Accounts({("app", "%"): [parse(APP)]}, roles={"shard_writer": [parse(writer_role)],
+                                                          "readers": [parse("GRANT SELECT ON `shard_3`.* TO `readers`")]},
+                     members=[("ops", "%", "shard_writer"), ("team", "", "shard_writer"), ("lead", "%", "team"),
+                              ("audit", "%", "readers")])
+    # ops holds the writing role, lead holds it through the role team; audit only reads.
+    assert found.role_writers == [("lead", "%"), ("ops", "%")]
+    assert writers_that_bypass(found, {"lead", "audit"}, "old-1") == [
+        "lead@% writes the shards through a role and bypasses read_only on old-1: the fence would not stop it"]
+    assert writers_that_bypass(found, {"audit"}, "old-1") == []

@@ -39,6 +39,18 @@ class Accounts:
     def writers(self) -> list[tuple[str, str]]:
         return [a for a, lines in self.grants.items() if any(g.writes for g in lines)]
 
+    @property
+    def role_writers(self) -> list[tuple[str, str]]:
+        """Accounts that write the shards only through a role they hold (granted to them directly
+        or through another role): read_only must stop them as much as the direct writers."""
+        writing = {r for r, lines in self.roles.items() if any(g.writes for g in lines)}
+        while True:
+            more = {u for u, h, r in self.members if not h and r in writing and u not in writing}
+            if not more:
+                break
+            writing |= more
+        return sorted({(u, h) for u, h, r in self.members if h and r in writing} - set(self.writers))
+
     def names(self) -> str:
         return ", ".join([f"{u}@{h}" for u, h in self.users] + [f"role {r}" for r in self.roles]) or "none"
 
@@ -163,8 +175,10 @@ def writers_that_bypass(accounts: Accounts, bypass_users: set[str], server: str)
     """Accounts that write the moved shards and that read_only does not stop (SUPER, READ ONLY
     ADMIN, directly or through a role): after the fence they would keep writing on the old
     server while their shards open on the instance."""
-    return [f"{user}@{host} writes the shards and bypasses read_only on {server}: the fence would not stop it"
-            for user, host in accounts.writers if user in bypass_users]
+    return [f"{user}@{host} writes the shards{how} and bypasses read_only on {server}: the fence would not stop it"
+            for (user, host), how in [(a, "") for a in accounts.writers] + [(a, " through a role")
+                                                                             for a in accounts.role_writers]
+            if user in bypass_users]
 
 
 def writers_on_instance(new: Inspector, accounts: Accounts, shards: list[str]) -> tuple[list[str], list[str]]:

@@ -195,7 +195,7 @@ def require_accounts(ctx: RunContext, source: str, targets: list) -> Accounts:
         accounts = shard_accounts(src, shards, include_global=p.seed.global_grants, exclude=exclude)
         merge(everyone, accounts)
         problems += differences(src, Inspector(server_of(ctx, t.name)), accounts, shards)
-    if everyone.writers:
+    if everyone.writers or everyone.role_writers:
         problems += writers_that_bypass(everyone, src.read_only_bypass_users(), source)
     if problems:
         raise ConsolidateRefused(f"not fenced: the application's accounts would not work on the instance: "
