@@ -52,6 +52,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import fleet_figures as fig  # noqa: E402
 
+from dbmigrate.rehearsal.processes import descendants  # noqa: E402
+
 PER_HOST = 4  # instances per target host
 OLD_SERVER = {"innodb_log_file_size": "16M"}  # with the sandbox's performance_schema=OFF
 
@@ -80,17 +82,6 @@ class ToolMemory(threading.Thread):
             return {}
         return dict(line.split(":", 1) for line in lines if ":" in line)
 
-    def _parents(self) -> dict[int, int]:
-        out = {}
-        for d in Path("/proc").iterdir():
-            if d.name.isdigit():
-                try:
-                    stat = (d / "stat").read_text()
-                except OSError:
-                    continue
-                out[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        return out
-
     def run(self) -> None:
         while not self.stop_flag.is_set():
             own = self._status(self.pid)
@@ -103,7 +94,7 @@ class ToolMemory(threading.Thread):
             except (OSError, IndexError, ValueError):
                 pass
             tree = 0
-            for pid in {self.pid} | fig.descendants(self._parents(), self.pid):
+            for pid in {self.pid, *descendants(self.pid)}:
                 st = self._status(pid)
                 if st and st.get("Name", "").strip() != "mariadbd":
                     tree += int(st.get("VmRSS", "0 kB").split()[0])

@@ -63,20 +63,6 @@ def most_at_once(windows: Iterable[Window]) -> int:
     return peak
 
 
-def descendants(parents: dict[int, int], root: int) -> set[int]:
-    """Every process below `root`, given pid -> parent pid."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    out, todo = set(), [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
-
-
 def p50_max(values: list[Optional[float]]) -> tuple[Optional[float], Optional[float]]:
     known = [v for v in values if v is not None]
     if not known:

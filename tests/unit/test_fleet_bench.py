@@ -55,9 +55,12 @@ def test_within_keeps_samples_inside_any_window():
 
 
 def test_descendants_walks_the_whole_tree_and_nothing_else():
+    from dbmigrate.rehearsal.processes import below
+
     parents = {10: 1, 11: 10, 12: 11, 13: 10, 20: 1, 21: 20}
-    assert fig.descendants(parents, 10) == {11, 12, 13}
-    assert fig.descendants(parents, 12) == set()
+    assert below(parents, [10]) == [11, 13, 12]  # nearer ones first
+    assert below(parents, [12]) == []
+    assert below(parents, [11, 20]) == [12, 21]
 
 
 def row(n: int, wall_per_mb: float, gap50: float, gapmax: float, p999: float) -> dict:

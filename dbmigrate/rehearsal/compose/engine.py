@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 from dbmigrate.exceptions import SandboxError
 from dbmigrate.home import home
+from dbmigrate.rehearsal.processes import descendants
 
 SYSTEM_SOCKET = "unix:///var/run/docker.sock"
 START_TIMEOUT_S = 60
@@ -107,7 +108,7 @@ class Engine:
         # A shim or containerd outliving dockerd (it was killed): the containers' processes under
         # the shims go too, or they would run on, reparented, with nothing left to stop them.
         leftover = [pid for pid, _ in self.processes()]
-        for pid in _descendants(leftover) + leftover:
+        for pid in descendants(*leftover) + leftover:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if self._proc is not None:
@@ -270,26 +271,6 @@ def _all_processes() -> list[tuple[int, str]]:
             cmd = _cmdline(int(p.name))
             if cmd and _alive(int(p.name)):
                 out.append((int(p.name), cmd))
-    return out
-
-
-def _descendants(roots: list[int]) -> list[int]:
-    """Every process below `roots` (children first found, then theirs)."""
-    children: dict[int, list[int]] = {}
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            ppid = int((p / "stat").read_text().rsplit(") ", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(p.name))
-    out, todo = [], list(roots)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out and child not in roots:
-                out.append(child)
-                todo.append(child)
     return out
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dbmigrate.home import home
 from dbmigrate.exceptions import SandboxError
+from dbmigrate.rehearsal.processes import descendants
 from dbmigrate.rehearsal.sandbox.ports import free_port, port_in_use
 
 SSHD = "/usr/sbin/sshd"
@@ -81,25 +82,6 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below `root` (from /proc), whatever session or group it moved to."""
-    parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [root]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        found += kids
-        frontier += kids
-    return found
 
 
 class Sshd:
