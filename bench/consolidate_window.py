@@ -45,22 +45,9 @@ from dbmigrate.rehearsal.sandbox.manager import Sandboxes  # noqa: E402
 from dbmigrate.rehearsal.sandbox.ports import free_port_range  # noqa: E402
 from dbmigrate.rehearsal.verify.pooled_writer import PooledWriter  # noqa: E402
 from dbmigrate.rehearsal.verify.shard_writer import ids_on  # noqa: E402
-from tests.integration.shard_kit import legacy_shards  # noqa: E402
+from tests.integration.shard_kit import add_blob_table, legacy_shards  # noqa: E402
 
-SHARD, ROW_KB = "shard_w", 64
-
-
-def fill(server, mb: int) -> None:
-    server.execute("SET SESSION sql_log_bin=0")
-    server.execute(f"CREATE TABLE {SHARD}.docs (id INT PRIMARY KEY AUTO_INCREMENT, body MEDIUMBLOB NOT NULL)")
-    server.execute(f"INSERT INTO {SHARD}.docs (body) VALUES (REPEAT(RANDOM_BYTES(1024), {ROW_KB}))")
-    rows, n = mb * 1024 // ROW_KB, 1
-    while n < rows:
-        step = min(n, rows - n)
-        server.execute(f"INSERT INTO {SHARD}.docs (body) SELECT body FROM {SHARD}.docs LIMIT {step}")
-        n += step
-    server.execute(f"ANALYZE TABLE {SHARD}.docs")
-    server.execute("SET SESSION sql_log_bin=1")
+SHARD = "shard_w"
 
 
 def one(boxes: Sandboxes, mb: int) -> dict:
@@ -70,7 +57,7 @@ def one(boxes: Sandboxes, mb: int) -> dict:
         old = f"{name}-1"
         t = time.monotonic()
         with inv.open(old) as s:
-            fill(s, mb)
+            add_blob_table(s, SHARD, mb)
         fill_s = time.monotonic() - t
         shards = measure_shards(inv, sample_s=0.1)
         p = plan(shards, {"bw": HostSpec(cores=2, memory_gb=1, disk_gb=20, max_instances=1, sandbox=name,
