@@ -286,7 +286,7 @@ class Fleet:
         status = detail.get("status")
         seeds = fig.stage_windows(detail["metrics"], "seed")
         cuts = fig.stage_windows(detail["metrics"], "cutover")
-        steps: dict[str, float] = {}  # seconds per phase (provision has a step per instance)
+        steps: dict[str, float] = {}  # seconds per phase
         for s in detail["steps"]:
             if s["action"] == "run" and s["duration_ms"] is not None:
                 steps[s["phase"]] = steps.get(s["phase"], 0.0) + s["duration_ms"] / 1000
@@ -358,7 +358,8 @@ class Fleet:
                           "caught_up_p50": _r(percentile([p["caught_up_ms"] for p in parts.values()
                                                           if p["caught_up_ms"] is not None], 50)),
                           "after_caught_up_p50": _r(percentile(after, 50)),
-                          "after_caught_up_max": _r(max(after, default=None))},
+                          "after_caught_up_max": _r(max(after, default=None)),
+                          "parts": fig.window_part_figures(detail["metrics"])},
             "gap_by_others_outside_their_window": fig.split_by(
                 {s: g for s, g in gaps.items() if g is not None}, beside, "outside_window"),
             "lost": lost,
@@ -465,6 +466,11 @@ def print_table(out: dict) -> None:
               f"| {r['lost']} "
               f"| {p['seeding']} ({p['worst_source']}) / {p['quiet']} | {r['tool_memory_mb']['process_peak']} / "
               f"{r['tool_memory_mb']['tree_peak']}, {r['tool_cpu_s']} |")
+    for r in out["runs"]:
+        parts = r["fenced_ms"].get("parts") or {}
+        if parts:
+            print(f"N={r['n']} fenced window by part, ms p50 / max: "
+                  + ", ".join(f"{k} {v['p50']} / {v['max']}" for k, v in parts.items()))
     sc = out["scaling"]
     if sc:
         lo, hi = sc["between"]

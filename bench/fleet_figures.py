@@ -136,3 +136,13 @@ def window_parts(sentence: str) -> dict[str, Optional[float]]:
 
     return {"fence_ms": ms(r"\(read_only=ON\) in ([\d.]+) ms"), "caught_up_ms": ms(r"caught up in ([\d.]+) ms"),
             "window_ms": ms(r"after ([\d.]+) ms fenced")}
+
+
+def window_part_figures(metrics: list[dict]) -> dict[str, dict[str, Optional[float]]]:
+    """p50 and max over the servers of each part of the fenced window (the cutover's
+    `fenced_part_ms` metrics, in the order the parts happen)."""
+    by_part: dict[str, list[float]] = {}
+    for m in metrics:
+        if m["name"] == "fenced_part_ms":
+            by_part.setdefault(m["labels"]["part"], []).append(m["value"])
+    return {part: {"p50": round(percentile(v, 50), 1), "max": round(max(v), 1)} for part, v in by_part.items()}

@@ -390,6 +390,13 @@ class Journal:
             (event.run_id, event.name, event.value, event.unit, json.dumps(event.labels), event.at),
         )
 
+    def metric_rows(self, run_id: str, name: str) -> list[dict[str, Any]]:
+        """One metric's rows of a run, oldest first, labels decoded."""
+        rows = self._rows("SELECT * FROM metrics WHERE run_id=? AND name=? ORDER BY id", (run_id, name))
+        for row in rows:
+            row["labels"] = json.loads(row["labels"] or "{}")
+        return rows
+
     def record_log(self, event: Log) -> None:
         self._write(
             "INSERT INTO logs (run_id, level, message, at) VALUES (?,?,?,?)",

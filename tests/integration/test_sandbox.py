@@ -172,3 +172,36 @@ def test_invalid_yaml_via_cli(cli, tmp_path):
     (tmp_path / "inv.yaml").write_text("clusters: [\n")
     r = cli("inventory", "check", str(tmp_path / "inv.yaml"))
     assert r.returncode == 2 and "YAML syntax error" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_instances_added_to_one_sandbox_at_once_get_their_own_names_ports_and_server_ids(boxes):
+    """A consolidation creates its planned instances side by side: every one is in the state and
+    the inventory, with a port and server id of its own, and a name taken twice fails clearly."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dbmigrate.config import load_inventory
+    from dbmigrate.exceptions import UsageError
+    from dbmigrate.rehearsal.sandbox.ports import free_port_range
+
+    boxes.up("side", 0, buffer_pool_mb=32)
+    try:
+        base = free_port_range(3)
+        names = ["side-a", "side-b", "side-c"]
+        with ThreadPoolExecutor(4) as pool:
+            made = list(pool.map(lambda k: boxes.add_instance("side", names[k], buffer_pool_mb=32, port=base + k),
+                                 range(3)))
+            twice = [pool.submit(boxes.add_instance, "side", "side-a", buffer_pool_mb=32)]
+        with pytest.raises(UsageError, match="already has an instance 'side-a'"):
+            twice[0].result()
+        assert [(m.name, m.port) for m in made] == [(n, base + k) for k, n in enumerate(names)]
+        state = boxes.find("side")
+        assert set(state.instances) == {"side-1", *names}
+        assert len({i.server_id for i in state.instances.values()}) == 4
+        assert len({i.port for i in state.instances.values()}) == 4
+        inv = load_inventory(state.inventory_file)
+        for k, name in enumerate(names):
+            with inv.open(name) as s:
+                assert int(s.scalar("SELECT @@port")) == base + k
+                assert int(s.scalar("SELECT @@server_id")) == state.instances[name].server_id
+    finally:
+        boxes.down("side")

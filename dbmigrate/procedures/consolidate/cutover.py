@@ -73,6 +73,8 @@ def cutover(ctx: RunContext, source: str) -> str:
     try:
         kit, fenced = fence(ctx, source, targets)
         started = fenced.started
+        parts = WindowParts(ctx.clock, started)
+        parts.mark("fence")  # read_only, the final position, and the catch-up budget when there is one
         log_file, log_pos = fenced.position
         if not fenced.applied_within_budget:
             for t in targets:
@@ -83,7 +85,9 @@ def cutover(ctx: RunContext, source: str) -> str:
                                          hint=f"check the connection: SHOW SLAVE '{connection_name(source)}' STATUS "
                                               f"on {t.name}; {source} was unfenced")
         caught_ms = (ctx.clock.monotonic() - started) * 1000
+        parts.mark("catch_up")
         checked = check_in_window(ctx, source, targets, copies)
+        parts.mark("check")
         reverse: dict[str, list] = {}
         for t in targets:
             t_file, t_pos = Inspector(server_of(ctx, t.name)).binlog_coordinates()
@@ -93,8 +97,10 @@ def cutover(ctx: RunContext, source: str) -> str:
                          wild_patterns(shards_of(plan, t.name, source)))
             a.start_source(connection_name(t.name))
             reverse[t.name] = [t_file, t_pos]
+        parts.mark("reverse")
         with edit_state(ctx) as st:
             st.reverse[source] = reverse
+        parts.mark("journal")
         # The routes move while both sides are read-only, then the instances open (promote flips
         # its router before the open too): a tool stopped after an open leaves the applications
         # on a writable instance, not on the fenced server.
@@ -103,17 +109,21 @@ def cutover(ctx: RunContext, source: str) -> str:
             for shard in shards_of(plan, t.name, source):
                 route_of(ctx, shard).switch_writer(address_of(ctx, t.name), old=old_addr)
                 moved.append(f"{shard}->{t.name}")
+        parts.mark("routes")
         kit.before_open(", ".join(t.name for t in targets))
+        parts.mark("fence_held")
         for t in targets:
             # Bounded as promote's open: past it the open is in doubt (db/in_doubt.py) and the
             # undo ends its session before it reads or changes the instance.
             with server_of(ctx, t.name).bounded(p.catchup_timeout_s):
                 applier_of(ctx, t.name).set_read_only(False)
         fenced_ms = (ctx.clock.monotonic() - started) * 1000
+        parts.mark("open")
         with edit_state(ctx) as st:
             st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
             st.fencing.pop(source, None)
         ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)
+        parts.journal(ctx, source)
         record_fence_checks(ctx, copies)
         # Only now, with every route naming an instance: a pool that reconnects at once finds the new writer.
         killed, seen = end_app_sessions(ctx, source)
@@ -142,6 +152,24 @@ def cutover(ctx: RunContext, source: str) -> str:
 
 
 BUDGET_POLL_S = 0.002
+
+
+class WindowParts:
+    """Where one fenced window's time went, part by part (from the fence's start), journaled
+    after the window as `fenced_part_ms` metrics: inside it the journal is not free."""
+
+    def __init__(self, clock: Any, started: float) -> None:
+        self.clock, self.last = clock, started
+        self.parts: list[tuple[str, float]] = []
+
+    def mark(self, part: str) -> None:
+        now = self.clock.monotonic()
+        self.parts.append((part, (now - self.last) * 1000))
+        self.last = now
+
+    def journal(self, ctx: RunContext, source: str) -> None:
+        for part, ms in self.parts:
+            ctx.metric("fenced_part_ms", round(ms, 2), "ms", source=source, part=part)
 
 
 class CatchUpTimeout(ConsolidateError):

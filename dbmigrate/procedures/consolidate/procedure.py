@@ -3,7 +3,8 @@ instances of a capacity plan (`dbmigrate consolidate plan --out PLAN.json`).
 
 Phases:
   preflight  sources reachable with ROW binlogs, shards present, routes point at the sources
-  provision  one step per planned instance: it must answer (a sandbox rehearsal creates it)
+  provision  every planned instance must answer (a sandbox rehearsal creates it), `fleet.concurrency`
+             of them at a time
   seed       a fleet step: per old server, each of its instances is seeded, physically
              (mariadb-backup streamed host to host, paced by the throttle) when the instance
              takes one old server of the same version, else logically (mariadb-dump), then
@@ -39,7 +40,7 @@ from dbmigrate.exceptions import SafetyError, UsageError
 from dbmigrate.procedures.consolidate.cutover import cutover, describe_cutover, undo_cutover, verify_cutover
 from dbmigrate.procedures.consolidate.fleet import failed_at, fleet_step
 from dbmigrate.procedures.consolidate.readiness import evaluate_caught_up, evaluate_preflight, source_caught_up
-from dbmigrate.procedures.consolidate.instances import provision_step
+from dbmigrate.procedures.consolidate.instances import provision_instances
 from dbmigrate.procedures.consolidate.provision import sandbox_extra
 from dbmigrate.procedures.consolidate.resources import ConsolidateResources, load_plan, plan_path, prepare
 from dbmigrate.procedures.consolidate.context import (
@@ -184,7 +185,7 @@ def build_phases(ctx: RunContext, params: ConsolidateParams) -> list[Phase]:
     return [
         Phase("preflight", [FunctionStep("publish shard routes", publish_routes)],
               gates=[AutoGate("preflight", lambda c: evaluate_preflight(c, params))]),
-        Phase("provision", [provision_step(inst) for inst in plan.instances]),
+        Phase("provision", [provision_instances(plan.instances)]),
         Phase("seed", [seed_fleet(plan)]),
         Phase("cutover", [cutover_fleet(plan, params)],
               gates=[AutoGate("caught-up", lambda c: evaluate_caught_up(c, params))]),

@@ -174,18 +174,21 @@ class ConsolidationRun:
         return sock if len(sock.encode()) < 100 else None  # the limit of a unix socket's path
 
     def _provisioned(self) -> set[str]:
-        """The instances whose provisioning step finished (the journal of the running run)."""
+        """The instances provisioned and read-only (the journal of the running run): each one is
+        journaled as it is ready, and all of them once the provision step is done or skipped."""
         if not self.journal.exists():
             return set()
         try:
             with Journal(self.journal) as j:
                 runs = j.list_runs(limit=1)
                 steps = j.step_rows(runs[0]["id"]) if runs else []
+                ready = j.metric_rows(runs[0]["id"], "instance_provisioned_s") if runs else []
         except Exception:  # the run is creating its journal
             return set()
-        return {inst for inst in self.instances for st in steps
-                if st["name"].startswith(f"provision {inst} ") and st["action"] == "run"
-                and st["status"] in ("done", "skipped")}
+        if any(st["phase"] == "provision" and st["action"] == "run" and st["status"] in ("done", "skipped")
+               for st in steps):
+            return set(self.instances)
+        return {m["labels"].get("instance") for m in ready} & set(self.instances)
 
     def start_pollers_when_fenceable(self, alive: Callable[[], bool], timeout_s: float = 300) -> bool:
         """Once each new instance is provisioned and read-only (it is writable for a moment while

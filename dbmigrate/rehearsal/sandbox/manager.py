@@ -7,13 +7,17 @@ state: ports, server ids, roles), `credentials.cnf` (0600) and
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import shutil
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -86,7 +90,8 @@ class SandboxState:
 
     def save(self) -> None:
         data = asdict(self)
-        tmp = self.path / "sandbox.json.tmp"
+        # A name of its own: two savers must never rename one another's half-written file.
+        tmp = self.path / f"sandbox.json.{os.getpid()}.{threading.get_ident()}.tmp"
         tmp.write_text(json.dumps(data, indent=2))
         tmp.replace(self.path / "sandbox.json")
 
@@ -193,31 +198,45 @@ class Sandboxes:
             raise
         return state
 
+    @contextmanager
+    def _edit(self, sandbox: str) -> Iterator[SandboxState]:
+        """The sandbox's state read afresh and saved back under a lock on its directory:
+        instances are added to one sandbox from several threads at once (a consolidation
+        creates its planned instances concurrently) or processes, and each change of the
+        state (names, ports, server ids) must see the others'."""
+        path = self.find(sandbox).path
+        with open(path / "sandbox.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            state = SandboxState.load(path)
+            yield state
+            state.save()
+
     def add_instance(self, sandbox: str, instance: str | None = None, replica_of: str | None = None,
                      buffer_pool_mb: int = 64, cluster: str | None = None,
                      extra: dict[str, str] | None = None, port: int | None = None) -> InstanceState:
         """`port`: the instance listens there or is not created (a consolidation plan's port);
-        without it a free port is picked."""
-        state = self.find(sandbox)
-        iname = instance or f"{sandbox}-{len(state.instances) + 1}"
-        if not NAME_RE.match(iname):
-            raise UsageError(f"invalid instance name '{iname}'")
-        if iname in state.instances:
-            raise UsageError(f"sandbox '{sandbox}' already has an instance '{iname}'", hint="choose another name")
-        if replica_of and replica_of not in state.instances:
-            raise UsageError(f"--replica-of {replica_of}: no such instance in sandbox '{sandbox}'",
-                             hint=f"instances: {', '.join(state.instances)}")
-        taken = {i.port for i in state.instances.values()}
-        server_id = max([i.server_id for i in state.instances.values()] + [0]) + 1
-        if port is not None and (port in taken or port_in_use(port)):
-            raise SandboxError(f"port {port} planned for {iname} is already in use",
-                               hint="plan again with another base_port for this host (hosts: NAME: base_port:)")
-        ist = InstanceState(iname, port or free_port(taken), server_id,
-                            cluster=cluster or (state.instances[replica_of].cluster if replica_of else iname),
-                            role="replica" if replica_of else "standalone", replica_of=replica_of,
-                            buffer_pool_mb=buffer_pool_mb, extra=dict(extra or {}))
-        state.instances[iname] = ist
-        state.save()
+        without it a free port is picked. Safe to call for several instances of one sandbox at
+        once: names, ports and server ids are taken under the sandbox's lock, the datadirs
+        (and tmpdirs) are the instances' own, and the slow part (install, start) runs outside it."""
+        with self._edit(sandbox) as state:
+            iname = instance or f"{sandbox}-{len(state.instances) + 1}"
+            if not NAME_RE.match(iname):
+                raise UsageError(f"invalid instance name '{iname}'")
+            if iname in state.instances:
+                raise UsageError(f"sandbox '{sandbox}' already has an instance '{iname}'", hint="choose another name")
+            if replica_of and replica_of not in state.instances:
+                raise UsageError(f"--replica-of {replica_of}: no such instance in sandbox '{sandbox}'",
+                                 hint=f"instances: {', '.join(state.instances)}")
+            taken = {i.port for i in state.instances.values()}
+            server_id = max([i.server_id for i in state.instances.values()] + [0]) + 1
+            if port is not None and (port in taken or port_in_use(port)):
+                raise SandboxError(f"port {port} planned for {iname} is already in use",
+                                   hint="plan again with another base_port for this host (hosts: NAME: base_port:)")
+            ist = InstanceState(iname, port or free_port(taken), server_id,
+                                cluster=cluster or (state.instances[replica_of].cluster if replica_of else iname),
+                                role="replica" if replica_of else "standalone", replica_of=replica_of,
+                                buffer_pool_mb=buffer_pool_mb, extra=dict(extra or {}))
+            state.instances[iname] = ist  # reserved (saved) before it is created
         t0 = time.monotonic()
         try:
             self._install_and_start(state, [iname], fixed_port=port is not None)
@@ -229,16 +248,17 @@ class Sandboxes:
                 self._bootstrap_primary(state, iname, accounts, log_bin=False)
         except BaseException:
             self._stop_instance(state, iname)
-            del state.instances[iname]
-            state.save()
+            with self._edit(sandbox) as fresh:
+                fresh.instances.pop(iname, None)
             raise
-        state.timings[f"add_{iname}_s"] = round(time.monotonic() - t0, 2)
-        state.save()
-        if state.haproxy and ist.cluster == state.name:
-            from dbmigrate.rehearsal.sandbox import haproxy
+        with self._edit(sandbox) as state:
+            state.timings[f"add_{iname}_s"] = round(time.monotonic() - t0, 2)
+            ist = state.instances[iname]
+            if state.haproxy and ist.cluster == state.name:
+                from dbmigrate.rehearsal.sandbox import haproxy
 
-            haproxy.add_server(state, iname)  # else a promote to it fails at the router switch
-        self.write_inventory(state)
+                haproxy.add_server(state, iname)  # else a promote to it fails at the router switch
+            self.write_inventory(state)
         return ist
 
     def _install_and_start(self, state: SandboxState, names: list[str], fixed_port: bool = False) -> None:
@@ -268,9 +288,9 @@ class Sandboxes:
             except PortConflict:
                 if attempt == attempts - 1:
                     raise
-                taken = {i.port for i in state.instances.values()}
-                state.instances[name].port = free_port(taken)
-                state.save()
+                with self._edit(state.name) as fresh:  # other instances may be added beside this one
+                    fresh.instances[name].port = free_port({i.port for i in fresh.instances.values()})
+                state.instances[name].port = fresh.instances[name].port
                 inst.spec.port = state.instances[name].port
                 rewrite_config(inst.spec)
                 inst.start()
