@@ -758,6 +758,15 @@ class Inspector:
                 return r
         return None
 
+    def connection_running(self, conn: str) -> bool | None:
+        """Whether named connection `conn` has both threads running (the IO one may still be
+        connecting); None when it does not exist."""
+        row = self.connection_status(conn)
+        if row is None:
+            return None
+        st = self.flavor.parse_replica_status(row)
+        return st.io_running in ("Yes", "Connecting") and st.sql_running == "Yes"
+
     def connection_names(self) -> list[str]:
         return [str(r.get("Connection_name") or r.get("Channel_Name") or "")
                 for r in self.server.query(self.flavor.all_connections_sql())]

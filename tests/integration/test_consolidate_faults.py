@@ -6,6 +6,9 @@ acknowledged id. The consolidate playbook runs as a child process (as an operato
 `dbmigrate run` would), paused by the fault points (dbmigrate.faultpoint):
 
   in-fence     right after the first old server was made read-only (its cutover begun)
+  after-open   right after the first old server's instance opened and its routes moved,
+               when the old server's reverse connection is set up (CHANGE MASTER sent, not
+               started): what the instance takes from then on comes back only through it
   between      right after the first old server's cutover completed (its forward
                connection removed), before the second one's began
 
@@ -57,6 +60,7 @@ FIRST = "cfault-1"  # old servers are cut over in name order: this one first
 POINTS = {
     "in-fence": "in:cut over:read_only=on",
     "between": f"in:cut over:reset slave '{connection_name(FIRST)}' all",
+    "after-open": "in:cut over:change master",  # the reverse connection: after the open
 }
 TOOL_TIMEOUT_S = 150
 
@@ -291,7 +295,21 @@ def finish(sc: Scenario) -> None:
             pass
 
 
-@pytest.mark.parametrize("where", ["in-fence", "between"])
+def moved_before_reverse(sc: Scenario) -> None:
+    """Killed at after-open: the first old server's shards route to its writable instance, whose
+    position is journaled, and the old server's reverse connection is not running."""
+    st = journal_state(sc)
+    assert FIRST in st.fencing and FIRST not in st.cut and set(st.reverse.get(FIRST, {})) == {
+        i for i, a in sc.instances.items() if a == sc.target[OLD[FIRST][0]]}, st
+    for sh in OLD[FIRST]:
+        assert DsnFileRouter(sh, sc.legacy.routes).current().writer == sc.target[sh]
+    with open_address(sc, sc.target[OLD[FIRST][0]]) as srv:
+        assert not Inspector(srv).read_only()
+    with open_address(sc, address(sc.legacy.inv, FIRST)) as srv:
+        assert Inspector(srv).read_only()
+
+
+@pytest.mark.parametrize("where", ["in-fence", "after-open", "between"])
 def test_kill9_at_the_cutover_then_rollback_puts_every_shard_back(legacy, where):
     t0 = time.monotonic()
     sc = new_scenario(legacy, f"kill9-{where}-rollback")
@@ -300,6 +318,9 @@ def test_kill9_at_the_cutover_then_rollback_puts_every_shard_back(legacy, where)
         kill9_at(sc, where)
         st = journal_state(sc)
         assert (FIRST in st.cut) == (where == "between"), st.cut
+        if where == "after-open":
+            moved_before_reverse(sc)
+            time.sleep(1)  # the writers write to the instance: rollback must bring those writes back
         roll_back_and_check(sc)
         st = journal_state(sc)
         assert st.cut == {} and st.reverse == {} and st.fencing == {}, st
@@ -308,16 +329,19 @@ def test_kill9_at_the_cutover_then_rollback_puts_every_shard_back(legacy, where)
     print(f"kill9/{where}/rollback: {time.monotonic() - t0:.1f}s")
 
 
-@pytest.mark.parametrize("where", ["in-fence", "between"])
+@pytest.mark.parametrize("where", ["in-fence", "after-open", "between"])
 def test_kill9_at_the_cutover_then_resume_completes_the_consolidation(legacy, where):
     t0 = time.monotonic()
     sc = new_scenario(legacy, f"kill9-{where}-resume")
     start_load(sc)
     try:
         kill9_at(sc, where)
+        if where == "after-open":
+            moved_before_reverse(sc)
+            time.sleep(1)
         rc = sc.cli("resume", sc.run_id, name="resume")
         assert (rc, sc.status()) == (0, "done"), sc.tail("resume")
-        if where == "in-fence":  # the half-done cutover is put back, then done again
+        if where in ("in-fence", "after-open"):  # the half-done cutover is put back, then done again
             assert f"the cutover of {FIRST} began earlier in this run and did not finish" in \
                 (sc.work / "resume.out").read_text()
         served(sc, sc.target)

@@ -54,8 +54,9 @@ def cutover(ctx: RunContext, source: str) -> str:
     """Move one old server's shards to their instances, in the order that keeps every
     application writing somewhere: (before the fence) the accounts and the copy checked ->
     fence (kit fence: calm wait, watchdog, fenced catch-up budget) -> each instance applies the
-    final position -> the ranges that kept changing compared -> reverse connections -> routes
-    switched -> the instances opened -> (outside the window) the application's sessions on
+    final position -> the ranges that kept changing compared -> each instance's binlog position
+    journaled -> routes switched -> the instances opened -> (outside the window) the old server
+    replicates back from those positions (reverse connections) -> the application's sessions on
     the old server ended, so that pools reconnect through the new route -> every account that
     writes the shards can write there, the app account logs in there -> forward connections
     dropped."""
@@ -88,16 +89,11 @@ def cutover(ctx: RunContext, source: str) -> str:
         parts.mark("catch_up")
         checked = check_in_window(ctx, source, targets, copies)
         parts.mark("check")
-        reverse: dict[str, list] = {}
-        for t in targets:
-            t_file, t_pos = Inspector(server_of(ctx, t.name)).binlog_coordinates()
-            host, _, port = address_of(ctx, t.name).rpartition(":")
-            a = applier_of(ctx, source)
-            a.add_source(connection_name(t.name), host, int(port), resources_of(ctx).repl, t_file, t_pos,
-                         wild_patterns(shards_of(plan, t.name, source)))
-            a.start_source(connection_name(t.name))
-            reverse[t.name] = [t_file, t_pos]
-        parts.mark("reverse")
+        # Where each instance's binlog stands while it is still read-only and caught up: what it
+        # writes from here on is exactly what it takes once open. Journaled before the open, so
+        # that whoever finds this cutover half done (rollback, resume) can replicate it back.
+        reverse = {t.name: list(Inspector(server_of(ctx, t.name)).binlog_coordinates()) for t in targets}
+        parts.mark("reverse_position")
         with edit_state(ctx) as st:
             st.reverse[source] = reverse
         parts.mark("journal")
@@ -119,6 +115,10 @@ def cutover(ctx: RunContext, source: str) -> str:
                 applier_of(ctx, t.name).set_read_only(False)
         fenced_ms = (ctx.clock.monotonic() - started) * 1000
         parts.mark("open")
+        # After the open (three round trips and the relay log's files on the old server, not
+        # needed to take writes): the old server replicates back from the journaled positions.
+        # A failure here fails the cutover; putting it back sets the connection up again first.
+        start_reverse(ctx, source, reverse, fresh=True)
         with edit_state(ctx) as st:
             st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
             st.fencing.pop(source, None)
@@ -152,6 +152,25 @@ def cutover(ctx: RunContext, source: str) -> str:
 
 
 BUDGET_POLL_S = 0.002
+
+
+def start_reverse(ctx: RunContext, source: str, reverse: dict[str, list], *, fresh: bool) -> None:
+    """The old server replicates, on a named connection per instance, what each instance wrote
+    after its position in `reverse` (filtered to the shards it took from this server). `fresh`:
+    the cutover sets the connections up anew; else (putting a half-done cutover back) a
+    connection already there is started if it is not running, and a missing one set up."""
+    plan = plan_of(ctx)
+    a = applier_of(ctx, source)
+    src = Inspector(server_of(ctx, source))
+    for name, (t_file, t_pos) in reverse.items():
+        conn = connection_name(name)
+        running = None if fresh else src.connection_running(conn)
+        if running is None:
+            host, _, port = address_of(ctx, name).rpartition(":")
+            a.add_source(conn, host, int(port), resources_of(ctx).repl, t_file, int(t_pos),
+                         wild_patterns(shards_of(plan, name, source)))
+        if not running:
+            a.start_source(conn)
 
 
 class WindowParts:
@@ -348,7 +367,8 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
     """Route the source's shards back after it applied every write its instances took.
 
     Also puts back a cutover that stopped part way (the tool killed in it): fenced only, a
-    reverse connection set up but not journaled, an instance opened before any route moved."""
+    reverse connection set up but not journaled, an instance opened before any route moved,
+    routes moved or the instance opened before the reverse connection was set up or started."""
     plan, p = plan_of(ctx), params_of(ctx)
     targets = targets_of(plan, source)
     old_addr = address_of(ctx, source)
@@ -359,6 +379,11 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
         shards = shards_of(plan, t.name, source)
         routed_here = [s for s in shards if route_of(ctx, s).current().writer == address_of(ctx, t.name)]
         conn = connection_name(t.name)
+        if t.name in reverse and routed_here and not src.connection_running(conn):
+            # Stopped after the routes moved (and perhaps the open), before the old server
+            # replicated back: from the journaled position, which the instance wrote nothing
+            # after before it opened, so every write it took is replayed before the routes move back.
+            start_reverse(ctx, source, {t.name: reverse[t.name]}, fresh=False)
         if t.name in reverse and src.connection_status(conn) is not None:
             if routed_here:
                 # Fences every shard on the instance for a moment; rollback undoes newest first,
@@ -445,10 +470,11 @@ def describe_cutover(ctx: RunContext, source: str) -> list[tuple[str, str]]:
                      f"{p.on_fence_blocked}); SHOW MASTER STATUS"),
             *[(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {p.catchup_timeout_s:g}, '{conn}')"
                   + ("; the ranges that kept changing compared again" if p.checksum else "")) for t in targets],
-            *[(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t} binlog position> (reverse, for rollback); "
-                       f"START SLAVE '{connection_name(t)}'") for t in targets],
+            *[(t, "its binlog position read and journaled (where the reverse connection will start)") for t in targets],
             ("routes", f"DSN file: each shard of {source} -> its instance (both sides still read-only)"),
             *[(t, f"read_only=OFF (bounded by {p.catchup_timeout_s:g}s): takes the shards' writes") for t in targets],
+            *[(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t}'s journaled position> (reverse, for "
+                       f"rollback); START SLAVE '{connection_name(t)}'") for t in targets],
             (source, "KILL CONNECTION <app sessions> (after the routes moved: pools reconnect to the instance)"),
             *[(t, f"the app account logs in and reaches its tables; stop and remove replication connection "
                   f"'{conn}'") for t in targets]]

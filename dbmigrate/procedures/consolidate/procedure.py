@@ -12,10 +12,11 @@ Phases:
              (multi-source when an instance takes shards from several servers)
   cutover    gate: every connection running and caught up; then a fleet step: per old
              server, its connections caught up again -> fence it (read_only, app sessions
-             ended) -> each instance applies its final position (bounded) -> CHECKSUM TABLE
-             equal on both sides -> the old server starts replicating those shards back ->
-             open the instance -> the DSN file routes each shard to its instance -> drop the
-             forward connection
+             ended) -> each instance applies its final position (bounded) -> the ranges that
+             kept changing compared -> each instance's binlog position journaled -> the DSN
+             file routes each shard to its instance -> open the instance -> (after the window)
+             the old server replicates those shards back from the journaled position -> drop
+             the forward connection
   Fleet steps run `fleet.concurrency` old servers at a time; one server's failure leaves
   the others alone unless `fleet.on_failure` says otherwise (see fleet.py).
   verify     every shard routes to its instance, which is writable

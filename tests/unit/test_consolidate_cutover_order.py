@@ -1,0 +1,251 @@
+"""The order of one old server's cutover on a fake consolidation topology: the instance's binlog
+position is journaled inside the window, the reverse connection is set up after the open (out of
+the window), and a cutover stopped between the open and the reverse connection is put back without
+losing what the instance took. At no moment are the old server and its instance both writable."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+
+from dbmigrate.engine.events import EventBus
+from dbmigrate.engine.journal import Journal
+from dbmigrate.engine.step import RunContext
+from dbmigrate.exceptions import DbmigrateError
+from dbmigrate.procedures.consolidate import cutover as co
+from dbmigrate.procedures.consolidate.context import ConsolidateParams, PlanOnly, edit_state
+from dbmigrate.procedures.consolidate.model import connection_name
+from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, Demand, PlannedInstance, ShardDemand
+from dbmigrate.procedures.consolidate.resources import ConsolidateState
+from dbmigrate.procedures.kit.fence import Fenced
+
+OLD, INST, SHARD = "old1", "inst1", "shard_1"
+ADDR = {OLD: "127.0.0.1:3301", INST: "127.0.0.1:3401"}
+REV = connection_name(INST)  # the old server's connection from the instance
+
+
+class World:
+    """The old server, its instance, the shard's route and the instance's binlog; every change
+    lands in `events`, in order, and two writable servers fail the test at once."""
+
+    def __init__(self, ctx_box: list):
+        self.ctx_box = ctx_box
+        self.read_only = {OLD: False, INST: True}
+        self.inst_pos = 400  # the instance's binlog position (one file)
+        self.writes: list[int] = []  # positions of writes the instance took once open
+        self.replayed: set[int] = set()  # those the old server applied through its reverse connection
+        self.conns: dict[str, dict] = {OLD: {}, INST: {connection_name(OLD): {"from": 0, "running": True}}}
+        self.route = ADDR[OLD]
+        self.events: list[str] = []
+        self.fail_reverse = 0  # CHANGE MASTER on the old server fails this many times
+
+    def journaled_reverse(self) -> dict:
+        return ConsolidateState.load(self.ctx_box[0].state).reverse.get(OLD, {})
+
+    def set_read_only(self, name: str, on: bool) -> None:
+        self.read_only[name] = on
+        self.events.append(f"{name} read_only={'ON' if on else 'OFF'}")
+        assert sum(not v for v in self.read_only.values()) <= 1, f"two writable: {self.read_only}"
+        if name == INST and not on:
+            # The open: the instance's position for the reverse connection must already be journaled.
+            assert self.journaled_reverse() == {INST: ["inst-bin.000001", self.inst_pos]}, "position not journaled"
+
+    def app_writes(self, n: int) -> None:
+        """The application writes through the route (only where it is writable)."""
+        target = OLD if self.route == ADDR[OLD] else INST
+        assert not self.read_only[target]
+        for _ in range(n):
+            if target == INST:
+                self.inst_pos += 10
+                self.writes.append(self.inst_pos)
+
+    def lost(self) -> list[int]:
+        """Writes the instance took that the old server had not applied when it waited for them."""
+        return [p for p in self.writes if p not in self.replayed]
+
+
+class FakeApplier:
+    def __init__(self, w: World, name: str):
+        self.w, self.name = w, name
+
+    def set_read_only(self, on: bool, lock_wait_timeout: float | None = None) -> None:
+        self.w.set_read_only(self.name, on)
+
+    def add_source(self, conn, host, port, repl, log_file, log_pos, wild) -> None:
+        if self.w.fail_reverse:
+            self.w.fail_reverse -= 1
+            raise DbmigrateError(f"{self.name}: CHANGE MASTER '{conn}' failed")
+        self.w.conns[self.name][conn] = {"from": log_pos, "running": False}
+        self.w.events.append(f"{self.name} CHANGE MASTER {conn} at {log_file}:{log_pos}")
+
+    def start_source(self, conn) -> None:
+        self.w.conns[self.name][conn]["running"] = True
+        self.w.events.append(f"{self.name} START SLAVE {conn}")
+
+    def remove_source(self, conn) -> None:
+        self.w.conns[self.name].pop(conn, None)
+        self.w.events.append(f"{self.name} RESET SLAVE {conn} ALL")
+
+    def cancel_fence_expiry(self) -> None:
+        pass
+
+
+class FakeInspector:
+    def __init__(self, srv):
+        self.w, self.name = srv.w, srv.name
+
+    def binlog_coordinates(self):
+        self.w.events.append(f"{self.name} position read")
+        return ("inst-bin.000001", self.w.inst_pos) if self.name == INST else ("old-bin.000001", 100)
+
+    def read_only(self) -> bool:
+        return self.w.read_only[self.name]
+
+    def connection_status(self, conn):
+        return self.w.conns[self.name].get(conn)
+
+    def connection_running(self, conn):
+        c = self.w.conns[self.name].get(conn)
+        return None if c is None else c["running"]
+
+    def wait_for_position(self, conn, log_file, log_pos, timeout_s) -> bool:
+        c = self.w.conns[self.name].get(conn)
+        ok = c is not None and c["running"]
+        if ok:  # a connection replays what its source wrote after the position it started from
+            self.w.replayed |= {p for p in self.w.writes if p > c["from"]}
+        self.w.events.append(f"{self.name} waited for {conn}: {'applied' if ok else 'timed out'}")
+        return ok
+
+
+class FakeServer:
+    def __init__(self, w: World, name: str):
+        self.w, self.name = w, name
+
+    @contextmanager
+    def bounded(self, seconds: float):
+        yield
+
+
+class FakeRoute:
+    def __init__(self, w: World):
+        self.w = w
+
+    def current(self):
+        return type("R", (), {"writer": self.w.route})()
+
+    def switch_writer(self, addr: str, old: str | None = None) -> None:
+        assert old is None or old == self.w.route
+        self.w.route = addr
+        self.w.events.append(f"route {SHARD} -> {'instance' if addr == ADDR[INST] else 'old server'}")
+
+
+class FakeKit:
+    def __init__(self, w: World):
+        self.w = w
+
+    def before_open(self, opening: str) -> None:
+        assert self.w.read_only[OLD], "opening beside a writable old server"
+
+
+@pytest.fixture
+def world(monkeypatch):
+    box: list = []
+    w = World(box)
+    plan = ConsolidationPlan("instance-per-group", {}, [ShardDemand(SHARD, OLD, 1, 1, 0.0)],
+                             [PlannedInstance(INST, "h1", "127.0.0.1", 3401, "/d", [SHARD], [OLD], Demand(), 0.0,
+                                              shard_sources={SHARD: OLD})], [])
+    servers = {n: FakeServer(w, n) for n in (OLD, INST)}
+
+    def fence(ctx, source, targets):
+        w.set_read_only(OLD, True)
+        w.events.append(f"{OLD} fenced")
+        return FakeKit(w), Fenced(f"fenced {OLD} (read_only=ON) in 1.0 ms; final position x", ("old-bin.000001", 100),
+                                  ctx.clock.monotonic(), applied_within_budget=True)
+
+    for name, value in {
+        "server_of": lambda ctx, n: servers[n], "applier_of": lambda ctx, n: FakeApplier(w, n),
+        "Inspector": FakeInspector, "route_of": lambda ctx, s: FakeRoute(w), "address_of": lambda ctx, n: ADDR[n],
+        "resources_of": lambda ctx: type("Res", (), {"repl": None})(), "fence": fence,
+        "require_accounts": lambda ctx, s, t: co.Accounts(), "end_app_sessions": lambda ctx, n: (0, set()),
+        "try_app_login": lambda *a, **k: "app logs in", "wait_accounts_reach": lambda *a, **k: "",
+    }.items():
+        monkeypatch.setattr(co, name, value)
+    with Journal(":memory:") as j:
+        j.create_run("r1", procedure="consolidate", cluster="c")
+        bus = EventBus()
+        bus.subscribe(j.record)
+        ctx = RunContext(run_id="r1", procedure="consolidate", cluster="c", journal=j, bus=bus,
+                         params=ConsolidateParams(plan="p.json", checksum=False, fence_expiry="off"),
+                         resources=PlanOnly(plan))
+        box.append(ctx)
+        w.ctx, w.journal = ctx, j
+        yield w
+
+
+def test_the_reverse_connection_starts_after_the_open_from_the_position_journaled_inside_the_window(world):
+    w = world
+    said = co.cutover(w.ctx, OLD)
+    assert w.events[:8] == [
+        f"{OLD} read_only=ON", f"{OLD} fenced",
+        f"{INST} position read",  # inside the window: one read on the instance, then the journal
+        f"route {SHARD} -> instance",
+        f"{INST} read_only=OFF",  # end of the window (the journal held the position: asserted at the open)
+        f"{OLD} CHANGE MASTER {REV} at inst-bin.000001:400",  # after the window
+        f"{OLD} START SLAVE {REV}",
+        f"{INST} RESET SLAVE {connection_name(OLD)} ALL",  # the forward connection, last
+    ]
+    st = ConsolidateState.load(w.ctx.state)
+    assert OLD in st.cut and OLD not in st.fencing and st.reverse[OLD] == {INST: ["inst-bin.000001", 400]}
+    parts = [m["labels"]["part"] for m in w.journal.metric_rows("r1", "fenced_part_ms")]
+    assert parts == ["fence", "catch_up", "check", "reverse_position", "journal", "routes", "fence_held", "open"]
+    assert "replicates them back for rollback" in said
+    w.app_writes(3)
+    co.undo_cutover(w.ctx, OLD)  # rollback: the instance's writes come back before the route does
+    assert w.lost() == [] and w.route == ADDR[OLD] and not w.read_only[OLD] and w.read_only[INST]
+
+
+def test_a_cutover_stopped_between_the_open_and_the_reverse_connection_is_put_back_losing_nothing(world):
+    """As the tool killed right after the open leaves it: fenced old server, route and writes on
+    the instance, its position journaled, no reverse connection (or one set up and not started)."""
+    w = world
+    for started in (False, True):
+        with edit_state(w.ctx) as st:
+            st.fencing[OLD] = 1.0
+            st.reverse[OLD] = {INST: ["inst-bin.000001", w.inst_pos]}
+        w.set_read_only(OLD, True)
+        w.route = ADDR[INST]
+        w.set_read_only(INST, False)
+        if started:  # CHANGE MASTER landed, START SLAVE did not
+            w.conns[OLD][REV] = {"from": w.inst_pos, "running": False}
+        w.app_writes(5)
+        w.events.clear()
+        said = co.undo_cutover(w.ctx, OLD)
+        assert w.lost() == [], w.lost()
+        ev = w.events
+        assert ev.index(f"{OLD} START SLAVE {REV}") < ev.index(f"{OLD} waited for {REV}: applied") \
+            < ev.index(f"route {SHARD} -> old server") < ev.index(f"{OLD} read_only=OFF")
+        assert (f"{OLD} CHANGE MASTER {REV} at inst-bin.000001:{w.writes[0] - 10}" in ev) == (not started)
+        assert "routes shard_1 back to old1" in said and w.route == ADDR[OLD]
+        st = ConsolidateState.load(w.ctx.state)
+        assert st.reverse == {} and st.fencing == {} and REV not in w.conns[OLD]
+        w.writes.clear()
+
+
+def test_a_reverse_connection_that_cannot_be_set_up_after_the_open_fails_the_cutover_loudly(world):
+    """Not dropped: the cutover fails with the cause; the undo cannot replay the instance's writes
+    without it either, so it leaves the route on the writable instance and the old server fenced."""
+    w = world
+    w.fail_reverse = 2  # in the cutover, and again in its undo
+    logs = []
+    w.ctx.bus.subscribe(lambda e: logs.append(getattr(e, "message", "")))
+    with pytest.raises(DbmigrateError, match=f"CHANGE MASTER '{REV}' failed"):
+        co.cutover(w.ctx, OLD)
+    assert w.route == ADDR[INST] and not w.read_only[INST] and w.read_only[OLD]
+    assert any("putting old1 back failed too" in m and "dbmigrate rollback r1" in m for m in logs), logs
+    st = ConsolidateState.load(w.ctx.state)
+    assert OLD in st.fencing and OLD not in st.cut and st.reverse[OLD] == {INST: ["inst-bin.000001", 400]}
+    # The operator's rollback, once the cause is gone, puts it back with nothing lost.
+    w.app_writes(2)
+    co.undo_cutover(w.ctx, OLD)
+    assert w.lost() == [] and w.route == ADDR[OLD] and not w.read_only[OLD]
