@@ -39,6 +39,7 @@ class World:
         self.route = ADDR[OLD]
         self.events: list[str] = []
         self.fail_reverse = 0  # CHANGE MASTER on the old server fails this many times
+        self.in_cutover = False
 
     def journaled_reverse(self) -> dict:
         return ConsolidateState.load(self.ctx_box[0].state).reverse.get(OLD, {})
@@ -47,6 +48,9 @@ class World:
         self.read_only[name] = on
         self.events.append(f"{name} read_only={'ON' if on else 'OFF'}")
         assert sum(not v for v in self.read_only.values()) <= 1, f"two writable: {self.read_only}"
+        if name == INST and not on and self.read_only[OLD]:
+            # The fleet's other work waits from the fence to the open.
+            assert co.WINDOWS.open_now() == (1 if self.in_cutover else 0)
         if name == INST and not on:
             # The open: the instance's position for the reverse connection must already be journaled.
             assert self.journaled_reverse() == {INST: ["inst-bin.000001", self.inst_pos]}, "position not journaled"
@@ -185,7 +189,10 @@ def world(monkeypatch):
 
 def test_the_reverse_connection_starts_after_the_open_from_the_position_journaled_inside_the_window(world):
     w = world
+    w.in_cutover = True
     said = co.cutover(w.ctx, OLD)
+    w.in_cutover = False
+    assert co.WINDOWS.open_now() == 0
     assert w.events[:8] == [
         f"{OLD} read_only=ON", f"{OLD} fenced",
         f"{INST} position read",  # inside the window: one read on the instance, then the journal
@@ -239,8 +246,11 @@ def test_a_reverse_connection_that_cannot_be_set_up_after_the_open_fails_the_cut
     w.fail_reverse = 2  # in the cutover, and again in its undo
     logs = []
     w.ctx.bus.subscribe(lambda e: logs.append(getattr(e, "message", "")))
+    w.in_cutover = True
     with pytest.raises(DbmigrateError, match=f"CHANGE MASTER '{REV}' failed"):
         co.cutover(w.ctx, OLD)
+    w.in_cutover = False
+    assert co.WINDOWS.open_now() == 0
     assert w.route == ADDR[INST] and not w.read_only[INST] and w.read_only[OLD]
     assert any("putting old1 back failed too" in m and "dbmigrate rollback r1" in m for m in logs), logs
     st = ConsolidateState.load(w.ctx.state)

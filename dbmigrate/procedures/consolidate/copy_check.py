@@ -14,6 +14,7 @@ the fence when more than `fenced_check_max_chunks` ranges are left for it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import SafetyError
@@ -77,8 +78,9 @@ def checksum(insp: Inspector, c: Chunk) -> str:
 
 
 def check_before_fence(old: Inspector, new: Inspector, conn: str, shards: list[str], *, chunk_bytes: int,
-                       wait_s: float) -> CopyCheck:
-    """Compare every range of `shards` while `new` replicates them from `old` on connection `conn`."""
+                       wait_s: float, between: Callable[[], object] = lambda: None) -> CopyCheck:
+    """Compare every range of `shards` while `new` replicates them from `old` on connection `conn`;
+    `between()` runs before each range (a fleet holds its checks while another server is fenced)."""
     result = CopyCheck()
     for shard in shards:
         tables, chunks = plan_chunks(old, shard, chunk_bytes)
@@ -88,6 +90,7 @@ def check_before_fence(old: Inspector, new: Inspector, conn: str, shards: list[s
             raise SafetyError(f"{new.server.name} lacks {', '.join(f'{shard}.{t}' for t in missing)}",
                               hint="nothing was fenced; re-seed the instance")
         for c in chunks:
+            between()
             result.chunks += 1
             for _ in range(SETTLE_TRIES):
                 a = checksum(old, c)

@@ -33,6 +33,7 @@ from dbmigrate.procedures.consolidate.accounts import (
 from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_fence, check_in_fence
 from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer
+from dbmigrate.procedures.consolidate.windows import WINDOWS
 
 
 def end_app_sessions(ctx: RunContext, name: str) -> tuple[int, set[str]]:
@@ -66,12 +67,16 @@ def cutover(ctx: RunContext, source: str) -> str:
     if ctx.dry_run:
         return f"would fence {source} and route its shards to {', '.join(t.name for t in targets)}"
     src = Inspector(server_of(ctx, source))
-    # Every check the window needs, before anything changes.
+    # Every check the window needs, before anything changes (held while another server is fenced).
+    WINDOWS.wait_quiet()
     accounts = require_accounts(ctx, source, targets)
     copies = verify_copies(ctx, source, targets) if p.checksum else {}
     with edit_state(ctx) as st:  # before anything changes: a crash from here on is found by rollback and resume
         st.fencing[source] = ctx.clock.now()
+    in_window = False
     try:
+        WINDOWS.enter()  # the fleet's other work waits until this window ends
+        in_window = True
         kit, fenced = fence(ctx, source, targets)
         started = fenced.started
         parts = WindowParts(ctx.clock, started)
@@ -115,6 +120,8 @@ def cutover(ctx: RunContext, source: str) -> str:
                 applier_of(ctx, t.name).set_read_only(False)
         fenced_ms = (ctx.clock.monotonic() - started) * 1000
         parts.mark("open")
+        WINDOWS.leave()
+        in_window = False
         # After the open (three round trips and the relay log's files on the old server, not
         # needed to take writes): the old server replicates back from the journaled positions.
         # A failure here fails the cutover; putting it back sets the connection up again first.
@@ -127,6 +134,7 @@ def cutover(ctx: RunContext, source: str) -> str:
         record_fence_checks(ctx, copies)
         # Only now, with every route naming an instance: a pool that reconnects at once finds the new writer.
         killed, seen = end_app_sessions(ctx, source)
+        WINDOWS.wait_quiet()
         logged_in = try_app_login(ctx, source, targets, accounts)
     except BaseException as exc:
         undone = False
@@ -135,9 +143,13 @@ def cutover(ctx: RunContext, source: str) -> str:
             undone = True
         except Exception as undo_exc:  # keep the original error; say what is left to do
             ctx.log(f"putting {source} back failed too: {undo_exc}; run: dbmigrate rollback {ctx.run_id}", "error")
+        finally:
+            if in_window:  # put back (or not) at full speed: its applications wait on it
+                WINDOWS.leave()
         if undone and isinstance(exc, (CatchUpTimeout, RefusedWait)):  # undone in place: as it was
             raise ConsolidateRefused(f"{exc.message}: {source} was unfenced, nothing changed", hint=exc.hint) from None
         raise
+    WINDOWS.wait_quiet()
     for t in targets:  # not needed to open writes, so after the route switch
         applier_of(ctx, t.name).remove_source(connection_name(source))
     reached = wait_accounts_reach(ctx, source, targets, seen)
@@ -260,7 +272,7 @@ def verify_copies(ctx: RunContext, source: str, targets: list) -> dict[str, Copy
         shards = shards_of(plan, t.name, source)
         found[t.name] = check_before_fence(src, Inspector(server_of(ctx, t.name)), connection_name(source), shards,
                                            chunk_bytes=int(p.check_chunk_mb * 1024 * 1024),
-                                           wait_s=min(p.catchup_timeout_s, 5.0))
+                                           wait_s=min(p.catchup_timeout_s, 5.0), between=WINDOWS.wait_quiet)
     left = [c for f in found.values() for c in f.unsettled]
     save_checksums(ctx, {**state_of(ctx).checksums,
                          **{shard: {"old": dict(f.equal.get(shard, {})), "new": dict(f.equal.get(shard, {})),
@@ -346,6 +358,7 @@ def wait_accounts_reach(ctx: RunContext, source: str, targets: list, seen: set[s
     deadline = ctx.clock.monotonic() + bound
     missing = set(seen)
     while True:
+        WINDOWS.wait_quiet()
         for t in targets:
             missing -= {s.user for s in Inspector(server_of(ctx, t.name)).sessions()}
         if not missing or ctx.clock.monotonic() >= deadline:

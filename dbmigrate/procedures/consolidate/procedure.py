@@ -43,6 +43,7 @@ from dbmigrate.procedures.consolidate.fleet import failed_at, fleet_step
 from dbmigrate.procedures.consolidate.readiness import evaluate_caught_up, evaluate_preflight, source_caught_up
 from dbmigrate.procedures.consolidate.instances import provision_instances
 from dbmigrate.procedures.consolidate.provision import sandbox_extra
+from dbmigrate.procedures.consolidate.windows import WINDOWS
 from dbmigrate.procedures.consolidate.resources import ConsolidateResources, load_plan, plan_path, prepare
 from dbmigrate.procedures.consolidate.context import (
     ConsolidateError,
@@ -146,6 +147,7 @@ def cutover_fleet(plan, params: ConsolidateParams):
         if src in state_of(ctx).fencing:  # an earlier attempt stopped part way (the tool was killed)
             ctx.log(f"the cutover of {src} began earlier in this run and did not finish: putting it back "
                     f"before starting again: {undo_cutover(ctx, src)}", "warning")
+        WINDOWS.wait_quiet()  # another server's fenced window first
         ok, reason, details = source_caught_up(ctx, params_of(ctx), src)
         for conn, d in details.items():  # how far behind each of its connections was, for a live board
             if isinstance(d, dict) and d.get("seconds_behind") is not None:
@@ -154,6 +156,7 @@ def cutover_fleet(plan, params: ConsolidateParams):
         if not ok:
             raise ConsolidateRefused(f"not fenced: {reason}", hint="nothing changed on it; resume once it keeps up")
         sentence = cutover(ctx, src)
+        WINDOWS.wait_quiet()
         verify_cutover(ctx, src)
         return sentence
 
