@@ -315,6 +315,15 @@ class Fleet:
         after = [p["window_ms"] - p["caught_up_ms"] for p in parts.values()
                  if p["window_ms"] is not None and p["caught_up_ms"] is not None]
         beyond = [None if gaps.get(s) is None else max(0.0, gaps[s] - pace_ms) for s in self.old()]
+        # Where each pause longer than the writer's pace plus 30 ms lay, and what the fleet did then.
+        long_gaps = {}
+        for server, g in gaps.items():
+            if g is None or g <= pace_ms + 30:
+                continue
+            span = fig.gap_around([t for _, _, t in results[server]["acks"]], *cuts[server])
+            long_gaps[server] = fig.where_gap(span, fenced.get(server),
+                                              [w for o, w in fenced.items() if o != server],
+                                              [w for o, w in cuts.items() if o != server])
         b50, bmax = fig.p50_max(beyond)
 
         during = []
@@ -349,6 +358,7 @@ class Fleet:
             "gap_ms": {"p50": _r(p50), "max": _r(mx), "writer_interval": round(pace_ms, 1),
                        "beyond_pace_p50": _r(b50), "beyond_pace_max": _r(bmax),
                        "per_server": {s: (round(g) if g is not None else None) for s, g in gaps.items()},
+                       "long": long_gaps,
                        "not_cut_over": sorted(set(self.old()) - set(cuts))},
             "fenced_ms": {"p50": _r(f50), "max": _r(fmax),
                           # Does a window last longer when other servers' cutovers run beside it?
@@ -467,6 +477,10 @@ def print_table(out: dict) -> None:
               f"| {p['seeding']} ({p['worst_source']}) / {p['quiet']} | {r['tool_memory_mb']['process_peak']} / "
               f"{r['tool_memory_mb']['tree_peak']}, {r['tool_cpu_s']} |")
     for r in out["runs"]:
+        for server, g in sorted(r["gap_ms"].get("long", {}).items()):
+            print(f"N={r['n']} {server}: a pause of {g['ms']} ms {g['where']} ({g['from_fence_ms']} ms from its fence, "
+                  f"window {g['window_ms']} ms; {g['others_fenced']} other server(s) fenced and "
+                  f"{g['others_cutting_outside_window']} cutting over outside their window meanwhile)")
         parts = r["fenced_ms"].get("parts") or {}
         if parts:
             print(f"N={r['n']} fenced window by part, ms p50 / max: "

@@ -31,6 +31,39 @@ def gap_in(times: list[float], t0: float, t1: float) -> Optional[float]:
     return longest if longest is not None else 0.0
 
 
+def gap_around(times: list[float], t0: float, t1: float) -> Optional[Window]:
+    """The longest pause between two consecutive acks that overlaps [t0, t1], as (last ack before
+    it, first ack after it); None when there is none."""
+    ordered = sorted(times)
+    best: Optional[Window] = None
+    for a, b in zip(ordered, ordered[1:]):
+        if b >= t0 and a <= t1 and (best is None or b - a > best[1] - best[0]):
+            best = (a, b)
+    return best
+
+
+def where_gap(gap: Window, fenced: Optional[Window], others_fenced: list[Window],
+              others_cutting: list[Window]) -> dict:
+    """Where a server's longest pause lay against its own fenced window (before the fence, in it,
+    after the open; its start from the fence), and what the rest of the fleet did meanwhile: how
+    many other servers were fenced, how many were in their cutover outside their window."""
+    a, b = gap
+    if fenced is None:
+        where = "no window"
+    elif b <= fenced[0]:
+        where = "before the fence"
+    elif a >= fenced[1]:
+        where = "after the open"
+    else:
+        where = "in the window"
+    fenced_beside = sum(1 for w in others_fenced if _overlap(w, gap))
+    return {"ms": round((b - a) * 1000, 1), "where": where,
+            "from_fence_ms": None if fenced is None else round((a - fenced[0]) * 1000, 1),
+            "window_ms": None if fenced is None else round((fenced[1] - fenced[0]) * 1000, 1),
+            "others_fenced": fenced_beside,
+            "others_cutting_outside_window": sum(1 for w in others_cutting if _overlap(w, gap)) - fenced_beside}
+
+
 def within(samples: Iterable[tuple[float, float]], windows: Iterable[Window]) -> list[float]:
     """The values of (when, value) samples taken inside any of the windows."""
     ws = list(windows)

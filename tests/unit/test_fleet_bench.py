@@ -102,3 +102,17 @@ def test_window_parts_read_the_cutover_sentence():
             "routes shard_01->h1-1 after 22 ms fenced; then 0 app session(s) on old-1 ended")
     assert fig.window_parts(text) == {"fence_ms": 3.3, "caught_up_ms": 4.0, "window_ms": 22.0}
     assert fig.window_parts("not fenced: behind")["window_ms"] is None
+
+
+def test_a_long_pause_is_placed_against_the_servers_own_window_and_the_fleet_beside_it():
+    acks = [0.0, 0.04, 0.08, 0.30, 0.34, 0.38, 0.42, 0.80, 0.84]
+    cut = (0.05, 0.40)
+    fenced = (0.35, 0.37)  # 20 ms, inside the 40 ms pace: the long pause (0.08 -> 0.30) came before it
+    span = fig.gap_around(acks, *cut)
+    assert span == (0.08, 0.30)
+    g = fig.where_gap(span, fenced, others_fenced=[(0.10, 0.12)], others_cutting=[(0.0, 0.5), (0.6, 0.9)])
+    assert g == {"ms": 220.0, "where": "before the fence", "from_fence_ms": -270.0, "window_ms": 20.0,
+                 "others_fenced": 1, "others_cutting_outside_window": 0}
+    assert fig.where_gap((0.42, 0.80), fenced, [], [])["where"] == "after the open"
+    assert fig.where_gap((0.34, 0.38), fenced, [], [])["where"] == "in the window"
+    assert fig.gap_around([0.0], 0.1, 0.2) is None

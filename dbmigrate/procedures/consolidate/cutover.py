@@ -122,6 +122,7 @@ def cutover(ctx: RunContext, source: str) -> str:
         parts.mark("open")
         WINDOWS.leave()
         in_window = False
+        ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)  # journaled as the window ends
         # After the open (three round trips and the relay log's files on the old server, not
         # needed to take writes): the old server replicates back from the journaled positions.
         # A failure here fails the cutover; putting it back sets the connection up again first.
@@ -129,7 +130,6 @@ def cutover(ctx: RunContext, source: str) -> str:
         with edit_state(ctx) as st:
             st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
             st.fencing.pop(source, None)
-        ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)
         parts.journal(ctx, source)
         record_fence_checks(ctx, copies)
         # Only now, with every route naming an instance: a pool that reconnects at once finds the new writer.
