@@ -41,3 +41,17 @@ def test_a_window_that_stays_open_holds_the_others_only_for_the_bound():
     assert 0.15 <= done[0] < 1 and time.monotonic() - start < 2
     w.leave()
     assert w.open_now() == 0
+
+
+def test_the_interpreter_switches_threads_sooner_only_while_a_window_is_open():
+    import sys
+
+    before = sys.getswitchinterval()
+    w = FencedWindows()
+    w.enter()
+    w.enter()  # a second server fenced beside the first
+    assert sys.getswitchinterval() == 0.0005
+    w.leave()
+    assert sys.getswitchinterval() == 0.0005  # one is still open
+    w.leave()
+    assert sys.getswitchinterval() == before
