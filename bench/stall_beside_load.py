@@ -35,12 +35,29 @@ import time
 from pathlib import Path
 
 CPU_LOOP_S = 0.35  # about the tool's start-up on this machine
-KINDS = ("idle", "cpu", "imports", "dryrun", "nice-imports", "idle-cpu", "idle-imports")
+KINDS = ("idle", "cpu", "imports", "dryrun", "nice-imports", "idle-cpu", "idle-imports", "paced20-cpu", "paced10-cpu", "fsync",
+         "sqlite")
 
 
 def commands(pb: Path, dbmigrate: list[str]) -> dict[str, list[str]]:
     burn = f"import time\nt = time.process_time()\nwhile time.process_time() - t < {CPU_LOOP_S}: pass"
+    def paced(burst_ms: float, pause_ms: float) -> str:  # the same CPU in short bursts, a pause after each
+        return (f"import time\nt = time.process_time()\nwhile time.process_time() - t < {CPU_LOOP_S}:\n"
+                f"    b = time.process_time()\n    while time.process_time() - b < {burst_ms / 1000}: pass\n"
+                f"    time.sleep({pause_ms / 1000})")
+    scratch = Path(os.environ["DBMIGRATE_HOME"])
+    fsync = (f"import os\nf = open({str(scratch / 'fsync.bin')!r}, 'wb')\nf.write(os.urandom(65536))\n"
+             f"f.flush()\nos.fsync(f.fileno())\nf.close()")
+    sqlite = (f"import sqlite3\ndb = sqlite3.connect({str(scratch / 'wal.sqlite')!r})\n"
+              f"db.execute('PRAGMA journal_mode=WAL')\ndb.execute('PRAGMA synchronous=NORMAL')\n"
+              f"db.execute('CREATE TABLE IF NOT EXISTS t (v BLOB)')\n"
+              f"for _ in range(20):\n    db.execute('INSERT INTO t VALUES (randomblob(2000))')\n    db.commit()\n"
+              f"db.close()")
     return {"cpu": [sys.executable, "-c", burn],
+            "fsync": [sys.executable, "-c", fsync],  # a small write and its fsync, no CPU to speak of
+            "sqlite": [sys.executable, "-c", sqlite],  # the journal's kind of writes, and its close
+            "paced20-cpu": [sys.executable, "-c", paced(2, 8)],
+            "paced10-cpu": [sys.executable, "-c", paced(1, 9)],
             "imports": dbmigrate + ["run", "--help"],
             "dryrun": dbmigrate + ["run", str(pb), "--dry-run", "--yes", "--json"]}
 
