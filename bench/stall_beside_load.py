@@ -36,7 +36,7 @@ from pathlib import Path
 
 CPU_LOOP_S = 0.35  # about the tool's start-up on this machine
 KINDS = ("idle", "cpu", "imports", "dryrun", "nice-imports", "idle-cpu", "idle-imports", "paced20-cpu", "paced10-cpu", "fsync",
-         "sqlite")
+         "sqlite", "true", "python", "alloc")
 
 
 def commands(pb: Path, dbmigrate: list[str]) -> dict[str, list[str]]:
@@ -53,7 +53,11 @@ def commands(pb: Path, dbmigrate: list[str]) -> dict[str, list[str]]:
               f"db.execute('CREATE TABLE IF NOT EXISTS t (v BLOB)')\n"
               f"for _ in range(20):\n    db.execute('INSERT INTO t VALUES (randomblob(2000))')\n    db.commit()\n"
               f"db.close()")
+    alloc = "b = bytearray(80 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1"
     return {"cpu": [sys.executable, "-c", burn],
+            "true": ["/bin/true"],  # a process and nothing else
+            "python": [sys.executable, "-c", "pass"],  # the interpreter's start alone
+            "alloc": [sys.executable, "-c", alloc],  # 80 MB of fresh memory touched, little CPU
             "fsync": [sys.executable, "-c", fsync],  # a small write and its fsync, no CPU to speak of
             "sqlite": [sys.executable, "-c", sqlite],  # the journal's kind of writes, and its close
             "paced20-cpu": [sys.executable, "-c", paced(2, 8)],

@@ -325,9 +325,26 @@ def fence_sentence(run_id: str) -> str:
                      if s["name"].startswith("fence ") and s["action"] == "run"), "")
 
 
+def load_without_tool(load: Sysbench, rate: int | None, seconds: float) -> tuple[float, float]:
+    """The same load with no tool running, for as long as the run took: what the writer sees then
+    is the reference for what it saw during the run. A sysbench of its own (the round's dies at
+    the flip), started as the round's was, 1 s before the span that counts."""
+    bg = load.start_background(time_s=60, rate=rate)
+    try:
+        time.sleep(1.0)
+        start = time.monotonic()
+        time.sleep(seconds)
+        return start, time.monotonic()
+    finally:
+        try:
+            bg.stop()
+        except Exception:
+            pass
+
+
 def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier, rate: int | None,
               spans: list[tuple[float, float]], budget_s: float | None = FENCED_CATCHUP_BUDGET_S,
-              operator: bool = True) -> dict:
+              operator: bool = True, baselines: list[tuple[float, float]] | None = None) -> dict:
     # Debian's sysbench 1.0.20 dies on reconnect after a flip (upstream #527): one per round.
     bg = load.start_background(time_s=60, rate=rate)
     time.sleep(1.0)
@@ -346,14 +363,14 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
                             subscribers=[moments, console])
         t1 = time.monotonic()
     spans.append((t0, t1))
-    # As long with no tool running as with it (the 1 s before the run included): the longest gap
-    # of each is then the longest of as many gaps, and the two maxima can be compared.
-    time.sleep(max(0.3, (t1 - t0) - 1.0))
+    time.sleep(0.3)
     try:
         done = bg.stop()  # stopped, not finished: its per-second lines say the rate it ran at
         load_tps = statistics.median(i.tps for i in done.intervals) if done.intervals else done.tps
     except Exception:
         load_tps = None
+    if baselines is not None:
+        baselines.append(load_without_tool(load, rate, t1 - t0))
     window = moments.window()
     acks = verifier.acks
     windows, whole = moments.windows(), moments.from_first_convergence()
@@ -428,10 +445,10 @@ def gaps_without_cutover(acks, spans: list[tuple[float, float]], names: dict[int
             for name, g in sorted(by_server.items())}
 
 
-def no_tool_gaps(acks, spans: list[tuple[float, float]], margin_s: float = 0.05) -> list[float]:
-    """The writer's gaps (ms) while no run of the tool was going on, whichever server wrote."""
+def no_tool_gaps(acks, baselines: list[tuple[float, float]]) -> list[float]:
+    """The writer's gaps (ms) within the spans of the same load with no tool running."""
     return [(cur.mono - prev.mono) * 1000 for prev, cur in zip(acks, acks[1:])
-            if not any(start - margin_s <= cur.mono and prev.mono <= end + margin_s for start, end in spans)]
+            if any(start <= prev.mono and cur.mono <= end for start, end in baselines)]
 
 
 def outside_window_summary(rounds: list[dict], base_gaps: list[float]) -> dict | None:
@@ -526,10 +543,12 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         targets = [f"{name}-new", f"{name}-1"]
         done: list[dict] = []
         spans: list[tuple[float, float]] = []  # (start, end) of each cutover run, monotonic
+        baselines: list[tuple[float, float]] = []  # the same load, no tool, as long as each run
         where = 0  # index in targets of the current primary's successor
         for i in range(rounds * len(vias)):
             via = vias[(i // 2) % len(vias)]  # two rounds (there and back) per tool, alternating
-            r = one_round(state, name, targets[where], via, load, verifier, rate, spans, budget_s, operator)
+            r = one_round(state, name, targets[where], via, load, verifier, rate, spans, budget_s, operator,
+                          baselines)
             done.append(r)
             if r["status"] == "done":
                 where = 1 - where
@@ -540,7 +559,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         verifier.wait_for_acks(len(verifier.acks) + 20)
         names = {i.server_id: n for n, i in state.instances.items()}
         without_cutover = gaps_without_cutover(verifier.acks, spans, names)
-        outside = outside_window_summary(done, no_tool_gaps(verifier.acks, spans))
+        outside = outside_window_summary(done, no_tool_gaps(verifier.acks, baselines))
         whole = [r["gap_ms_whole_call"] for r in done if r.get("gap_ms_whole_call") is not None]
         over_30 = [{"round": i + 1, "gap_ms": r["gap_ms_whole_call"], **(r["gap_whole_call_where"] or {})}
                    for i, r in enumerate(done) if (r.get("gap_ms_whole_call") or 0) > 30]
