@@ -389,8 +389,8 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
                                  "writer_errors": [kind for when, kind in verifier.error_times(error_times_before)
                                                    if worst[1] <= when <= worst[2]]} if worst else None,
         "outside_window_gaps_ms": [round(g[0], 2) for g in outside],
-        # The same, split at the first window: the start-up and preflight (where the tool may pace
-        # itself, dbmigrate.pacing) and what follows the window (verify, the journal, the exit).
+        # The same, split at the windows: the start-up and preflight (the sessions' load is running)
+        # and what follows the last window (verify, the journal, the exit; the load died at the flip).
         "outside_window_gaps_ms_before_fence": [round(g[0], 2) for g in outside if windows and g[2] < windows[0][0]],
         "outside_window_gaps_ms_after_window": [round(g[0], 2) for g in outside if windows and g[1] > windows[-1][1]],
         "outside_window_max_where": ({"phase": phase_of(m[1], t0, moments), "ms": round(m[0], 1),
@@ -582,7 +582,6 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                "rounds_over_30_ms_whole_call": over_30,
                "tool_cpu_s_p50": statistics.median(c) if (c := [r["tool_cpu_s"] for r in done
                                                                  if r.get("tool_cpu_s") is not None]) else None,
-               "tool_cpu_share": os.environ.get("DBMIGRATE_CPU_SHARE", "auto"),  # see dbmigrate.pacing
                "tool_started_as": "dbmigrate run (its own process)" if operator else "start_run in the bench's process",
                "load_average_1min": round(os.getloadavg()[0], 2)}
         if len(vias) == 2:

@@ -16,9 +16,6 @@ atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 # Every sandbox, journal and CLI subprocess of this test session lives under here.
 os.environ["DBMIGRATE_HOME"] = str(_HOME)
 os.environ.setdefault("DBMIGRATE_JOURNAL", str(_HOME / "journal.sqlite"))
-# The suite's own load keeps the host busy: runs started as subprocesses would pace themselves
-# (dbmigrate.pacing) and take several times longer. The tests that pace ask for it.
-os.environ.setdefault("DBMIGRATE_CPU_SHARE", "off")
 
 
 def _have_mariadb() -> bool:

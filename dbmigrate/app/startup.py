@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from dbmigrate import pacing, priority
+from dbmigrate import priority
 
 
-def yield_cores_until_the_fence(pace: bool = True) -> None:
+def yield_cores_until_the_fence() -> None:
     """The run's start-up and preflight yield the cores to a server or application sharing them,
-    until the first fenced window: a lower priority on request (dbmigrate.priority), and on a busy
-    host a share of the CPU in short bursts (dbmigrate.pacing)."""
+    until the first fenced window (see dbmigrate.priority)."""
     priority.begin_run()
-    if pace:
-        pacing.begin()

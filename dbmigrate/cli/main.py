@@ -37,13 +37,10 @@ def main() -> None:
 
         print(version_line())
         return
-    command_word = next((a for a in argv if not a.startswith("-")), None)
-    if command_word in ("run", "resume"):
+    if next((a for a in argv if not a.startswith("-")), None) in ("run", "resume"):
         from dbmigrate.app.startup import yield_cores_until_the_fence
 
-        # Before the imports: they are most of a run's start-up. A resume may find a server
-        # fenced: it does not pace (dbmigrate.pacing), it only takes a priority asked for.
-        yield_cores_until_the_fence(pace=command_word == "run")
+        yield_cores_until_the_fence()
     # No pydantic plugins are used: skip their discovery, a scan of every installed package's metadata.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from dbmigrate.app.errors import failure_of

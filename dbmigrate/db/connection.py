@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterator
 import mysql.connector
 from mysql.connector import errorcode
 
-from dbmigrate import pacing
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, for_server
 from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, SETTLE_GONE_S, InDoubt, settle_on
@@ -234,7 +233,6 @@ class Server:
     def _run(self, sql: str, params: tuple | list | None, fetch: bool | str):
         text = TAG + sql
         shown = redact(sql if params is None else f"{sql} -- {params!r}")
-        pacing.pace()  # a busy host's cores, before the run's first fence (a no-op from then on)
         retried = False
         while True:
             self._check_time_left(shown)

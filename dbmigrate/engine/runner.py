@@ -23,7 +23,7 @@ from dbmigrate.engine.events import (
     StepFinished,
     StepStarted,
 )
-from dbmigrate import pacing, priority
+from dbmigrate import priority
 from dbmigrate.engine.hooks import HookFailed, HookRunner
 from dbmigrate.engine.journal import FINISHED_OK
 from dbmigrate.engine.step import AutoGate, Gate, ManualGate, Phase, Procedure, RunContext, Step
@@ -121,7 +121,6 @@ class Runner:
         finally:
             ctx.release_fenced_window()  # a window that ended in a failure released nothing
             priority.end_run()
-            pacing.stop()
             unsubscribe()
 
     def _forward(self, procedure: Procedure, ctx: RunContext, resume: bool) -> RunOutcome:

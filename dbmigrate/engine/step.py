@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 
-from dbmigrate import pacing, priority
+from dbmigrate import priority
 from dbmigrate.engine import collector
 from dbmigrate.engine.events import Event, Log, Metric
 from dbmigrate.engine.wait import Clock
@@ -294,13 +294,8 @@ class RunContext:
     def hold_for_fenced_window(self) -> None:
         """From just before a fence until the candidate opens, nothing of the tool's own pauses
         the window: the garbage collector is held off, displays get their events when it
-        closes (the journal at once), the process has its full CPU priority back and no longer
-        paces itself. `release_fenced_window` ends it; the runner does too."""
+        closes (the journal at once), the process has its full CPU priority back. `release_fenced_window` ends it; the runner does too."""
         priority.inside_window()
-        if (paced := pacing.share()) is not None:
-            self.log(f"the tool paced itself to {paced:.0%} of a core until this fence, the host being busy "
-                     f"({pacing.paused_s():.1f} s of pauses; DBMIGRATE_CPU_SHARE=off runs it unpaced)")
-        pacing.stop()
         collector.hold()
         self.bus.hold()
 

@@ -246,34 +246,6 @@ def test_second_run_is_refused_while_the_first_holds_the_lock(cluster):
     assert_original_shape(inv)
 
 
-# -- a run on a busy host paces itself until its fence -------------------------------------
-
-def test_a_paced_run_yields_the_cores_until_its_fence_and_switches_as_fast_after_it(cluster):
-    state, inv = cluster
-    assert_original_shape(inv)
-    v = kit.start_verifier(inv, NAME)
-    pb = kit.playbook(state, NAME)
-
-    r = run_cli("run", str(pb), "--yes", "--json", env={"DBMIGRATE_CPU_SHARE": "0.2"})
-
-    assert r.returncode == 0, r.stdout + r.stderr
-    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    messages = [str(e.get("message", "")) for e in events]
-    paced = [m for m in messages if "paced itself to 20% of a core until this fence" in m]
-    assert len(paced) == 1, messages  # said once, at the first fence, and no pausing after it
-    assert float(paced[0].split("(")[1].split(" s of pauses")[0]) > 0, paced  # it did pause
-    run_id = run_id_from_json_lines(r.stdout)
-    detail, _ = show(run_id)
-    assert detail["status"] == "done", detail["summary"]
-    assert kit.writers(kit.shape(inv, NAME)) == [NEW]
-
-    back = rollback_run(run_id, assume_yes=True)
-    assert back.status == "rolled_back", back.summary
-    report = kit.finish_verifier(v, inv, NAME)
-    assert report.lost_total == 0, report.summary()
-    assert_original_shape(inv)
-
-
 # -- 2. SIGKILL in the middle of a step, then resume -------------------------------------
 
 def test_run_killed_mid_step_completes_under_resume(cluster):
