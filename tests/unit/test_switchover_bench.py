@@ -76,6 +76,11 @@ def test_outside_window_gaps_are_the_runs_gaps_that_touch_no_window():
     # The run: 0.05 .. 0.7; its window 0.35 .. 0.45 (the 0.2 -> 0.4 and 0.4 -> 0.41 gaps touch it).
     out = bench.outside_window_gaps(a, (0.05, 0.7), [(0.35, 0.45)])
     assert [round(g[0]) for g in out] == [100, 100, 900]  # 0.6 -> 1.5 starts inside the run, so it counts
-    assert bench.no_tool_gaps(a, [(0.05, 0.7)], margin_s=0.0) == []
-    summary = bench.outside_window_summary([{"outside_window_gaps_ms": [1.0, 2.0, 30.0]}], [1.0, 2.0, 10.0])
+    # The reference: gaps wholly inside the spans of the same load with no tool (0.1 .. 0.45).
+    assert [round(g) for g in bench.no_tool_gaps(a, [(0.1, 0.45)])] == [100, 200, 10]
+    assert bench.no_tool_gaps(a, []) == []
+    rounds = [{"outside_window_gaps_ms": [1.0, 2.0, 30.0], "outside_window_gaps_ms_before_fence": [1.0, 30.0],
+               "outside_window_gaps_ms_after_window": [2.0]}]
+    summary = bench.outside_window_summary(rounds, [1.0, 2.0, 10.0])
     assert summary["max"] == 30.0 and summary["no_tool_max"] == 10.0 and summary["max_ratio"] == 3.0
+    assert summary["before_fence"]["max"] == 30.0 and summary["after_window"]["max"] == 2.0
