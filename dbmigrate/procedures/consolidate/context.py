@@ -57,7 +57,8 @@ class FleetSettings(BaseModel):
     """Many old servers in one run: how many at once, and what one failure does to the others."""
 
     model_config = ConfigDict(extra="forbid")
-    concurrency: int = Field(1, ge=1, le=64, description="old servers seeded or cut over at the same time")
+    concurrency: int = Field(1, ge=1, le=64, description="old servers seeded or cut over (and planned instances "
+                                                          "provisioned) at the same time")
     on_failure: Literal["continue", "stop", "rollback"] = Field(
         "continue", description="continue: the others go on and the run ends failed, naming it (resume retries "
                                 "it); stop: no further server starts; rollback: the whole run is undone")
