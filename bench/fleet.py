@@ -16,7 +16,9 @@ through the throttle: the playbook's p99.9 limit on the source, and a byte cap i
   same relay, page cache dropped first, the same concurrency), per copy and for the fleet;
 - each server's cutover write gap: the longest pause of its writer that overlaps its cutover
   (p50 and max over the servers; also beyond the writer's own pace, and the fenced window the
-  tool journaled), and lost writes (acknowledged, not on the shard's server);
+  tool journaled, and its parts: `fenced_part_ms`), where each pause longer than the writer's pace
+  plus 30 ms lay against its server's window and what the rest of the fleet did meanwhile, and lost
+  writes (acknowledged, not on the shard's server);
 - the sources' p99.9 read latency while each was being copied (all sources' samples pooled;
   the worst single source beside it), quiet before the run, against the throttle's limit;
 - the tool's peak memory: the `dbmigrate run` process's own high-water mark, and the peak
