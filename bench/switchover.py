@@ -242,6 +242,27 @@ def warm_compiled_modules(pb: Path) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+TOOL_CPUS = ""  # --tool-cpus: the cores the tool runs on, everything else on the others
+
+
+def pin_apart(tool_cpus: str) -> str:
+    """Everything this bench starts from now on (servers, HAProxy, sysbench, the writer) on the
+    cores the tool is not given: the tool then runs as from a host of its own would, as far as
+    CPU goes. Returns the cores left to the rest, as taskset writes them."""
+    global TOOL_CPUS
+    mine: set[int] = set()
+    for part in tool_cpus.split(","):
+        lo, _, hi = part.partition("-")
+        mine |= set(range(int(lo), int(hi or lo) + 1))
+    rest = os.sched_getaffinity(0) - mine
+    if not mine or not rest or not mine <= os.sched_getaffinity(0):
+        raise SystemExit(f"--tool-cpus {tool_cpus}: give the tool some of the cores {sorted(os.sched_getaffinity(0))}, "
+                         "not all of them")
+    os.sched_setaffinity(0, rest)
+    TOOL_CPUS = ",".join(map(str, sorted(mine)))
+    return ",".join(map(str, sorted(rest)))
+
+
 def run_as_operator(pb: Path, moments: "Moments") -> tuple[Any, float, float, float]:
     """`dbmigrate run PB --yes --json` in a process of its own, as an operator starts it: its
     start-up and CPU count. Returns (outcome, exec time, exit time (monotonic), CPU seconds)."""
@@ -253,7 +274,8 @@ def run_as_operator(pb: Path, moments: "Moments") -> tuple[Any, float, float, fl
     moments.time_of = lambda e: datetime.fromisoformat(e.at.replace("Z", "+00:00")).timestamp() - offset
     t0 = time.monotonic()
     env = tool_env()
-    p = subprocess.Popen(dbmigrate_cmd() + ["run", str(pb), "--yes", "--json"], stdout=subprocess.PIPE,
+    pin = ["taskset", "-c", TOOL_CPUS] if TOOL_CPUS else []  # --tool-cpus: cores of its own
+    p = subprocess.Popen(pin + dbmigrate_cmd() + ["run", str(pb), "--yes", "--json"], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, env=env)
     lines = p.stdout.read().splitlines()
     _, status, usage = os.wait4(p.pid, 0)
@@ -582,6 +604,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                "rounds_over_30_ms_whole_call": over_30,
                "tool_cpu_s_p50": statistics.median(c) if (c := [r["tool_cpu_s"] for r in done
                                                                  if r.get("tool_cpu_s") is not None]) else None,
+               "tool_cpus": TOOL_CPUS or "shared with everything else",
                "tool_started_as": "dbmigrate run (its own process)" if operator else "start_run in the bench's process",
                "load_average_1min": round(os.getloadavg()[0], 2)}
         if len(vias) == 2:
@@ -623,7 +646,7 @@ def render(out: dict) -> None:
                   f"max <= {TARGET_MAX_MS} ms ({g['max'] / TARGET_MAX_MS:.2f}x)")
     o = out.get("outside_window")
     if o:
-        print(f"writer's gaps during the tool's runs ({out['tool_started_as']}), outside the fenced windows: "
+        print(f"writer's gaps during the tool's runs ({out['tool_started_as']}; tool on cores: {out['tool_cpus']}), outside the fenced windows: "
               f"p50 {o['p50']} ms, p99 {o['p99']} ms, max {o['max']} ms; with no tool running: p99 {o['no_tool_p99']} "
               f"ms, max {o['no_tool_max']} ms; ratio p99 {o['p99_ratio']}x, max {o['max_ratio']}x (target <= 1.2x)")
         for key, label in (("before_fence", "before the first fence"), ("after_window", "after the last window")):
@@ -665,7 +688,14 @@ def main() -> int:
                          "without the tool's start-up")
     ap.add_argument("--fenced-catchup-budget-ms", type=float, default=FENCED_CATCHUP_BUDGET_S * 1000,
                     help="the playbook's fenced_catchup_budget_s, in ms (0: none, the catch-up step waits)")
+    ap.add_argument("--tool-cpus", default="",
+                    help="run the tool on these cores (taskset list, e.g. 1) and everything else the bench starts "
+                         "on the others: the tool as from a host of its own, as far as CPU goes")
     args = ap.parse_args()
+    if args.tool_cpus:
+        if args.in_process:
+            ap.error("--tool-cpus needs the tool in a process of its own (not --in-process)")
+        pin_apart(args.tool_cpus)
     import shutil
     import tempfile
 
