@@ -84,3 +84,22 @@ def test_outside_window_gaps_are_the_runs_gaps_that_touch_no_window():
     summary = bench.outside_window_summary(rounds, [1.0, 2.0, 10.0])
     assert summary["max"] == 30.0 and summary["no_tool_max"] == 10.0 and summary["max_ratio"] == 3.0
     assert summary["before_fence"]["max"] == 30.0 and summary["after_window"]["max"] == 2.0
+
+
+def test_the_tool_is_given_cores_of_its_own_and_everything_else_the_others():
+    import os
+    import subprocess
+
+    cores = sorted(os.sched_getaffinity(0))
+    with pytest.raises(SystemExit, match="not all of them"):
+        bench.pin_apart(",".join(map(str, cores)))  # refused before any change
+    assert sorted(os.sched_getaffinity(0)) == cores
+    if len(cores) < 2:
+        pytest.skip("one core: nothing to set apart")
+    # In a child: the pinning is for the bench's whole life.
+    code = (f"import os, sys; sys.path.insert(0, {str(Path(bench.__file__).parent)!r}); import switchover as b; "
+            f"rest = b.pin_apart('{cores[-1]}'); "
+            "print(rest, b.TOOL_CPUS, ','.join(map(str, sorted(os.sched_getaffinity(0)))), sep='|')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    others = ",".join(map(str, cores[:-1]))
+    assert out == f"{others}|{cores[-1]}|{others}"
