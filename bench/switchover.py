@@ -411,7 +411,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
                                  "writer_errors": [kind for when, kind in verifier.error_times(error_times_before)
                                                    if worst[1] <= when <= worst[2]]} if worst else None,
         "outside_window_gaps_ms": [round(g[0], 2) for g in outside],
-        # The same, split at the windows: the start-up and preflight (the sessions' load is running)
+        # The same, split at the windows: the start-up and preflight (the round's load is running)
         # and what follows the last window (verify, the journal, the exit; the load died at the flip).
         "outside_window_gaps_ms_before_fence": [round(g[0], 2) for g in outside if windows and g[2] < windows[0][0]],
         "outside_window_gaps_ms_after_window": [round(g[0], 2) for g in outside if windows and g[1] > windows[-1][1]],
