@@ -15,6 +15,13 @@ Then p50 / p95 / max across the rounds that switched (and per candidate), the lo
 the end, and the writer's gaps while no cutover ran, per primary: what the servers and the
 machine alone cost the application, the reference for the gaps at the cutovers.
 
+The tool's cost outside the fenced window: after each round the same load runs with no tool,
+as long as the run took (a sysbench of its own: the round's dies at the flip); the writer's gaps
+during the runs outside their windows (also split before the first fence / after the last
+window) are set beside its gaps in those spans, p99 and max, with their ratios, and the longest
+gap over each whole call (exec to exit) with where it lay. --tool-cpus 1 runs the tool on core 1
+and everything else the bench starts on the others: the tool as from a host of its own.
+
 --lagging gives the candidate a quarter of the buffer pool and single-threaded apply under
 a heavier load (8 sysbench threads, bigger tables), so that it lags by design: the run
 either waits for it outside the fenced window or refuses to fence, and says why. The
@@ -26,6 +33,7 @@ Where ORCHESTRATOR_URL is set, rounds alternate dbmigrate and orchestrator
 Targets on a quiet machine: p50 <= 10 ms, max <= 60 ms, 0 lost.
 
     python bench/switchover.py [--rounds 10] [--json] [--lagging] [--rate TPS] [--candidate-buffer-pool-mb MB]
+                               [--tool-cpus LIST] [--in-process]
 """
 
 from __future__ import annotations
