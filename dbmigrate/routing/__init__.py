@@ -37,5 +37,6 @@ def router_for(inventory: "Inventory", cluster: str) -> Router:
         if ":" not in sock or "/" in sock:  # a unix socket path, not host:port
             sock = _path(inventory.base, sock)
         return HAProxyRouter(cluster, sock, spec.writer_backend, spec.reader_backend,
-                             _path(inventory.base, spec.state_file) if spec.state_file else None)
+                             _path(inventory.base, spec.state_file) if spec.state_file else None,
+                             writer_address=f"{spec.address}:{spec.writer_port}" if spec.writer_port else None)
     raise RouterError(f"unknown router kind {spec.kind!r} for cluster {cluster}")  # pragma: no cover - model forbids it

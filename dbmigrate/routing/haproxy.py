@@ -190,8 +190,12 @@ class HAProxyRouter(Router):
     kind = "haproxy"
 
     def __init__(self, cluster: str, admin_socket: str, writer_backend: str = "writer",
-                 reader_backend: str | None = "readers", state_file: str | None = None, timeout: float = 3.0):
+                 reader_backend: str | None = "readers", state_file: str | None = None, timeout: float = 3.0,
+                 writer_address: str | None = None):
         super().__init__(cluster)
+        # Where applications connect to write ("host:port"): a switchover's hold of new
+        # connections (routing/haproxy_hold.py) needs it; None: no hold, as before.
+        self.writer_address = writer_address
         self.admin = AdminSocket(admin_socket, timeout)
         self.writer_backend = validate_name(writer_backend)
         self.reader_backend = validate_name(reader_backend) if reader_backend else None

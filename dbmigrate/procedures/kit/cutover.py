@@ -34,6 +34,7 @@ class CutoverState(TypedState):
     converged: Optional[str] = None  # how far behind the candidate was when the fence was set
     lag_at_fence_trx: Optional[int] = None
     applied_pos: Optional[str] = None  # the final position the candidate applied within the fence step
+    held: Optional[dict] = None  # the router's hold of new connections in place (routing/haproxy_hold.py)
 
 
 MakeSwitchover = Callable[[RunContext, Optional[Record]], Switchover]
@@ -104,8 +105,36 @@ def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
         # Nothing of the tool's own pauses the window from here until the candidate opens.
         ctx.hold_for_fenced_window()
     converged = converge(cut, ctx, sw)
-    # A retried attempt follows writes that flowed meanwhile: the candidate converges again first.
-    return f"{converged}; {fence(cut, ctx, sw, before_retry=lambda: converge(cut, ctx, sw))}"
+    # At the edge of the window: new connections held by the router, the old primary's writer
+    # sessions ended each when idle, so that no application statement meets the fence.
+    held = hold_and_end_idle(sw, ctx)
+
+    def again() -> None:
+        # A retried attempt follows writes that flowed meanwhile (not held): the candidate
+        # converges again first, then the edge is made again.
+        sw.release_hold()
+        converge(cut, ctx, sw)
+        hold_and_end_idle(sw, ctx)
+
+    try:
+        fenced = fence(cut, ctx, sw, before_retry=again)
+    except BaseException:
+        sw.release_hold()  # the old primary stays the writer: held connections go on to it
+        raise
+    return f"{converged}; {held + '; ' if held else ''}{fenced}"
+
+
+def hold_and_end_idle(sw: Switchover, ctx: RunContext) -> str:
+    """The router's hold of new connections and the idle ending of the old primary's writer
+    sessions (a no-op for routers that cannot hold); the hold is journaled, so that a later
+    process can put the router back if this one dies holding."""
+    if not sw.holds_new_connections():
+        return ""
+    sentence = sw.hold_and_end_idle()
+    hold = sw.current_hold()
+    with CutoverState.edit(ctx.state) as s:
+        s.held = hold.to_dict() if hold is not None else None
+    return sentence
 
 
 def undo_fence(cut: Cutover, ctx: RunContext) -> str:
@@ -129,7 +158,11 @@ def is_fenced(cut: Cutover, ctx: RunContext) -> bool:
 def undo_switchover(cut: Cutover, ctx: RunContext) -> str:
     """The undo of every cutover step: back to the old primary, whatever was done."""
     st = state(ctx)
-    return switch_back(cut.sw(ctx), candidate_opened=st.candidate_opened, router_switched=st.switched_at is not None)
+    sw = cut.sw(ctx)
+    # A hold of new connections this process (or one that died) left: the router back first.
+    released = sw.release_leftover_hold(st.held) if not ctx.dry_run else ""
+    said = switch_back(sw, candidate_opened=st.candidate_opened, router_switched=st.switched_at is not None)
+    return f"{released}; {said}" if released else said
 
 
 def catch_up(cut: Cutover, ctx: RunContext) -> str:
@@ -160,7 +193,14 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
     st.candidate_opened = True
     st.save(ctx.state)
     try:
-        return said + sw.open_candidate(stop_replica=False, sealed=True)
+        said += sw.open_candidate(stop_replica=False, sealed=True)
+        if sw.is_holding():
+            # The router's flip was left to this moment: the held connections go to the
+            # candidate now that it takes writes.
+            said += "; " + sw.release_hold(to_new=sw.new)
+            with CutoverState.edit(ctx.state) as s:
+                s.switched_at, s.held = ctx.clock.now(), None
+        return said
     finally:
         ctx.release_fenced_window()
 
@@ -168,7 +208,11 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
 def switch_router(cut: Cutover, ctx: RunContext) -> str:
     # Inside the fenced window: the router's copy for restarts (a disk sync) is the
     # save step's, after the candidate opens.
-    sentence = cut.sw(ctx).switch_router(persist=False)
+    sw = cut.sw(ctx)
+    if sw.is_holding():
+        # Flipping now would hand the held connections to a candidate still read-only.
+        return f"new connections wait in the router's queue; writes go to {cut.new} as it opens"
+    sentence = sw.switch_router(persist=False)
     if not ctx.dry_run:
         with CutoverState.edit(ctx.state) as s:
             s.switched_at = ctx.clock.now()  # the new primary takes traffic from here

@@ -9,7 +9,7 @@ whole session when the server must be quiet for DDL), then ended if allowed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Callable, Iterable, Literal
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError
@@ -83,3 +83,75 @@ def drain(insp: Inspector, applier: Applier, protected: frozenset[str], *, timeo
                 if e.errno != UNKNOWN_THREAD:
                     raise
     return result
+
+
+# A session still logging in (the router's placeholder holding a slot, an application's
+# connection half made) has no statement to lose; it is not the application's yet.
+NOT_YET_CLIENTS = frozenset({"unauthenticated user"})
+
+
+@dataclass
+class EndedWhenIdle:
+    ended_idle: int = 0  # ended while idle: the pool meets a dead kept connection, nothing cut
+    ended_at_deadline: int = 0  # still busy or in a transaction when the bound ran out
+    waited_s: float = 0.0
+    spared: int = 0  # client sessions of other routes (readers) left alone
+
+
+def end_when_idle(insp: Inspector, applier: Applier, protected: frozenset[str], *, timeout_s: float,
+                  only_hosts: Callable[[], set[str]] | None = None, clock: Clock | None = None,
+                  poll_s: float = 0.005) -> EndedWhenIdle:
+    """End each client session as soon as it is idle (no statement running, no transaction
+    open): a pool then meets a dead kept connection, which a pool that checks before reuse
+    retries on a new one, instead of a 1290 or a statement cut. Sessions still running or in
+    a transaction when `timeout_s` runs out are ended then. Call it while the router holds new
+    connections (or after the route changed), else the pool's new connections come back here.
+
+    `only_hosts()` names the client addresses (host:port) to end, e.g. the sessions that came
+    through the writer route: every other client session (reads on a server that stays a
+    reader) is left alone."""
+    clock = clock or Clock()
+    started = clock.monotonic()
+    wanted = only_hosts() if only_hosts is not None else None
+    result = EndedWhenIdle()
+    while True:
+        clients = [s for s in insp.sessions() if s.user not in protected and s.user not in NOT_YET_CLIENTS
+                   and s.command != "Connect"]
+        if wanted is not None:
+            result.spared = sum(1 for s in clients if not _from(s.host, wanted))
+            clients = [s for s in clients if _from(s.host, wanted)]
+        if not clients:
+            break
+        waited = clock.monotonic() - started
+        if waited >= timeout_s:
+            result.ended_at_deadline += _kill(applier, clients)
+            break
+        idle = [s for s in clients if s.command == "Sleep"]
+        if idle:
+            in_trx = insp.sessions_in_transaction()
+            result.ended_idle += _kill(applier, [s for s in idle if s.id not in in_trx])
+        clock.sleep(min(poll_s, max(0.0, timeout_s - waited)))
+    result.waited_s = clock.monotonic() - started
+    return result
+
+
+def _from(host: str, wanted: set[str]) -> bool:
+    """Is a PROCESSLIST host ("ip:port") one of `wanted` ("ip:port"), the port deciding
+    when the name differs (localhost against 127.0.0.1)?"""
+    if host in wanted:
+        return True
+    port = host.rpartition(":")[2]
+    return bool(port) and any(w.rpartition(":")[2] == port and w.rpartition(":")[0] in ("127.0.0.1", "::1", "localhost")
+                              and host.rpartition(":")[0] in ("127.0.0.1", "::1", "localhost") for w in wanted)
+
+
+def _kill(applier: Applier, sessions: Iterable[Session]) -> int:
+    ended = 0
+    for sess in sessions:
+        try:
+            applier.kill_connection(sess.id)
+            ended += 1
+        except QueryError as e:
+            if e.errno != UNKNOWN_THREAD:
+                raise
+    return ended

@@ -8,7 +8,9 @@ from typing import Callable
 
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
 from dbmigrate.exceptions import SafetyError
-from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
+from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, end_when_idle, protected_users
+from dbmigrate.routing import haproxy_hold
+from dbmigrate.routing.haproxy import HAProxyRouter
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 
 
@@ -50,22 +52,88 @@ class FenceSteps(SwitchoverBase):
         self.old_fence.require_not_expiring(expires_at, self.new)
 
     def end_sessions(self, name: str | None = None) -> str:
-        """Wait (bounded) for open app transactions on a fenced server, then end its app sessions."""
+        """Wait (bounded) for open app transactions on a fenced server, then end its app sessions:
+        through a router that tells which sessions came by the writer route, only those (the
+        readers' sessions on a server that stays a reader are never ended)."""
         name = name or self.old
-        drained, killed = self._drain(name)
-        return f"{name}: {drained} open app transaction(s) at the start, {killed} app session(s) ended"
+        drained, killed, spared = self._drain(name)
+        kept = f"; {spared} reader session(s) left alone" if spared else ""
+        return f"{name}: {drained} open app transaction(s) at the start, {killed} app session(s) ended{kept}"
 
-    def _drain(self, name: str) -> tuple[int, int]:
+    def _drain(self, name: str) -> tuple[int, int, int]:
         """Wait (bounded) for open app transactions to end, then end app sessions."""
         if self.dry_run:
-            return 0, 0
+            return 0, 0, 0
         insp = self.insp(name)
         if not insp.reachable():
-            return 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
+            return 0, 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
         protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
+        writers = self._writer_route_hosts(name)
+        if writers is not None:
+            if not self.s.kill_app_sessions:
+                return 0, 0, 0
+            done = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+                                 only_hosts=lambda: writers, clock=self.clock)
+            return done.ended_at_deadline, done.ended_idle + done.ended_at_deadline, done.spared
         done = drain(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
                      until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
-        return done.open_at_start, done.ended
+        return done.open_at_start, done.ended, 0
+
+    def _writer_route_hosts(self, name: str) -> set[str] | None:
+        """The client addresses `name` sees for sessions that came through the writer route; None
+        when the router cannot tell (a DSN file, no router: every client session counts)."""
+        if not isinstance(self.router, HAProxyRouter):
+            return None
+        return haproxy_hold.writer_route_hosts(self.router, self.server(name))
+
+    # -- the edges of the window: new connections held, the old writer's sessions ended when idle
+    def holds_new_connections(self) -> bool:
+        return (not self.dry_run and self.s.hold_new_connections and self.s.kill_app_sessions
+                and haproxy_hold.can_hold(self.router))
+
+    def hold_and_end_idle(self, name: str | None = None) -> str:
+        """Just before the fence: the router holds new connections in its queue, then each of
+        `name`'s writer-route sessions is ended as soon as it is idle (in-flight statements
+        finish; transactions get drain_timeout_s, then end). A pool that checks a kept
+        connection before reuse meets a dead one and opens a new one, which waits in the queue
+        until the candidate opens: no 1290, no statement cut. Empty when the router cannot hold."""
+        name = name or self.old
+        if not self.holds_new_connections():
+            return ""
+        haproxy_hold.hold_new_connections(self.router, self.server(name))
+        insp = self.insp(name)
+        protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
+        writers = haproxy_hold.writer_route_hosts(self.router, self.server(name))
+        t0 = self.clock.monotonic()
+        done = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+                             only_hosts=lambda: writers, clock=self.clock)
+        late = f", {done.ended_at_deadline} still busy at {self.s.drain_timeout_s:g}s ended" \
+            if done.ended_at_deadline else ""
+        return (f"new connections held by the router; {done.ended_idle} writer session(s) on {name} ended when "
+                f"idle{late} in {(self.clock.monotonic() - t0) * 1000:.0f} ms")
+
+    def release_hold(self, to_new: str | None = None) -> str:
+        """End the hold: with `to_new`, the writer flip to it first (held connections go there at
+        once); without, the held connections go on to the old writer. A no-op without a hold."""
+        if self.dry_run or not isinstance(self.router, HAProxyRouter):
+            return ""
+        if to_new is None:
+            return haproxy_hold.release(self.router)
+        other = self.old if to_new == self.new else self.new
+        return haproxy_hold.release(self.router, self.server(to_new), self.server(other))
+
+    def current_hold(self):
+        return haproxy_hold.current_hold(self.router) if isinstance(self.router, HAProxyRouter) else None
+
+    def release_leftover_hold(self, saved: dict | None) -> str:
+        """The router's hold put back: this process's, or one a process that died left (journaled)."""
+        if self.dry_run or not isinstance(self.router, HAProxyRouter):
+            return ""
+        return haproxy_hold.release_leftover(self.router, saved)
+
+    def is_holding(self) -> bool:
+        return isinstance(self.router, HAProxyRouter) and \
+            haproxy_hold.current_hold(self.router) is not None
 
     def seal_old(self, bypass: set[str] | None = None) -> tuple[str, str]:
         """Before the candidate opens: the old primary must still be read-only, and every session

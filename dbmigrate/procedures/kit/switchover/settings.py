@@ -47,6 +47,10 @@ class SwitchoverSettings(FenceParams):
     probe_timeout_s: float = 2.0
     drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
     kill_app_sessions: bool = True  # end remaining app sessions on the fenced server
+    # Through an HAProxy router that knows its writer address: new connections wait in HAProxy's
+    # queue from just before the fence until the candidate opens, and the old primary's writer
+    # sessions are ended each when idle before the fence (docs/operations/what-the-application-sees.md).
+    hold_new_connections: bool = True
     replica_timeout_s: float = 30.0  # bound for repointing each other replica
     admin_users: tuple[str, ...] = ()  # sessions never killed (the tool's own, replication)
 

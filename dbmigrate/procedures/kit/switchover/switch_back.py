@@ -41,12 +41,20 @@ def switch_back(sw: Switchover, candidate_opened: bool = True, router_switched: 
         if _replicates_at_all(sw, sw.new):
             back.apply(sw.new).stop_replica()
         said += _follow(back, sw)
-        sentence, pos = back.fence()
-        said.append(sentence)
+        # As on the way there: new connections held, sw.new's writer sessions ended when idle.
+        held = back.hold_and_end_idle()
+        if held:
+            said.append(held)
         try:
-            said.append(back.wait_catchup(pos))
-        except DbmigrateError:
-            said.append(back.unfence_old(candidate_known_closed=True))
+            sentence, pos = back.fence()
+            said.append(sentence)
+            try:
+                said.append(back.wait_catchup(pos))
+            except DbmigrateError:
+                said.append(back.unfence_old(candidate_known_closed=True))
+                raise
+        except BaseException:
+            back.release_hold()  # sw.new stays the writer: held connections go on to it
             raise
         said.append(back.open_candidate())
     elif not old_writable and new_writable is False and _has_writes_old_lacks(sw):
@@ -89,6 +97,8 @@ def _route_back(back: Switchover, sw: Switchover, router_switched: bool) -> list
     """Writes back to `sw.old` at the router; a router that does not answer is skipped only
     when this run never switched it (it still sends writes to `sw.old`)."""
     try:
+        if back.is_holding():
+            return [back.release_hold(to_new=sw.old)]  # the flip, then the held connections go on
         if back.router_points_to(sw.old):
             return []
         return [back.switch_router()]

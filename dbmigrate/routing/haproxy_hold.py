@@ -1,0 +1,183 @@
+"""Holding the application's new connections in HAProxy's queue while the writer moves.
+
+Refused connections are errors the application sees; queued ones are only a wait. HAProxy
+queues a new connection when every usable server of the backend is full (`maxconn`), for at
+most `timeout queue` (`timeout connect` when unset), and hands the queue to a server the
+moment one becomes usable. So, measured on HAProxy 2.6.12 (see docs/operations/
+what-the-application-sees.md):
+
+- hold: one placeholder connection through the writer frontend takes a slot on the old
+  writer, then `set maxconn server writer/OLD 1`: the old writer stays 'ready' but full, every
+  new connection waits in the backend's queue, the connections already made keep working;
+- release: the usual flip (NEW ready, OLD maint, its sessions shut), which hands the queue to
+  NEW at once, then OLD's maxconn back to what it was, then the placeholder closes. Without a
+  flip (the switchover stopped before the candidate opened) the release only restores OLD's
+  maxconn and the queue goes to OLD again.
+
+Not used: `set maxconn frontend writer 0` refused new connections outright, and raising it
+again crashed HAProxy 2.6.12 (its watchdog, in dequeue_proxy_listeners).
+
+If the tool dies while holding, the placeholder closes with it: the old writer's slot frees,
+and held connections go on to it (each waits at most `timeout queue`); its maxconn stays 1
+until `release_leftover` (rollback and resume call it) puts the journaled value back.
+
+`show sess all` also tells which of a server's sessions came through the writer backend (their
+HAProxy-side address is what the server shows as the client's host:port), so that ending a
+demoted writer's sessions leaves the readers' sessions on the same server alone.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbmigrate.routing.base import RouterError, ServerLike, as_ref, same_address, split_address
+from dbmigrate.routing.haproxy import HAProxyRouter
+
+PLACEHOLDER_WAIT_S = 1.0  # for the server's greeting through the writer frontend
+
+_SESS_BACKEND = re.compile(r"^\s+backend=(\S+) \(.*\) addr=(\S+)")
+_SESS_SERVER = re.compile(r"^\s+server=(\S+) \(.*\) addr=(\S+)")
+
+
+def route_sessions(text: str, backend: str) -> dict[str, str]:
+    """From `show sess all`: HAProxy's own address toward the server (what the server shows as
+    the client's host:port) -> the server's address, for every session of `backend`."""
+    out: dict[str, str] = {}
+    current_backend: tuple[str, str] | None = None
+    for line in text.splitlines():
+        b = _SESS_BACKEND.match(line)
+        if b:
+            current_backend = (b.group(1), b.group(2))
+            continue
+        s = _SESS_SERVER.match(line)
+        if s and current_backend is not None:
+            name, local = current_backend
+            if name == backend and ":" in local and ":" in s.group(2):
+                out[local] = s.group(2)
+            current_backend = None
+    return out
+
+
+def writer_route_hosts(router: HAProxyRouter, server: ServerLike) -> set[str]:
+    """The client addresses (host:port) `server` sees for the sessions that came through the
+    writer backend: the application's writers there, not its readers."""
+    target = as_ref(server).address
+    sessions = route_sessions(router.admin.request(["show sess all"]), router.writer_backend)
+    return {local for local, srv in sessions.items() if same_address(srv, target)}
+
+
+def server_limit(router: HAProxyRouter, backend: str, name: str) -> int:
+    """The server's maxconn from `show stat` (slim); 0 when it has none."""
+    lines = router.admin.request(["show stat"]).splitlines()
+    if not lines or not lines[0].startswith("# "):
+        raise RouterError(f"HAProxy answered 'show stat' with: {' / '.join(lines[:2])[:200]}")
+    cols = lines[0][2:].split(",")
+    for line in lines[1:]:
+        f = line.split(",")
+        if len(f) >= len(cols) and f[cols.index("pxname")] == backend and f[cols.index("svname")] == name:
+            limit = f[cols.index("slim")]
+            return int(limit) if limit.isdigit() else 0
+    raise RouterError(f"HAProxy's 'show stat' has no server {backend}/{name}")
+
+
+@dataclass
+class Hold:
+    """A hold in place: which server is kept full, its maxconn before, and the placeholder."""
+
+    backend: str
+    server: str  # HAProxy's name of the old writer
+    address: str
+    maxconn_before: int
+    placeholder: socket.socket | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "server": self.server, "address": self.address,
+                "maxconn_before": self.maxconn_before}
+
+
+_HOLDS: dict[tuple[str, str], Hold] = {}  # (admin socket, backend) -> the hold this process keeps
+
+
+def can_hold(router: Any) -> bool:
+    return isinstance(router, HAProxyRouter) and bool(getattr(router, "writer_address", None))
+
+
+def current_hold(router: HAProxyRouter) -> Hold | None:
+    return _HOLDS.get((router.admin.path, router.writer_backend))
+
+
+def hold_new_connections(router: HAProxyRouter, old: ServerLike) -> Hold:
+    """New connections through the writer frontend wait in HAProxy's queue from now on; the
+    connections already made keep working. Idempotent."""
+    held = current_hold(router)
+    if held is not None:
+        return held
+    if not router.writer_address:
+        raise RouterError("the HAProxy router has no writer address: new connections cannot be held",
+                          hint="set writer_port (and address) in the inventory's router section")
+    rows = router.servers(router.writer_backend)
+    old_ref = as_ref(old)
+    name = next((r.name for r in rows if same_address(r.address, old_ref.address)), None)
+    if name is None:
+        raise RouterError(f"{old_ref} is not a server of HAProxy backend '{router.writer_backend}'")
+    before = server_limit(router, router.writer_backend, name)
+    placeholder = _placeholder(router.writer_address)
+    held = Hold(router.writer_backend, name, old_ref.address, before, placeholder)
+    try:
+        router.admin.run([f"set maxconn server {router.writer_backend}/{name} 1"])
+    except RouterError:
+        _close(placeholder)
+        raise
+    _HOLDS[(router.admin.path, router.writer_backend)] = held
+    return held
+
+
+def release(router: HAProxyRouter, new: ServerLike | None = None, old: ServerLike | None = None) -> str:
+    """End the hold: with `new`, the writer flip first (the queue goes to `new` at once); then
+    the old writer's maxconn as it was, then the placeholder closes. A no-op without a hold."""
+    held = _HOLDS.pop((router.admin.path, router.writer_backend), None)
+    if held is None:
+        return ""
+    try:
+        if new is not None:
+            router.switch_writer(new, old, persist=False)
+        router.admin.run([f"set maxconn server {held.backend}/{held.server} {held.maxconn_before}"])
+    finally:
+        _close(held.placeholder)
+    return (f"new connections held by HAProxy released to {as_ref(new) if new is not None else held.address}")
+
+
+def release_leftover(router: HAProxyRouter, saved: dict[str, Any] | None) -> str:
+    """After the process that held died: put the old writer's maxconn back (from the journal)."""
+    if current_hold(router) is not None:
+        return release(router)
+    if not saved:
+        return ""
+    router.admin.run([f"set maxconn server {saved['backend']}/{saved['server']} {int(saved['maxconn_before'])}"])
+    return f"HAProxy {saved['backend']}/{saved['server']} maxconn back to {saved['maxconn_before'] or 'unlimited'}"
+
+
+def _placeholder(address: str) -> socket.socket:
+    """A connection through the writer frontend that keeps the old writer's one slot taken.
+    It waits for the server's greeting, so the slot is taken before the limit applies."""
+    host, port = split_address(address)
+    try:
+        sock = socket.create_connection((host, port), timeout=PLACEHOLDER_WAIT_S)
+        sock.settimeout(PLACEHOLDER_WAIT_S)
+        if not sock.recv(1, socket.MSG_PEEK):
+            raise OSError("closed before the server's greeting")
+    except OSError as e:
+        raise RouterError(f"cannot hold new connections: the writer frontend {address} did not answer ({e})",
+                          hint="check the inventory's router address and writer_port") from None
+    return sock
+
+
+def _close(sock: socket.socket | None) -> None:
+    if sock is not None:
+        try:
+            sock.close()
+        except OSError:
+            pass
