@@ -10,7 +10,10 @@ sysbench loads the primary, and N promotions go back and forth. Per round:
   writes flowing and nothing fenced, does not (the gap counting it too is reported beside);
 - the wait for convergence, outside the fenced window;
 - the candidate's lag at the fence, as journaled (transactions behind);
-- errors the writer saw (read-only refusals, lost connections).
+- errors the writer saw (read-only refusals, lost connections);
+- what three application pools writing through the router saw (rehearsal/clients: a Go
+  database/sql-like, a HikariCP-like and a naive pool): errors per kind by class (1290, 2013,
+  2006, gone-on-reuse, other) and the longest call any of them waited (the client stall).
 Then p50 / p95 / max across the rounds that switched (and per candidate), the lost writes at
 the end, and the writer's gaps while no cutover ran, per primary: what the servers and the
 machine alone cost the application, the reference for the gaps at the cutovers.
@@ -59,12 +62,15 @@ from dbmigrate.config import load_inventory
 from dbmigrate.engine.events import Log, StepFinished, StepStarted
 from dbmigrate.app.runs import resolve_journal_path
 from dbmigrate.engine.journal import Journal
+from dbmigrate.rehearsal.clients import ClientProcess, FixedAddress, console_line, create_table
+from dbmigrate.rehearsal.clients.pools import KINDS
 from dbmigrate.rehearsal.sandbox import haproxy
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.rehearsal.sysbench import Sysbench
 from writer_process import WriterProcess
 
 TARGET_P50_MS, TARGET_MAX_MS = 10, 60
+CLIENT_KINDS = tuple(KINDS)
 DEVNULL = open(os.devnull, "w")
 # An application that writes every ~1 ms and, refused (read-only, connection cut), tries
 # again after half of that, on a new connection.
@@ -374,7 +380,7 @@ def load_without_tool(load: Sysbench, rate: int | None, seconds: float) -> tuple
 
 def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier, rate: int | None,
               spans: list[tuple[float, float]], budget_s: float | None = FENCED_CATCHUP_BUDGET_S,
-              operator: bool = True, baselines: list[tuple[float, float]] | None = None) -> dict:
+              operator: bool = True, baselines: list[tuple[float, float]] | None = None, clients=None) -> dict:
     # Debian's sysbench 1.0.20 dies on reconnect after a flip (upstream #527): one per round.
     bg = load.start_background(time_s=60, rate=rate)
     time.sleep(1.0)
@@ -382,6 +388,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     error_times_before = len(verifier.error_times())
     moments = Moments()
     t0 = time.monotonic()
+    wall0 = time.time()
     cpu_s = None
     if operator and via == "dbmigrate":
         outcome, t0, t1, cpu_s = run_as_operator(playbook(state, name, target, via, budget_s), moments)
@@ -394,6 +401,8 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
         t1 = time.monotonic()
     spans.append((t0, t1))
     time.sleep(0.3)
+    # What the application's pools saw from the tool's start to just after its end.
+    seen = clients.summary(since=wall0, until=time.time()) if clients is not None else {}
     try:
         done = bg.stop()  # stopped, not finished: its per-second lines say the rate it ran at
         load_tps = statistics.median(i.tps for i in done.intervals) if done.intervals else done.tps
@@ -449,6 +458,8 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
         "longest_gap": longest_gap_where(acks, windows, verifier.error_times(error_times_before), moments.events),
         "run_ms": round((t1 - t0) * 1000),
         "load_tps": round(load_tps) if load_tps else None,
+        **{k: seen[k] for k in ("client_errors", "client_error_classes", "client_stall_max_ms",
+                                "client_stalls_ms") if k in seen},
     }
 
 
@@ -521,6 +532,15 @@ def summary(rounds: list[dict], via: str) -> dict:
             "lag_at_fence_trx_max": max(lags) if lags else None,
             "load_tps_p50": statistics.median(t) if (t := [r["load_tps"] for r in mine if r["load_tps"]]) else None,
             "writer_errors": sum(sum(r["writer_errors"].values()) for r in mine),
+            # What the application's pools saw, per kind: errors over the rounds (per round beside),
+            # their classes, and the longest call of any pool.
+            "client_errors": {k: sum((r.get("client_errors") or {}).get(k, 0) for r in mine) for k in CLIENT_KINDS},
+            "client_errors_per_round": {k: [(r.get("client_errors") or {}).get(k, 0) for r in mine]
+                                        for k in CLIENT_KINDS},
+            "client_error_classes": {k: merged_classes(mine, k) for k in CLIENT_KINDS},
+            "client_stall_max_ms": max((r.get("client_stall_max_ms") or 0 for r in mine), default=None),
+            "client_stall_ms_p50": statistics.median(st) if (st := [r["client_stall_max_ms"] for r in mine
+                                                                     if r.get("client_stall_max_ms")]) else None,
             "fence_attempts_given_up": {why: sum(r["fence_given_up"].count(why) for r in mine)
                                         for why in sorted({w for r in mine for w in r["fence_given_up"]})},
             # Per candidate: with --lagging, the rounds to the lagging candidate are the ones that
@@ -529,6 +549,14 @@ def summary(rounds: list[dict], via: str) -> dict:
                                                   and r["gap_ms"] is not None]) | {
                                         "rounds": sum(r["target"] == t for r in mine)}
                                     for t in sorted({r["target"] for r in mine})}}
+
+
+def merged_classes(rounds: list[dict], kind: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rounds:
+        for cls, n in ((r.get("client_error_classes") or {}).get(kind) or {}).items():
+            out[cls] = out.get(cls, 0) + n
+    return out
 
 
 def discover(state, name: str, url: str) -> None:
@@ -548,7 +576,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
     boxes = Sandboxes()
     name = f"bench{os.getpid() % 10000}"
     boxes.up(name, 2)
-    verifier = None
+    verifier = clients = None
     try:
         boxes.add_instance(name, f"{name}-new", replica_of=f"{name}-1",
                            buffer_pool_mb=candidate_buffer_pool_mb
@@ -569,6 +597,12 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                                  retry_pause_s=WRITER_RETRY_PAUSE_S)
         verifier.start()
         verifier.wait_for_acks(50)
+        # The application's three pool kinds side by side, writing through the router.
+        with inv.open(f"{name}-1") as p:
+            create_table(p)
+        router = inv.cluster(name).router
+        clients = ClientProcess(FixedAddress(router.address, router.writer_port), inv.app_credentials(name)).start()
+        clients.wait_for_calls(5)
         vias = ["dbmigrate", "orchestrator"] if orchestrator_url else ["dbmigrate"]
         targets = [f"{name}-new", f"{name}-1"]
         done: list[dict] = []
@@ -578,13 +612,14 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         for i in range(rounds * len(vias)):
             via = vias[(i // 2) % len(vias)]  # two rounds (there and back) per tool, alternating
             r = one_round(state, name, targets[where], via, load, verifier, rate, spans, budget_s, operator,
-                          baselines)
+                          baselines, clients)
             done.append(r)
             if r["status"] == "done":
                 where = 1 - where
             say(f"{via} round {len(done)}: -> {r['target']} {r['status']}, gap {r['gap_ms']} ms, fence->open "
                 f"{r['fence_to_open_ms']} ms, converge wait {r['converge_wait_ms']} ms, lag at fence "
-                f"{r['lag_at_fence_trx']} trx, writer errors {r['writer_errors'] or 0}, run {r['run_ms']} ms"
+                f"{r['lag_at_fence_trx']} trx, writer errors {r['writer_errors'] or 0}, run {r['run_ms']} ms; "
+                f"{console_line(r)}"
                 + (f"\n    refused: {r['refused']}" if r["refused"] else ""))
         verifier.wait_for_acks(len(verifier.acks) + 20)
         names = {i.server_id: n for n, i in state.instances.items()}
@@ -620,6 +655,8 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
             out["p50_ratio_vs_orchestrator"] = round(a / max(b, 0.001), 3) if a and b else None
         return out
     finally:
+        if clients is not None:
+            clients.stop()
         if verifier is not None:
             verifier.kill()
         boxes.down(name)
@@ -633,6 +670,12 @@ def render(out: dict) -> None:
         print(f"{r['via']:>12}: {r['switched']}/{r['rounds']} switched; gap at the cutover p50 {g['p50']} ms, "
               f"p95 {g['p95']} ms, max {g['max']} ms; converge wait p50 {w['p50']} ms, max {w['max']} ms; "
               f"lag at fence max {r['lag_at_fence_trx_max']} trx; writer errors {r['writer_errors']}")
+        if r.get("client_errors"):
+            per = "; ".join(f"{k} {n}" + (f" ({', '.join(f'{c}: {m}' for c, m in r['client_error_classes'][k].items())})"
+                                          if r["client_error_classes"].get(k) else "")
+                            for k, n in r["client_errors"].items())
+            print(f"{'':>12}  application pools, errors over {r['rounds']} switchover(s): {per}; longest client "
+                  f"stall {r['client_stall_max_ms']} ms (per round p50 {r['client_stall_ms_p50']} ms)")
         f = r["gap_ms_from_first_convergence"]
         if f != g:
             print(f"{'':>12}  counting the pauses between fence attempts too (writes flowing, nothing fenced): "

@@ -159,6 +159,14 @@ def render_compose(r: dict) -> None:
                   + ", ".join(f"{k} {v}" for k, v in execs.items()), markup=False)
 
 
+def print_clients(r: dict) -> None:
+    """What the application's pools saw, when the rehearsal ran them."""
+    if r.get("client_errors") is not None:
+        from dbmigrate.rehearsal.clients import console_line
+
+        console.print(console_line(r), markup=False)
+
+
 def render_report(r: dict) -> None:
     t = Table(title="promote rehearsal")
     t.add_column("")
@@ -195,6 +203,7 @@ def render_report(r: dict) -> None:
     render_compose(r)
     if r.get("rollback_s") is not None:
         console.print(f"rollback complete {r['rollback_s']} s after the new primary took traffic")
+    print_clients(r)
     console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: "
                   f"{'[green]0[/]' if not lost else f'[red]{lost}[/]'}; run {r['run_id']} {r['run_status']}"
                   f"{' (rolled back)' if r['rolled_back'] else ''}")
@@ -286,6 +295,7 @@ def render_swap(r: dict) -> None:
     console.print(f"original primary takes writes again: {'yes' if r['primary_back'] else 'NO'}; longest gap "
                   f"between acknowledged writes {r['longest_write_gap_ms']} ms; reads {r['reads'].get('queries', 0)}",
                   markup=False)
+    print_clients(r)
     console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: {r['lost_writes']}; run {r['run_id']} "
                   f"{r['run_status']} ({r['elapsed_s']} s)", markup=False)
 
@@ -371,6 +381,7 @@ def render_consolidation(r: dict) -> None:
                       f"{', '.join(back['from'])}{' (read-only)' if back['read_only'] else ' (WRITABLE)'}")
     if r["rollback"]:
         console.print(f"rollback of one server: {r['rollback']}", markup=False)
+    print_clients(r)
     console.print(f"run {r['run_id']} {r['run_status']}; acknowledged writes {r['acknowledged_writes']}, lost "
                   f"{r['lost_writes']}; checksum differences {r['checksum_differences']}; misrouted shards "
                   f"{r['misrouted_shards']}; {r['elapsed_s']} s")

@@ -112,6 +112,15 @@ class Applier:
     def kill_connection(self, connection_id: int) -> None:
         self._send(f"KILL CONNECTION {int(connection_id)}")
 
+    def kill_if_idle(self, ids: list[int]) -> bool:
+        """End each of these sessions that is idle when the server runs the statement; False
+        when the flavor cannot do it in one statement (nothing was sent)."""
+        sql = self.flavor.kill_if_idle_sql(ids) if ids else None
+        if sql is None:
+            return False
+        self._send(sql)
+        return True
+
     def kill_query(self, connection_id: int) -> None:
         """End the statement a session is running; the session (and its transaction) stays."""
         self._send(f"KILL QUERY {int(connection_id)}")

@@ -43,6 +43,8 @@ from dbmigrate.hosts.services import InstanceService
 from dbmigrate.procedures.consolidate.plan import connection_name, measure_shards, plan
 from dbmigrate.procedures.consolidate.provision import pid_file
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
+from dbmigrate.rehearsal.clients import ClientProcess, DsnAddress, create_table
+from dbmigrate.rehearsal.evidence import record_client_evidence
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.rehearsal.sandbox.ports import free_port_range
 from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, create_shard, ids_on
@@ -108,7 +110,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
     t0 = time.monotonic()
     host_sshd: list[Any] = []
     writers: dict[str, ShardWriter] = {}
-    replay = None
+    replay = clients = None
     shaped: dict[str, Any] = {}
     placed = None
     topo = None
@@ -132,6 +134,11 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             with base.open(old) as s:
                 for sh in names:
                     create_shard(s, sh, rows, app.user)
+        # The application's pools write one shard of the server rolled back at the end: they see
+        # its cutover and its rollback. Their table is there before the plan copies the shard.
+        client_shard = shards[olds[-1]][0]
+        with base.open(olds[-1]) as s:
+            create_table(s, client_shard)
         if shape_files is not None:
             # The shape's schemas are shards of the first old server, with a writer of their own too.
             for schema in shape_files.schemas:
@@ -180,6 +187,9 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             if not w.wait_acks_on(w.writer(), 10, timeout_s=30):
                 raise RuntimeError(f"the writer of {sh} could not write to {w.writer()}: {w.errors}")
         say(f"{len(writers)} shard writers running through the DSN file")
+        clients = ClientProcess(DsnAddress(str(routes), client_shard), app, client_shard).start()
+        if not clients.wait_for_calls(3, timeout_s=15):
+            raise RuntimeError(f"the application pools could not write {client_shard} through the DSN file")
         if shape_files is not None:
             from dbmigrate.rehearsal.rehearse import start_shape
 
@@ -222,6 +232,11 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         time.sleep(0.3)
         for w in writers.values():
             w.stop()
+        seen: dict[str, Any] = {}
+        if clients is not None:
+            clients.stop()
+            seen = clients.summary()
+            clients = None
         with Journal(resolve_journal_path()) as j:  # again: the rollback journaled that server's new stage
             st = ConsolidateState.load(j.all_state(outcome.run_id))
         report = _check(inv, name, placed, new_addr, shards, writers, rolled if rollback_sentence else None, routes,
@@ -241,8 +256,9 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             "rollback": rollback_sentence, "seeds": st.seeds, "fleet": st.servers,
             "fenced_checksums_equal": all(v["old"] == v["new"] for v in st.checksums.values()),
             "steps": [{"name": s["name"], "status": s["status"], "sentence": s["sentence"]} for s in steps],
-            "elapsed_s": round(time.monotonic() - t0, 1),
+            "elapsed_s": round(time.monotonic() - t0, 1), **seen,
         })
+        record_client_evidence(outcome.run_id, seen)
         report["ok"] = bool(outcome.status == "done" and rollback_sentence and report["lost_writes"] == 0
                             and report["checksum_differences"] == 0 and report["misrouted_shards"] == 0
                             and report["old_servers_not_replicating_back"] == 0
@@ -251,6 +267,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
     finally:
         if replay is not None:
             replay.stop()
+        if clients is not None:
+            clients.stop()
         for w in writers.values():
             w.stop_flag.set()
         for w in writers.values():

@@ -43,3 +43,17 @@ def record_promote_evidence(run_id: str, *, sampler: Any, journal_path=None, **k
         for name in (m.LAG, m.SAMPLER):
             if sampled.get(name):
                 journal.record_evidence(run_id, name, sampled[name])
+
+
+CLIENTS = "clients"  # what the application's pools saw: errors per kind (classes beside), longest call
+
+
+def record_client_evidence(run_id: str, clients: dict[str, Any], journal_path=None) -> None:
+    """The pools' counts (rehearsal/clients) into the run's journal, beside the rest of its evidence."""
+    from dbmigrate.app.runs import resolve_journal_path
+
+    if not clients:
+        return
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        journal.record_evidence(run_id, CLIENTS, {"source": "Go database/sql-like, HikariCP-like and naive pools "
+                                                            "writing through the router", **clients})

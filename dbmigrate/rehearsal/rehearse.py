@@ -29,7 +29,7 @@ from dbmigrate.procedures.kit.guard import GuardState
 from dbmigrate.home import home
 from dbmigrate.rehearsal import hidden
 from dbmigrate.rehearsal.cpu import measure_cpu
-from dbmigrate.rehearsal.evidence import record_promote_evidence
+from dbmigrate.rehearsal.evidence import record_client_evidence, record_promote_evidence
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.exceptions import SandboxError
 
@@ -74,6 +74,32 @@ def start_workload(inv, cluster: str, bench, read_port: int, load_seconds: int) 
         stop_workload(background, verifier, reads)  # stopping a verifier never started is a no-op
         raise
     return reads, verifier, background
+
+
+def start_clients(inv, cluster: str, database: str = "app", *, reads: bool = True):
+    """The three application pools (rehearsal/clients) writing through the router's writer port,
+    a Go-like one reading through its readers' port; their table created on the primary first."""
+    from dbmigrate.rehearsal.clients import ClientProcess, FixedAddress, create_table
+
+    router = inv.cluster(cluster).router
+    primary = next(n for n, s in inv.cluster(cluster).servers.items() if s.role == "primary")
+    with inv.open(primary) as p:
+        create_table(p, database)
+    reader = FixedAddress(router.address, router.reader_port) if reads and router.reader_port else None
+    clients = ClientProcess(FixedAddress(router.address, router.writer_port), inv.app_credentials(cluster), database,
+                            reader=reader).start()
+    if not clients.wait_for_calls(3, timeout_s=15):
+        clients.stop()
+        raise SandboxError("the application pools did not get their first writes through the router within 15s")
+    return clients
+
+
+def client_summary(clients) -> dict[str, Any]:
+    """What the pools saw (stopped first); empty when none ran."""
+    if clients is None:
+        return {}
+    clients.stop()
+    return clients.summary()
 
 
 def tear_down(topo, boxes: Sandboxes, name: str) -> None:
@@ -282,7 +308,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         topo = None
         state = boxes.up(name, replicas=2)
         pid_of = lambda n: boxes.find(name).instance(n).pid()  # noqa: E731
-    verifier = background = reads = replay = None
+    verifier = background = reads = replay = clients = None
     shaped: dict[str, Any] = {}
     try:
         if not compose:
@@ -316,6 +342,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             say(f"regression built: idx_customer dropped on {candidate} only (sql_log_bin=0)")
         # Steady load through the switchover; sysbench is restarted afterwards (upstream #527).
         reads, verifier, background = start_workload(inv, name, bench, inv.cluster(name).router.writer_port, 120)
+        clients = start_clients(inv, name)
         if shape_files is not None:
             replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo)
             Clock().sleep(max(2, load_seconds))  # the classes' "before"
@@ -372,6 +399,8 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         background = None
         verifier.stop()
         acks = verifier.acks
+        seen = client_summary(clients)
+        clients = None
         reads.stop()
         reads_summary = reads.summary()
         read_samples = reads.samples_wall()
@@ -396,6 +425,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                                 sampler=sampler, switched_at=guard_info.get("switched_at"),
                                 load={"before": load_before.to_dict(), "after": load_after.to_dict()},
                                 cpu={"before": cpu_before, "after": cpu_after})
+        record_client_evidence(outcome.run_id, seen)
         old = next(s for s in shape_after if s["name"] == f"{name}-1")
         rolled_back = primary == f"{name}-1"
         return {
@@ -409,6 +439,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             "lost_writes": report.lost_total,
             "acknowledged_writes": report.acknowledged,
             **_write_gaps(outcome.run_id, acks),
+            **seen,
             "verifier": report.to_dict(),
             "topology_before": shape_before,
             "topology_after": shape_after,
@@ -428,6 +459,8 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
     finally:
         if replay is not None:
             replay.stop()
+        if clients is not None:
+            clients.stop()
         stop_workload(background, verifier, reads)
         if not keep:
             tear_down(topo, boxes, name)

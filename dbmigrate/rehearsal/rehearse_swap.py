@@ -20,7 +20,10 @@ import yaml
 from dbmigrate.rehearsal.playbook_defaults import REHEARSAL_FENCE
 from dbmigrate.config import load_inventory
 from dbmigrate.engine.wait import Clock
+from dbmigrate.rehearsal.evidence import record_client_evidence
 from dbmigrate.rehearsal.rehearse import (
+    client_summary,
+    start_clients,
     Progress, check_shape_options, finish_shape, replication_shape, start_shape, start_workload, stop_workload,
     tear_down, wait_applied,
 )
@@ -69,7 +72,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
                                   progress=say, keep=keep).up()
     else:
         boxes.up(name, replicas=2)
-    verifier = background = reads = replay = None
+    verifier = background = reads = replay = clients = None
     shaped: dict[str, Any] = {}
     try:
         if not compose:
@@ -89,6 +92,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
         bench = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000, threads=2)
         bench.prepare()
         reads, verifier, background = start_workload(inv, name, bench, router.reader_port or router.writer_port, 180)
+        clients = start_clients(inv, name)
         if shape_files is not None:
             replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo)
             Clock().sleep(2)  # the classes' "before"
@@ -107,6 +111,9 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             pass  # it may have died at a flip (see above)
         background = None
         verifier.stop()
+        seen = client_summary(clients)
+        clients = None
+        record_client_evidence(outcome.run_id, seen)
         reads.stop()
         reads_summary = reads.summary()
         reads = None
@@ -132,6 +139,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             "lost_writes": report.lost_total,
             "acknowledged_writes": report.acknowledged,
             "longest_write_gap_ms": round(report.max_gap_ms or 0.0, 1),
+            **seen,
             "reads": reads_summary,
             "topology_before": shape_before,
             "topology_after": shape_after,
@@ -142,6 +150,8 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
     finally:
         if replay is not None:
             replay.stop()
+        if clients is not None:
+            clients.stop()
         stop_workload(background, verifier, reads)
         if not keep:
             tear_down(topo, boxes, name)

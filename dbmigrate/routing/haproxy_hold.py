@@ -144,7 +144,7 @@ def release(router: HAProxyRouter, new: ServerLike | None = None, old: ServerLik
     try:
         if new is not None:
             router.switch_writer(new, old, persist=False)
-        router.admin.run([f"set maxconn server {held.backend}/{held.server} {held.maxconn_before}"])
+        router.admin.run(restore_commands(held.backend, held.server, held.maxconn_before))
     finally:
         _close(held.placeholder)
     return (f"new connections held by HAProxy released to {as_ref(new) if new is not None else held.address}")
@@ -156,8 +156,21 @@ def release_leftover(router: HAProxyRouter, saved: dict[str, Any] | None) -> str
         return release(router)
     if not saved:
         return ""
-    router.admin.run([f"set maxconn server {saved['backend']}/{saved['server']} {int(saved['maxconn_before'])}"])
+    router.admin.run(restore_commands(saved["backend"], saved["server"], int(saved["maxconn_before"])))
     return f"HAProxy {saved['backend']}/{saved['server']} maxconn back to {saved['maxconn_before'] or 'unlimited'}"
+
+
+# Measured on 2.6.12: `set maxconn server S 0` (no limit) leaves connections already queued
+# in the backend's queue there until `timeout queue` (its dequeue loop runs while served <
+# maxconn, and 0 stops it at once): a big limit first hands them to S, then 0 again.
+DEQUEUE_ALL = 1_000_000
+
+
+def restore_commands(backend: str, server: str, maxconn_before: int) -> list[str]:
+    """The server's maxconn as it was, with every connection held in the queue handed to it."""
+    if maxconn_before:
+        return [f"set maxconn server {backend}/{server} {maxconn_before}"]
+    return [f"set maxconn server {backend}/{server} {DEQUEUE_ALL}", f"set maxconn server {backend}/{server} 0"]
 
 
 def _placeholder(address: str) -> socket.socket:

@@ -23,10 +23,13 @@ application's workload, so they stay here, not in dbmigrate.db.
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import mysql.connector
@@ -39,6 +42,29 @@ TABLE = "client_writes"
 SCHEMA = ("CREATE TABLE IF NOT EXISTS {db}.client_writes (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
           "kind VARCHAR(16) NOT NULL, ts DATETIME(6) NOT NULL) ENGINE=InnoDB")
 Address = Callable[[], tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class FixedAddress:
+    """A router's port: the same address for every new connection."""
+
+    host: str
+    port: int
+
+    def __call__(self) -> tuple[str, int]:
+        return self.host, self.port
+
+
+@dataclass(frozen=True)
+class DsnAddress:
+    """A cluster's writer read from a DSN file for every new connection, as such applications do."""
+
+    path: str
+    cluster: str
+
+    def __call__(self) -> tuple[str, int]:
+        host, _, port = json.loads(Path(self.path).read_text())["clusters"][self.cluster]["writer"].rpartition(":")
+        return host, int(port)
 
 
 def classify(code: int, found_dead: bool) -> str:
@@ -189,8 +215,11 @@ class PoolClient(threading.Thread):
             if c.error is not None:
                 classes[c.error] += 1
                 codes[str(c.code)] = codes.get(str(c.code), 0) + 1
+        longest = max(calls, key=lambda c: c.ms, default=None)
         return {"calls": len(calls), "errors": sum(classes.values()), "classes": classes, "codes": codes,
-                "stall_max_ms": round(max((c.ms for c in calls), default=0.0), 1),
+                "stall_max_ms": round(longest.ms, 1) if longest else 0.0,
+                "stall_at": round(longest.at, 3) if longest else None,
+                "error_at": [[round(c.at, 3), c.error, c.code] for c in calls if c.error is not None][:20],
                 "ok": sum(1 for c in calls if c.error is None)}
 
 
@@ -298,6 +327,9 @@ class ClientSet:
             "client_stall_max_ms": max((t["stall_max_ms"] for t in tallies.values()), default=0.0),
             "client_stalls_ms": {k: t["stall_max_ms"] for k, t in tallies.items()},
             "client_calls": {k: t["calls"] for k, t in tallies.items()},
+            # when (wall clock) each error came and the longest call began: to place them among the steps
+            "client_error_times": {k: t["error_at"] for k, t in tallies.items() if t["error_at"]},
+            "client_stall_at": {k: t["stall_at"] for k, t in tallies.items()},
         }
         if self.reads is not None:
             r = self.reads.tally(since, until)
@@ -305,6 +337,65 @@ class ClientSet:
                                    "classes": {c: n for c, n in r["classes"].items() if n},
                                    "stall_max_ms": r["stall_max_ms"], "calls": r["calls"]}
         return out
+
+
+class ClientProcess:
+    """A ClientSet in a process of its own, as an application is: in the tool's process its
+    threads would wait on the tool's interpreter lock and send their statements in step with
+    the tool's own (measured: a kept connection ended while idle was then reused before its
+    end reached the client, nearly every time). Same interface as ClientSet."""
+
+    def __init__(self, writer: Address, creds: Credentials, database: str = "app", *,
+                 reader: Address | None = None, kinds: Sequence[str] = tuple(KINDS), size: int = 3,
+                 interval_s: float = 0.004):
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, writer, creds, database, reader, tuple(kinds), size,
+                                                      interval_s), daemon=True, name="application-pools")
+        self.started_at: float | None = None
+
+    def start(self) -> "ClientProcess":
+        self._proc.start()
+        self.started_at = time.time()
+        return self
+
+    def _ask(self, *request: Any, timeout_s: float = 60.0) -> Any:
+        self._conn.send(request)
+        if not self._conn.poll(timeout_s):
+            raise TimeoutError(f"the application pools' process did not answer {request[0]!r}")
+        return self._conn.recv()
+
+    def wait_for_calls(self, n: int = 5, timeout_s: float = 10.0) -> bool:
+        return bool(self._ask("wait", n, timeout_s, timeout_s=timeout_s + 30))
+
+    def summary(self, since: float | None = None, until: float | None = None) -> dict[str, Any]:
+        if not self._proc.is_alive():
+            return getattr(self, "_final", {})
+        return self._ask("summary", since, until)
+
+    def stop(self) -> None:
+        if self._proc.is_alive():
+            try:
+                self._final = self._ask("stop")
+            except (OSError, EOFError, TimeoutError):
+                self._proc.kill()
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
+def _serve(conn, writer, creds, database, reader, kinds, size, interval_s) -> None:
+    clients = ClientSet(writer, creds, database, reader=reader, kinds=kinds, size=size, interval_s=interval_s).start()
+    while True:
+        request = conn.recv()
+        if request[0] == "wait":
+            conn.send(clients.wait_for_calls(request[1], request[2]))
+        elif request[0] == "summary":
+            conn.send(clients.summary(request[1], request[2]))
+        elif request[0] == "stop":
+            clients.stop()
+            conn.send(clients.summary())
+            return
 
 
 def console_line(summary: dict[str, Any]) -> str:
