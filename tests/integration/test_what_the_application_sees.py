@@ -40,7 +40,7 @@ def still_read(conns: list) -> int:
     ok = 0
     for c in conns:
         cur = c.cursor(prepared=True)
-        cur.execute("SELECT COUNT(*) FROM client_writes WHERE id > ?", (0,))
+        cur.execute("SELECT COUNT(*) FROM app.client_writes WHERE id > ?", (0,))
         cur.fetchall()
         ok += 1
     return ok

@@ -60,6 +60,9 @@ class PromoteParams(FenceParams):
                                                                "before taking it as down")
     drain_timeout_s: float = Field(2, ge=0, le=60)
     kill_app_sessions: bool = True
+    hold_new_connections: bool = Field(True, description="through an HAProxy router with a writer port: new "
+                                       "connections wait in its queue from just before the fence until the "
+                                       "candidate opens, and the old primary's writer sessions end when idle")
     allow_read_only_bypass: list[str] = Field(
         default_factory=list, description="accounts that bypass read_only (SUPER, READ ONLY ADMIN) allowed to hold "
                                           "sessions on the old primary; their sessions are ended before the open")
@@ -77,6 +80,7 @@ class PromoteParams(FenceParams):
 def settings_of(p: PromoteParams) -> SwitchoverSettings:
     return SwitchoverSettings(**p.fence_settings(), catchup_timeout_s=p.catchup_timeout_s,
                               drain_timeout_s=p.drain_timeout_s, kill_app_sessions=p.kill_app_sessions,
+                              hold_new_connections=p.hold_new_connections,
                               replica_timeout_s=p.replica_timeout_s, converge_timeout_s=p.converge_timeout_s,
                               converge_max_trx=p.converge_max_trx, probe_timeout_s=p.probe_timeout_s,
                               converge_max_trx_rows=p.converge_max_trx_rows,

@@ -16,6 +16,7 @@ from dbmigrate.procedures.schema_swap.context import params_of, plan_names, reso
 def settings_of(p: SchemaSwapParams) -> SwitchoverSettings:
     return SwitchoverSettings(**p.fence_settings(), catchup_timeout_s=p.catchup_timeout_s,
                               drain_timeout_s=p.fence_drain_timeout_s, kill_app_sessions=p.kill_app_sessions,
+                              hold_new_connections=p.hold_new_connections,
                               replica_timeout_s=p.replica_timeout_s, probe_timeout_s=p.probe_timeout_s,
                               converge_max_trx_rows=p.converge_max_trx_rows,
                               converge_max_backlog_bytes=p.converge_max_backlog_bytes)
