@@ -139,7 +139,7 @@ def _assemble(strategy: str, settings: PlanningSpec, shards: list[ShardDemand], 
     usage: list[HostUsage] = []
     for h in sorted(hosts):
         spec = hosts[h]
-        host_instances = []
+        host_instances: list[Any] = []
         for slot, (g, d) in enumerate(sorted(placed[h], key=lambda gd: gd[0]), 1):
             name = instance_name(h, slot)
             host_instances.append(PlannedInstance(

@@ -71,7 +71,7 @@ class VerifySteps(SwitchoverBase):
     def _probe_not_written(self, e: QueryError, timeout: float, run_id: str) -> DbmigrateError:
         """What a probe write that failed or did not return within `timeout` means: a full disk
         (the server shows the write waiting for space, or says so) is named as such."""
-        waiting: list = []
+        waiting: list[str] = []
         try:
             with self.topo.bounded(self.s.probe_timeout_s, self.new):
                 waiting = self.insp(self.new).disk_full_waits()
