@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from dbmigrate.engine.playbook_view import PlaybookView
+from dbmigrate.engine.playbook_view import PlaybookView, typed_params
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import RunState
 from dbmigrate.exceptions import UsageError
@@ -41,11 +41,14 @@ def prepare(playbook: PlaybookView, store: RunState | None, *, old_gone: bool = 
     mid-change and discovery could not tell them apart). With `old_gone` the lock
     and the lease go to the candidate, and the old primary is never asked.
     """
+    from dbmigrate.procedures.promote.procedure import PromoteParams  # the procedure module imports this one
+
     inv = inventory_of(playbook)
-    cand_cluster, cand_spec = inv.find_server(playbook.params.candidate)
+    candidate = typed_params(playbook, PromoteParams).candidate
+    cand_cluster, cand_spec = inv.find_server(candidate)
     new = inv.server_name(cand_spec)
     if cand_cluster != playbook.cluster:
-        raise UsageError(f"candidate {playbook.params.candidate} belongs to cluster '{cand_cluster}', "
+        raise UsageError(f"candidate {candidate} belongs to cluster '{cand_cluster}', "
                          f"not '{playbook.cluster}'")
     state = PromoteState.load(store) if store is not None else PromoteState()
     if old_gone and (state.old is None or state.new is None):
