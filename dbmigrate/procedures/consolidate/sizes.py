@@ -84,7 +84,7 @@ def _rows_from_csv(path: Path, text: str) -> list[tuple[int | None, dict[str, An
         raise ConfigError(f"{path}:{header_line}: the header names no column {', '.join(missing)}",
                           hint="first line: server,shard,bytes,working_set,qps (qps: the shard's measured queries "
                                "per second, 0 for an idle one)")
-    out = []
+    out: list[tuple[int | None, dict[str, Any]]] = []
     for n, row in lines[1:]:
         if len(row) != len(columns):
             raise ConfigError(f"{path}:{n}: {len(row)} values for {len(columns)} columns ({', '.join(columns)})")

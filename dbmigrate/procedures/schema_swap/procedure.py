@@ -92,7 +92,7 @@ __all__ = ["SchemaSwapParams", "SwapWarmSpec", "VerifySpec", "build", "expectati
 def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary_side: bool = False,
                 closing_steps: list[Step] | None = None, closing_name: str | None = None) -> list[Phase]:
     label = f"{side} (old primary)" if primary_side else side
-    alter = [
+    alter: list[Step] = [
         FunctionStep(f"take {side} out of the reader pool", lambda c: take_out(c, side),
                      check=lambda c: router_of(c) is not None and not c.dry_run and not in_readers(c, side),
                      undo=lambda c: put_back(c, side), describe=lambda c: describe_take_out(c, side)),
@@ -117,7 +117,7 @@ def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary
         # Every server of the side is already changed here: a cold side is re-warmed
         # (bounded), then the run pauses for a decision instead of undoing the change.
         back_gates.append(AutoGate("warm-up", lambda c: warm_ready(c, side, rewarm=True), pause_on_refusal=True))
-    closing = closing_steps if closing_steps is not None else [
+    closing: list[Step] = closing_steps if closing_steps is not None else [
         FunctionStep(f"put {side} back in the reader pool", lambda c: put_back(c, side),
                      check=lambda c: not c.dry_run and is_back(c, side),
                      describe=lambda c: [("router", f"readers: add {side} back")])]
@@ -143,7 +143,7 @@ def build(ctx: RunContext, params: SchemaSwapParams) -> Procedure:
     elif params.primary == "switchover":
         phases.append(switchover_phase(ctx, params, primary, candidate))
         if params.switch_back:
-            closing = [FunctionStep(f"switch back to {primary}", switch_back_to_primary, check=is_switched_back,
+            closing: list[Step] = [FunctionStep(f"switch back to {primary}", switch_back_to_primary, check=is_switched_back,
                                     describe=describe_switch_back),
                        FunctionStep(f"verify writes flow to {primary}", verify_after_switch_back,
                                     describe=lambda c: [(primary, "probe write, then wait for it on every replica")])]
