@@ -64,7 +64,7 @@ def candidate_of(inv: Any, params: SchemaSwapParams, sides: list[str]) -> str:
     if not params.candidate:
         return sides[0]
     _, spec = inv.find_server(params.candidate)
-    name = inv.server_name(spec)
+    name = str(inv.server_name(spec))
     if name not in sides:
         raise UsageError(f"candidate {params.candidate} is not a replica of this cluster",
                          hint=f"replicas: {', '.join(sides)}")
