@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 from dbmigrate import priority
 from dbmigrate.engine import collector
 from dbmigrate.engine.events import Event, Log, Metric
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 
 if TYPE_CHECKING:
     from dbmigrate.engine.events import EventBus
