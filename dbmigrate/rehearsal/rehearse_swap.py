@@ -19,7 +19,7 @@ import yaml
 
 from dbmigrate.rehearsal.playbook_defaults import REHEARSAL_FENCE
 from dbmigrate.config import load_inventory
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.rehearsal.evidence import record_client_evidence
 from dbmigrate.rehearsal.rehearse import (
     client_summary,
