@@ -370,7 +370,9 @@ class ClientProcess:
 
     def summary(self, since: float | None = None, until: float | None = None) -> dict[str, Any]:
         if not self._proc.is_alive():
-            return getattr(self, "_final", {})
+            # Said, not hidden: a result without the pools' counts must say why.
+            return getattr(self, "_final", None) or {
+                "client_pools_failed": f"the pools' process ended early (exit code {self._proc.exitcode})"}
         return self._ask("summary", since, until)
 
     def stop(self) -> None:
