@@ -107,3 +107,12 @@ def test_a_client_error_is_classed_gone_only_when_the_connection_was_dead_before
     assert classify(1290, found_dead=False) == "1290"
     assert classify(2006, found_dead=False) == "2006"
     assert classify(1062, found_dead=False) == "other"
+
+
+def test_a_server_without_maxconn_gets_the_held_queue_before_its_limit_goes_back_to_none():
+    from dbmigrate.routing.haproxy_hold import DEQUEUE_ALL, restore_commands
+
+    # HAProxy 2.6.12 leaves queued connections stranded on `set maxconn server S 0` alone.
+    assert restore_commands("writer", "db1", 0) == [f"set maxconn server writer/db1 {DEQUEUE_ALL}",
+                                                     "set maxconn server writer/db1 0"]
+    assert restore_commands("writer", "db1", 50) == ["set maxconn server writer/db1 50"]
