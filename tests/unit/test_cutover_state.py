@@ -41,6 +41,22 @@ class FakeSwitchover:
     def require_fence_holds(self, expires_at) -> None:
         pass
 
+    # No router that holds new connections (routing/haproxy_hold.py) in these scenarios.
+    def holds_new_connections(self) -> bool:
+        return False
+
+    def is_holding(self) -> bool:
+        return False
+
+    def current_hold(self):
+        return None
+
+    def release_hold(self, to_new=None) -> str:
+        return ""
+
+    def release_leftover_hold(self, saved) -> str:
+        return ""
+
     def __init__(self, ctx_of: "list[RunContext]"):
         self.ctx_of = ctx_of
         self.calls: list[str] = []
