@@ -144,9 +144,12 @@ def release(router: HAProxyRouter, new: ServerLike | None = None, old: ServerLik
     try:
         if new is not None:
             router.switch_writer(new, old, persist=False)
-        router.admin.run(restore_commands(held.backend, held.server, held.maxconn_before))
     finally:
-        _close(held.placeholder)
+        # Also when the flip failed: the old writer must not stay full (the undo routes back to it).
+        try:
+            router.admin.run(restore_commands(held.backend, held.server, held.maxconn_before))
+        finally:
+            _close(held.placeholder)
     return (f"new connections held by HAProxy released to {as_ref(new) if new is not None else held.address}")
 
 
