@@ -234,7 +234,10 @@ def _drive(
         # their status: the lock may be refused because their process is alive.
         current = journal.get_run(run_id)
         if mode == "run" and current is not None and current["status"] == "running":
-            journal.finish_run(run_id, "failed", f"did not start: {explain(exc)}")
+            if current["dry_run"] and not journal.step_rows(run_id):
+                journal.forget_run(run_id)  # a dry run that never started leaves no record
+            else:
+                journal.finish_run(run_id, "failed", f"did not start: {explain(exc)}")
         raise
 
 

@@ -185,6 +185,14 @@ class Journal:
             (status, redact(summary), utc_now_iso(), run_id),
         )
 
+    def forget_run(self, run_id: str) -> None:
+        """Remove a run that never started (a dry run refused while opening its resources):
+        nothing was done, so there is nothing to keep a record of."""
+        with self._lock:
+            for table in ("steps", "gates", "hooks", "statements", "metrics", "logs", "state", "evidence"):
+                self._write(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+            self._write("DELETE FROM runs WHERE id=?", (run_id,))
+
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         rows = self._rows("SELECT * FROM runs WHERE id=?", (run_id,))
         if not rows:
