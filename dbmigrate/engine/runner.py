@@ -332,7 +332,7 @@ class Runner:
         scripted run (--yes, no terminal) pauses, it never overrides an automatic check."""
         if self.approver is None or self.assume_yes:
             return False
-        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual",
+        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual", cluster=ctx.cluster,
                               prompt=f"{reason}. Continue anyway? (no: the run pauses, nothing is undone)")
         ctx.emit(waiting)
         try:
@@ -358,7 +358,8 @@ class Runner:
             return True, "approved by --yes", {}, "--yes"
         if self.approver is None:
             return False, "needs an operator's approval: run in a terminal or pass --yes", {}, "auto"
-        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual", prompt=prompt)
+        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual", prompt=prompt,
+                              cluster=ctx.cluster)
         ctx.emit(waiting)
         try:
             answer = self.approver(waiting)
@@ -417,8 +418,10 @@ class Runner:
                 hint="the playbook or the tool changed since the run; restore the version used for the run",
             )
         names = [r["name"] for r in pending]
-        gate = ManualGate("rollback", f"Undo {len(names)} step(s) of run {ctx.run_id}, newest first: "
-                                      + (", ".join(names) or "nothing"))
+        run = ctx.journal.get_run(ctx.run_id) or {}
+        gate = ManualGate("rollback", f"Undo {len(names)} step(s) of {procedure.name} run {ctx.run_id} on cluster "
+                                      f"{ctx.cluster} ({run.get('status', '?')}, started {run.get('started_at', '?')}),"
+                                      f" newest first: " + (", ".join(names) or "nothing"))
         if pending:
             ok, reason, _, by = self._decide(gate, "rollback", ctx)
             ctx.emit(GateDecided(phase="rollback", gate="rollback", kind="manual", ok=ok, reason=reason, by=by))

@@ -357,7 +357,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             sampler = ClusterSampler(state.inventory_file, name).start()
             shaped["cutover_began"] = time.time()
             try:
-                outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+                outcome = start_run(playbook, subscribers=subscribers, assume_yes=True, rehearsal=True)
             finally:
                 sampler.stop()
         finished = time.time()

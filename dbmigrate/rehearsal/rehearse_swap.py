@@ -96,7 +96,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
         playbook = swap_playbook(state.path / "schema-swap.yaml", state.inventory_file, name, candidate)
         say(f"running playbook {playbook.name}: {DDL} on each side, one at a time, then back to {primary}")
         shaped["cutover_began"] = time.time()
-        outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+        outcome = start_run(playbook, subscribers=subscribers, assume_yes=True, rehearsal=True)
         if replay is not None:
             finish_shape(replay, shaped, time.time(), 2)
             replay = None
