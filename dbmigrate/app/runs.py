@@ -30,7 +30,8 @@ from dbmigrate.engine.lease import Lease
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
 from dbmigrate.engine.step import AutoGate, ManualGate, Procedure, RunContext, RunState
-from dbmigrate.exceptions import SafetyError, UsageError
+from dbmigrate.app.errors import REFUSED
+from dbmigrate.exceptions import CommandFailed, DbmigrateError, SafetyError, UsageError
 from dbmigrate.playbook import Playbook, load_playbook
 from dbmigrate.procedures.contract import Prepared
 
@@ -290,12 +291,22 @@ def _drive(
         # bad gate) must not stay "running" in the journal. Resumed runs keep
         # their status: the lock may be refused because their process is alive.
         current = journal.get_run(run_id)
-        if mode == "run" and current is not None and current["status"] == "running":
-            if current["dry_run"] and not journal.step_rows(run_id):
-                journal.forget_run(run_id)  # a dry run that never started leaves no record
-            else:
-                journal.finish_run(run_id, "failed", f"did not start: {explain(exc)}")
-        raise
+        if mode != "run" or current is None or current["status"] != "running":
+            raise
+        if journal.step_rows(run_id):
+            journal.finish_run(run_id, "failed", f"did not start: {explain(exc)}")
+            raise
+        if current["dry_run"]:
+            journal.forget_run(run_id)  # a dry run that never started leaves no record
+            raise
+        if isinstance(exc, UsageError) or not isinstance(exc, DbmigrateError):
+            journal.finish_run(run_id, "failed", f"did not start: {explain(exc)}")
+            raise  # bad input stays exit 2; a bug shows its traceback
+        # Nothing was sent to any server that changes it (a refused login, a lock held, a router
+        # not there): the same exit as any refusal before a change.
+        summary = f"refused before any change: {exc.message}"
+        journal.finish_run(run_id, "refused", summary)
+        raise CommandFailed(REFUSED, f"run {run_id} {summary}", exc.hint) from None
 
 
 def _drive_with_resources(

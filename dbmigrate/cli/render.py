@@ -132,6 +132,7 @@ def console_approver(console: Console | None = None, stdin: IO[str] | None = Non
             return True, "approved by operator"
         return False, "declined by operator"
 
+    approve.can_ask = stdin.isatty  # type: ignore[attr-defined]
     return approve
 
 

@@ -133,6 +133,8 @@ class Runner:
         counts: Counter[str] = Counter()
         ctx.emit(RunStarted(procedure=procedure.name, cluster=ctx.cluster, dry_run=ctx.dry_run, resumed=resume))
         try:
+            if not resume:
+                self._refuse_unanswerable_gates(procedure, ctx)
             index = 0
             for phase in procedure.phases:
                 self._stop_if_cancelled(ctx, f"the gates of phase '{phase.name}'")
@@ -158,6 +160,25 @@ class Runner:
         summary = f"{procedure.name} finished" + (": " + ", ".join(parts) if parts else "")
         ctx.emit(RunFinished(status="done", summary=summary))
         return RunOutcome(ctx.run_id, "done", summary)
+
+    def can_ask(self) -> bool:
+        """Is there an operator to answer a manual gate (a terminal, the TUI)?"""
+        if self.assume_yes:
+            return True
+        if self.approver is None:
+            return False
+        return bool(getattr(self.approver, "can_ask", lambda: True)())
+
+    def _refuse_unanswerable_gates(self, procedure: Procedure, ctx: RunContext) -> None:
+        """A manual gate with nobody to ask would refuse when reached: refuse before the first step,
+        so that nothing is changed only to be undone."""
+        if ctx.dry_run or self.can_ask():
+            return
+        manual = [f"'{g.name}' before phase '{p.name}'" for p in procedure.phases for g in p.gates
+                  if isinstance(g, ManualGate)]
+        if manual:
+            raise GateFailed(f"manual gate {manual[0]} needs an operator's approval: no terminal to ask the "
+                             f"operator; pass --yes to approve in scripted runs")
 
     def _fail(self, procedure: Procedure, ctx: RunContext, exc: Exception) -> RunOutcome:
         # The operator sees the failure and the undo as they happen, not when the run ends.
