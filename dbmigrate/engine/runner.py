@@ -192,6 +192,16 @@ class Runner:
             self._final_hooks("on_failure", ctx)
             ctx.emit(RunFinished(status="paused", summary=summary))
             return RunOutcome(ctx.run_id, "paused", summary, error)
+        if not ctx.dry_run and status in ("refused", "cancelled") and not self._changed_anything(procedure, ctx) \
+                and self._observing(procedure, ctx):
+            # Only observation windows were opened: put them back; then nothing has changed.
+            put_back, how = self._undo_completed(procedure, ctx)
+            if not put_back:
+                error.hint = f"fix the failing undo, then: dbmigrate rollback {ctx.run_id}"
+                summary = f"{summary}; rollback: {how}"
+                self._final_hooks("on_failure", ctx)
+                ctx.emit(RunFinished(status="rollback_failed", summary=summary))
+                return RunOutcome(ctx.run_id, "rollback_failed", summary, error)
         if ctx.dry_run or (status in ("refused", "cancelled") and not self._changed_anything(procedure, ctx)):
             # Nothing to undo (a dry run changes nothing): saying "rolled back" would
             # suggest something had changed.
@@ -415,9 +425,14 @@ class Runner:
         """Did a mutating step of this run complete (or start and ask to be undone)?"""
         for row in self._to_undo(procedure, ctx):
             found = procedure.find_step(row["phase"], row["name"])
-            if found is None or found[1].mutating:
+            if found is None or (found[1].mutating and not found[1].observes_only):
                 return True
         return False
+
+    def _observing(self, procedure: Procedure, ctx: RunContext) -> bool:
+        """Does an observation window of this run stay open (to be put back)?"""
+        return any(found is not None and found[1].observes_only
+                   for found in (procedure.find_step(r["phase"], r["name"]) for r in self._to_undo(procedure, ctx)))
 
     def _to_undo(self, procedure: Procedure, ctx: RunContext) -> list[dict[str, Any]]:
         """Completed steps, plus unfinished ones that ask to be undone anyway, oldest first."""

@@ -119,3 +119,24 @@ def test_promotes_warm_up_is_a_read_only_step():
 def test_cli_run_exit_codes(app, tmp_path, args, code):  # noqa: F811
     r = CliRunner().invoke(app, ["run", playbook(tmp_path), *args])
     assert r.exit_code == code, r.output
+
+
+def test_gate_refused_after_an_observation_window_puts_it_back_and_is_5(tmp_path, world, monkeypatch):
+    """The latency guard's slow-log windows open before the go-ahead: declined, they are put back,
+    and the run changed nothing."""
+    from dbmigrate.procedures import registry
+
+    entry = registry._REGISTRY["demo"]
+
+    def build(ctx, params):
+        procedure = entry.build(ctx, params)
+        window = world.step("open baseline window")
+        window.observes_only = True
+        procedure.phases[0].steps.append(window)
+        procedure.rollback_on_failure = True
+        return procedure
+
+    monkeypatch.setitem(registry._REGISTRY, "demo", replace(entry, build=build))
+    assert ended(tmp_path, approver=declined) == (5, "refused")
+    assert "undo:open baseline window" in world.undos() and "undo:fence" not in world.undos()
+    assert "open baseline window" not in world.state  # put back
