@@ -324,8 +324,10 @@ def render_swap(r: dict) -> None:
                   ("ro" if s["read_only"] else "rw") + (f" <- {s['source']}" if s["source"] else ""))
     console.print(t)
     console.print(f"DDL: {r['ddl']}", markup=False)
-    console.print(f"original primary takes writes again: {'yes' if r['primary_back'] else 'NO'}; longest gap "
-                  f"between acknowledged writes {r['longest_write_gap_ms']} ms; reads {r['reads'].get('queries', 0)}",
+    fenced = r.get("fenced_ms")
+    console.print(f"original primary takes writes again: {'yes' if r['primary_back'] else 'NO'}; fenced window "
+                  f"{'not measured' if fenced is None else f'{fenced} ms'}; other gaps between acknowledged writes: "
+                  f"{other_gaps_sentence(r.get('other_write_gaps') or [])}; reads {r['reads'].get('queries', 0)}",
                   markup=False)
     console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: {r['lost_writes']}; run {r['run_id']} "
                   f"{r['run_status']} ({r['elapsed_s']} s)", markup=False)

@@ -51,11 +51,14 @@ def _header(model: m.ReportModel) -> str:
                    f'<span class="{cls}" data-status="{_e(r.get("status"))}">{_e(r.get("status"))}</span>, '
                    f'{_e(r.get("started_at"))} to {_e(r.get("finished_at") or "…")}<br>{_e(r.get("summary") or "")}')
     v = model.evidence.get(m.VERIFIER)
+    gaps = model.evidence.get(m.WRITE_GAPS)
+    if gaps:
+        out.append("<br>" + headline(gaps))
     if v:
         lost = v.get("lost_total", 0)
         out.append(f'<br>acknowledged writes: {v.get("acknowledged", 0):,}, lost: '
-                   f'<span class="{"ok" if not lost else "bad"}" data-lost="{lost}">{lost}</span>; '
-                   f'longest gap between acknowledged writes: {v.get("max_gap_ms")} ms')
+                   f'<span class="{"ok" if not lost else "bad"}" data-lost="{lost}">{lost}</span>'
+                   + ("" if gaps else f'; longest gap between acknowledged writes: {v.get("max_gap_ms")} ms'))
     sampler = model.evidence.get(m.SAMPLER)
     if sampler and sampler.get("failed"):
         out.append(f'<br>the lag sampler failed {sampler["failed"]} of {sampler["failed"] + sampler["samples"]} '
@@ -63,6 +66,22 @@ def _header(model: m.ReportModel) -> str:
     out.append(f"<br>report generated {_e(model.generated_at)}</div>")
     out.extend(f'<p class="note">{_e(n)}</p>' for n in model.notes)
     return "\n".join(out)
+
+
+def headline(gaps: dict[str, Any]) -> str:
+    """The outage the cutover caused first (the fenced window), then the longest other gap of the
+    application's writes with the step it fell in: a figure never blames the fence for a stall elsewhere."""
+    fenced = gaps.get("fenced_ms")
+    out = (f'<b>fenced window: <span data-fenced-ms="{fenced}">{fenced} ms</span></b>' if fenced is not None
+           else "<b>fenced window: not measured</b> (no fence in this run, or no write acknowledged across it)")
+    others = gaps.get("other_write_gaps") or []
+    if others:
+        o = others[0]
+        out += (f'; longest other gap between acknowledged writes: <span data-other-gap-ms="{o["ms"]}">{o["ms"]} ms'
+                f'</span> during {_e(", ".join(o.get("steps") or ["between steps"]))}')
+    else:
+        out += "; no other gap of the writes of 100 ms or more"
+    return out
 
 
 def _table_html(t: SeedTable) -> str:

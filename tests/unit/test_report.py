@@ -241,3 +241,16 @@ def test_the_sampler_turns_cluster_samples_into_lag_and_latency_series():
     assert [(r, v) for _, r, v in ev[m.LAG]["points"]] == [("db-2", 3.0), ("db-3", None), ("db-2", 1.0)]
     assert sum(p[3] for p in ev[m.LATENCY]["points"]) == 2
     assert ev[m.SAMPLER] == {"interval_s": 0.25, "samples": 3, "failed": 1}
+
+
+def test_the_headline_is_the_fenced_window_with_the_longest_other_gap_by_step():
+    model = _model()
+    model.evidence[m.WRITE_GAPS] = {"fenced_ms": 101.6, "other_write_gaps": [
+        {"ms": 575.9, "steps": ["latency guard"]}, {"ms": 120.0, "steps": ["repoint replicas"]}]}
+    model.evidence[m.VERIFIER] = {"acknowledged": 9128, "lost_total": 0, "max_gap_ms": 575.9}
+    page = html.render(model)
+    header = page[page.index('<div class="meta">'):page.index("report generated")]
+    assert header.index("fenced window: ") < header.index("575.9 ms")
+    assert 'data-fenced-ms="101.6"' in header and "longest other gap" in header and "during latency guard" in header
+    assert "acknowledged writes: 9,128, lost:" in header and 'data-lost="0"' in header
+    assert "longest gap between acknowledged writes: 575.9" not in header  # no longer the headline
