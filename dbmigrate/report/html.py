@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Any
 
@@ -175,10 +176,30 @@ def _timeline(model: m.ReportModel) -> str:
 
 # -- digest ---------------------------------------------------------------------------
 
+# What the tool itself and replication send (session set-up, probes, locks, waits, replica
+# control, binlog dumps): never the application's, so never in its before/after charts.
+NOT_THE_APPLICATIONS = re.compile(
+    r"^(administrator command|binlog dump|set (names|autocommit|session|global|sql_log_bin|statement|@@)|"
+    r"select @@|show |select (connection_id|master_gtid_wait|get_lock|release_lock|is_used_lock|"
+    r"is_free_lock|gtid_|timestampdiff)|change master|(start|stop|reset) (slave|replica)|flush |kill |"
+    r"do |begin not atomic|commit$|rollback$|use )", re.I)
+
+
+def application_class(c: dict[str, Any]) -> bool:
+    text = (c.get("fingerprint") or c.get("label") or "").strip()
+    return not NOT_THE_APPLICATIONS.match(text) and "dbmigrate" not in text.lower()
+
+
 def _digest(model: m.ReportModel) -> str:
     out = ["<h2>pt-query-digest before and after, per query class</h2>"]
     d = model.digest
-    classes = [c for c in (d or {}).get("classes") or [] if c.get("before") or c.get("after")]
+    every = [c for c in (d or {}).get("classes") or [] if c.get("before") or c.get("after")]
+    classes = [c for c in every if application_class(c)]
+    left_out = len(every) - len(classes)
+    if left_out:
+        out.append(f'<p class="note" data-left-out="{left_out}">{left_out} class(es) of the tool\'s own and '
+                   f"replication's statements (session set-up, probes, locks, replica control) left out of the "
+                   f"charts: they are not the application's</p>")
     if not classes:
         out.append(empty_chart("pt-query-digest before/after", "digest-avg", NOT_RECORDED))
         return "\n".join(out)

@@ -268,3 +268,18 @@ def test_ticks_of_a_narrow_range_never_repeat_and_cutover_step_numbers_never_ove
         for x2, y2 in placed[i + 1:]:
             assert not (abs(x - x2) < 10 and y == y2), placed  # no two numbers on top of each other
     assert len(re.findall(r'class="band" data-step=', page)) == 8  # every step still drawn, named in its title
+
+
+def test_digest_charts_leave_out_the_tools_own_and_replications_classes():
+    model = _model()
+    app_class = model.digest["classes"][0]
+    noise = [{**app_class, "key": k, "fingerprint": fp, "label": fp}
+             for k, fp in (("a", "select @@global.read_only"), ("b", "administrator command: binlog dump"),
+                           ("c", "show slave status"), ("d", "select master_gtid_wait(?, ?)"),
+                           ("e", "set names utf8mb4"), ("f", "select * from dbmigrate.cluster_lease where id=?"))]
+    model.digest = {**model.digest, "classes": [*model.digest["classes"], *noise]}
+    page = html.render(model)
+    section = page[page.index("pt-query-digest before and after"):]
+    for c in noise:
+        assert c["fingerprint"] not in section, c["fingerprint"]
+    assert app_class["label"] in section and 'data-left-out="6"' in section
