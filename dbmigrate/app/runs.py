@@ -201,7 +201,7 @@ def pick_last(journal: Journal, cluster: str | None = None, choose: Chooser | No
     for c in candidates:
         c["age_s"] = age_seconds(c["started_at"])
     if len(candidates) == 1:
-        return candidates[0]["id"]
+        return str(candidates[0]["id"])
     listed = "; ".join(f"{c['cluster']}: {c['procedure']} {c['id']} {c['status']}, {age_text(c['age_s'])} ago"
                        for c in candidates)
     picked = choose(candidates) if choose is not None else None

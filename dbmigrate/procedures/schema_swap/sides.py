@@ -149,10 +149,10 @@ def verify_side(ctx: RunContext, side: str) -> str:
     return passed_sentence(side, said)
 
 
-def without_covered(expectations: list) -> list:
+def without_covered(expectations: list[schema_ddl.Expectation]) -> list[schema_ddl.Expectation]:
     """Drop a check another one already makes: `verify: {column: gift_note}` beside the DDL's own
     `has column gift_note varchar(255)` is the same check, less precise (it was said twice)."""
-    def covers(o, e) -> bool:
+    def covers(o: schema_ddl.Expectation, e: schema_ddl.Expectation) -> bool:
         return o is not e and (o.table, o.column, o.index, o.absent) == (e.table, e.column, e.index, e.absent) \
             and e.column_type in (None, o.column_type) and e.index_def in (None, o.index_def) \
             and e.index_columns in ((), o.index_columns) and o != e
