@@ -34,7 +34,7 @@ from dbmigrate.db.inspector import HeavyWork, Session
 from dbmigrate.engine.wait import FakeClock
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures.kit.switchover import SwitchoverServers
-from dbmigrate.routing.base import RouterError, RouteState
+from dbmigrate.routing.base import RouteIntent, RouterError, RouterNoAnswer, RouteState
 
 DOMAIN = 0
 TOOL_USER = "dbmigrate"
@@ -586,23 +586,68 @@ class FakeApplier:
 
 class FakeRouter:
     """A router holding one writer address; like the real ones, it refuses to switch
-    from an `old` writer it does not currently have."""
+    from an `old` writer it does not currently have. `freeze()` makes it a frozen HAProxy:
+    a change sent is kept in its buffer unanswered (RouterNoAnswer) and runs at `thaw()`;
+    reads do not answer meanwhile. `marker` is the number of the last change that ran."""
 
     def __init__(self, topo: FakeTopology, writer: str | None):
         self.topo = topo
         self.writer = None if writer is None else "%s:%d" % topo.address(writer)
         self.switches: list[tuple[str, str | None]] = []
+        self.frozen = False
+        self.buffered: list[tuple[object, object, int | None]] = []
+        self.marker = 0
+
+    def describe(self) -> str:
+        return "fake router"
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def thaw(self) -> None:
+        """Wakes and runs what was left in its buffer, in the order it was sent."""
+        self.frozen = False
+        for new, old, seq in self.buffered:
+            self._switch(new, None, seq)  # checked when planned, not when it runs (as HAProxy's commands)
+        self.buffered = []
 
     def current(self) -> RouteState:
+        if self.frozen:
+            raise RouterError("the fake router did not answer within 3s")
         return RouteState(writer=self.writer, writers=[self.writer] if self.writer else [])
 
-    def switch_writer(self, new, old=None, *, persist=True) -> RouteState:
+    def settled(self, seq: int) -> bool:
+        self.current()
+        return self.marker >= seq
+
+    def prepare_switch(self, new, old=None) -> None:
+        self.current()
+
+    def switch_writer(self, new, old=None, *, persist=True, log=None, seq=None) -> RouteState:
+        if self.frozen:
+            intent = RouteIntent(seq or 0, f"writer={new.name}", f"writer={old.name}" if old else "", "send {request}")
+            if log is not None:
+                log.sent(intent)
+            self.buffered.append((new, old, seq))
+            raise RouterNoAnswer(f"the fake router did not answer 'writer={new.name}' within 3s")
+        if self.writer == new.address:
+            return self.current()
+        intent = RouteIntent(seq or 0, f"writer={new.name}", f"writer={old.name}" if old else "", "send {request}")
+        if log is not None:
+            log.sent(intent)
+        self._switch(new, old, seq)
+        if log is not None:
+            log.answered(intent)
+        return self.current()
+
+    def _switch(self, new, old, seq) -> None:
         if old is not None and self.writer not in (old.address, new.address):
             raise RouterError(f"the router's writer is {self.writer}, not {old.address}")
         self.writer = new.address
         self.switches.append((new.name, old.name if old is not None else None))
         self.topo.sent.append(("router", f"writer={new.name}"))
-        return self.current()
+        if seq is not None:
+            self.marker = max(self.marker, seq)
 
     def describe_switch(self, new, old=None) -> list[str]:
         return [f"send writes to {new.name} ({new.address}) instead of {old.name if old is not None else 'nobody'}"]
