@@ -24,9 +24,12 @@ Facts this module relies on (measured with HAProxy 2.6):
   2 = running) is what tells whether a server gets new connections;
 - admin connections are NOT served in the order they were made: with HAProxy frozen
   (SIGSTOP), a request left in its buffer by a client that gave up ran after a later
-  connection's `show servers state` was answered in 12 of 40 tries (2 threads). A change
-  therefore ends with a marker, `set var proc.dbmigrate_route int(SEQ)`, and is settled only
-  when `get var` shows it (or a restart dropped it: the variable is gone).
+  connection's `show servers state` was answered in 12 of 40 tries (2 threads);
+- of a request whose client is gone, HAProxy runs the first 3 commands and drops the rest
+  (6 of 6 tries: a line of 21 commands ran 3).
+A change therefore starts with a marker, `set var proc.dbmigrate_route int(SEQ)`: once `get var`
+shows it, HAProxy has taken up that line, and one more answer a moment later shows it is past
+it (what of it ran has run; the rest never will). A restart drops the variable with the buffers.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ ADMIN_MAINT = 0x01 | 0x02 | 0x04 | 0x20 | 0x40  # forced, inherited, config, res
 ADMIN_DRAIN = 0x08 | 0x10  # forced or inherited drain
 # The process-wide variable each change sets last: the number of the last change that ran.
 MARKER = "proc.dbmigrate_route"
+# Once HAProxy has taken up a request line, one more answer this much later shows it is past it.
+LINE_PASSED_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -213,8 +218,10 @@ class HAProxyRouter(Router):
     kind = "haproxy"
 
     def __init__(self, cluster: str, admin_socket: str, writer_backend: str = "writer",
-                 reader_backend: str | None = "readers", state_file: str | None = None, timeout: float = 3.0):
+                 reader_backend: str | None = "readers", state_file: str | None = None, timeout: float = 3.0,
+                 clock: Clock | None = None):
         super().__init__(cluster)
+        self.clock = clock or Clock()
         self.admin = AdminSocket(admin_socket, timeout)
         self.writer_backend = validate_name(writer_backend)
         self.reader_backend = validate_name(reader_backend) if reader_backend else None
@@ -269,7 +276,8 @@ class HAProxyRouter(Router):
         if old is not None:
             old_ref = as_ref(old)
             old_name = self._name_for(rows, self.writer_backend, old_ref)
-            if live and [r.name for r in live] != [old_name]:
+            # A change given up on may have left both ready (HAProxy ran the start of its line).
+            if live and {r.name for r in live} - {old_name, new_name}:
                 raise RouterError(
                     f"HAProxy sends writes to {', '.join(r.address for r in live)}, not to {old_ref}: refusing to switch",
                     hint="someone else changed the route; inspect 'show servers state' before retrying")
@@ -328,7 +336,13 @@ class HAProxyRouter(Router):
             self.current()
             return True
         seen = self.marker()
-        return seen is None or seen >= seq
+        if seen is not None and seen < seq:
+            return False
+        if seen is not None:
+            # The line was taken up: it runs on at once, or not at all (its client gone).
+            self.clock.sleep(LINE_PASSED_S)
+            self.marker()
+        return True
 
     def by_hand(self) -> str:
         """How an operator sends a request to this HAProxy ({request} stands for it)."""
@@ -342,7 +356,7 @@ class HAProxyRouter(Router):
         cmds, back = self._planned(new, old)
         if cmds:
             if seq is not None and self._marker_usable():
-                cmds = [*cmds, *marker_commands(seq)]
+                cmds = [*marker_commands(seq), *cmds]
             intent = RouteIntent(seq if seq is not None else 0, "; ".join(cmds), "; ".join(back), self.by_hand())
             if log is not None:
                 log.sent(intent)
