@@ -189,6 +189,9 @@ class FakeTopology(SwitchoverServers):
         raise InDoubtUnsettled(f"{doubt.said()} was given up on and may still be executed; it stays in doubt until "
                                f"that session is ended, and it cannot be ended now", doubt)
 
+    def own_sessions(self, name: str) -> set[int]:
+        return {1}  # FakeInspector.connection_id(): the tool's one session on each server
+
     def settle(self, name: str) -> None:
         s = self.servers[name]
         if s.doubts:

@@ -753,6 +753,30 @@ def test_seal_old_ends_every_session_of_a_bypassing_account_but_not_the_tool_or_
     assert topo.statements("db1") == ["KILL CONNECTION 7"]
 
 
+def test_seal_old_ends_another_clients_session_of_the_tools_own_account_but_not_the_tools_own():
+    """An operator (or a script) logged in as the tool's account writes past read_only like any
+    account that bypasses it: only the tool's own session ids are spared."""
+    topo, router = fenced()
+    db1 = topo.servers["db1"]
+    db1.bypass_users = {"dbmigrate", "repl"}
+    db1.sessions = [app_session(1, "dbmigrate"), app_session(12, "dbmigrate"), app_session(9, "repl")]
+
+    said_, _ = switchover(topo, router).seal_old()
+
+    assert said_ == "ended 1 session(s) of accounts that bypass read_only on db1; "
+    assert topo.statements("db1") == ["KILL CONNECTION 12"]  # not 1: the tool's own session
+
+
+def test_seal_old_with_only_the_tools_own_sessions_ends_nothing_and_keeps_the_first_position():
+    topo, router = fenced()
+    db1 = topo.servers["db1"]
+    db1.bypass_users = {"dbmigrate"}
+    db1.sessions = [app_session(1, "dbmigrate")]
+
+    assert switchover(topo, router).seal_old() == ("", db1.position())
+    assert topo.statements("db1") == []
+
+
 def test_seal_old_refuses_to_go_on_when_the_old_primary_is_writable_again():
     topo, router = fenced()
     topo.servers["db1"].read_only = False
@@ -787,7 +811,9 @@ def test_prepare_window_builds_the_routers_request_before_the_fence_and_returns_
     bypass = switchover(topo, router).prepare_window()
 
     assert prepared == [("db2", "db1")]  # inside the window the switch is then one request
-    assert bypass == {"ops"}  # the tool's own login and replication are not ended
+    # Replication is not ended; the tool's account is (another client may log in as it): the
+    # seal spares the tool's own session ids, not its account.
+    assert bypass == {"ops", "dbmigrate"}
 
 
 # No account bypasses read_only; or one does (ops) but has no session: one read, no session list.

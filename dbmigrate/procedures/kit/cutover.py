@@ -81,9 +81,10 @@ class Cutover:
 
     def sw(self, ctx: RunContext, record: Record | None = None) -> Switchover:
         sw = self.switchover(ctx, record)
-        if sw.router is not None and not ctx.dry_run and not isinstance(sw.router, JournaledRouter):
+        router = getattr(sw, "router", None)
+        if router is not None and not ctx.dry_run and not isinstance(router, JournaledRouter):
             # Every router change of the cutover (and of its undo) journaled before it is sent.
-            sw.router = JournaledRouter(sw.router, RouteJournal(ctx), ctx.clock, sw.s.router_doubt_wait_s, ctx.log)
+            sw.router = JournaledRouter(router, RouteJournal(ctx), ctx.clock, sw.s.router_doubt_wait_s, ctx.log)
         return sw
 
     def planned(self, action: Callable[[RunContext, Switchover], Any]) -> Callable[[RunContext], list[tuple[str, str]]]:
