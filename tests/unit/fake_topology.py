@@ -316,6 +316,13 @@ class FakeInspector:
 
     gtid_executed = gtid_binlog_pos  # a server with log_slave_updates logs what it applies
 
+    def gtid_state(self) -> str:
+        """gtid_binlog_state: the last GTID per domain and server_id."""
+        last: dict[tuple[int, int], MariaGtid] = {}
+        for g in self._server().log:
+            last[(g.domain, g.server_id)] = g
+        return ",".join(str(last[k]) for k in sorted(last))
+
     def read_only_sessions_count_and_binlog_pos(self, users) -> tuple[bool, int, str]:
         s = self._server()
         return s.read_only, sum(x.user in users for x in s.sessions), s.position()

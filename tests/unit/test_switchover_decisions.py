@@ -869,3 +869,38 @@ def test_wait_catchup_renews_a_stalled_connection_once_then_waits_out_its_bound(
         switchover(topo, catchup_timeout_s=3).wait_catchup(position)
     assert topo.statements("db2") == ["STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD"]
     assert 2.5 <= topo.clock.monotonic() - started <= 3
+
+
+# -- after the cutover: the old primary wrote nothing of its own -------------------------
+
+def test_the_reverse_check_says_rollback_loses_nothing_only_when_the_old_primary_wrote_nothing():
+    topo, router = promoted()
+    assert switchover(topo, router).require_old_wrote_nothing("r1") == \
+        "db1 wrote nothing of its own after its final position: rollback loses nothing"
+
+
+def test_an_errant_write_on_the_old_primary_pauses_the_run_and_names_it():
+    from dbmigrate.engine.runner import RunPaused
+    from dbmigrate.db.gtid import MariaGtid
+
+    topo, router = promoted()
+    db1 = topo.servers["db1"]
+    # A session that bypassed read_only committed on db1 after its final position.
+    seq = max(g.seq for g in db1.log) + 1
+    db1.log.append(MariaGtid(0, db1.server_id, seq))
+    with pytest.raises(RunPaused) as paused:
+        switchover(topo, router).require_old_wrote_nothing("r1")
+    msg = paused.value.message
+    assert f"db1 wrote 1 transaction(s) of its own after its final position that db2 never had " \
+           f"(errant GTID(s) 0-1-{seq})" in msg
+    assert "rollback loses nothing" not in msg and "dbmigrate resume r1" in paused.value.hint
+
+
+def test_a_stopped_replication_back_pauses_the_run_and_names_the_error():
+    from dbmigrate.engine.runner import RunPaused
+
+    topo, router = promoted()
+    db1 = topo.servers["db1"]
+    db1.sql_running, db1.last_sql_error = False, "Duplicate entry '7' for key 'PRIMARY'"
+    with pytest.raises(RunPaused, match="its replication from db2 stopped with an error"):
+        switchover(topo, router).require_old_wrote_nothing("r1")

@@ -228,8 +228,12 @@ def is_opened(cut: Cutover, ctx: RunContext) -> bool:
 def reverse(cut: Cutover, ctx: RunContext) -> str:
     sw = cut.sw(ctx)
     sentence = sw.start_reverse()
-    sw.wait_replica_running(sw.old)
-    return sentence
+    try:
+        sw.wait_replica_running(sw.old)
+    except DbmigrateError:
+        sw.require_old_wrote_nothing(ctx.run_id)  # names what the old primary wrote, when it did
+        raise
+    return f"{sentence}; {sw.require_old_wrote_nothing(ctx.run_id)}"
 
 
 def check_shape(cut: Cutover, ctx: RunContext) -> None:
@@ -247,7 +251,14 @@ def check_shape(cut: Cutover, ctx: RunContext) -> None:
 
 
 def probe(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
-    return (sw or cut.sw(ctx)).verify_writes_flow(ctx.run_id, cut.verify_timeout_s)
+    sw = sw or cut.sw(ctx)
+    try:
+        said = sw.verify_writes_flow(ctx.run_id, cut.verify_timeout_s)
+    except DbmigrateError:
+        sw.require_old_wrote_nothing(ctx.run_id)  # an errant write on the old primary is the cause to name
+        raise
+    # Written after the reverse step's check (a session that connected later) counts too.
+    return f"{said}; {sw.require_old_wrote_nothing(ctx.run_id)}"
 
 
 # -- the steps ---------------------------------------------------------------------
