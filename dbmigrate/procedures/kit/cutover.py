@@ -118,7 +118,10 @@ def fence(cut: Cutover, ctx: RunContext, sw: Switchover | None = None,
           before_retry: Callable[[], object] | None = None) -> str:
     """read_only on the old primary (see Switchover.fence for `before_retry`)."""
     sw = sw or cut.sw(ctx)
-    sentence, pos = sw.fence(before_retry)
+    try:
+        sentence, pos = sw.fence(before_retry)
+    except DbmigrateError as e:
+        raise sw.name_fence_blocker(e) from e.__cause__
     with CutoverState.edit(ctx.state) as s:
         s.fence_pos, s.applied_pos, s.fence_expires_at = pos, sw.applied_at_fence, sw.fence_expires_at
     ctx.set_hook_env("FENCE_POSITION", pos)
