@@ -9,9 +9,9 @@ change may still overwrite; past the wait the run stops with the request that fi
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 from dbmigrate.routing.base import RouteIntent, RouterError
@@ -37,7 +37,8 @@ class JournaledRouter:
     """The run's router (any Router): each change journaled before it is sent, its answer
     after; an earlier change in doubt is settled before any read or change."""
 
-    def __init__(self, router: Any, journal: RouteJournal, clock: Clock, wait_s: float, log=None):
+    def __init__(self, router: Any, journal: RouteJournal, clock: Clock, wait_s: float,
+                 log: Callable[..., None] | None = None):
         self.router, self.journal, self.clock, self.wait_s = router, journal, clock, wait_s
         self.log = log or (lambda message, level="info": None)
 
@@ -105,7 +106,7 @@ class JournaledRouter:
         self.router.prepare_switch(new, old)
 
     def describe_switch(self, new: Any, old: Any = None) -> list[str]:
-        return self.router.describe_switch(new, old)
+        return list(self.router.describe_switch(new, old))
 
 
 class RouterSteps(SwitchoverBase):
