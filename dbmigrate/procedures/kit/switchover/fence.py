@@ -34,7 +34,7 @@ class FenceSteps(SwitchoverBase):
         table write lock) is its cause, and the headline says so, not the clean-up that waited
         behind the same lock (the expiry's DROP EVENT). Asked within probe_timeout_s; the error
         is returned as it was when no holder is seen."""
-        if self.dry_run or "holds FLUSH TABLES WITH READ LOCK" in error.message:
+        if self.dry_run or " could not be fenced: " in error.message:
             return error
         try:
             with self.topo.bounded(self.s.probe_timeout_s, self.old):
@@ -45,7 +45,7 @@ class FenceSteps(SwitchoverBase):
         own = self.topo.own_sessions(self.old)
         holders = [h for h in holders if h.id not in own]
         # The global read lock first: the fence's own statements wait behind it whatever else is held.
-        holders.sort(key=lambda h: "FLUSH TABLES WITH READ LOCK" not in h.locks)
+        holders.sort(key=lambda h: not any(lock.endswith("WITH READ LOCK") for lock in h.locks))
         if not holders:
             return error
         named = "; ".join(h.describe() for h in holders)
