@@ -34,7 +34,7 @@ from dbmigrate.db.inspector import HeavyWork, Session
 from dbmigrate.clock import FakeClock
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures.kit.switchover import SwitchoverServers
-from dbmigrate.routing.base import RouteIntent, RouterError, RouterNoAnswer, RouteState
+from dbmigrate.routing.base import RouteIntent, RouterError, RouterGone, RouterNoAnswer, RouteState
 
 DOMAIN = 0
 TOOL_USER = "dbmigrate"
@@ -605,6 +605,7 @@ class FakeRouter:
         self.writer = None if writer is None else "%s:%d" % topo.address(writer)
         self.switches: list[tuple[str, str | None]] = []
         self.frozen = False
+        self.dead = False  # killed: nothing listens, what was in its buffer is gone
         self.buffered: list[tuple[object, object, int | None]] = []
         self.marker = 0
 
@@ -621,7 +622,12 @@ class FakeRouter:
             self._switch(new, None, seq)  # checked when planned, not when it runs (as HAProxy's commands)
         self.buffered = []
 
+    def kill(self) -> None:
+        self.dead, self.frozen, self.buffered = True, False, []
+
     def current(self) -> RouteState:
+        if self.dead:
+            raise RouterGone("the fake router's socket refused the connection")
         if self.frozen:
             raise RouterError("the fake router did not answer within 3s")
         return RouteState(writer=self.writer, writers=[self.writer] if self.writer else [])

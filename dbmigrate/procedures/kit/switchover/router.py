@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol
 from dbmigrate.clock import Clock
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
-from dbmigrate.routing.base import RouteIntent, RouterError
+from dbmigrate.routing.base import RouteIntent, RouterError, RouterGone
 
 SETTLE_POLL_S = 0.2
 
@@ -45,6 +45,23 @@ class JournaledRouter:
     def __getattr__(self, name: str) -> Any:  # kind, describe, verify, prepare_switch, ...
         return getattr(self.router, name)
 
+    def change_gone(self) -> bool:
+        """Is the change in doubt gone with the router's process (nothing listens there now)? Then
+        it can never run, and the router counts as not changed by it. Asked once, at once."""
+        change = self.journal.pending()
+        if change is None:
+            return False
+        try:
+            self.router.settled(int(change["seq"]))
+        except RouterGone as e:
+            self.journal.answered(int(change["seq"]))
+            self.log(f"the router change in doubt ({change['request']}) is gone with the router's process "
+                     f"({e.message}): it can no longer run", "warning")
+            return True
+        except RouterError:
+            return False
+        return False
+
     def settle(self) -> None:
         """Wait, up to wait_s, for the change in doubt (if any) to be seen run, or gone with a
         restart of the router; RouterInDoubt past it."""
@@ -61,6 +78,10 @@ class JournaledRouter:
                              f"restarted since; the route is read from the router", "warning")
                     return
                 last = "it answers, but has not run it yet"
+            except RouterGone:
+                if self.change_gone():
+                    return
+                last = "it does not answer"
             except RouterError as e:
                 last = f"it does not answer: {e.message}"
             if self.clock.monotonic() >= deadline:
