@@ -179,3 +179,31 @@ def test_slow_commits_pause_the_copy_but_those_under_the_backups_lock_do_not():
         w.stop()
     text, fig = w.progress()
     assert fig["longest_write_ms"] >= 40 and "writes" in text
+
+
+def test_provisioning_says_each_task_and_at_least_every_10_s_which_instances_it_finished():
+    from dbmigrate.hosts.ansible import AnsibleProgress
+
+    now, said = [0.0], []
+    p = AnsibleProgress(said.append, every_s=10, clock=lambda: now[0])
+    p.tick()
+    assert said == []  # nothing started yet
+    p.feed("TASK [system tables of each instance] *****************************")
+    assert said == ["provisioning (0 s): system tables of each instance"]
+    now[0] = 4
+    p.feed("changed: [h1] => (item=h1-1)")
+    p.tick()
+    assert len(said) == 1  # less than 10 s since the last line
+    now[0] = 10
+    p.tick()
+    assert said[-1] == "provisioning (10 s): system tables of each instance running for 10 s; done for h1-1"
+    now[0] = 15
+    p.feed("changed: [h2] => (item=h2-1)")
+    p.tick()
+    assert len(said) == 2
+    now[0] = 20
+    p.tick()
+    assert said[-1].endswith("running for 20 s; done for h1-1, h2-1")
+    now[0] = 21
+    p.feed("TASK [start each instance] ****")
+    assert said[-1] == "provisioning (21 s): start each instance"
