@@ -190,14 +190,27 @@ def main() -> None:
                 phases.on_change = lambda ph: valve.set(None) if ph.locking else None  # as physical seeding does
             else:  # as it was: paced through the locks, the redo copy polled once a second
                 argv = [a for a in argv if not a.startswith("--log-copy-interval")]
+            copy_wall[0] = time.time()  # after the page cache was dropped (its sync is no part of the copy)
             stream(src, argv, dst, extract_command(target), timeout=1800, relay=relay(valve, meter),
                    on_stderr_line=phases.feed)
+            copy_wall[1] = time.time()
             return meter.bytes, time.monotonic() - t
 
-        def stall_ms(t0: float, t1: float) -> float | None:
+        copy_wall = [0.0, 0.0]
+
+        def stall_ms(t0: float | None = None, t1: float | None = None) -> float | None:
+            """The writer's longest gap between commits from t0 to t1 (default: the last copy)."""
+            t0, t1 = (copy_wall[0], copy_wall[1]) if t0 is None else (t0, t1)
             writer.refresh()
             times = [t for _, _, t in list(writer.acks) if t0 <= t <= t1]
-            return max(((b - a) * 1000 for a, b in zip(times, times[1:])), default=None)
+            gaps = [((b - a) * 1000, a - t0) for a, b in zip(times, times[1:])]
+            if not gaps:
+                return None
+            worst, at = max(gaps)
+            stall_at.append(round(at, 2))
+            return round(worst, 1)
+
+        stall_at: list[float] = []
 
         raws, seeds = [], []
         for _ in range(max(1, args.rounds)):
@@ -225,19 +238,18 @@ def main() -> None:
         quiet_stall = stall_ms(time.time() - 10, time.time())
         limit = args.limit_ms
 
-        t0, w0 = time.monotonic(), time.time()
+        t0 = time.monotonic()
         free_phases = BackupPhases()
         unthrottled_bytes, unthrottled_s = seed(phases=free_phases)
         during_free = reader.p999_between(t0, time.monotonic())
         samples_free = reader.count_between(t0, time.monotonic())
-        stall_free = stall_ms(w0, time.time())
+        stall_free = stall_ms()
         time.sleep(2)
 
         cap = args.cap_mb_s * MB if args.cap_mb_s else None
         unaware = BackupPhases()
-        w0 = time.time()
         seed(Valve(cap), phases=unaware, lock_aware=False)
-        stall_unaware = stall_ms(w0, time.time())
+        stall_unaware = stall_ms()
         time.sleep(2)
 
         valve, meter = Valve(), Meter()
@@ -250,14 +262,14 @@ def main() -> None:
             limits=Limits(cap, limit, None), total_bytes=size, probe_per_s=100, window_s=2, progress_every_s=3600,
             report=lambda text, fig: None, write_probe=lambda: write_heartbeat(write_srv), locked=phases.reason)
         watcher.start()
-        t0, w0 = time.monotonic(), time.time()
+        t0 = time.monotonic()
         try:
             throttled_bytes, throttled_s = seed(valve, meter, phases)
         finally:
             watcher.stop()
         during_throttled = reader.p999_between(t0, time.monotonic())
         samples_throttled = reader.count_between(t0, time.monotonic())
-        stall_throttled = stall_ms(w0, time.time())
+        stall_throttled = stall_ms()
         src.run(["rm", "-rf", "--", work])
         dst.run(["rm", "-rf", "--", target])
 
@@ -279,6 +291,8 @@ def main() -> None:
                                 "capped_copy_paced_through_the_locks": stall_unaware,
                                 "commit_lock_ms_paced_through_the_locks": round(unaware.commit_lock_s * 1000, 1),
                                 "throttled_copy": stall_throttled, "bound": 100,
+                                "worst_at_s": dict(zip(("quiet", "unthrottled", "paced_through_the_locks",
+                                                        "throttled"), stall_at)),
                                 "throttled_within_bound": stall_throttled is not None and stall_throttled <= 100},
             "unthrottled_copy_under_load": {"s": round(unthrottled_s, 2),
                                             "mb_s": round(unthrottled_bytes / unthrottled_s / MB, 1),
@@ -319,7 +333,8 @@ def main() -> None:
               f"through the backup's locks, as before {ms(st['capped_copy_paced_through_the_locks'])} (commits held "
               f"{st['commit_lock_ms_paced_through_the_locks']} ms) | throttled copy "
               f"{ms(st['throttled_copy'])} (cap {th['cap_mb_s']:g} MB/s; commits held by the backup "
-              f"{th['commit_lock_ms']} ms); bound 100 ms: {'within' if st['throttled_within_bound'] else 'OVER'}")
+              f"{th['commit_lock_ms']} ms); bound 100 ms: {'within' if st['throttled_within_bound'] else 'OVER'}; "
+              f"each longest stall at (s into the window): {st['worst_at_s']}")
         print(f"throttled copy within the limit: {'yes' if p['throttled_within_limit'] else 'NO'}"
               + ("; the source is above the limit with no copy at all (other load sets it)"
                  if p["quiet_above_limit"] else ""))
