@@ -21,8 +21,10 @@ when one of these is missing, and says why.
 from __future__ import annotations
 
 import shlex
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from dbmigrate.db.credentials import option_file_text
 from dbmigrate.db.inspector import Inspector
@@ -186,8 +188,11 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
         src_host.run(["rm", "-rf", "--", workdir], what=f"remove {workdir}", check=False)
     _report(ctx, inst, source, *watcher.progress(finished=True))
     copy_s = ctx.clock.monotonic() - started
-    dst_host.run(prepare_command(staging), timeout=p.seed_timeout_s, what=f"prepare the copy of {source}")
+    with ticking(ctx, f"seed {inst.name} from {source}: preparing the copy (mariadb-backup --prepare)"):
+        dst_host.run(prepare_command(staging), timeout=p.seed_timeout_s, what=f"prepare the copy of {source}")
     pos = read_position(dst_host, staging, source)
+    ctx.log(f"seed {inst.name} from {source}: prepared; {inst.name} is stopped, the copy swapped in, started again",
+            level="progress")
     control.stop(inst)
     res.servers.forget(inst.name)
     try:
@@ -235,6 +240,25 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
             f"{paused}{lock}; prepared and started in {total_s:.1f}s), kept {', '.join(shards)}"
             f"{'; dropped ' + ', '.join(dropped) if dropped else ''}; connection '{conn}' replicates them from "
             f"{start_at}")
+
+
+@contextmanager
+def ticking(ctx: RunContext, what: str, every_s: float = 10.0) -> Iterator[None]:
+    """Say `what` now, then again every `every_s` while the block runs: no long wait is silent."""
+    ctx.log(what, level="progress")
+    done, began = threading.Event(), ctx.clock.monotonic()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            ctx.log(f"{what}: {ctx.clock.monotonic() - began:.0f} s", level="progress")
+
+    t = threading.Thread(target=tick, daemon=True, name="seed-ticker")
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join(1)
 
 
 def read_position(host: Host, staging: str, source: str) -> BackupPosition:
