@@ -53,7 +53,7 @@ from dbmigrate.procedures.consolidate.backup_phases import BackupPhases
 from dbmigrate.procedures.consolidate.physical_seed import backup_command, extract_command, prepare_command
 from dbmigrate.procedures.consolidate.throttle import MB, Limits, Meter, Valve, Watcher, percentile, relay
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
-from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, create_shard
+from dbmigrate.rehearsal.verify.shard_writer import ShardWriterProcess, create_shard
 
 
 class Reader(threading.Thread):
@@ -78,47 +78,6 @@ class Reader(threading.Thread):
 
     def count_between(self, t0: float, t1: float) -> int:
         return sum(1 for t, _ in self.samples if t0 <= t <= t1)
-
-
-def _write(conn, routes: str, shard: str, user: str, password: str) -> None:
-    """The writer in a process of its own, as an application is: in the benchmark's process it
-    would share the interpreter lock with the relay and the watcher, and time their turns."""
-    import gc
-    from pathlib import Path
-
-    from dbmigrate.db.credentials import Credentials
-
-    gc.disable()  # a full collection over many acks would be a stall of the writer's own
-    w = ShardWriter(Path(routes), shard, Credentials(user, password), interval_s=0.005)
-    w.start()
-    while True:
-        cmd = conn.recv()
-        if cmd == "stop":
-            w.stop()
-            conn.send([t for _, _, t in list(w.acks)])
-            return
-        conn.send([t for _, _, t in list(w.acks)])
-
-
-class WriterProcess:
-    def __init__(self, routes, shard: str, app) -> None:
-        import multiprocessing as mp
-
-        self.conn, child = mp.Pipe()
-        self.proc = mp.get_context("fork").Process(target=_write, args=(child, str(routes), shard, app.user,
-                                                                         app.password or ""), daemon=True)
-        self.proc.start()
-        self.acks: list[tuple[int, str, float]] = []
-
-    def refresh(self) -> None:
-        self.conn.send("acks")
-        self.acks = [(0, "", t) for t in self.conn.recv()]
-
-    def stop(self) -> None:
-        if self.proc.is_alive():
-            self.conn.send("stop")
-            self.acks = [(0, "", t) for t in self.conn.recv()]
-        self.proc.join(10)
 
 
 def main() -> None:
@@ -231,7 +190,7 @@ def main() -> None:
         from dbmigrate.routing.dsn_file import DsnFileRouter
 
         DsnFileRouter("bench_writes", routes).switch_writer(f"{spec.host}:{spec.port}")
-        writer = WriterProcess(routes, "bench_writes", app)
+        writer = ShardWriterProcess(routes, "bench_writes", app, interval_s=0.005)
         reader.start()
         time.sleep(10)
         quiet = reader.p999_between(time.monotonic() - 10, time.monotonic())

@@ -4,27 +4,31 @@ One old server with a 60 MB shard and a writer committing every 5 ms through the
 the consolidate playbook copies it physically, paced at 15 MB/s so that the relay is
 pacing when the backup reaches its locking stages (where the commit stall came from:
 the backup's commit lock held while its redo tail crossed the paced relay, and its redo
-copy's 1 s poll). The writer's longest gap while the seed step ran stays at or under
-100 ms, and every progress report before the copy ended says less than 100% of an
+copy's 1 s poll). The writer's (in a process of its own) longest gap while the seed step ran stays at or
+under 100 ms, and every progress report before the copy ended says less than 100% of an
 estimate at least as big as what was copied so far (the whole datadir, measured first).
 """
 
 from __future__ import annotations
 
+import io
 import json
-import time
+import re
+
+from rich.console import Console
 
 import pytest
 import yaml
 
 from dbmigrate.app.runs import resolve_journal_path, start_run
+from dbmigrate.cli.render import ConsoleRenderer
 from dbmigrate.config import HostSpec
 from dbmigrate.engine.journal import Journal
 from dbmigrate.procedures.consolidate.plan import measure_shards, plan
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
 from dbmigrate.rehearsal.provision import install as install_sandbox_provisioner
 from dbmigrate.rehearsal.sandbox.ports import free_port_range
-from dbmigrate.rehearsal.verify.shard_writer import ShardWriter
+from dbmigrate.rehearsal.verify.shard_writer import ShardWriterProcess
 from dbmigrate.report.series import iso_to_epoch
 
 from tests.integration.shard_kit import add_blob_table, legacy_shards
@@ -59,11 +63,14 @@ def test_a_paced_physical_seed_never_stalls_the_writer_over_100_ms_and_never_say
                                     "params": {"plan": plan_file.name, "catchup_timeout_s": 10, "drain_timeout_s": 0.3,
                                                "seed": {"method": "physical", "throttle_mb_s": 15,
                                                         "max_source_p999_ms": 250, "progress_every_s": 0.5}}}))
-    writer = ShardWriter(routes, SHARD, inv.app_credentials(NAME), interval_s=0.005)
-    writer.start()
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=False)  # the run's line output, at 80 columns
+    # In a process of its own, as an application is (in this one it would time the relay's turns).
+    writer = ShardWriterProcess(routes, SHARD, inv.app_credentials(NAME), interval_s=0.005)
     try:
-        assert writer.wait_acks_on(writer.writer(), 50, 20), writer.errors
-        outcome = start_run(book, assume_yes=True)
+        spec = inv.cluster(NAME).servers[OLD]
+        assert writer.wait_acks_on(f"{spec.host}:{spec.port}", 50, 20), writer.errors
+        outcome = start_run(book, assume_yes=True, subscribers=[ConsoleRenderer(console)])
         assert outcome.status == "done", outcome.summary
     finally:
         writer.stop()
@@ -90,3 +97,10 @@ def test_a_paced_physical_seed_never_stalls_the_writer_over_100_ms_and_never_say
     for r in running:
         assert float(r["pct"]) < 100 and int(r["total_bytes"]) >= int(r["bytes"]) and r["eta_s"] != "0", r
     assert float(final["pct"]) == 100 and int(final["bytes"]) == facts["bytes"], final
+    # The line output says the same, at least every 10 s, never 100% (nor ETA 0 s, nor "of ~0 MB") before the end.
+    text = " ".join(out.getvalue().split())  # rich wraps at 80 columns
+    progress = re.findall(r"… seed \S+ from \S+: (.*?)(?=… |✓|$)", text)
+    copying = [p for p in progress if " at " in p and "MB/s" in p]
+    assert len(copying) >= len(running), text[-2000:]
+    assert not any("100%" in p or "ETA 0 s" in p or "of ~0 MB" in p for p in copying[:-1]), copying
+    assert "copied (done)" in copying[-1], copying[-1]
