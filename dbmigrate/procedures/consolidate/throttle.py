@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Optional
+from typing import Any, BinaryIO, Callable, Optional
 
 CHUNK = 1 << 20
 MB = 1_000_000
@@ -253,7 +253,7 @@ class Watcher(threading.Thread):
     def __init__(self, valve: Valve, meter: Meter, *, probe: Callable[[], None],
                  lag: Callable[[], Optional[float]], cap: Callable[[], Optional[float]], limits: Limits,
                  total_bytes: Optional[int], probe_per_s: float, window_s: float, progress_every_s: float,
-                 report: Callable[[str, dict], None], clock: Callable[[], float] = time.monotonic,
+                 report: Callable[[str, dict[str, Any]], None], clock: Callable[[], float] = time.monotonic,
                  held: Callable[[], bool] = lambda: False,
                  write_probe: Optional[Callable[[], None]] = None, write_probe_per_s: float = 10,
                  locked: Callable[[], Optional[str]] = lambda: None):
@@ -407,7 +407,7 @@ class Watcher(threading.Thread):
         self.decision = Decision(rate, d.reason)
         self.valve.set(rate)
 
-    def progress(self, finished: bool = False) -> tuple[str, dict]:
+    def progress(self, finished: bool = False) -> tuple[str, dict[str, Any]]:
         done, rate = self.meter.bytes, self.meter.recent_rate()
         pr = progress_of(done, self.total, rate, finished)
         reads, writes = self.p999_ms(), self.write_p999_ms()
