@@ -145,12 +145,12 @@ def run_playbook(workdir: Path, inventory: Path, playbook: Path, vars_file: Path
     tracker = AnsibleProgress(progress, progress_every_s) if progress is not None else None
     ticking = threading.Event()
 
-    def tick() -> None:
+    def tick(t: AnsibleProgress) -> None:
         while not ticking.wait(1.0):
-            tracker.tick()
+            t.tick()
 
     if tracker is not None:
-        threading.Thread(target=tick, daemon=True, name="ansible-progress").start()
+        threading.Thread(target=tick, args=(tracker,), daemon=True, name="ansible-progress").start()
     try:
         for line in proc.stdout:
             line = redact(line.rstrip("\n"))
