@@ -24,7 +24,7 @@ import shlex
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from dbmigrate.db.credentials import option_file_text
 from dbmigrate.db.inspector import Inspector
@@ -243,14 +243,22 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
 
 
 @contextmanager
-def ticking(ctx: RunContext, what: str, every_s: float = 10.0) -> Iterator[None]:
-    """Say `what` now, then again every `every_s` while the block runs: no long wait is silent."""
+def ticking(ctx: RunContext, what: str, every_s: float = 10.0,
+            detail: Optional[Callable[[], str]] = None) -> Iterator[None]:
+    """Say `what` now, then again every `every_s` while the block runs (with `detail()`, e.g. the
+    bytes so far): no long wait is silent."""
     ctx.log(what, level="progress")
     done, began = threading.Event(), ctx.clock.monotonic()
 
     def tick() -> None:
         while not done.wait(every_s):
-            ctx.log(f"{what}: {ctx.clock.monotonic() - began:.0f} s", level="progress")
+            more = ""
+            if detail is not None:
+                try:
+                    more = f", {detail()}"
+                except Exception:  # noqa: BLE001 - a figure that cannot be read now is left out
+                    more = ""
+            ctx.log(f"{what}: {ctx.clock.monotonic() - began:.0f} s{more}", level="progress")
 
     t = threading.Thread(target=tick, daemon=True, name="seed-ticker")
     t.start()
@@ -378,5 +386,5 @@ def describe_physical(inst: PlannedInstance, source: str, shards: list[str]) -> 
                         f"START SLAVE '{connection_name(source)}'")]
 
 
-__all__ = ["BINLOG_INFO_FILES", "BackupPosition", "InstanceControl", "backup_command", "describe_physical",
+__all__ = ["BINLOG_INFO_FILES", "ticking", "BackupPosition", "InstanceControl", "backup_command", "describe_physical",
            "parse_binlog_info", "physical_blockers", "seed_physically"]
