@@ -243,8 +243,8 @@ def schema_swap(
             from dbmigrate.app.reports import check_report_path
 
             checked_report = check_report_path(report_file)  # before anything is started
-        say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
-            (lambda m: console.print(f"[dim]… {m}[/]"))
+        say = (lambda m: err_console.print(f"[dim]… {escape(m)}[/]")) if json_out else \
+            (lambda m: console.print(f"[dim]… {escape(m)}[/]"))
         report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
                                       shape=shape, scale=scale,
                                       subscribers=[] if json_out else [ConsoleRenderer(console)])
@@ -333,8 +333,8 @@ def consolidate(
             from dbmigrate.app.reports import check_report_path
 
             checked_report = check_report_path(report_file)  # before anything is started
-        say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
-            (lambda m: console.print(f"[dim]… {m}[/]"))
+        say = (lambda m: err_console.print(f"[dim]… {escape(m)}[/]")) if json_out else \
+            (lambda m: console.print(f"[dim]… {escape(m)}[/]"))
         report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle, keep=keep,
                                       subscribers=[] if json_out else [ConsoleRenderer(console)], name=name,
                                       compose=compose, shape=shape, scale=scale)

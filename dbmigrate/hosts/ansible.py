@@ -107,14 +107,19 @@ class AnsibleProgress:
                 return
             m = _ITEM.match(line)
             if m and self.task is not None:
-                self.done.append(m.group("item") or m.group("host"))
+                # An item is an instance's name, or a path of its (its last component names it).
+                item = (m.group("item") or m.group("host")).rstrip("/").rsplit("/", 1)[-1]
+                if item not in self.done:
+                    self.done.append(item)
 
     def tick(self) -> None:
         with self._lock:
             now = self.clock()
-            if self.task is None or now - self.last_said < self.every_s:
+            # Said a little early rather than late: the ticker itself runs late on a busy host.
+            if self.task is None or now - self.last_said < 0.8 * self.every_s:
                 return
-            done = f"; done for {', '.join(self.done)}" if self.done else ""
+            shown = self.done[:8] + ([f"{len(self.done) - 8} more"] if len(self.done) > 8 else [])
+            done = f"; done for {', '.join(shown)}" if self.done else ""
             self._say(f"provisioning ({now - self.started:.0f} s): {self.task} running for "
                       f"{now - self.task_started:.0f} s{done}")
 
@@ -146,7 +151,7 @@ def run_playbook(workdir: Path, inventory: Path, playbook: Path, vars_file: Path
     ticking = threading.Event()
 
     def tick(t: AnsibleProgress) -> None:
-        while not ticking.wait(1.0):
+        while not ticking.wait(0.5):
             t.tick()
 
     if tracker is not None:

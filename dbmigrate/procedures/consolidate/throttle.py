@@ -408,7 +408,8 @@ class Watcher(threading.Thread):
         self.valve.set(rate)
 
     def progress(self, finished: bool = False) -> tuple[str, dict[str, Any]]:
-        done, rate = self.meter.bytes, self.meter.recent_rate()
+        done = self.meter.bytes
+        rate = self.meter.average_rate() if finished else self.meter.recent_rate()
         pr = progress_of(done, self.total, rate, finished)
         reads, writes = self.p999_ms(), self.write_p999_ms()
         p999 = max((v for v in (reads, writes) if v is not None), default=None)
@@ -418,7 +419,8 @@ class Watcher(threading.Thread):
                    "source_p999_ms": p999, "source_read_p999_ms": reads, "source_write_p999_ms": writes,
                    "longest_write_ms": self.longest_write_ms, "lag_s": self.lag_s,
                    "throttle": self.decision.reason, "paused_s": round(self.valve.paused_s, 1)}
-        text = (f"{pr.share_text()} at {rate / MB:.1f} MB/s, ETA {pr.eta_text()}; {self.decision.reason}"
+        eta = "" if finished else f", ETA {pr.eta_text()}"
+        text = (f"{pr.share_text()} at {rate / MB:.1f} MB/s{eta}; {self.decision.reason}"
                 + (f"; source p99.9 reads {reads:.1f} ms" if reads is not None else "")
                 + (f", writes {writes:.1f} ms" if writes is not None else ""))
         return text, figures
