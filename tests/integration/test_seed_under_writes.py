@@ -84,12 +84,13 @@ def test_a_paced_physical_seed_never_stalls_the_writer_over_100_ms_and_never_say
     reports = [m["labels"] for m in run["metrics"] if m["name"] == "seed_rate_mb_s" and "pct" in m["labels"]]
     print(f"seed step {t1 - t0:.1f} s, {len(times)} writes, longest gaps {[round(g) for g in gaps[-3:]]} ms; "
           f"{facts['bytes'] / 1e6:.0f} MB copied of an estimate of {facts['estimate_bytes'] / 1e6:.0f} MB; "
-          f"backup locks {facts['backup_lock_s']} s (commit lock {facts['commit_lock_s']} s); longest heartbeat "
+          f"backup locks {facts['backup_lock_s']} s (commit lock {facts['commit_lock_s']} s, "
+          f"{facts['bytes_under_commit_lock'] / 1e6:.1f} MB crossed under it); longest heartbeat "
           f"commit {facts['longest_source_write_ms']} ms; {len(reports)} progress reports: "
           + ", ".join(f"{r['pct']}%" for r in reports))
     assert facts["method"] == "physical" and facts["rate_mb_s"] <= 20, facts  # it was paced
     assert len(times) > 100 and gaps[-1] <= STALL_BOUND_MS, gaps[-5:]
-    assert facts["commit_lock_s"] < STALL_BOUND_MS / 1000, facts
+    assert facts["commit_lock_s"] < STALL_BOUND_MS / 1000 and facts["bytes_under_commit_lock"] >= 0, facts
     # The estimate is the whole datadir, not the shard: at least what the copy carried, give or take its redo.
     assert facts["estimate_bytes"] >= 0.8 * facts["bytes"], facts
     running, final = reports[:-1], reports[-1]

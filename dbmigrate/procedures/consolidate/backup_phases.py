@@ -16,6 +16,9 @@ log copy thread's 1 s poll; 80 ms with the relay unpaced from FLUSH on and a 10 
 poll. A copy paced or paused while the server holds the commit lock stretches the
 lock by the time the tail spends in the valve: a long copy under writes has a large
 redo tail. So from the first locking stage to the unlock the copy is never paced.
+What is left under the lock is the tail crossing at the link's full speed: the redo
+written since the last checkpoint before the copy began, plus during it; each seed
+records how many bytes that was (bytes_under_commit_lock).
 Older servers (and --no-backup-locks) take the global read lock (FTWRL) instead,
 which blocks every write until the same unlock line.
 """
@@ -27,6 +30,8 @@ import time
 from typing import Callable, Optional
 
 FTWRL = "the global read lock (FTWRL)"
+
+COMMIT_LOCKS = ("BACKUP STAGE BLOCK_COMMIT", FTWRL)  # every commit on the source waits in these
 
 # (text in the line, phase it starts, does the server block writes or commits from here)
 _MARKS: tuple[tuple[str, str, bool], ...] = (
@@ -83,7 +88,7 @@ class BackupPhases:
                 return
             if locks and self.locked_since is None:
                 self.locked_since = now
-            if locks and self._commit_since is None and phase in ("BACKUP STAGE BLOCK_COMMIT", FTWRL):
+            if locks and self._commit_since is None and phase in COMMIT_LOCKS:
                 self._commit_since = now
             if not locks:
                 if self.locked_since is not None:

@@ -46,7 +46,7 @@ from dbmigrate.procedures.consolidate.context import (
     shards_of,
     wild_patterns,
 )
-from dbmigrate.procedures.consolidate.backup_phases import LOG_COPY_INTERVAL_MS, BackupPhases
+from dbmigrate.procedures.consolidate.backup_phases import COMMIT_LOCKS, LOG_COPY_INTERVAL_MS, BackupPhases
 from dbmigrate.procedures.consolidate.throttle import MB, Limits, Meter, Valve, Watcher, random_key, relay
 
 # MariaDB 10.11's mariadb-backup writes the first; later releases the second.
@@ -175,7 +175,17 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
         valve, meter = Valve(), Meter(ctx.clock.monotonic)
         source_datadir = src.datadir()
         estimate = copy_estimate(src_host, source_datadir, src.log_basenames())
-        phases = BackupPhases(ctx.clock.monotonic, on_change=lambda ph: valve.set(None) if ph.locking else None)
+        under_lock: dict[str, int] = {}
+
+        def on_phase(ph: BackupPhases) -> None:
+            if ph.locking:
+                valve.set(None)  # at once, not at the watcher's next turn
+            if ph.phase in COMMIT_LOCKS:
+                under_lock.setdefault("from", meter.bytes)
+            elif not ph.locking and "from" in under_lock:
+                under_lock.setdefault("to", meter.bytes)
+
+        phases = BackupPhases(ctx.clock.monotonic, on_change=on_phase)
         watcher = _watcher(ctx, inst, source, shards, valve, meter, total=estimate, phases=phases)
         watcher.start()
         stream(src_host, backup_command(cnf, f"{workdir}/target", source_datadir), dst_host, extract_command(staging),
@@ -230,12 +240,15 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
                              "worst_source_write_p999_ms": watcher.worst_write_p999_ms,
                              "longest_source_write_ms": watcher.longest_write_ms,
                              "backup_lock_s": round(phases.locked_s, 3), "commit_lock_s": round(phases.commit_lock_s, 3),
+                             # what crossed while the source's commits waited (mostly the redo tail)
+                             "bytes_under_commit_lock": under_lock.get("to", copied) - under_lock.get("from", copied),
                              "estimate_bytes": estimate, "address": address}
     with edit_state(ctx) as st:
         st.seeds[f"{inst.name}<-{source}"] = facts
     ctx.metric("seed_rate_mb_s", rate, "MB/s", instance=inst.name, source=source)
     paused = f", paused {watcher.pauses}x for {watcher.valve.paused_s:.0f}s" if watcher.pauses else ""
-    lock = f"; the source's commits waited on the backup's lock {phases.commit_lock_s * 1000:.0f} ms"
+    lock = (f"; the source's commits waited on the backup's lock {phases.commit_lock_s * 1000:.0f} ms "
+            f"({facts['bytes_under_commit_lock'] / MB:,.1f} MB crossed meanwhile)")
     return (f"copied {source} physically to {inst.name} ({copied / MB:,.1f} MB in {copy_s:.1f}s, {rate:.1f} MB/s"
             f"{paused}{lock}; prepared and started in {total_s:.1f}s), kept {', '.join(shards)}"
             f"{'; dropped ' + ', '.join(dropped) if dropped else ''}; connection '{conn}' replicates them from "
