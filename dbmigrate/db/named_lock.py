@@ -42,3 +42,7 @@ class SqlNamedLocks:
         close = getattr(self.session, "close", None)
         if callable(close):
             close()
+
+    def end_session(self, connection_id: int) -> None:
+        """End another session (a dead process's, kept open by a partition) and the locks it holds."""
+        self.session.query(f"KILL CONNECTION {int(connection_id)}")

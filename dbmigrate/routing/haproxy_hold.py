@@ -21,6 +21,10 @@ If the tool dies while holding, the placeholder closes with it: the old writer's
 and held connections go on to it (each waits at most `timeout queue`); its maxconn stays 1
 until `release_leftover` (rollback and resume call it) puts the journaled value back.
 
+Every change the hold sends (the maxconn set and put back, the flip at the release) goes
+through the router it is given: the run's journaled router (kit/switchover/router.py)
+journals it before it is sent and settles a change in doubt before any other, like the flip.
+
 `show sess all` also tells which of a server's sessions came through the writer backend (their
 HAProxy-side address is what the server shows as the client's host:port), so that ending a
 demoted writer's sessions leaves the readers' sessions on the same server alone.
@@ -31,7 +35,7 @@ from __future__ import annotations
 import re
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from dbmigrate.routing.base import RouterError, ServerLike, as_ref, same_address, split_address
 from dbmigrate.routing.haproxy import HAProxyRouter
@@ -61,15 +65,41 @@ def route_sessions(text: str, backend: str) -> dict[str, str]:
     return out
 
 
-def writer_route_hosts(router: HAProxyRouter, server: ServerLike) -> set[str]:
+def haproxy_of(router: Any) -> HAProxyRouter | None:
+    """The HAProxy router itself, also when the run wraps it (its journaled router); None for
+    any other kind of router."""
+    for _ in range(3):
+        if router is None or isinstance(router, HAProxyRouter):
+            return router
+        router = getattr(router, "router", None)  # a wrapper keeps the router it wraps here
+    return None
+
+
+def _settle(router: Any) -> None:
+    """A change in doubt settled before anything is read from the router (journaled router only)."""
+    settle = getattr(router, "settle", None)
+    if callable(settle) and not isinstance(router, HAProxyRouter):
+        settle()
+
+
+def _change(router: Any, cmds: list[str], back: list[str], what: str) -> None:
+    """A change sent the way the flip is: through the run's journaled router when there is one."""
+    if isinstance(router, HAProxyRouter):
+        router.send_change(cmds, back)
+    else:
+        router.send_change(cmds, back, what=what)
+
+
+def writer_route_hosts(router: Any, server: ServerLike) -> set[str]:
     """The client addresses (host:port) `server` sees for the sessions that came through the
     writer backend: the application's writers there, not its readers."""
     target = as_ref(server).address
+    _settle(router)
     sessions = route_sessions(router.admin.request(["show sess all"]), router.writer_backend)
     return {local for local, srv in sessions.items() if same_address(srv, target)}
 
 
-def server_limit(router: HAProxyRouter, backend: str, name: str) -> int:
+def server_limit(router: Any, backend: str, name: str) -> int:
     """The server's maxconn from `show stat` (slim); 0 when it has none."""
     lines = router.admin.request(["show stat"]).splitlines()
     if not lines or not lines[0].startswith("# "):
@@ -101,21 +131,38 @@ class Hold:
 _HOLDS: dict[tuple[str, str], Hold] = {}  # (admin socket, backend) -> the hold this process keeps
 
 
+def reader_route_hosts(router: Any, server: ServerLike) -> set[str]:
+    """The client addresses `server` sees for the sessions that came through the reader
+    backend (none without one): reads that stay on a server that stays a reader."""
+    base = haproxy_of(router)
+    if base is None or not base.reader_backend:
+        return set()
+    target = as_ref(server).address
+    _settle(router)
+    sessions = route_sessions(base.admin.request(["show sess all"]), base.reader_backend)
+    return {local for local, srv in sessions.items() if same_address(srv, target)}
+
+
 def can_hold(router: Any) -> bool:
-    return isinstance(router, HAProxyRouter) and bool(getattr(router, "writer_address", None))
+    base = haproxy_of(router)
+    return base is not None and bool(base.writer_address)
 
 
-def current_hold(router: HAProxyRouter) -> Hold | None:
-    return _HOLDS.get((router.admin.path, router.writer_backend))
+def current_hold(router: Any) -> Hold | None:
+    base = haproxy_of(router)
+    return _HOLDS.get((base.admin.path, base.writer_backend)) if base is not None else None
 
 
-def hold_new_connections(router: HAProxyRouter, old: ServerLike) -> Hold:
+def hold_new_connections(router: Any, old: ServerLike,
+                         journal: Callable[[Hold], None] | None = None) -> Hold:
     """New connections through the writer frontend wait in HAProxy's queue from now on; the
-    connections already made keep working. Idempotent."""
+    connections already made keep working. Idempotent. `journal` records the hold before the
+    limit is sent, so that a process that dies at any point after leaves what puts it back."""
     held = current_hold(router)
     if held is not None:
         return held
-    if not router.writer_address:
+    _settle(router)
+    if not can_hold(router):
         raise RouterError("the HAProxy router has no writer address: new connections cannot be held",
                           hint="set writer_port (and address) in the inventory's router section")
     rows = router.servers(router.writer_backend)
@@ -127,15 +174,20 @@ def hold_new_connections(router: HAProxyRouter, old: ServerLike) -> Hold:
     placeholder = _placeholder(router.writer_address)
     held = Hold(router.writer_backend, name, old_ref.address, before, placeholder)
     try:
-        router.admin.run([f"set maxconn server {router.writer_backend}/{name} 1"])
+        if journal is not None:
+            journal(held)
+        _change(router, [f"set maxconn server {router.writer_backend}/{name} 1"],
+                restore_commands(held.backend, held.server, held.maxconn_before),
+                what=f"to hold new connections (maxconn of {router.writer_backend}/{name} to 1)")
     except RouterError:
+        # Also when in doubt: the journal keeps the change, and the caller's undo settles it.
         _close(placeholder)
         raise
     _HOLDS[(router.admin.path, router.writer_backend)] = held
     return held
 
 
-def release(router: HAProxyRouter, new: ServerLike | None = None, old: ServerLike | None = None) -> str:
+def release(router: Any, new: ServerLike | None = None, old: ServerLike | None = None) -> str:
     """End the hold: with `new`, the writer flip first (the queue goes to `new` at once); then
     the old writer's maxconn as it was, then the placeholder closes. A no-op without a hold."""
     held = _HOLDS.pop((router.admin.path, router.writer_backend), None)
@@ -147,19 +199,23 @@ def release(router: HAProxyRouter, new: ServerLike | None = None, old: ServerLik
     finally:
         # Also when the flip failed: the old writer must not stay full (the undo routes back to it).
         try:
-            router.admin.run(restore_commands(held.backend, held.server, held.maxconn_before))
+            restore = restore_commands(held.backend, held.server, held.maxconn_before)
+            _change(router, restore, restore, what=f"to release the held connections (maxconn of "
+                                                   f"{held.backend}/{held.server} back to {held.maxconn_before})")
         finally:
             _close(held.placeholder)
     return (f"new connections held by HAProxy released to {as_ref(new) if new is not None else held.address}")
 
 
-def release_leftover(router: HAProxyRouter, saved: dict[str, Any] | None) -> str:
+def release_leftover(router: Any, saved: dict[str, Any] | None) -> str:
     """After the process that held died: put the old writer's maxconn back (from the journal)."""
     if current_hold(router) is not None:
         return release(router)
     if not saved:
         return ""
-    router.admin.run(restore_commands(saved["backend"], saved["server"], int(saved["maxconn_before"])))
+    restore = restore_commands(saved["backend"], saved["server"], int(saved["maxconn_before"]))
+    _change(router, restore, restore, what=f"to release a hold left by a stopped run (maxconn of "
+                                           f"{saved['backend']}/{saved['server']} back to {saved['maxconn_before']})")
     return f"HAProxy {saved['backend']}/{saved['server']} maxconn back to {saved['maxconn_before'] or 'unlimited'}"
 
 

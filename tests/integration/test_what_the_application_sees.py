@@ -3,6 +3,8 @@ a Go database/sql-like pool writing through the router never meets the fence (no
 connections wait in HAProxy's queue during the window, the old writer's sessions end only when
 idle), and reader connections on a server that stays a reader are never ended.
 
+The hold is opt-in; without it (the default) the readers' sessions are left alone too.
+
 What is left (measured, docs/operations/what-the-application-sees.md): a kept connection ended
 while idle can be reused before its end reaches the client through HAProxy (a few ms on these
 shared cores); the pool then sees one 2013 for that statement. At most one per switchover here."""
@@ -56,6 +58,14 @@ def where(run_id: str, seen: dict) -> str:
     return f"{seen}; steps: {steps}"
 
 
+def sentences(run_id: str) -> str:
+    from dbmigrate.app.runs import resolve_journal_path
+    from dbmigrate.engine.journal import Journal
+
+    with Journal(resolve_journal_path()) as j:
+        return " | ".join(str(r["sentence"] or "") for r in j.step_rows(run_id))
+
+
 def test_a_go_like_pool_sees_nothing_of_a_promote_and_its_rollback_and_readers_stay(boxes):
     name = "sees"
     state, inv = kit.topology(boxes, name)
@@ -70,8 +80,11 @@ def test_a_go_like_pool_sees_nothing_of_a_promote_and_its_rollback_and_readers_s
         stays_reader = readers_on(inv, name, f"{name}-new")  # a reader before, as primary, and after
         assert stays_reader, "no reader connection landed on the candidate"
 
-        outcome = start_run(kit.playbook(state, name), assume_yes=True)
+        # The hold is opt-in (hold_new_connections is off by default).
+        outcome = start_run(kit.playbook(state, name, {"hold_new_connections": True}), assume_yes=True)
         assert outcome.status == "done", outcome.summary
+        # Engaged through the run's journaled router, not skipped.
+        assert "new connections held by the router" in sentences(outcome.run_id), sentences(outcome.run_id)
         assert clients.wait_for_calls(40)
         after_promote = clients.summary()
         assert not after_promote["client_error_classes"]["go_pool"].get("1290"), where(outcome.run_id, after_promote)
@@ -90,6 +103,13 @@ def test_a_go_like_pool_sees_nothing_of_a_promote_and_its_rollback_and_readers_s
         print(f"\ngo_pool through a promote and its rollback: {seen['client_errors']}, longest call "
               f"{seen['client_stall_max_ms']} ms over {seen['client_calls']} calls; "
               f"{len(stays_reader)} reader session(s) kept")
+
+        # Without the hold (the default) the candidate's reader sessions are left alone too.
+        plain = start_run(kit.playbook(state, name), assume_yes=True)
+        assert plain.status == "done", plain.summary
+        assert "new connections held" not in sentences(plain.run_id)
+        assert "reader session(s) left alone" in sentences(plain.run_id), sentences(plain.run_id)
+        assert still_read(stays_reader) == len(stays_reader)
     finally:
         clients.stop()
     boxes.down(name)

@@ -34,7 +34,7 @@ from dbmigrate.db.inspector import HeavyWork, Session
 from dbmigrate.clock import FakeClock
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures.kit.switchover import SwitchoverServers
-from dbmigrate.routing.base import RouterError, RouteState
+from dbmigrate.routing.base import RouteIntent, RouterError, RouterGone, RouterNoAnswer, RouteState
 
 DOMAIN = 0
 TOOL_USER = "dbmigrate"
@@ -189,6 +189,9 @@ class FakeTopology(SwitchoverServers):
         raise InDoubtUnsettled(f"{doubt.said()} was given up on and may still be executed; it stays in doubt until "
                                f"that session is ended, and it cannot be ended now", doubt)
 
+    def own_sessions(self, name: str) -> set[int]:
+        return {1}  # FakeInspector.connection_id(): the tool's one session on each server
+
     def settle(self, name: str) -> None:
         s = self.servers[name]
         if s.doubts:
@@ -312,6 +315,13 @@ class FakeInspector:
         return self._server().position()
 
     gtid_executed = gtid_binlog_pos  # a server with log_slave_updates logs what it applies
+
+    def gtid_state(self) -> str:
+        """gtid_binlog_state: the last GTID per domain and server_id."""
+        last: dict[tuple[int, int], MariaGtid] = {}
+        for g in self._server().log:
+            last[(g.domain, g.server_id)] = g
+        return ",".join(str(last[k]) for k in sorted(last))
 
     def read_only_sessions_count_and_binlog_pos(self, users) -> tuple[bool, int, str]:
         s = self._server()
@@ -586,23 +596,74 @@ class FakeApplier:
 
 class FakeRouter:
     """A router holding one writer address; like the real ones, it refuses to switch
-    from an `old` writer it does not currently have."""
+    from an `old` writer it does not currently have. `freeze()` makes it a frozen HAProxy:
+    a change sent is kept in its buffer unanswered (RouterNoAnswer) and runs at `thaw()`;
+    reads do not answer meanwhile. `marker` is the number of the last change that ran."""
 
     def __init__(self, topo: FakeTopology, writer: str | None):
         self.topo = topo
         self.writer = None if writer is None else "%s:%d" % topo.address(writer)
         self.switches: list[tuple[str, str | None]] = []
+        self.frozen = False
+        self.dead = False  # killed: nothing listens, what was in its buffer is gone
+        self.buffered: list[tuple[object, object, int | None]] = []
+        self.marker = 0
+
+    def describe(self) -> str:
+        return "fake router"
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def thaw(self) -> None:
+        """Wakes and runs what was left in its buffer, in the order it was sent."""
+        self.frozen = False
+        for new, old, seq in self.buffered:
+            self._switch(new, None, seq)  # checked when planned, not when it runs (as HAProxy's commands)
+        self.buffered = []
+
+    def kill(self) -> None:
+        self.dead, self.frozen, self.buffered = True, False, []
 
     def current(self) -> RouteState:
+        if self.dead:
+            raise RouterGone("the fake router's socket refused the connection")
+        if self.frozen:
+            raise RouterError("the fake router did not answer within 3s")
         return RouteState(writer=self.writer, writers=[self.writer] if self.writer else [])
 
-    def switch_writer(self, new, old=None, *, persist=True) -> RouteState:
+    def settled(self, seq: int) -> bool:
+        self.current()
+        return self.marker >= seq
+
+    def prepare_switch(self, new, old=None) -> None:
+        self.current()
+
+    def switch_writer(self, new, old=None, *, persist=True, log=None, seq=None) -> RouteState:
+        if self.frozen:
+            intent = RouteIntent(seq or 0, f"writer={new.name}", f"writer={old.name}" if old else "", "send {request}")
+            if log is not None:
+                log.sent(intent)
+            self.buffered.append((new, old, seq))
+            raise RouterNoAnswer(f"the fake router did not answer 'writer={new.name}' within 3s")
+        if self.writer == new.address:
+            return self.current()
+        intent = RouteIntent(seq or 0, f"writer={new.name}", f"writer={old.name}" if old else "", "send {request}")
+        if log is not None:
+            log.sent(intent)
+        self._switch(new, old, seq)
+        if log is not None:
+            log.answered(intent)
+        return self.current()
+
+    def _switch(self, new, old, seq) -> None:
         if old is not None and self.writer not in (old.address, new.address):
             raise RouterError(f"the router's writer is {self.writer}, not {old.address}")
         self.writer = new.address
         self.switches.append((new.name, old.name if old is not None else None))
         self.topo.sent.append(("router", f"writer={new.name}"))
-        return self.current()
+        if seq is not None:
+            self.marker = max(self.marker, seq)
 
     def describe_switch(self, new, old=None) -> list[str]:
         return [f"send writes to {new.name} ({new.address}) instead of {old.name if old is not None else 'nobody'}"]

@@ -56,6 +56,16 @@ def test_each_session_is_ended_only_once_idle_and_readers_are_left_alone():
     assert 3 in srv.left  # the reader's session on the same server
 
 
+def test_without_the_hold_the_reader_route_s_sessions_are_spared_and_every_other_one_ends():
+    # A session that came neither through the writer route nor the reader route (connected
+    # directly) is ended too: only the readers' sessions are known to stay valid there.
+    srv = Busy({1: ("127.0.0.1:5001", 2), 2: ("10.0.0.9:40000", 0), 3: ("127.0.0.1:6001", 0)})
+    done = end_when_idle(srv, srv, frozenset({"dbmigrate"}), timeout_s=1.0,
+                         spare_hosts=lambda: {"127.0.0.1:6001"}, clock=FakeClock())
+    assert sorted(srv.killed) == [1, 2] and srv.killed_busy == []
+    assert done.spared == 1 and list(srv.left) == [3]
+
+
 def test_a_transaction_gets_the_deadline_then_ends():
     srv = Busy({1: ("127.0.0.1:5001", 0), 2: ("127.0.0.1:5002", 0)}, in_trx={2})
     clock = FakeClock()

@@ -18,6 +18,7 @@ from dbmigrate.engine.step import FunctionStep, RunContext, Step
 from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.audit import writes_after_fence
 from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back
+from dbmigrate.procedures.kit.switchover.router import JournaledRouter
 
 
 class CutoverState(TypedState):
@@ -34,7 +35,33 @@ class CutoverState(TypedState):
     converged: Optional[str] = None  # how far behind the candidate was when the fence was set
     lag_at_fence_trx: Optional[int] = None
     applied_pos: Optional[str] = None  # the final position the candidate applied within the fence step
-    held: Optional[dict] = None  # the router's hold of new connections in place (routing/haproxy_hold.py)
+    held: Optional[dict[str, Any]] = None  # the router's hold of new connections in place (routing/haproxy_hold.py)
+    # The router change sent and not answered yet (journaled before it is sent): in doubt.
+    router_change: Optional[dict[str, Any]] = None
+    router_seq: int = 0  # the number of the last router change this run sent
+
+
+class RouteJournal:
+    """The cutover's journal of router changes, in the run state (kit/switchover/router.py)."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+
+    def pending(self) -> dict[str, Any] | None:
+        return CutoverState.load(self.ctx.state).router_change
+
+    def last_seq(self) -> int:
+        return CutoverState.load(self.ctx.state).router_seq
+
+    def sent(self, change: dict[str, Any]) -> None:
+        with CutoverState.edit(self.ctx.state) as s:
+            s.router_change = {**change, "sent_at": self.ctx.clock.now()}
+            s.router_seq = max(s.router_seq, int(change["seq"]))
+
+    def answered(self, seq: int) -> None:
+        with CutoverState.edit(self.ctx.state) as s:
+            if s.router_change is not None and int(s.router_change["seq"]) <= seq:
+                s.router_change = None
 
 
 MakeSwitchover = Callable[[RunContext, Optional[Record]], Switchover]
@@ -54,7 +81,12 @@ class Cutover:
     verify_timeout_s: float = 10.0
 
     def sw(self, ctx: RunContext, record: Record | None = None) -> Switchover:
-        return self.switchover(ctx, record)
+        sw = self.switchover(ctx, record)
+        router = getattr(sw, "router", None)
+        if router is not None and not ctx.dry_run and not isinstance(router, JournaledRouter):
+            # Every router change of the cutover (and of its undo) journaled before it is sent.
+            sw.router = JournaledRouter(router, RouteJournal(ctx), ctx.clock, sw.s.router_doubt_wait_s, ctx.log)
+        return sw
 
     def planned(self, action: Callable[[RunContext, Switchover], Any]) -> Callable[[RunContext], list[tuple[str, str]]]:
         """describe() for a dry-run: the (server, statement) pairs `action` would send."""
@@ -87,7 +119,10 @@ def fence(cut: Cutover, ctx: RunContext, sw: Switchover | None = None,
           before_retry: Callable[[], object] | None = None) -> str:
     """read_only on the old primary (see Switchover.fence for `before_retry`)."""
     sw = sw or cut.sw(ctx)
-    sentence, pos = sw.fence(before_retry)
+    try:
+        sentence, pos = sw.fence(before_retry)
+    except DbmigrateError as e:
+        raise sw.name_fence_blocker(e) from e.__cause__
     with CutoverState.edit(ctx.state) as s:
         s.fence_pos, s.applied_pos, s.fence_expires_at = pos, sw.applied_at_fence, sw.fence_expires_at
     ctx.set_hook_env("FENCE_POSITION", pos)
@@ -130,11 +165,16 @@ def hold_and_end_idle(sw: Switchover, ctx: RunContext) -> str:
     process can put the router back if this one dies holding."""
     if not sw.holds_new_connections():
         return ""
-    sentence = sw.hold_and_end_idle()
-    hold = sw.current_hold()
-    with CutoverState.edit(ctx.state) as s:
-        s.held = hold.to_dict() if hold is not None else None
-    return sentence
+    if sw.current_hold() is None and state(ctx).held:
+        # Left by a process that died holding (resumed): put back first, so that the hold
+        # made now keeps the old writer's own maxconn, not the hold's 1.
+        sw.release_leftover_hold(state(ctx).held)
+
+    def journal(hold: Any) -> None:
+        with CutoverState.edit(ctx.state) as s:
+            s.held = hold.to_dict()
+
+    return sw.hold_and_end_idle(journal=journal)
 
 
 def undo_fence(cut: Cutover, ctx: RunContext) -> str:
@@ -159,9 +199,18 @@ def undo_switchover(cut: Cutover, ctx: RunContext) -> str:
     """The undo of every cutover step: back to the old primary, whatever was done."""
     st = state(ctx)
     sw = cut.sw(ctx)
-    # A hold of new connections this process (or one that died) left: the router back first.
+    # A router change in doubt may have switched it: the router must then answer before the undo
+    # ends, unless the change went with the router's process (nothing listens there any more).
+    in_doubt = st.router_change is not None and not (isinstance(sw.router, JournaledRouter)
+                                                      and sw.router.change_gone())
+    # A hold of new connections this process (or one that died) left: the router back first,
+    # through the journaled router (a change still in doubt is settled before it is sent).
     released = sw.release_leftover_hold(st.held) if not ctx.dry_run else ""
-    said = switch_back(sw, candidate_opened=st.candidate_opened, router_switched=st.switched_at is not None)
+    if released:
+        with CutoverState.edit(ctx.state) as s:
+            s.held = None
+    said = switch_back(sw, candidate_opened=st.candidate_opened,
+                       router_switched=st.switched_at is not None or in_doubt)
     return f"{released}; {said}" if released else said
 
 
@@ -238,8 +287,12 @@ def is_opened(cut: Cutover, ctx: RunContext) -> bool:
 def reverse(cut: Cutover, ctx: RunContext) -> str:
     sw = cut.sw(ctx)
     sentence = sw.start_reverse()
-    sw.wait_replica_running(sw.old)
-    return sentence
+    try:
+        sw.wait_replica_running(sw.old)
+    except DbmigrateError:
+        sw.require_old_wrote_nothing(ctx.run_id)  # names what the old primary wrote, when it did
+        raise
+    return f"{sentence}; {sw.require_old_wrote_nothing(ctx.run_id)}"
 
 
 def check_shape(cut: Cutover, ctx: RunContext) -> None:
@@ -257,7 +310,14 @@ def check_shape(cut: Cutover, ctx: RunContext) -> None:
 
 
 def probe(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
-    return (sw or cut.sw(ctx)).verify_writes_flow(ctx.run_id, cut.verify_timeout_s)
+    sw = sw or cut.sw(ctx)
+    try:
+        said = sw.verify_writes_flow(ctx.run_id, cut.verify_timeout_s)
+    except DbmigrateError:
+        sw.require_old_wrote_nothing(ctx.run_id)  # an errant write on the old primary is the cause to name
+        raise
+    # Written after the reverse step's check (a session that connected later) counts too.
+    return f"{said}; {sw.require_old_wrote_nothing(ctx.run_id)}"
 
 
 # -- the steps ---------------------------------------------------------------------

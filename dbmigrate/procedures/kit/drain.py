@@ -99,7 +99,8 @@ class EndedWhenIdle:
 
 
 def end_when_idle(insp: Inspector, applier: Applier, protected: frozenset[str], *, timeout_s: float,
-                  only_hosts: Callable[[], set[str]] | None = None, clock: Clock | None = None,
+                  only_hosts: Callable[[], set[str]] | None = None,
+                  spare_hosts: Callable[[], set[str]] | None = None, clock: Clock | None = None,
                   poll_s: float = 0.005) -> EndedWhenIdle:
     """End each client session as soon as it is idle (no statement running, no transaction
     open): a pool then meets a dead kept connection, which a pool that checks before reuse
@@ -109,10 +110,12 @@ def end_when_idle(insp: Inspector, applier: Applier, protected: frozenset[str], 
 
     `only_hosts()` names the client addresses (host:port) to end, e.g. the sessions that came
     through the writer route: every other client session (reads on a server that stays a
-    reader) is left alone."""
+    reader) is left alone. `spare_hosts()` the other way round: the client addresses left
+    alone (the sessions that came through the reader route), every other one ended."""
     clock = clock or Clock()
     started = clock.monotonic()
     wanted = only_hosts() if only_hosts is not None else None
+    spare = spare_hosts() if spare_hosts is not None else set()
     result = EndedWhenIdle()
     while True:
         clients = [s for s in insp.sessions() if s.user not in protected and s.user not in NOT_YET_CLIENTS
@@ -120,6 +123,10 @@ def end_when_idle(insp: Inspector, applier: Applier, protected: frozenset[str], 
         if wanted is not None:
             result.spared = sum(1 for s in clients if not _from(s.host, wanted))
             clients = [s for s in clients if _from(s.host, wanted)]
+        if spare:
+            kept = sum(1 for s in clients if _from(s.host, spare))
+            result.spared = kept if wanted is None else result.spared + kept
+            clients = [s for s in clients if not _from(s.host, spare)]
         if not clients:
             break
         waited = clock.monotonic() - started

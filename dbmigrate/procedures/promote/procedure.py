@@ -60,9 +60,11 @@ class PromoteParams(FenceParams):
                                                                "before taking it as down")
     drain_timeout_s: float = Field(2, ge=0, le=60)
     kill_app_sessions: bool = True
-    hold_new_connections: bool = Field(True, description="through an HAProxy router with a writer port: new "
-                                       "connections wait in its queue from just before the fence until the "
-                                       "candidate opens, and the old primary's writer sessions end when idle")
+    hold_new_connections: bool = Field(False, description="opt-in: through an HAProxy router with a writer port, "
+                                       "new connections wait in its queue from just before the fence until the "
+                                       "candidate opens, and the old primary's writer sessions end when idle (the "
+                                       "router's flip then moves into the open step, not yet covered by the fault "
+                                       "matrix)")
     allow_read_only_bypass: list[str] = Field(
         default_factory=list, description="accounts that bypass read_only (SUPER, READ ONLY ADMIN) allowed to hold "
                                           "sessions on the old primary; their sessions are ended before the open")

@@ -4,13 +4,12 @@ candidate opens, or is unfenced when the candidate is known closed.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
-from dbmigrate.exceptions import SafetyError
+from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, end_when_idle, protected_users
 from dbmigrate.routing import haproxy_hold
-from dbmigrate.routing.haproxy import HAProxyRouter
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 
 
@@ -30,6 +29,32 @@ class FenceSteps(SwitchoverBase):
             self._require_gtid_mode()
         fenced = self.old_fence.fence(self._applied_within, before_retry, calm=False)
         return fenced.sentence, fenced.position
+
+    def name_fence_blocker(self, error: DbmigrateError) -> DbmigrateError:
+        """A fence that gave up: a lock held on the old primary (FLUSH TABLES WITH READ LOCK, a
+        table write lock) is its cause, and the headline says so, not the clean-up that waited
+        behind the same lock (the expiry's DROP EVENT). Asked within probe_timeout_s; the error
+        is returned as it was when no holder is seen."""
+        if self.dry_run or " could not be fenced: " in error.message:
+            return error
+        try:
+            with self.topo.bounded(self.s.probe_timeout_s, self.old):
+                insp = self.insp(self.old)
+                holders, _ = insp.lock_holders(insp.connection_id())
+        except DbmigrateError:
+            return error
+        own = self.topo.own_sessions(self.old)
+        holders = [h for h in holders if h.id not in own]
+        # The global read lock first: the fence's own statements wait behind it whatever else is held.
+        holders.sort(key=lambda h: not any(lock.endswith("WITH READ LOCK") for lock in h.locks))
+        if not holders:
+            return error
+        named = "; ".join(h.describe() for h in holders)
+        error.message = (f"{self.old} could not be fenced: {named}, and the fence (read_only=ON, its expiry "
+                         f"event) waits behind it ({error.message})")
+        error.hint = (f"nothing was opened; release that lock (a backup tool's FLUSH TABLES WITH READ LOCK ends with "
+                      f"its backup; or KILL the session on {self.old}), then run again")
+        return error
 
     def _applied_within(self, position: str, budget_s: float) -> bool:
         """Inside the fenced window: has the candidate applied the final position within the budget?"""
@@ -53,8 +78,8 @@ class FenceSteps(SwitchoverBase):
 
     def end_sessions(self, name: str | None = None) -> str:
         """Wait (bounded) for open app transactions on a fenced server, then end its app sessions:
-        through a router that tells which sessions came by the writer route, only those (the
-        readers' sessions on a server that stays a reader are never ended)."""
+        through HAProxy, which tells which sessions came by its reader route, every other one (the
+        readers' sessions on a server that stays a reader are never ended, hold or not)."""
         name = name or self.old
         drained, killed, spared = self._drain(name)
         kept = f"; {spared} reader session(s) left alone" if spared else ""
@@ -68,30 +93,26 @@ class FenceSteps(SwitchoverBase):
         if not insp.reachable():
             return 0, 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
         protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
-        writers = self._writer_route_hosts(name)
-        if writers is not None:
+        if haproxy_hold.haproxy_of(self.router) is not None:
+            # Independent of the hold: HAProxy tells which sessions came through its reader
+            # route; those stay, every other client session is ended (when idle, bounded).
             if not self.s.kill_app_sessions:
                 return 0, 0, 0
-            done = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
-                                 only_hosts=lambda: writers, clock=self.clock)
-            return done.ended_at_deadline, done.ended_idle + done.ended_at_deadline, done.spared
+            readers = haproxy_hold.reader_route_hosts(self.router, self.server(name))
+            ended = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+                                  spare_hosts=lambda: readers, clock=self.clock)
+            return ended.ended_at_deadline, ended.ended_idle + ended.ended_at_deadline, ended.spared
         done = drain(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
                      until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
         return done.open_at_start, done.ended, 0
-
-    def _writer_route_hosts(self, name: str) -> set[str] | None:
-        """The client addresses `name` sees for sessions that came through the writer route; None
-        when the router cannot tell (a DSN file, no router: every client session counts)."""
-        if not isinstance(self.router, HAProxyRouter):
-            return None
-        return haproxy_hold.writer_route_hosts(self.router, self.server(name))
 
     # -- the edges of the window: new connections held, the old writer's sessions ended when idle
     def holds_new_connections(self) -> bool:
         return (not self.dry_run and self.s.hold_new_connections and self.s.kill_app_sessions
                 and haproxy_hold.can_hold(self.router))
 
-    def hold_and_end_idle(self, name: str | None = None) -> str:
+    def hold_and_end_idle(self, name: str | None = None,
+                          journal: Callable[[haproxy_hold.Hold], None] | None = None) -> str:
         """Just before the fence: the router holds new connections in its queue, then each of
         `name`'s writer-route sessions is ended as soon as it is idle (in-flight statements
         finish; transactions get drain_timeout_s, then end). A pool that checks a kept
@@ -100,7 +121,7 @@ class FenceSteps(SwitchoverBase):
         name = name or self.old
         if not self.holds_new_connections():
             return ""
-        haproxy_hold.hold_new_connections(self.router, self.server(name))
+        haproxy_hold.hold_new_connections(self.router, self.server(name), journal)
         insp = self.insp(name)
         protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
         writers = haproxy_hold.writer_route_hosts(self.router, self.server(name))
@@ -115,25 +136,24 @@ class FenceSteps(SwitchoverBase):
     def release_hold(self, to_new: str | None = None) -> str:
         """End the hold: with `to_new`, the writer flip to it first (held connections go there at
         once); without, the held connections go on to the old writer. A no-op without a hold."""
-        if self.dry_run or not isinstance(self.router, HAProxyRouter):
+        if self.dry_run or haproxy_hold.haproxy_of(self.router) is None:
             return ""
         if to_new is None:
             return haproxy_hold.release(self.router)
         other = self.old if to_new == self.new else self.new
         return haproxy_hold.release(self.router, self.server(to_new), self.server(other))
 
-    def current_hold(self):
-        return haproxy_hold.current_hold(self.router) if isinstance(self.router, HAProxyRouter) else None
+    def current_hold(self) -> haproxy_hold.Hold | None:
+        return haproxy_hold.current_hold(self.router)
 
-    def release_leftover_hold(self, saved: dict | None) -> str:
+    def release_leftover_hold(self, saved: dict[str, Any] | None) -> str:
         """The router's hold put back: this process's, or one a process that died left (journaled)."""
-        if self.dry_run or not isinstance(self.router, HAProxyRouter):
+        if self.dry_run or haproxy_hold.haproxy_of(self.router) is None:
             return ""
         return haproxy_hold.release_leftover(self.router, saved)
 
     def is_holding(self) -> bool:
-        return isinstance(self.router, HAProxyRouter) and \
-            haproxy_hold.current_hold(self.router) is not None
+        return haproxy_hold.current_hold(self.router) is not None
 
     def seal_old(self, bypass: set[str] | None = None) -> tuple[str, str]:
         """Before the candidate opens: the old primary must still be read-only, and every session
@@ -160,8 +180,9 @@ class FenceSteps(SwitchoverBase):
         if not count:
             return "", pos
         ended = 0
+        own = self.topo.own_sessions(self.old)
         for sess in insp.sessions():
-            if sess.user in bypass:
+            if sess.user in bypass and sess.id not in own:
                 self.sealed_sessions.append(sess)
                 try:
                     self.apply(self.old).kill_connection(sess.id)
@@ -169,6 +190,8 @@ class FenceSteps(SwitchoverBase):
                 except QueryError as e:
                     if e.errno != UNKNOWN_THREAD:
                         raise
+        if not ended:
+            return "", pos  # only this tool's own sessions: the position read with the fence check is final
         # Read after the sessions were ended: a commit of theirs before that is in it.
         pos = insp.gtid_binlog_pos()
         return (f"ended {ended} session(s) of accounts that bypass read_only on {self.old}; " if ended else ""), pos
@@ -177,8 +200,11 @@ class FenceSteps(SwitchoverBase):
         self.old_fence.require_fenced(fenced, self.new)
 
     def bypass_users(self) -> set[str]:
+        """Accounts whose sessions can write past read_only. The tool's own account is one of
+        them: another client logged in as it (an operator's ALTER) writes past the fence like
+        any other, so the seal ends its sessions too, sparing only this tool's own session ids."""
         insp = self.insp(self.old)
-        return insp.read_only_bypass_users() - {insp.login_user, self.topo.repl.user, "system user", "event_scheduler"}
+        return insp.read_only_bypass_users() - {self.topo.repl.user, "system user", "event_scheduler"}
 
     def unfence_old(self, candidate_known_closed: bool, candidate_writable: "bool | None | object" = ...) -> str:
         """Make the old primary writable again, only if the candidate cannot take writes.

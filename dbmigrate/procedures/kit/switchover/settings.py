@@ -50,9 +50,14 @@ class SwitchoverSettings(FenceParams):
     # Through an HAProxy router that knows its writer address: new connections wait in HAProxy's
     # queue from just before the fence until the candidate opens, and the old primary's writer
     # sessions are ended each when idle before the fence (docs/operations/what-the-application-sees.md).
-    hold_new_connections: bool = True
+    # Opt-in (off by default): the flip moves into the open step, an order the fault matrix has
+    # not validated yet.
+    hold_new_connections: bool = False
     replica_timeout_s: float = 30.0  # bound for repointing each other replica
     admin_users: tuple[str, ...] = ()  # sessions never killed (the tool's own, replication)
+    # A router change sent without an answer is in doubt: before the route is read or changed
+    # again, wait this long for the router to show that it ran; past it, stop and say how to finish.
+    router_doubt_wait_s: float = 10.0
 
     def expiry_s(self) -> float:
         """Seconds after which the old primary's fence expires by itself (0: never scheduled)."""
