@@ -246,9 +246,17 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
         if sw.is_holding():
             # The router's flip was left to this moment: the held connections go to the
             # candidate now that it takes writes.
-            said += "; " + sw.release_hold(to_new=sw.new)
-            with CutoverState.edit(ctx.state) as s:
-                s.switched_at, s.held = ctx.clock.now(), None
+            released = False
+            try:
+                said += "; " + sw.release_hold(to_new=sw.new)
+                released = True
+            finally:
+                # Also when the maxconn put back failed after the flip: the router may send
+                # writes to the candidate, and the undo must not take it as never switched.
+                with CutoverState.edit(ctx.state) as s:
+                    s.switched_at = ctx.clock.now()
+                    if released:
+                        s.held = None
         return said
     finally:
         ctx.release_fenced_window()
