@@ -73,6 +73,20 @@ def _monitor(state, inv) -> WritableMonitor:
     return WritableMonitor(servers, interval_s=0.01, sockets=sockets)
 
 
+def _transitions(monitor: WritableMonitor, since: float) -> dict[str, list[tuple[float, bool]]]:
+    """When each server became writable or not, in seconds after `since` (Unix time): what the
+    verdict rests on, said in the failure message."""
+    out = {}
+    for name, samples in monitor.timelines.items():
+        changes, last = [], None
+        for t, writable in samples:
+            if writable != last:
+                changes.append((round(t - since, 2), writable))
+                last = writable
+        out[name] = changes
+    return out
+
+
 def _last_run(journal: Path) -> tuple[str, str]:
     with Journal(journal) as j:
         run = j.list_runs(1)[0]
@@ -90,28 +104,36 @@ def _killed_in_flight(state, inv, tmp_path: Path, *, port: int, text: str, recov
     verifier = promote_kit.start_verifier(inv, NAME)
     monitor = _monitor(state, inv).start()
     seen: dict = {}
+    at: dict[str, float] = {}
     try:
         with netfault.partition_at_statement(port, text) as trigger:
             proc = _tool("run", str(pb), "--yes", "--json", env=env, out=out)
             try:
                 assert trigger.wait(90, alive=lambda: proc.poll() is None), \
                     f"the statement was never sent: {out.read_text()[-1500:]}"
+                at["sent"] = time.time()
                 time.sleep(KILL_AFTER_S)
                 assert proc.poll() is None, f"the tool ended before it was killed: {out.read_text()[-1500:]}"
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+                at["killed"] = time.time()
                 time.sleep(HEAL_AT_S - KILL_AFTER_S)
             finally:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(10)
+        at["healed"] = time.time()
         run_id, seen["run_status"] = _last_run(journal)
         recovering = _tool(recovery, run_id, "--yes", "--json", env=env, out=out)
         seen["recovery_exit"] = recovering.wait(180)
+        at["recovered"] = time.time()
         seen["recovery_status"] = _last_run(journal)[1]
         time.sleep(JUDGED_S)
     finally:
         report = monitor.stop()
+        since = at.get("sent", time.time())
+        seen["at"] = {k: round(v - since, 2) for k, v in at.items()}
+        seen["transitions"] = _transitions(monitor, since)
         seen["two_writable"] = report.two_writable_moments
         seen["monitor"] = report.to_dict()
         result = promote_kit.finish_verifier(verifier, inv, NAME)
