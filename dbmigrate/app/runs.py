@@ -304,23 +304,16 @@ def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry
     if dry_run:
         yield
         return
-    loaded: dict[tuple[str, int, str], int] = {}
     doubts = []
     for row in journal.open_intents(cluster):
         if row["session_id"] is None:
             continue
         d = InDoubt(server=row["server"], address=row["address"], session_id=int(row["session_id"]),
                     user=row["user"] or "", statement=row["statement"], at=float(row["sent_at"]))
-        loaded[(d.address, d.session_id, d.statement)] = int(row["id"])
+        INTENTS.in_doubt(int(row["id"]), d.address, d.session_id, d.statement)
         doubts.append(d)
+    INTENTS.arm(_JournalIntents(journal, run_id, cluster))
     IN_DOUBT.load(doubts)
-
-    def settled(pending: list[InDoubt]) -> None:
-        left = {(d.address, d.session_id, d.statement) for d in pending}
-        for key, intent_id in list(loaded.items()):
-            if key not in left:
-                journal.intent_outcome(intent_id, "settled: its session was ended or gone")
-                del loaded[key]
 
     undoing = False
 
@@ -330,17 +323,14 @@ def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry
             undoing = True
             GENERATIONS.new_decision()
 
-    stop_settled = IN_DOUBT.add_listener(settled)
     unsubscribe = bus.subscribe(on_event)
     GENERATIONS.arm(run_id)
-    INTENTS.arm(_JournalIntents(journal, run_id, cluster))
     try:
         yield
     finally:
         INTENTS.disarm()
         GENERATIONS.disarm()
         unsubscribe()
-        stop_settled()
 
 
 def _drive_prepared(
