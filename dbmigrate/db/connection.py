@@ -23,7 +23,7 @@ from dbmigrate.db.flavor import Flavor, for_server
 from dbmigrate.db.generation import GENERATIONS
 from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, SETTLE_GONE_S, InDoubt, settle_on
 from dbmigrate.db.intent import INTENTS, Intent
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact
 

@@ -9,11 +9,12 @@ from dbmigrate.procedures.kit import preflight_checks
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import RunContext
-from dbmigrate.exceptions import DbmigrateError, NotUndone, SafetyError
+from dbmigrate.exceptions import DbmigrateError, NotUndone, SafetyError, UsageError
 from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.procedures.kit.warmup import warm, warm_ready as kit_warm_ready
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied, expectation_holds
+from dbmigrate.procedures.schema_swap.params import SwapWarmSpec
 from dbmigrate.procedures.schema_swap.context import current_primary, params_of, plan_names, resources_of, server_of
 
 
@@ -126,7 +127,7 @@ def verify_side(ctx: RunContext, side: str) -> str:
     p = params_of(ctx)
     expectations = [e for d in p.statements() for e in d.expectations] if p.auto_verify else []
     # The DDL's own expectations and the verify list may name the same thing: checked and said once.
-    expectations = list(dict.fromkeys([*expectations, *(v.expectation() for v in p.verify)]))
+    expectations = without_covered(list(dict.fromkeys([*expectations, *(v.expectation() for v in p.verify)])))
     if ctx.dry_run:
         return f"would verify on {side}: " + "; ".join(e.describe() for e in expectations)
     insp = Inspector(server_of(ctx, side))
@@ -148,14 +149,32 @@ def verify_side(ctx: RunContext, side: str) -> str:
     return passed_sentence(side, said)
 
 
+def without_covered(expectations: list[schema_ddl.Expectation]) -> list[schema_ddl.Expectation]:
+    """Drop a check another one already makes: `verify: {column: gift_note}` beside the DDL's own
+    `has column gift_note varchar(255)` is the same check, less precise (it was said twice)."""
+    def covers(o: schema_ddl.Expectation, e: schema_ddl.Expectation) -> bool:
+        return o is not e and (o.table, o.column, o.index, o.absent) == (e.table, e.column, e.index, e.absent) \
+            and e.column_type in (None, o.column_type) and e.index_def in (None, o.index_def) \
+            and e.index_columns in ((), o.index_columns) and o != e
+    return [e for e in expectations if not any(covers(o, e) for o in expectations)]
+
+
 def passed_sentence(side: str, checks: list[str]) -> str:
     """'db-2: 3 check(s) passed (a; b; c)': the count is the list's, each check said once."""
     unique = list(dict.fromkeys(checks))
     return f"{side}: {len(unique)} check(s) passed (" + "; ".join(unique) + ")"
 
 
-def warm_side(ctx: RunContext, side: str, seconds: float | None = None) -> str:
+def warm_spec(ctx: RunContext) -> SwapWarmSpec:
+    """The playbook's warm-up; its steps and gates exist only when it has one."""
     spec = params_of(ctx).warm
+    if spec is None:
+        raise UsageError("this schema swap has no warm: section")
+    return spec
+
+
+def warm_side(ctx: RunContext, side: str, seconds: float | None = None) -> str:
+    spec = warm_spec(ctx)
     oversized = pool_overflow(ctx, side)
     if oversized:
         ctx.log(oversized, "warning")
@@ -206,7 +225,7 @@ def warm_ready(ctx: RunContext, side: str, rewarm: bool = False) -> tuple[bool, 
     """The warm-up gate. With `rewarm`, a cold side is warmed again and probed again until
     it is warm or warm.seconds have passed (a scan of a big table, the DDL's own table
     rebuild, or reads elsewhere may have evicted pages since the warm-up step)."""
-    spec = params_of(ctx).warm
+    spec = warm_spec(ctx)
     if ctx.dry_run:
         return True, f"dry-run: {side} would be probed for a hit ratio of {spec.target_hit_ratio:g}", {}
 
