@@ -20,7 +20,9 @@ from mysql.connector import errorcode
 
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, for_server
+from dbmigrate.db.generation import GENERATIONS
 from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, SETTLE_GONE_S, InDoubt, settle_on
+from dbmigrate.db.intent import INTENTS, Intent
 from dbmigrate.clock import Clock
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact
@@ -237,8 +239,13 @@ class Server:
         while True:
             self._check_time_left(shown)
             self._settle_doubts()
+            if not self._settling:
+                # A run's decision bumps the server's fencing generation before anything else
+                # there (db/generation.py); a no-op outside a run and once done.
+                GENERATIONS.ensure(self)
             conn = self.connect()
             bound = self.remaining()
+            intent = self._intent(conn, sql, shown)
             started = time.perf_counter()
             try:
                 if self._cursor is None:
@@ -247,17 +254,22 @@ class Server:
                 self._socket_timeouts(cur, bound if bound is not None else self.read_timeout)
                 cur.execute(text, params)
                 if fetch == "count":
-                    return sum(1 for _ in cur) if cur.with_rows else 0
-                if fetch == "last":
-                    return self._last_result(cur)
-                rows = cur.fetchall() if cur.with_rows else []
-                return rows if fetch else cur.rowcount
+                    result: Any = sum(1 for _ in cur) if cur.with_rows else 0
+                elif fetch == "last":
+                    result = self._last_result(cur)
+                else:
+                    rows = cur.fetchall() if cur.with_rows else []
+                    result = rows if fetch else cur.rowcount
+                INTENTS.done(intent, "done")
+                return result
             except mysql.connector.Error as e:
                 self._cursor = None  # a fresh one for the next statement, whatever state this one is in
                 errno = getattr(e, "errno", None)
+                if intent is not None and not self._lost(e, errno, conn):
+                    INTENTS.done(intent, f"failed [{errno}]")  # answered: it did not happen
                 if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
                                                           mysql.connector.errors.WriteTimeoutError)):
-                    doubt = self._give_up(conn, sql, shown)
+                    doubt = self._give_up(conn, sql, shown, intent)
                     self.close()  # the answer may still come: never read it as another statement's
                     waited = bound if bound is not None else self.read_timeout
                     err = Unresponsive(f"{self.name} ({self.address}) did not answer within {waited:.1f}s in: {shown}"
@@ -273,7 +285,7 @@ class Server:
                     retried = True
                     self.close()
                     continue
-                doubt = self._give_up(conn, sql, shown) if lost else None
+                doubt = self._give_up(conn, sql, shown, intent) if lost else None
                 if lost:
                     self.close()
                 err = QueryError(f"{self.name} ({self.address}): {redact(getattr(e, 'msg', str(e)))} [{errno}] in: {shown}"
@@ -287,8 +299,30 @@ class Server:
                 for fn in list(_listeners):
                     fn(self.name, shown, ms)
 
+    @staticmethod
+    def _lost(e: Exception, errno: int | None, conn: Any) -> bool:
+        """Was the answer lost (timeout, dropped connection) rather than an error from the server?"""
+        if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
+                                                  mysql.connector.errors.WriteTimeoutError)):
+            return True
+        return errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR) or \
+            isinstance(e, mysql.connector.errors.OperationalError) and not conn.is_connected()
+
+    def _intent(self, conn: Any, sql: str, shown: str) -> Intent | None:
+        """Journal a change before it is sent (db/intent.py): a process killed while it is on the
+        wire leaves a record the next process settles. Reads, and the session that settles doubts,
+        change nothing."""
+        if not INTENTS.armed or self._settling or self._is_read(sql):
+            return None
+        try:
+            session: int | None = int(conn.connection_id)
+        except (TypeError, ValueError, AttributeError):
+            session = None
+        return INTENTS.record(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
+                              statement=shown, generation=GENERATIONS.current(self.address))
+
     # -- statements in doubt (see db/in_doubt.py) ------------------------------
-    def _give_up(self, conn: Any, sql: str, shown: str) -> InDoubt | None:
+    def _give_up(self, conn: Any, sql: str, shown: str, intent: Intent | None = None) -> InDoubt | None:
         """A change sent on `conn` got no answer: record it as in doubt (reads are not)."""
         if self._is_read(sql) or self._settling:
             return None
@@ -299,6 +333,8 @@ class Server:
         doubt = InDoubt(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
                         statement=shown, at=time.time())
         IN_DOUBT.add(doubt)
+        if intent is not None:
+            INTENTS.in_doubt(intent.id, doubt.address, doubt.session_id, doubt.statement)
         log.warning("%s: gave up on %s: in doubt until session %d is ended", self.name, shown, session)
         return doubt
 
@@ -322,6 +358,7 @@ class Server:
                 for doubt in IN_DOUBT.pending(self.address):
                     said = settle_on(twin, doubt)
                     IN_DOUBT.settled(doubt)
+                    INTENTS.settled(doubt.address, doubt.session_id, doubt.statement, said)
                     log.warning("%s: %s; %s is no longer in doubt", self.name, said, doubt.statement)
         except DbmigrateError as e:
             assert doubt is not None
