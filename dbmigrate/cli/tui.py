@@ -14,16 +14,16 @@ from dbmigrate.cli.common import console, guarded
 from dbmigrate.exceptions import UsageError
 
 
-def needs_terminal(stdin=None, stdout=None) -> None:
+def needs_terminal(stdin=None, stdout=None, *, what: str = "dbmigrate tui",
+                   instead: str = "script the run with: dbmigrate run PLAYBOOK --yes") -> None:
     """Without a terminal the screen would write escape codes into a pipe or a file until killed."""
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     missing = [name for name, stream in (("stdin", stdin), ("stdout", stdout))
                if not (hasattr(stream, "isatty") and stream.isatty())]
     if missing:
-        raise UsageError(f"dbmigrate tui needs an interactive terminal, and its {' and '.join(missing)} "
+        raise UsageError(f"{what} needs an interactive terminal, and its {' and '.join(missing)} "
                          f"{'is' if len(missing) == 1 else 'are'} not one",
-                         hint="run it from a terminal (ssh -t, tmux), or script the run with: "
-                              "dbmigrate run PLAYBOOK --yes")
+                         hint=f"run it from a terminal (ssh -t, tmux), or {instead}")
 
 
 @guarded
@@ -59,6 +59,14 @@ def tui_command(
         raise typer.Exit(1)
     elif app.stopped_by:
         raise typer.Exit(128 + signal.Signals[app.stopped_by].value)
+
+
+def rehearsal_session():
+    """`rehearse ... --tui`: the terminal session that runs the rehearsal's playbook (a SessionDriver)."""
+    needs_terminal(what="--tui", instead="rehearse without --tui")
+    from dbmigrate.tui.rehearsal import SessionDriver  # Textual loads only for --tui
+
+    return SessionDriver()
 
 
 def register(app: typer.Typer) -> None:
