@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from dbmigrate.app.errors import exit_code_of_run
 from dbmigrate.cli.common import console, guarded
@@ -24,6 +25,21 @@ def needs_terminal(stdin=None, stdout=None, *, what: str = "dbmigrate tui",
         raise UsageError(f"{what} needs an interactive terminal, and its {' and '.join(missing)} "
                          f"{'is' if len(missing) == 1 else 'are'} not one",
                          hint=f"run it from a terminal (ssh -t, tmux), or {instead}")
+
+
+class PlainUsage(TyperCommand):
+    """The usage line names arguments as the manual does (`tui [OPTIONS] PLAYBOOK`), not as
+    Typer's `{playbook}`, which reads like a template left unfilled."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = (param.metavar or param.name or "").upper()
+                pieces.append(name if param.required else f"[{name}]")
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
 
 
 @guarded
@@ -70,4 +86,4 @@ def rehearsal_session():
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tui")(tui_command)
+    app.command("tui", cls=PlainUsage)(tui_command)

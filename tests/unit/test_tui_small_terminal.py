@@ -188,3 +188,14 @@ async def test_tui_refuses_without_a_terminal_in_one_line(tmp_path):
     assert r.stdout == ""  # no escape codes
     assert "dbmigrate tui needs an interactive terminal, and its stdin and stdout are not one" in r.stderr
     assert "\x1b" not in r.stderr
+
+
+async def test_tui_help_names_its_argument_as_the_manual_does():
+    from typer.testing import CliRunner
+
+    from dbmigrate.cli.main import app
+
+    r = CliRunner().invoke(app, ["tui", "--help"], env={"COLUMNS": "120"})
+    assert r.exit_code == 0, r.stdout
+    usage = next(line for line in r.stdout.splitlines() if "Usage:" in line)
+    assert usage.split()[-2:] == ["[OPTIONS]", "PLAYBOOK"], usage
