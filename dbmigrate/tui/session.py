@@ -42,6 +42,7 @@ from dbmigrate.tui.messages import ClusterSampled, EngineEvent, GateAsked, RunEn
 from dbmigrate.app.monitor import ClusterMonitor
 from dbmigrate.tui.widgets import EventLog, GateModal, KeysScreen, LagPanel, LatencyPanel, StepList, WarmPanel
 from dbmigrate.tui.widgets.keys import QUIT_CONFIRM_S, keys_line
+SHORT_ROWS = 30  # up to this many rows the panels are shorter (app.tcss: Screen.short)
 # A new run is offered only after a run that left nothing changed behind it.
 RESTARTABLE = ("idle", "did not start", "rolled_back", "refused", "cancelled", "declined")
 
@@ -140,6 +141,7 @@ class CutoverApp(FleetKeys, App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.screen.set_class(self.size.height <= SHORT_ROWS, "short")
         self.sub_title = f"{self.board.procedure_name} on {self.cluster} · {self.playbook_path.name}"
         self.query_one("#log", EventLog).border_title = "log (Tab, ↑↓, PgUp/PgDn)"
         self.query_one("#left").border_title = "plan (Tab, ↑↓, PgUp/PgDn)"
@@ -163,6 +165,9 @@ class CutoverApp(FleetKeys, App[None]):
             self.action_start()
         else:
             self.say("press g to start the run")
+
+    def on_resize(self, event) -> None:
+        self.screen.set_class(self.size.height <= SHORT_ROWS, "short")
 
     def on_unmount(self) -> None:
         if self.handle_signals:
