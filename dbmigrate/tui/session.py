@@ -32,7 +32,7 @@ from dbmigrate.app.session import journal_note
 from dbmigrate.tui.fleet import FleetBoard
 from dbmigrate.tui.fleet_keys import FleetKeys
 from dbmigrate.tui.swap import SwapBoard
-from dbmigrate.tui.widgets.fleet import FleetDetail, SwapTable, fleet_widgets
+from dbmigrate.tui.widgets.fleet import FleetInfo, SwapTable, fleet_widgets
 from dbmigrate.engine.events import (Event, GateDecided, GateWaiting, Log, Metric, RunFinished, StepFinished,
                                      StepStarted)
 from dbmigrate.exceptions import DbmigrateError
@@ -56,11 +56,12 @@ class CutoverApp(FleetKeys, App[None]):
         Binding("r", "rollback", "roll back"),
         Binding("q", "quit", "quit"),
         Binding("question_mark", "keys", "keys"),
-        # The consolidation board's keys (shown and active on that board only).
-        Binding("plus", "throttle(2.0)", "faster"),
-        Binding("minus", "throttle(0.5)", "slower"),
-        Binding("p", "pause", "pause"),
-        Binding("b", "rollback_server", "server back"),
+        # The consolidation board's keys (active on that board only). Named in the board's title
+        # and in `?`, not in the footer: there they pushed `? keys` off an 80-column screen.
+        Binding("plus", "throttle(2.0)", "faster", show=False),
+        Binding("minus", "throttle(0.5)", "slower", show=False),
+        Binding("p", "pause", "pause", show=False),
+        Binding("b", "rollback_server", "server back", show=False),
     ]
 
     def __init__(
@@ -127,7 +128,7 @@ class CutoverApp(FleetKeys, App[None]):
                     table = SwapTable(id="swap")
                     table.border_title = "sides, one at a time"
                     yield table
-                    yield FleetDetail(id="swap-switchover")
+                    yield FleetInfo(id="swap-switchover")
                     with VerticalScroll(id="left"):
                         yield StepList(self.board, id="steps")
             else:
@@ -359,10 +360,11 @@ class CutoverApp(FleetKeys, App[None]):
             doing = "undoing" if event.action == "undo" else "finishing"
             self.sub_title = f"stopping… {doing} {event.name}"
             self.say(f"stopping…: {doing} {event.name}", "warning")
-        if self.fleet is not None:
-            if self.fleet.apply(event):
-                self._show_fleet()
-        elif isinstance(event, Metric):
+        if self.fleet is not None and self.fleet.apply(event):
+            self._show_fleet()
+        if isinstance(event, Metric):
+            if self.fleet is not None:
+                return  # the board shows the copies' own figures
             if self.swap is not None and self.swap.apply(event):
                 self._show_swap()
             warm = self.query_one(WarmPanel)
@@ -433,7 +435,9 @@ class CutoverApp(FleetKeys, App[None]):
     def _show_swap(self) -> None:
         assert self.swap is not None
         self.query_one(SwapTable).show(self.swap)
-        self.query_one("#swap-switchover", FleetDetail).set(Text(self.swap.switchover(), style="bold"))
+        line = Text(self.swap.last_step_line() + "\n")
+        line.append(self.swap.switchover(), style="bold")
+        self.query_one("#swap-switchover", FleetInfo).set(line)
 
     def say(self, line: str, level: str = "info") -> None:
         """One line in the log pane."""

@@ -110,8 +110,8 @@ class LagPanel(Panel):
             text.append(f"writer: {sample.writer_note}\n", style="bold yellow")
         else:
             window_s = max((len(h) for h in self.history.values()), default=0) * self.interval_s
-            text.append(parts_lines([f"behind {sample.writer}", f"last {window_s:.0f} s",
-                                     f"red > {self.limit_ms:g} ms"], width) + "\n", style="dim")
+            text.append(parts_lines([f"behind {sample.writer}", f"last {window_s:.0f} s"], width) + "\n",
+                        style="dim")
         name_w = max([len(lag.name) for lag in sample.lag] + [6]) + 1
         for lag in sample.lag:
             series = list(self.history.get(lag.name, []))
@@ -140,7 +140,7 @@ class LatencyPanel(Panel):
         self.writer: str | None = None
 
     def on_mount(self) -> None:
-        self.border_title = "writer round trip (ms, SELECT @@read_only)"
+        self.border_title = "round trip (ms, @@read_only)"
         self.redraw()
 
     def add_probe(self, writer: str | None, ms: float | None) -> None:
@@ -190,8 +190,7 @@ class WarmPanel(Panel):
         self.redraw()
 
     def _title(self) -> None:
-        where = f" of {self.server}" if self.server else ""
-        self.border_title = f"warm-up{where} (hit ratio 0-1)"
+        self.border_title = f"warm-up of {self.server}" if self.server else "warm-up (hit ratio 0-1)"
 
     @staticmethod
     def wants(metric: Metric) -> bool:
