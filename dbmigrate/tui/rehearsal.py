@@ -37,7 +37,8 @@ class SessionDriver:
             why = app.error or (f"the session was stopped by {app.stopped_by}" if app.stopped_by
                                 else "the session was closed before the run started")
             raise DbmigrateError(f"the rehearsal's run did not take place in the terminal session: {why}",
-                                 hint="rehearse again; the sandbox of this one is removed")
+                                 hint="rehearse again: the run starts with the session, and q closes it once "
+                                      "the run has ended")
         return app.outcome
 
     def roll_back(self, run_id: str, server: str) -> str:
