@@ -135,7 +135,7 @@ async def test_panels_keep_to_their_rows_at_80x24(quiet):
         assert app.query_one(EventLog).region.height >= 5  # the log keeps room to be read
         text = latency.plain
         assert "db-1: last 2.5 ms" in text and "max 2.5 ms in 1 s" in text
-        assert "SELECT @@read_only" in latency.border_title
+        assert "@@read_only" in latency.border_title  # what the round trip times
 
 
 async def test_the_log_keeps_five_lines_while_the_warm_up_panel_shows_at_80x24(quiet):
