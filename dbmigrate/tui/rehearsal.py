@@ -30,7 +30,8 @@ class SessionDriver:
         self.app: CutoverApp | None = None
 
     def run(self, playbook: Path) -> RunOutcome:
-        app = CutoverApp(playbook, autostart=True, handle_signals=True, lag_limit_ms=self.lag_limit_ms)
+        app = CutoverApp(playbook, autostart=True, handle_signals=True, lag_limit_ms=self.lag_limit_ms,
+                         rehearsal=True)
         self.app = app
         self.open_session(app)
         if app.outcome is None:

@@ -76,6 +76,7 @@ class CutoverApp(FleetKeys, App[None]):
         lag_limit_ms: float = 1000.0,
         handle_signals: bool = False,
         stamp: Callable[[], str] | None = None,
+        rehearsal: bool = False,
     ) -> None:
         super().__init__()
         # Plan and playbook errors surface before the screen takes over the terminal.
@@ -90,6 +91,7 @@ class CutoverApp(FleetKeys, App[None]):
         self.journal_path = playbook.journal_path
         self.autostart = autostart
         self.dry_run = dry_run
+        self.rehearsal = rehearsal  # a rehearsal's run: marked so in the journal (`last` never means it)
         # A fleet has a writer per old server: the board shows the copies' own figures instead.
         self.monitor_enabled = monitor and self.inventory_path is not None and self.fleet is None
         self.monitor_interval_s = monitor_interval_s
@@ -306,7 +308,8 @@ class CutoverApp(FleetKeys, App[None]):
         try:
             if mode == "run":
                 outcome = start_run(self.playbook_path, subscribers=[relay], approver=self.gates,
-                                    dry_run=self.dry_run, journal_path=self.journal_path, cancel=self.cancel)
+                                    dry_run=self.dry_run, journal_path=self.journal_path, cancel=self.cancel,
+                                    rehearsal=self.rehearsal)
             else:
                 outcome = rollback_run(self.board.run_id, subscribers=[relay], approver=self.gates,
                                        journal_path=self.journal_path)
