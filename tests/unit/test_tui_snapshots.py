@@ -278,8 +278,9 @@ def warm_promote(playbooks):
     """The shipped promote playbook with a warm-up of its candidate before the cutover."""
     path = playbooks / "promote-replica.yaml"
     text = path.read_text()
-    path.write_text(text.replace("params:\n", "params:\n  warm: {method: scan, tables: [app.orders, app.customers, "
-                                              "app.order_lines], seconds: 120}\n", 1))
+    if "\n  warm:" not in text:  # the shipped template warms its candidate already
+        path.write_text(text.replace("params:\n", "params:\n  warm: {method: scan, tables: [app.orders, "
+                                                  "app.customers, app.order_lines], seconds: 120}\n", 1))
     return path
 
 
