@@ -73,6 +73,9 @@ class InDoubtUnsettled(Unresponsive):
 
 # mysql-connector's errno for a socket read/write that timed out.
 _IO_TIMEOUT = 3024
+
+# A statement's parameters, as the driver takes them.
+Params = tuple[Any, ...] | list[Any] | None
 # What a bounded statement keeps for the round trip: a server-side wait (MASTER_GTID_WAIT)
 # is given the rest, so that it answers before the socket gives up on it.
 ROUND_TRIP_MARGIN_S = 0.25
@@ -142,7 +145,7 @@ class Server:
             raise ConnectionFailed(f"cannot reach {self.name} ({self.address}): {e.strerror or e}",
                                    hint="is the server running and listening on that address?")
 
-    def connect(self):
+    def connect(self) -> Any:
         if self._conn is not None and (self._deadline is not None or self._conn.is_connected()):
             # Under a bound the open session is trusted without a ping: a ping to a frozen server
             # would wait for the read timeout, and a lost session fails the statement anyway.
@@ -177,7 +180,7 @@ class Server:
             return ConnectionFailed(f"{self.name} ({self.address}) did not answer within {self.connect_timeout:g}s",
                                     hint="check host, port and firewall; the connect timeout is connect_timeout in the inventory")
         if errno in (errorcode.ER_DBACCESS_DENIED_ERROR,):
-            return AuthFailed(f"{self.name} ({self.address}): {e.msg}")
+            return AuthFailed(f"{self.name} ({self.address}): {getattr(e, 'msg', e)}")
         if errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR, None) or "handshake" in str(e).lower() \
                 or "protocol" in str(e).lower():
             return ConnectionFailed(f"{self.name} ({self.address}) did not answer as a MySQL server ({first_line})",
@@ -228,11 +231,11 @@ class Server:
     def __enter__(self) -> "Server":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- statements ----------------------------------------------------------
-    def _run(self, sql: str, params: tuple | list | None, fetch: bool | str):
+    def _run(self, sql: str, params: Params, fetch: bool | str) -> Any:
         text = TAG + sql
         shown = redact(sql if params is None else f"{sql} -- {params!r}")
         retried = False
@@ -272,12 +275,12 @@ class Server:
                     doubt = self._give_up(conn, sql, shown, intent)
                     self.close()  # the answer may still come: never read it as another statement's
                     waited = bound if bound is not None else self.read_timeout
-                    err = Unresponsive(f"{self.name} ({self.address}) did not answer within {waited:.1f}s in: {shown}"
+                    unresponsive = Unresponsive(f"{self.name} ({self.address}) did not answer within {waited:.1f}s in: {shown}"
                                        + (f"; in doubt until session {doubt.session_id} is ended" if doubt else ""),
                                        errno=errno,
                                        hint=f"is {self.name} frozen or overloaded? check it by hand")
-                    err.in_doubt = doubt
-                    raise err from None
+                    unresponsive.in_doubt = doubt
+                    raise unresponsive from None
                 lost = errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR) or \
                     isinstance(e, mysql.connector.errors.OperationalError) and not conn.is_connected()
                 if lost and fetch and not retried and self._is_read(sql):
@@ -395,27 +398,31 @@ class Server:
     def _is_read(sql: str) -> bool:
         return sql.lstrip().split(None, 1)[0].upper() in ("SELECT", "SHOW")
 
-    def query(self, sql: str, params: tuple | list | None = None) -> list[dict[str, Any]]:
-        return self._run(sql, params, fetch=True)
+    def query(self, sql: str, params: Params = None) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self._run(sql, params, fetch=True)
+        return rows
 
     def query_after(self, statements: list[str], sql: str) -> list[dict[str, Any]]:
         """Send `statements` then the read `sql` in one request (one round trip instead of one
         each); returns the read's rows. The server stops at the first statement that fails:
         that error is raised and the read never runs. Not retried (the statements change things)."""
-        return self._run(";\n".join([*statements, sql]), None, fetch="last")
+        rows: list[dict[str, Any]] = self._run(";\n".join([*statements, sql]), None, fetch="last")
+        return rows
 
     def scalar_after(self, statements: list[str], sql: str) -> Any:
         """query_after's first value, as scalar() is query()'s."""
         return _first_value(self.query_after(statements, sql))
 
-    def consume(self, sql: str, params: tuple | list | None = None) -> int:
+    def consume(self, sql: str, params: Params = None) -> int:
         """Run a read and discard its rows as they arrive (warm-up, probes): returns the row count."""
-        return self._run(sql, params, fetch="count")
+        count: int = self._run(sql, params, fetch="count")
+        return count
 
-    def execute(self, sql: str, params: tuple | list | None = None) -> int:
-        return self._run(sql, params, fetch=False)
+    def execute(self, sql: str, params: Params = None) -> int:
+        affected: int = self._run(sql, params, fetch=False)
+        return affected
 
-    def stream(self, sql: str, params: tuple | list | None = None, batch: int = 5000) -> Iterator[dict[str, Any]]:
+    def stream(self, sql: str, params: Params = None, batch: int = 5000) -> Iterator[dict[str, Any]]:
         """A read whose rows arrive in batches instead of all at once (log tables can hold
         hundreds of thousands of rows). Not retried: a lost connection raises QueryError."""
         self._settle_doubts()
@@ -438,7 +445,7 @@ class Server:
             except mysql.connector.Error:
                 self.close()  # an abandoned unbuffered read leaves the session unusable
 
-    def scalar(self, sql: str, params: tuple | list | None = None) -> Any:
+    def scalar(self, sql: str, params: Params = None) -> Any:
         return _first_value(self.query(sql, params))
 
     # -- identity ------------------------------------------------------------
