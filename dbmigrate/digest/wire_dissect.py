@@ -21,6 +21,10 @@ from typing import Iterable, Iterator
 COM_QUIT, COM_INIT_DB, COM_QUERY, COM_CHANGE_USER = 1, 2, 3, 17
 COM_STMT_PREPARE, COM_STMT_EXECUTE, COM_STMT_SEND_LONG_DATA, COM_STMT_CLOSE = 22, 23, 24, 25
 NO_REPLY = {COM_QUIT, COM_STMT_SEND_LONG_DATA, COM_STMT_CLOSE}
+# `SET [SESSION] name = value, ...` as pools send on each new connection (values kept as written).
+_SET = re.compile(r"^\s*SET\s+(?!GLOBAL\b|PASSWORD\b|NAMES\b|CHARACTER\b|TRANSACTION\b|STATEMENT\b)", re.IGNORECASE)
+_SET_PAIR = re.compile(r"(?:@@SESSION\.|@@LOCAL\.|@@|\bSESSION\s+|\bLOCAL\s+)?`?(\w+)`?\s*=\s*('(?:[^'\\]|\\.|'')*'|\"[^\"]*\"|[\w.+-]+)",
+                       re.IGNORECASE)
 _USE = re.compile(r"^\s*use\s+`?([^`;\s]+)`?\s*;?\s*$", re.IGNORECASE)
 
 # tshark field positions (tools/wire.py FIELDS)
@@ -77,6 +81,7 @@ class Dissector:
         self.sessions: dict[str, _Session] = {}
         self.counts = WireCounts()
         self._handshaken: set[str] = set()
+        self.session_sets: dict[str, dict[str, str]] = {}  # account -> variable -> value its sessions SET
 
     def _session(self, stream: str) -> _Session:
         s = self.sessions.get(stream)
@@ -142,6 +147,10 @@ class Dissector:
             return None
         if command not in (COM_QUERY, COM_STMT_EXECUTE) or not text:
             return None
+        if command == COM_QUERY and not error and _SET.match(text):
+            for name, value in _SET_PAIR.findall(text[_SET.match(text).end():]):
+                if not name.startswith("@"):
+                    self.session_sets.setdefault(session.user, {})[name.lower()] = value.strip("'\"")
         self.counts.statements += 1
         if command == COM_STMT_EXECUTE:
             self.counts.prepared_executions += 1

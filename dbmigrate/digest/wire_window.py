@@ -102,7 +102,7 @@ def wire_source(server: Server, window: WireWindow) -> dict[str, Any]:
             "prepared_executions": c.prepared_executions, "sessions": c.sessions,
             "sessions_before": c.sessions_before, "unresolved_executions": c.unknown_executions,
             "errors": c.errors, "bytes": stats.bytes, "truncated_at_max_bytes": stats.truncated,
-            "snap_bytes": window.limits.snap}
+            "snap_bytes": window.limits.snap, "session_sets": window.dissector.session_sets}
 
 
 @dataclass
