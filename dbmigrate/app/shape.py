@@ -100,7 +100,7 @@ def _add_wire_sessions(shape, d) -> None:
             by_account[user] = {**by_account.get(user, {}), **kept}
     if by_account != (shape.sessions.get("by_account") or {}):
         shape.sessions = {**shape.sessions, "available": True, "by_account": by_account,
-                          "how": (shape.sessions.get("how") or "") + " + SET statements on the wire"}
+                          "how": " + ".join(h for h in (shape.sessions.get("how"), "SET statements on the wire") if h)}
         shape.sessions.pop("why", None)
 
 
