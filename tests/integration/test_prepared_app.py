@@ -1,0 +1,94 @@
+"""An application the slow log cannot see (tests/fixtures/prepared_app.py: binary-protocol
+prepared statements, unqualified tables, its own long_query_time per connection) judged and
+captured through the wire window: the guard rolls back a regressed candidate and keeps a clean
+one, and `shape capture --window wire` sees its classes, each with its database and account."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fixtures.prepared_app import ACCOUNT_INDEX, PreparedApp
+from tests import jsonlines
+from tests.integration import promote_kit as kit
+
+pytestmark = pytest.mark.integration
+
+POLICY = {"window": "wire", "window_s": 6, "min_samples": 40, "min_class_samples": 5, "blind": "pause",
+          "rules": [{"metric": "avg", "scope": "overall", "max_regression_pct": 100, "min_abs_us": 300}]}
+
+
+def _app(inv, name: str) -> PreparedApp:
+    router = inv.cluster(name).router
+    creds = inv.app_credentials(name)
+    return PreparedApp(router.address, router.writer_port, creds.user, creds.password or "", rows=20000,
+                       threads=2, pause_s=0.003)
+
+
+def test_the_wire_guard_judges_a_prepared_statement_application(boxes, cli):
+    name = "wireguard"
+    state, inv = kit.topology(boxes, name)
+    try:
+        app = _app(inv, name)
+        app.setup()
+        # The regression: the candidate loses the index the per-account query needs (not replicated).
+        with inv.open(f"{name}-new") as new:
+            kit_wait = new.scalar("SELECT COUNT(*) FROM app.pa_orders")
+            assert kit_wait is not None
+            new.execute(f"SET STATEMENT sql_log_bin=0 FOR ALTER TABLE app.pa_orders DROP INDEX {ACCOUNT_INDEX}")
+        with app:
+            pb = kit.playbook(state, name, params={"baseline_seconds": 4}, guard=POLICY)
+            r = cli("run", str(pb), "--yes", timeout=300)
+            said = r.stdout + r.stderr
+            assert "latency guard" in said, said[-3000:]
+            assert "blind" not in said, said[-3000:]  # the wire saw the application on both sides
+            assert kit.writers(kit.shape(inv, name)) == [f"{name}-1"], said[-3000:]  # rolled back
+            assert r.returncode != 0
+        with inv.open(f"{name}-new") as new:
+            new.execute(f"SET STATEMENT sql_log_bin=0 FOR ALTER TABLE app.pa_orders ADD INDEX {ACCOUNT_INDEX} (account)")
+        with app:
+            pb = kit.playbook(state, name, params={"baseline_seconds": 4}, guard=POLICY)
+            r = cli("run", str(pb), "--yes", timeout=300)
+            said = r.stdout + r.stderr
+            assert r.returncode == 0, said[-3000:]
+            assert "no regression past the policy" in said, said[-3000:]
+            assert kit.writers(kit.shape(inv, name)) == [f"{name}-new"]
+        assert app.errors.get(1176, 0) == 0  # the hinted index was never missing
+    finally:
+        boxes.down(name)
+
+
+def test_shape_capture_on_the_wire_sees_every_class_with_its_database(boxes, cli, tmp_path):
+    name = "wireshape"
+    state = boxes.up(name, 1)
+    from dbmigrate.config import load_inventory
+
+    inv = load_inventory(state.inventory_file)
+    spec = inv.cluster(name).servers[f"{name}-1"]
+    creds = inv.app_credentials(name)
+    app = PreparedApp(spec.host, spec.port, creds.user, creds.password or "", rows=5000, max_uses=60)
+    app.setup()
+    try:
+        with app:
+            r = cli("shape", "capture", "-i", str(state.inventory_file), "-c", name, "-o", str(tmp_path / "shape"),
+                    "--seconds", "4", "--schema", "app", "--window", "wire", "--json", timeout=120)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        summary = jsonlines.result(r.stdout)
+        assert summary["digest_classes"] >= 5 and summary["digest_source"].startswith("wire"), summary
+        digest = json.loads((tmp_path / "shape" / "digest.json").read_text())
+        fingerprints = {c["fingerprint"]: c for c in digest["classes"]}
+        assert any("use index (idx_status)" in f for f in fingerprints), list(fingerprints)
+        app_classes = [c for f, c in fingerprints.items() if "pa_orders" in f]
+        assert len(app_classes) >= 5 and all(c["db"] == "app" and c["user"] == creds.user for c in app_classes)
+        assert digest["source"]["prepared_executions"] > 0
+        shape = json.loads((tmp_path / "shape" / "shape.json").read_text())
+        settings = shape["sessions"]["by_account"][creds.user]
+        assert settings["long_query_time"] == "11.2" and settings["max_statement_time"] == "5"
+
+        # A window that saw nothing of the application fails unless told otherwise.
+        r = cli("shape", "capture", "-i", str(state.inventory_file), "-c", name, "-o", str(tmp_path / "empty"),
+                "--seconds", "1", "--schema", "app", "--window", "slow_log", timeout=120)
+        assert r.returncode != 0 and "captured 0 classes" in r.stdout + r.stderr, r.stdout + r.stderr
+    finally:
+        boxes.down(name)
