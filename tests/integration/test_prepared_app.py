@@ -41,7 +41,7 @@ def test_the_wire_guard_judges_a_prepared_statement_application(boxes, cli):
             pb = kit.playbook(state, name, params={"baseline_seconds": 4}, guard=POLICY)
             r = cli("run", str(pb), "--yes", timeout=300)
             said = r.stdout + r.stderr
-            assert "latency guard" in said, said[-3000:]
+            assert "latency guard: " in said, said[-3000:]  # tripped by the guard itself
             assert "blind" not in said, said[-3000:]  # the wire saw the application on both sides
             assert kit.writers(kit.shape(inv, name)) == [f"{name}-1"], said[-3000:]  # rolled back
             assert r.returncode != 0
@@ -66,13 +66,20 @@ def test_shape_capture_on_the_wire_sees_every_class_with_its_database(boxes, cli
 
     inv = load_inventory(state.inventory_file)
     spec = inv.cluster(name).servers[f"{name}-1"]
-    creds = inv.app_credentials(name)
-    app = PreparedApp(spec.host, spec.port, creds.user, creds.password or "", rows=5000, max_uses=60)
+    with inv.open(f"{name}-1") as admin:  # the application's own account and database
+        admin.execute("CREATE DATABASE shop")
+        admin.execute("CREATE USER shop_app@'%' IDENTIFIED BY 'shop-app-pw-1'")
+        admin.execute("GRANT ALL ON shop.* TO shop_app@'%'")
+
+    class creds:
+        user = "shop_app"
+
+    app = PreparedApp(spec.host, spec.port, "shop_app", "shop-app-pw-1", database="shop", rows=5000, max_uses=60)
     app.setup()
     try:
         with app:
             r = cli("shape", "capture", "-i", str(state.inventory_file), "-c", name, "-o", str(tmp_path / "shape"),
-                    "--seconds", "4", "--schema", "app", "--window", "wire", "--json", timeout=120)
+                    "--seconds", "4", "--schema", "shop", "--window", "wire", "--json", timeout=120)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         summary = jsonlines.result(r.stdout)
         assert summary["digest_classes"] >= 5 and summary["digest_source"].startswith("wire"), summary
@@ -80,7 +87,7 @@ def test_shape_capture_on_the_wire_sees_every_class_with_its_database(boxes, cli
         fingerprints = {c["fingerprint"]: c for c in digest["classes"]}
         assert any("use index (idx_status)" in f for f in fingerprints), list(fingerprints)
         app_classes = [c for f, c in fingerprints.items() if "pa_orders" in f]
-        assert len(app_classes) >= 5 and all(c["db"] == "app" and c["user"] == creds.user for c in app_classes)
+        assert len(app_classes) >= 5 and all(c["db"] == "shop" and c["user"] == creds.user for c in app_classes)
         assert digest["source"]["prepared_executions"] > 0
         shape = json.loads((tmp_path / "shape" / "shape.json").read_text())
         settings = shape["sessions"]["by_account"][creds.user]
@@ -92,3 +99,15 @@ def test_shape_capture_on_the_wire_sees_every_class_with_its_database(boxes, cli
         assert r.returncode != 0 and "captured 0 classes" in r.stdout + r.stderr, r.stdout + r.stderr
     finally:
         boxes.down(name)
+
+    # The rehearsal replays them as the application ran them (its database, its settings): 0 errors.
+    r = cli("rehearse", "promote", "--shape", str(tmp_path / "shape"), "--scale", "0.2", "--no-guard",
+            "--load-seconds", "2", "--json", timeout=500)
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    report = jsonlines.result(r.stdout)
+    replayed = [c for c in report["classes"] if "pa_orders" in c["class"]]
+    assert len(replayed) >= 5, report["classes"]
+    for c in replayed:
+        assert c["db"] == "shop"
+        assert c["before"]["count"] > 0 and c["before"]["errors"] == 0 and c["after"]["errors"] == 0, c
+    assert report["shape"]["failed_classes"] == []

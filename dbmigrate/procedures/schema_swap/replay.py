@@ -35,6 +35,11 @@ def hinted_indexes(statement: str) -> set[str]:
     return names
 
 
+def _bare(table: str) -> str:
+    """`schema`.`table`, schema.table or table: the table's name alone, lower case."""
+    return table.replace("`", "").strip().lower().rsplit(".", 1)[-1]
+
+
 def dropped_indexes(params: SchemaSwapParams) -> dict[str, set[str]]:
     """table -> the indexes the DDL leaves absent (dropped, or renamed away)."""
     out: dict[str, set[str]] = {}
@@ -47,11 +52,16 @@ def dropped_indexes(params: SchemaSwapParams) -> dict[str, set[str]]:
 
 def hint_warnings(digest: Digest, params: SchemaSwapParams) -> list[str]:
     """One line per class whose sample names, in an index hint, an index the DDL drops."""
-    dropped = dropped_indexes(params)
+    dropped: dict[str, set[str]] = {}
+    for table, indexes in dropped_indexes(params).items():
+        dropped.setdefault(_bare(table), set()).update(indexes)
     out = []
     for qc in digest.classes:
-        hinted = hinted_indexes(qc.example)
-        tables = {t.lower() for t in qc.tables} or set(dropped)
+        # The sample and the fingerprint: either may be all a capture kept (a digest text, a
+        # prepared statement's text with `?`).
+        hinted = hinted_indexes(qc.example) | hinted_indexes(qc.fingerprint)
+        # pt-query-digest names tables `schema`.`table`; the DDL may name them either way.
+        tables = {_bare(t) for t in qc.tables} or set(dropped)
         hit = sorted({i for t in tables for i in dropped.get(t, set()) if i in hinted})
         if hit:
             out.append(f"the application's query {qc.label!r} ({qc.count} in the digest) names index "
