@@ -144,10 +144,11 @@ class ShapeReplay:
                  rate_scale: float = 1.0, pool_size: int = 4):
         self.address, self.shape, self.loaded = address, shape, loaded
         default = writer_account(shape, loaded)
-        self.pools = {user: Pool(address, creds, shape.sessions.get(user, {}), pool_size)
-                      for user, creds in loaded.accounts.items()}
+        # One pool per account and default database: a class runs where the application ran it
+        # (unqualified table names), with the account's session settings.
         self.classes = [ReplayClass(label=qc.label, checksum=qc.checksum,
                                     account=qc.user if qc.user in loaded.accounts else default,
+                                    db=qc.db if qc.db in shape.schemas else _only_schema(shape),
                                     rate=min(MAX_RATE, shape.rate(qc) * rate_scale),
                                     statement=plan(qc.example), tables=_tables(qc, shape))
                         for qc in shape.classes]
