@@ -111,3 +111,51 @@ def test_shape_capture_on_the_wire_sees_every_class_with_its_database(boxes, cli
         assert c["db"] == "shop"
         assert c["before"]["count"] > 0 and c["before"]["errors"] == 0 and c["after"]["errors"] == 0, c
     assert report["shape"]["failed_classes"] == []
+
+
+def test_a_swap_without_a_replay_digest_keeps_a_side_whose_readers_queries_fail_out_of_traffic(boxes):
+    """The swap captures the readers' queries itself (the wire, before the side leaves the pool):
+    a DROP INDEX of the index the application's `USE INDEX` names keeps the side out, and the start
+    of the side names the hinted class."""
+    import yaml
+
+    from dbmigrate.app.runs import resolve_journal_path, rollback_run, start_run
+    from dbmigrate.config import load_inventory
+    from dbmigrate.engine.journal import Journal
+    from dbmigrate.rehearsal.sandbox import haproxy
+    from dbmigrate.routing import router_for
+    from tests.fixtures.prepared_app import HINTED_INDEX
+
+    name = "wireswap"
+    boxes.up(name, 1)
+    haproxy.start(boxes, name)
+    state = boxes.find(name)
+    inv = load_inventory(state.inventory_file)
+    router, creds = inv.cluster(name).router, inv.app_credentials(name)
+    try:
+        PreparedApp(router.address, router.writer_port, creds.user, creds.password or "", rows=5000).setup()
+        readers_before = sorted(router_for(inv, name).current().readers)
+        reads = PreparedApp(router.address, router.reader_port, creds.user, creds.password or "", rows=5000,
+                            writes=False, max_uses=50)
+        doc = {"procedure": "schema-swap", "inventory": str(state.inventory_file), "cluster": name,
+               "params": {"drain_timeout_s": 1, "catchup_timeout_s": 3, "max_lag_ms": 2000, "primary": "skip",
+                          "replay_capture_s": 3, "ddl": [f"DROP INDEX {HINTED_INDEX} ON app.pa_orders"],
+                          "undo_ddl": [f"CREATE INDEX {HINTED_INDEX} ON app.pa_orders (status)"]}}
+        pb = state.path / "wire-swap.yaml"
+        pb.write_text(yaml.safe_dump(doc, sort_keys=False))
+        with reads:
+            outcome = start_run(pb, assume_yes=True)
+        assert outcome.status == "paused", outcome.summary
+        assert f"{name}-2 is kept out of traffic" in outcome.summary and "1176" in outcome.summary, outcome.summary
+        assert "use index" in outcome.summary.lower()
+        with Journal(resolve_journal_path()) as j:
+            logs = " | ".join(r["message"] for r in j.run_detail(outcome.run_id)["logs"])
+            steps = " | ".join(str(s) for s in j.run_detail(outcome.run_id).get("steps", []))
+        assert f"names index {HINTED_INDEX.lower()} in a hint, and the DDL drops it" in logs, logs + steps
+        s2 = inv.cluster(name).servers[f"{name}-2"]
+        assert f"{s2.host}:{s2.port}" not in router_for(inv, name).current().readers
+        back = rollback_run(outcome.run_id, assume_yes=True)
+        assert back.status == "rolled_back", back.summary
+        assert sorted(router_for(inv, name).current().readers) == readers_before
+    finally:
+        boxes.down(name)

@@ -77,6 +77,25 @@ def default_schema(qc: QueryClass) -> str | None:
     return None
 
 
+# A prepared statement's placeholders (outside quotes): EXPLAIN needs values. NULL parses
+# wherever a value does, except where a number must stand (LIMIT, OFFSET).
+_PLACEHOLDER = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`"
+                          r"|\b(LIMIT|OFFSET)\s+\?(\s*,\s*\?)?|\?", re.IGNORECASE)
+
+
+def with_values(statement: str) -> str:
+    """The statement with each `?` placeholder given a value EXPLAIN accepts."""
+    def value(m: re.Match) -> str:
+        text = m.group(0)
+        if text[0] in "'\"`":
+            return text
+        if m.group(1):
+            return f"{m.group(1)} 1" + (", 1" if m.group(2) else "")
+        return "NULL"
+
+    return _PLACEHOLDER.sub(value, statement) if "?" in statement else statement
+
+
 def explainable(statement: str) -> bool:
     words = statement.lstrip("( \t\n").split(None, 1)
     return bool(words) and words[0].upper() in _EXPLAINABLE and ";" not in statement.rstrip().rstrip(";")
@@ -90,11 +109,12 @@ def replay(side: Inspector, reference: Inspector | None, digest: Digest, max_cla
         if not qc.example or not explainable(qc.example):
             continue
         tried += 1
-        schema = default_schema(qc)
-        err = side.explain_error(qc.example, schema)
+        schema = qc.db or default_schema(qc)  # the sessions' default database: unqualified tables
+        statement = with_values(qc.example)
+        err = side.explain_error(statement, schema)
         if err is None:
             continue
-        before = reference.explain_error(qc.example, schema) if reference is not None else None
+        before = reference.explain_error(statement, schema) if reference is not None else None
         if before is None or before[0] != err[0]:
             new.append(f"{qc.label!r} ({qc.count} in the digest): error {err[0]} {err[1]}")
     return tried, new
