@@ -117,7 +117,7 @@ def _app_entries(path: str | Path, tool_users: list[str]) -> list[sequential.Ent
         return sequential.applications(sequential.parse_slow_log(f), tool_users)
 
 
-def _act_blind(ctx: RunContext, policy: GuardPolicy, why: str, when: str) -> str:
+def act_blind(ctx: RunContext, policy: GuardPolicy, why: str, when: str) -> str:
     """A guard that cannot judge says so and does what the policy's `blind` says, never a silent pass."""
     if policy.window == "wire":
         message = (f"the latency guard is blind {when}: {why}. The wire window saw too few of the "
@@ -298,7 +298,7 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
         policy = policy_of(ctx)
         if policy is not None and app < policy.min_samples:
             # Known before any fence: the guard would watch nothing. Said now, acted on by policy.
-            return sentence + "; " + _act_blind(
+            return sentence + "; " + act_blind(
                 ctx, policy, f"the baseline holds {app} of the application's queries, fewer than the policy's "
                              f"min_samples {policy.min_samples}", "before the cutover")
         return sentence
@@ -436,7 +436,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
         if judge.judged_seconds == 0 and decision.insufficient:
             why = judge.blind or (f"{digest.query_count} of the application's queries in {policy.window_s:g}s on "
                                   f"{server.name}; no sample and not the whole window could be judged")
-            return _act_blind(ctx, policy, why, "after the cutover")
+            return act_blind(ctx, policy, why, "after the cutover")
         return (f"guard watched {policy.window_s:g}s on {server.name}: {judge.judged_seconds} of {judge.index} "
                 f"sample(s) judged ({judge.judged_queries} queries), no regression past the policy")
 
