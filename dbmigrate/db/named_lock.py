@@ -36,7 +36,7 @@ class SqlNamedLocks:
         return _scalar(self.session.query("SELECT IS_USED_LOCK(%s) AS conn", (name,)))
 
     def lock_is_free(self, name: str) -> bool:
-        return _scalar(self.session.query("SELECT IS_FREE_LOCK(%s) AS free", (name,))) == 1
+        return bool(_scalar(self.session.query("SELECT IS_FREE_LOCK(%s) AS free", (name,))) == 1)
 
     def close(self) -> None:
         close = getattr(self.session, "close", None)

@@ -201,7 +201,7 @@ class Journal:
         else:
             rows = self._rows("SELECT id FROM runs WHERE id LIKE ? ORDER BY id", (ref.replace("%", "") + "%",))
         if len(rows) == 1:
-            return rows[0]["id"]
+            return str(rows[0]["id"])
         if not rows:
             raise UsageError(
                 f"no run {ref!r} in journal {self.path}",

@@ -79,7 +79,7 @@ class FunctionStep(Step):
         if not name:
             raise ValueError("a step needs a name")
         self.name = name
-        self.run = run  # type: ignore[method-assign]  # instance callable replaces the method
+        self.run = run  # type: ignore[method-assign,assignment]  # instance callable replaces the method
         self.check = check
         self.verify = verify
         self.undo = undo

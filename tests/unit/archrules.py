@@ -407,3 +407,49 @@ def fence_violations(modules: dict[str, Module], fence_fields: set[str]) -> list
                         out.append(f"{mod.path}:{item.lineno} {node.name} declares the fence setting "
                                    f"{item.target.id} again; inherit FenceParams")
     return sorted(out)
+
+
+# -- module-level state ---------------------------------------------------------------------
+
+# Calls whose result cannot change: a module-level name bound to one of them is a constant.
+IMMUTABLE_CALLS = {"frozenset", "tuple", "re.compile", "TypeVar", "ParamSpec", "NewType", "Path", "object",
+                   "namedtuple", "float", "int", "str", "bytes", "Field", "ConfigDict"}
+
+
+def _call_name(node: ast.expr) -> str:
+    return ast.unparse(node.func) if isinstance(node, ast.Call) else ""
+
+
+def _is_state(value: ast.expr) -> bool:
+    """A container that starts empty (filled while the process runs) or an object made by a call
+    that may change: what a test would have to patch, and what two runs in one process share."""
+    if isinstance(value, (ast.Dict, ast.List, ast.Set)):
+        return not (value.keys if isinstance(value, ast.Dict) else value.elts)
+    if isinstance(value, ast.Call):
+        return _call_name(value) not in IMMUTABLE_CALLS
+    return False
+
+
+def module_state(modules: dict[str, Module], under: str, allowed: list["StateAllowed"]) -> list[str]:
+    """Module-level mutable state in `under`, except the named allowances."""
+    ok = {(a.path, a.name) for a in allowed}
+    out = []
+    for mod in modules.values():
+        if not _under(mod.name, under):
+            continue
+        for node in mod.tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, ast.AnnAssign) and node.value is not None else []
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id != "__all__" and value is not None and _is_state(value) \
+                        and (mod.path, t.id) not in ok:
+                    out.append(f"{mod.path}:{node.lineno} {t.id} is module-level state (pass an object in instead)")
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class StateAllowed:
+    path: str
+    name: str
+    reason: str

@@ -136,7 +136,7 @@ class FencedServer:
 
     inspector: Callable[[], Inspector]
     applier: Callable[[], Applier]
-    bounded: Callable[[float], ContextManager[None]]
+    bounded: Callable[[float], ContextManager[object]]
     side_session: Callable[[float], "tuple[Inspector, Applier] | None"]
 
     @classmethod
