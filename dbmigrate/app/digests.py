@@ -66,6 +66,7 @@ def capture_wire(inventory: Optional[Path], server: Optional[str], seconds: floa
     from dbmigrate.digest.wire_window import capture_wire_window
 
     srv = _open_server(inventory, server)
+    assert inventory is not None and server is not None  # _open_server refused otherwise
     try:
         host = host_for(load_inventory(inventory), server)
         return capture_wire_window(srv, host, seconds, out or window.default_digest_file(srv.name), progress=progress)
@@ -78,6 +79,7 @@ def choose_window(inventory: Optional[Path], server: Optional[str]) -> tuple[str
     from dbmigrate.digest.choose import choose
 
     srv = _open_server(inventory, server)
+    assert inventory is not None and server is not None  # _open_server refused otherwise
     try:
         return choose(srv, host_for(load_inventory(inventory), server))
     finally:

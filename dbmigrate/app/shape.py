@@ -4,7 +4,10 @@ has one (the primary is left alone), the query window taken where the applicatio
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from dbmigrate.digest.model import Digest
 
 from dbmigrate import priority
 from dbmigrate.config import load_inventory
@@ -87,7 +90,7 @@ def _capture(inventory: Path, cluster: str, out: Path, schemas: list[str] | None
     return shape, written
 
 
-def _add_wire_sessions(shape, d) -> None:
+def _add_wire_sessions(shape: Shape, d: "Digest") -> None:
     """What each account's sessions SET on the wire (every new connection of a pool does): the
     settings the replay connects with."""
     from dbmigrate.db.shape_reader import SESSION_VARIABLES

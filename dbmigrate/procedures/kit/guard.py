@@ -71,7 +71,7 @@ def _wire(ctx: RunContext) -> bool:
 
 
 def _is_wire(saved: dict[str, Any] | None) -> bool:
-    return bool(saved) and saved.get("source") == "wire"
+    return saved is not None and saved.get("source") == "wire"
 
 
 def _open_wire(ctx: RunContext, role: str, key: WindowKey, seconds: float) -> str:
@@ -230,8 +230,8 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
         if ctx.dry_run:
             ctx.record_statement(role_name(ctx, role), "slow-log window: long_query_time=0, slow_query_log=ON, to a file of our own")
             return f"would open a slow-log window on {role_name(ctx, role)}"
-        if _wire(ctx):
-            policy = policy_of(ctx)
+        policy = policy_of(ctx)
+        if policy is not None and policy.window == "wire":
             span = (getattr(ctx.params, "baseline_seconds", 10) if key == "baseline_window" else 0) + policy.window_s
             return _open_wire(ctx, role, key, span + 600)  # the guard window opens before the cutover
         server = _server(ctx, role)

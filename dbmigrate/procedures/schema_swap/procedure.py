@@ -97,10 +97,7 @@ def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary
                 closing_steps: list[Step] | None = None, closing_name: str | None = None) -> list[Phase]:
     label = f"{side} (old primary)" if primary_side else side
     capturing = not params.replay_digest and params.replay_capture_s > 0
-    alter: list[Step] = ([FunctionStep(f"capture the readers' queries on {side} (wire)",
-                                       lambda c: capture.capture_readers(c, side),
-                                       check=lambda c: capture.captured(c, side), mutating=False)]
-                         if capturing and not primary_side else []) + [
+    alter: list[Step] = [
         FunctionStep(f"take {side} out of the reader pool", lambda c: take_out(c, side),
                      check=lambda c: router_of(c) is not None and not c.dry_run and not in_readers(c, side),
                      undo=lambda c: put_back(c, side), describe=lambda c: describe_take_out(c, side)),
@@ -112,6 +109,11 @@ def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary
                      describe=lambda c: describe_ddl(c, side)),
         FunctionStep(f"verify the change on {side}", lambda c: verify_side(c, side), mutating=False),
     ]
+    if capturing and not primary_side:
+        # While the side still serves reads: the queries it will be tried with before it returns.
+        alter.insert(0, FunctionStep(f"capture the readers' queries on {side} (wire)",
+                                     lambda c: capture.capture_readers(c, side),
+                                     check=lambda c: capture.captured(c, side), mutating=False))
     back_gates: list[Gate] = [AutoGate(f"{side} ready", lambda c: side_ready(c, side))]
     if params.replay_digest or capturing:
         # A side whose queries fail is already altered: the run pauses for a decision, undoing nothing.

@@ -85,8 +85,8 @@ _PLACEHOLDER = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`"
 
 def with_values(statement: str) -> str:
     """The statement with each `?` placeholder given a value EXPLAIN accepts."""
-    def value(m: re.Match) -> str:
-        text = m.group(0)
+    def value(m: re.Match[str]) -> str:
+        text = str(m.group(0))
         if text[0] in "'\"`":
             return text
         if m.group(1):
