@@ -121,6 +121,9 @@ def run_bench(seconds: float, repeat: int, sample: int, say, performance_schema:
                     time.sleep(0.3)
                     stall = longest_gap_ms(writer.acks, t0, t1)
                     seen = app_seen(got.digest, got.source) if got else {}
+                    if got:
+                        seen.update(dropped_by_kernel=got.source.get("dropped_by_kernel"),
+                                    dissection_unfinished=got.source.get("dissection_unfinished"))
                     phases.append({"kind": kind, "round": r + 1, "tps": round(result.tps, 1),
                                    "sysbench_p95_ms": result.latency_p95_ms, "longest_write_stall_ms": round(stall, 1),
                                    "statements_logged": got.digest.query_count if got else None, "digest_s": 0.0,

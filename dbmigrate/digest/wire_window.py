@@ -102,6 +102,7 @@ def wire_source(server: Server, window: WireWindow) -> dict[str, Any]:
             "prepared_executions": c.prepared_executions, "sessions": c.sessions,
             "sessions_before": c.sessions_before, "unresolved_executions": c.unknown_executions,
             "errors": c.errors, "bytes": stats.bytes, "truncated_at_max_bytes": stats.truncated,
+            "dropped_by_kernel": stats.dropped_by_kernel, "dissection_unfinished": stats.unfinished,
             "snap_bytes": window.limits.snap, "session_sets": window.dissector.session_sets}
 
 
@@ -124,6 +125,11 @@ def unseen_note(source: dict[str, Any]) -> str:
     if source.get("unresolved_executions"):
         notes.append(f"{source['unresolved_executions']} execution(s) of statements prepared before the window "
                      f"opened (their text was not on the wire): not in the digest")
+    if source.get("dropped_by_kernel"):
+        notes.append(f"{source['dropped_by_kernel']} packet(s) dropped by the kernel (tcpdump's buffer was full: "
+                     f"statements on those streams may be missing)")
+    if source.get("dissection_unfinished"):
+        notes.append("tshark had not dissected the whole capture in time (a starved machine): statements missing")
     if source.get("truncated_at_max_bytes"):
         notes.append(f"the capture stopped at its byte limit ({source['bytes']} bytes)")
     return "; " + "; ".join(notes) if notes else ""

@@ -12,6 +12,7 @@ The capture is never written to disk: it streams from the host to tshark.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -93,6 +94,8 @@ class TapStats:
     truncated: bool = False  # stopped at max_bytes
     tcpdump: str = ""
     tshark: str = ""
+    dropped_by_kernel: int = 0  # packets tcpdump says the kernel dropped (its buffer was full)
+    unfinished: bool = False  # tshark had not dissected everything when its time was up
 
 
 class WireTap:
@@ -151,7 +154,7 @@ class WireTap:
             if line:
                 self.on_line(line.split(SEPARATOR))
 
-    def stop(self, timeout: float = 30.0) -> TapStats:
+    def stop(self, timeout: float = 180.0) -> TapStats:
         """Stop tcpdump (the host side ends on its own at its `timeout` too), let tshark finish."""
         if self._dump is None:
             return self.stats
@@ -162,17 +165,22 @@ class WireTap:
             except subprocess.TimeoutExpired:
                 self._dump.kill()
                 self._dump.wait()
+        # tshark runs at the lowest priority: on a busy machine it may still be dissecting the
+        # backlog; it is given time to finish (bounded) and said to be unfinished otherwise.
         for t in self._threads:
             t.join(timeout)
         if self._shark and self._shark.poll() is None:
             try:
-                self._shark.wait(timeout)
+                self._shark.wait(5)
             except subprocess.TimeoutExpired:
+                self.stats.unfinished = True
                 self._shark.kill()
                 self._shark.wait()
         self.stats.tcpdump = self._dump_err.text().strip() if self._dump_err else ""
         self.stats.tshark = "\n".join(ln for ln in (self._shark_err.text() if self._shark_err else "").splitlines()
                                       if "dangerous" not in ln).strip()
+        dropped = re.search(r"(\d+) packets? dropped by kernel", self.stats.tcpdump)
+        self.stats.dropped_by_kernel = int(dropped.group(1)) if dropped else 0
         self._dump = None
         return self.stats
 
