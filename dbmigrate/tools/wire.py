@@ -12,6 +12,7 @@ The capture is never written to disk: it streams from the host to tshark.
 
 from __future__ import annotations
 
+import queue
 import re
 import shlex
 import shutil
@@ -29,6 +30,7 @@ FIELDS = ("frame.time_epoch", "tcp.stream", "tcp.srcport", "tcp.len", "mysql.com
           "mysql.stmt_id", "mysql.schema", "mysql.user", "mysql.error_code")
 DEFAULT_SNAP = 16384  # a statement up to 16 KB is seen whole; longer result frames are cut
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+BUFFER_KIB = 16384  # the kernel's capture buffer: 16 MB absorbs a burst while tcpdump (nice 19) waits for a core
 # Runs the program at the lowest I/O priority where ionice exists (util-linux), as-is elsewhere.
 _LOW_IO = 'if command -v ionice >/dev/null 2>&1; then exec ionice -c 3 "$@"; else exec "$@"; fi'
 
@@ -49,7 +51,8 @@ def tcpdump_argv(port: int, limits: TapLimits, *, count: int | None = None) -> l
     """tcpdump of `port` for at most `limits.seconds` (+1 s to flush), pcap to stdout, at low priority."""
     seconds = max(1, int(limits.seconds + 1.999))
     argv = ["timeout", "--signal=INT", str(seconds), "nice", "-n", "19", "sh", "-c", _LOW_IO, "sh",
-            "tcpdump", "-i", limits.interface, "-s", str(int(limits.snap)), "-U", "-n", "-w", "-"]
+            "tcpdump", "-i", limits.interface, "-s", str(int(limits.snap)), "-B", str(BUFFER_KIB), "-U", "-n",
+            "-w", "-"]
     if count is not None:
         argv += ["-c", str(count)]
     return argv + [f"tcp port {int(port)}"]
@@ -108,6 +111,7 @@ class WireTap:
         self._shark: subprocess.Popen | None = None
         self._threads: list[threading.Thread] = []
         self._dump_err: Drain | None = None
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._shark_err: Drain | None = None
 
     def start(self) -> "WireTap":
@@ -122,23 +126,37 @@ class WireTap:
                                   hint="install it: DEBIAN_FRONTEND=noninteractive apt-get install -y tshark") from None
         self._dump_err, self._shark_err = Drain(self._dump.stderr), Drain(self._shark.stderr)
         self._threads = [threading.Thread(target=self._pump, daemon=True),
+                         threading.Thread(target=self._feed, daemon=True),
                          threading.Thread(target=self._read, daemon=True)]
         for t in self._threads:
             t.start()
         return self
 
     def _pump(self) -> None:
-        assert self._dump and self._shark
-        src, dst = self._dump.stdout, self._shark.stdin
+        """Reads tcpdump as fast as it writes (a tshark behind on a busy machine must not make
+        tcpdump block and the kernel drop packets): chunks wait in memory, at most max_bytes."""
+        assert self._dump
+        src = self._dump.stdout
         try:
             while chunk := src.read1(1 << 16):
                 self.stats.bytes += len(chunk)
-                dst.write(chunk)
-                dst.flush()
+                self._queue.put(chunk)
                 if self.stats.bytes >= self.limits.max_bytes:
                     self.stats.truncated = True
                     self._dump.kill()
                     break
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._queue.put(None)
+
+    def _feed(self) -> None:
+        assert self._shark
+        dst = self._shark.stdin
+        try:
+            while (chunk := self._queue.get()) is not None:
+                dst.write(chunk)
+                dst.flush()
         except (BrokenPipeError, OSError, ValueError):
             pass
         finally:
