@@ -233,7 +233,9 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
         policy = policy_of(ctx)
         if policy is not None and policy.window == "wire":
             span = (getattr(ctx.params, "baseline_seconds", 10) if key == "baseline_window" else 0) + policy.window_s
-            return _open_wire(ctx, role, key, span + 600)  # the guard window opens before the cutover
+            # The guard window opens before the cutover (warm-up, catch-up): its tcpdump outlives them, and
+            # still ends on its own within the hour should the tool die.
+            return _open_wire(ctx, role, key, span + 3600)
         server = _server(ctx, role)
         window = capture.SlowLogWindow(server, persist=lambda saved: _save_window(ctx, key, saved),
                                        source=_source(ctx, role))
