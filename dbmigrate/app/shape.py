@@ -160,7 +160,7 @@ def capture_window(inv, inventory: Path, primary: str, seconds: float, digest_pa
             if window.unseen_prepared:
                 from dbmigrate.digest.statement_window import unseen_warning
 
-                used += f"; {unseen_warning(window.unseen_prepared)} (--window slow_log)"
+                used += f"; {unseen_warning(window.unseen_prepared)}"
             if sample > 1:  # nothing is logged: every statement is counted, none sampled
                 used += f"; --sample {sample} not applied (it samples a slow-log window)"
             return used
