@@ -136,16 +136,19 @@ def test_a_swap_without_a_replay_digest_keeps_a_side_whose_readers_queries_fail_
         PreparedApp(router.address, router.writer_port, creds.user, creds.password or "", rows=5000).setup()
         readers_before = sorted(router_for(inv, name).current().readers)
         reads = PreparedApp(router.address, router.reader_port, creds.user, creds.password or "", rows=5000,
-                            writes=False, max_uses=50)
+                            writes=False, max_uses=50, threads=3, pause_s=0.001)
         doc = {"procedure": "schema-swap", "inventory": str(state.inventory_file), "cluster": name,
                "params": {"drain_timeout_s": 1, "catchup_timeout_s": 3, "max_lag_ms": 2000, "primary": "skip",
-                          "replay_capture_s": 3, "ddl": [f"DROP INDEX {HINTED_INDEX} ON app.pa_orders"],
+                          "replay_capture_s": 6, "ddl": [f"DROP INDEX {HINTED_INDEX} ON app.pa_orders"],
                           "undo_ddl": [f"CREATE INDEX {HINTED_INDEX} ON app.pa_orders (status)"]}}
         pb = state.path / "wire-swap.yaml"
         pb.write_text(yaml.safe_dump(doc, sort_keys=False))
         with reads:
             outcome = start_run(pb, assume_yes=True)
-        assert outcome.status == "paused", outcome.summary
+        with Journal(resolve_journal_path()) as j:
+            said = " | ".join(str(s.get("result") or s.get("message") or s) for s in
+                              j.run_detail(outcome.run_id).get("steps", []))
+        assert outcome.status == "paused", (outcome.summary, said, dict(reads.executions))
         assert f"{name}-2 is kept out of traffic" in outcome.summary and "1176" in outcome.summary, outcome.summary
         assert "use index" in outcome.summary.lower()
         with Journal(resolve_journal_path()) as j:
