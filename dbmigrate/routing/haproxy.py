@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from dbmigrate import faultpoint
-from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.clock import Clock, wait_until
 from dbmigrate.exceptions import WaitTimeout
 from dbmigrate.routing.base import Gate, RouterError, RouteState, Router, ServerLike, ServerRef, as_ref, same_address, \
     split_address

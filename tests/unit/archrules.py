@@ -453,3 +453,42 @@ class StateAllowed:
     path: str
     name: str
     reason: str
+
+
+# -- the layers docs/architecture.md draws ---------------------------------------------------
+
+def documented_layers(text: str) -> list[tuple[str, list[str]]]:
+    """(layer, top-level names) from the table between the layers markers, top first."""
+    body = text.split("<!-- layers: begin -->", 1)[1].split("<!-- layers: end -->", 1)[0]
+    out = []
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and "`" in cells[1]:
+            out.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
+    return out
+
+
+def _top_name(dotted: str) -> str:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_order_violations(modules: dict[str, Module], layers: list[tuple[str, list[str]]],
+                           allowed: list[Reached]) -> list[str]:
+    """Imports of a layer above the importer's own; `allowed` names (importer path, imported module)."""
+    rank = {name: i for i, (_, names) in enumerate(layers) for name in names}
+    ok = {(a.path, a.attribute) for a in allowed}
+    out = []
+    for mod in modules.values():
+        mine = _top_name(mod.name)
+        if mine not in rank:
+            out.append(f"{mod.path}: {mine} is in no layer of docs/architecture.md")
+            continue
+        for target, line, _top in mod.imports:
+            if target != "dbmigrate" and not target.startswith("dbmigrate."):
+                continue
+            theirs = "__init__" if _of_root_package(target, modules) else _top_name(target)
+            if theirs in rank and rank[theirs] < rank[mine] and (mod.path, ".".join(target.split(".")[:3])) not in ok:
+                out.append(f"{mod.path}:{line} imports {target}, a layer above ({layers[rank[theirs]][0]} over "
+                           f"{layers[rank[mine]][0]})")
+    return sorted(set(out))

@@ -31,7 +31,7 @@ from dbmigrate.db.flavor import Flavor, MariaDB, ReplicaStatus
 from dbmigrate.db.gtid import MariaGtid
 from dbmigrate.db.binlog import BinlogReadError, BinlogTransaction
 from dbmigrate.db.inspector import HeavyWork, Session
-from dbmigrate.engine.wait import FakeClock
+from dbmigrate.clock import FakeClock
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures.kit.switchover import SwitchoverServers
 from dbmigrate.routing.base import RouterError, RouteState

@@ -138,6 +138,36 @@ def test_module_level_state_in_procedures_is_caught():
     assert [v.split(" ")[1] for v in found] == ["SEEN", "LOCK", "PENDING"], found
 
 
+# Imports that cross a documented layer upward, each on purpose (docs/architecture.md says why).
+ALLOWED_UPWARD = [
+    Reached("dbmigrate/db/lease.py", "dbmigrate.engine.lease",
+            "db/ reads and writes the cluster lease row; the engine's lease module holds its rules"),
+]
+
+
+def layers() -> list[tuple[str, list[str]]]:
+    return rules.documented_layers((ROOT / "docs" / "architecture.md").read_text())
+
+
+def test_the_layers_docs_architecture_draws_hold_in_the_import_graph():
+    assert [name for name, _ in layers()][:3] == ["front ends", "rehearsal", "use cases"]
+    assert rules.layer_order_violations(tree(), layers(), ALLOWED_UPWARD) == []
+    for entry in ALLOWED_UPWARD:
+        assert entry.reason
+        assert rules.layer_order_violations(tree(), layers(), []), f"{entry.path} no longer imports {entry.attribute}"
+
+
+def test_an_import_of_a_layer_above_or_a_module_in_no_layer_is_caught():
+    modules = fake(**{
+        "dbmigrate.engine.runner": "from dbmigrate.procedures.kit import fence\nfrom dbmigrate.clock import Clock\n",
+        "dbmigrate.db.inspector": "import dbmigrate.app.runs\nfrom dbmigrate import __version__\n",
+        "dbmigrate.newthing": "",
+    })
+    found = rules.layer_order_violations(modules, layers(), [])
+    assert sorted({v.split(" ")[0] for v in found}) == ["dbmigrate/db/inspector.py:1", "dbmigrate/engine/runner.py:1",
+                                                         "dbmigrate/newthing.py:"], found
+
+
 def test_use_cases_importing_a_front_end_are_caught():
     modules = fake(**{"dbmigrate.app.runs": ("from dbmigrate.cli.render import table\n"
                                              "def f():\n    import dbmigrate.tui.session\n"),

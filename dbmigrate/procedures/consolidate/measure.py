@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Callable
 
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.wait import Clock as EngineClock
+from dbmigrate.clock import Clock as EngineClock
 from dbmigrate.exceptions import DbmigrateError, UsageError
 from dbmigrate.procedures.consolidate.demand import GB, ShardDemand
 

@@ -9,7 +9,7 @@ from dbmigrate.db.connection import Server
 from dbmigrate.db.in_doubt import SETTLE_GONE_S
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.inspector import Inspector, Session
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.kit.fence import Fence, FencedServer
 from dbmigrate.procedures.kit.switchover.servers import Notify, Record, SwitchoverServers
