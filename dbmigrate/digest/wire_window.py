@@ -20,7 +20,7 @@ from dbmigrate.db.connection import Server
 from dbmigrate.digest import slowlog_text
 from dbmigrate.digest.model import Digest
 from dbmigrate.digest.wire_dissect import Dissector, Statement, WireCounts, client_ports
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.hosts import Host
 from dbmigrate.tools.wire import DEFAULT_MAX_BYTES, DEFAULT_SNAP, TapLimits, TapStats, WireTap, check_available
 

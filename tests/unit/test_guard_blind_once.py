@@ -11,7 +11,7 @@ from dbmigrate.engine.events import EventBus
 from dbmigrate.engine.journal import Journal
 from dbmigrate.engine.runner import RunPaused
 from dbmigrate.engine.step import RunContext
-from dbmigrate.engine.wait import FakeClock
+from dbmigrate.clock import FakeClock
 from dbmigrate.procedures.kit.guard import GuardState, act_blind
 
 POLICY = GuardPolicy.model_validate({"window": "wire", "rules": [{"metric": "avg", "max_regression_pct": 50}]})
