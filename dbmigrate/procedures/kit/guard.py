@@ -406,6 +406,13 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                     if left <= 0:
                         break
                     clock.sleep(min(sample_s, left))
+                if wire and tripped is None:
+                    # tshark may still be dissecting what the window caught (a busy machine): the tap
+                    # is stopped, the rest dissected, and the whole window judged with it below.
+                    close_window(ctx, "new", "guard_window")
+                    rest = _take_wire(ctx, "guard_window", "guard-rest")
+                    whole_log.write(Path(rest).read_text(encoding="utf-8", errors="replace"))
+                    Path(rest).unlink(missing_ok=True)
         finally:
             close_window(ctx, "new", "guard_window")
             if not wire:
