@@ -158,7 +158,7 @@ def promote(
     # A regression must be rolled back by the guard itself (a run refused before its cutover is no rollback).
     expected = (report["rolled_back"] and bool((report.get("guard") or {}).get("rollback"))) if regress else \
         (report["run_status"] == "done" and not report["rolled_back"])
-    if report["lost_writes"] or not expected:
+    if report["lost_writes"] or not expected or replay_failures(report):
         raise CommandFailed(1, rehearsal_failure(report, regress),
                             hint="see the report above; rehearse again with --keep to inspect the sandbox")
 
@@ -324,6 +324,10 @@ def schema_swap(
                               markup=False)
             if keep and compose:
                 print_kept_compose(report)
+        if replay_failures(report):
+            raise CommandFailed(1, "the schema swap rehearsal failed: " + replay_failure_text(report),
+                                hint="the replay connects as each class's account, to its database, with its "
+                                     "session settings: compare with the shape's digest.json and sessions")
         if not succeeded(report):
             raise CommandFailed(1, f"the schema swap rehearsal failed: run {report.get('run_status')}: "
                                    f"{report.get('summary') or 'see the report'}",
@@ -423,8 +427,10 @@ def consolidate(
                 console.print(f"sandbox {report['sandbox']} kept as the run left it (its old servers and the "
                               f"{len(report['instances'])} provisioned instances running): {report['remove_with']} "
                               "removes it whole", markup=False)
-        if not report["ok"]:
-            raise CommandFailed(1, "the consolidation rehearsal failed: " + consolidation_failure(report),
+        if not report["ok"] or replay_failures(report):
+            raise CommandFailed(1, "the consolidation rehearsal failed: " + "; ".join(
+                                    w for w in (consolidation_failure(report) if not report["ok"] else "",
+                                                replay_failure_text(report)) if w),
                                 hint="rehearse again with --keep to inspect the sandbox")
 
     guarded(go)()
@@ -470,7 +476,19 @@ def rehearsal_failure(report: dict, regress: bool) -> str:
         why.append(f"the guard did not roll back (run {report['run_status']})")
     elif not regress and (report["run_status"] != "done" or report["rolled_back"]):
         why.append(f"run {report['run_status']}" + (", rolled back" if report["rolled_back"] else ""))
+    if replay_failures(report):
+        why.append(replay_failure_text(report))
     return "the promote rehearsal failed: " + "; ".join(why)
+
+
+def replay_failures(report: dict) -> list[str]:
+    """The shape's classes that failed when replayed (and not at capture)."""
+    return list((report.get("shape") or {}).get("failed_classes") or [])
+
+
+def replay_failure_text(report: dict) -> str:
+    failed = replay_failures(report)
+    return f"{len(failed)} replayed class(es) failed that the application ran without error: " + "; ".join(failed)
 
 
 def consolidation_failure(report: dict) -> str:

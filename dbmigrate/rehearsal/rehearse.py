@@ -253,6 +253,11 @@ def finish_shape(replay, shaped: dict[str, Any], finished: float, after_s: float
                                        "during": (shaped["cutover_began"], finished),
                                        "after": (finished, time.time())})
     shaped["summary"]["pools"] = replay.pools_report()
+    from dbmigrate.rehearsal.shape_replay import failed_classes
+
+    # A class the application ran without error that fails when replayed: the rehearsal did not
+    # run what the application runs, so it cannot be called a success.
+    shaped["summary"]["failed_classes"] = failed_classes(shaped["classes"])
 
 
 def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5, keep: bool = False,

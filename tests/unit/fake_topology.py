@@ -67,6 +67,7 @@ class FakeServer:
     host: str = "127.0.0.1"
     flavor: Flavor = field(default_factory=MariaDB)
     gtid_mode: str = "ON"  # read on a MySQL flavor only, as by the real inspector
+    binlog_format: str = "ROW"
     read_only: bool = False
     log: list[MariaGtid] = field(default_factory=list)  # binlog: written or applied, in order
     source: str | None = None  # name of the server CHANGE MASTER points at
@@ -333,6 +334,9 @@ class FakeInspector:
     def _server(self) -> FakeServer:
         self.topo.replicate()
         return self.topo.reach(self.name)
+
+    def variable(self, name: str):
+        return {"binlog_format": self._server().binlog_format}[name]
 
     def reachable(self) -> bool:
         return self.topo.servers[self.name].up
