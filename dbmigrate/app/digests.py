@@ -59,6 +59,33 @@ def capture(inventory: Optional[Path], server: Optional[str], seconds: float, ou
         srv.close()
 
 
+def capture_wire(inventory: Optional[Path], server: Optional[str], seconds: float, out: Optional[Path], *,
+                 progress: Callable[[str], None] | None = None) -> Any:
+    """A wire window: tcpdump of the server's port on its host, dissected by tshark; nothing on
+    the server changes. Refused before anything starts when the host cannot capture."""
+    from dbmigrate.digest.wire_window import capture_wire_window
+
+    srv = _open_server(inventory, server)
+    assert inventory is not None and server is not None  # _open_server refused otherwise
+    try:
+        host = host_for(load_inventory(inventory), server)
+        return capture_wire_window(srv, host, seconds, out or window.default_digest_file(srv.name), progress=progress)
+    finally:
+        srv.close()
+
+
+def choose_window(inventory: Optional[Path], server: Optional[str]) -> tuple[str, str]:
+    """`auto`: the window that would miss least on this server now, and why."""
+    from dbmigrate.digest.choose import choose
+
+    srv = _open_server(inventory, server)
+    assert inventory is not None and server is not None  # _open_server refused otherwise
+    try:
+        return choose(srv, host_for(load_inventory(inventory), server))
+    finally:
+        srv.close()
+
+
 def restore(inventory: Path, server: str, saved: dict[str, Any], *, dry_run: bool = False) -> tuple[str, list[str], list[str]]:
     """Put back saved slow-log settings: (server name, what changed, statements planned in a dry run)."""
     srv = _open_server(inventory, server)

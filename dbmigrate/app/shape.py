@@ -4,7 +4,10 @@ has one (the primary is left alone), the query window taken where the applicatio
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from dbmigrate.digest.model import Digest
 
 from dbmigrate import priority
 from dbmigrate.config import load_inventory
@@ -15,12 +18,12 @@ from dbmigrate.shape.pacing import DEFAULT_SHARE, Pacer
 NICE = 10  # the capture is never in a hurry: the cores go to the server and its application first
 
 
-WINDOWS = ("auto", "performance_schema", "slow_log")
+WINDOWS = ("auto", "wire", "performance_schema", "slow_log")
 
 
 def capture(inventory: Path, cluster: str, out: Path, *, schemas: list[str] | None = None, seconds: float = 0,
             server: str | None = None, literals: bool = False, via: str = "auto", share: float = DEFAULT_SHARE,
-            nice: int = NICE, sample: int = 1,
+            nice: int = NICE, sample: int = 1, allow_empty: bool = False,
             progress: Callable[[str], None] | None = None) -> tuple[Shape, list[Path]]:
     """The capture paced (its reads take at most `share` of the time) and at `nice` lower CPU
     priority, its digest and the programs it starts too; a slow-log window logs 1 in `sample`."""
@@ -34,7 +37,19 @@ def capture(inventory: Path, cluster: str, out: Path, *, schemas: list[str] | No
     if sample < 1:
         raise UsageError(f"--sample {sample}: a slow-log window logs 1 statement in N, N >= 1", hint="e.g. --sample 10")
     with priority.yielding(nice):
-        return _capture(inventory, cluster, out, schemas, seconds, server, literals, via, share, sample, progress)
+        shape, written = _capture(inventory, cluster, out, schemas, seconds, server, literals, via, share, sample,
+                                  progress)
+    if seconds > 0 and shape.digest_classes == 0:
+        message = (f"the query window captured 0 classes of the application ({shape.digest_source}): "
+                   f"a rehearsal with this shape would replay nothing")
+        if not allow_empty:
+            from dbmigrate.exceptions import CommandFailed
+
+            raise CommandFailed(1, message, hint="capture while the application runs, choose --window wire (it sees "
+                                                 "prepared statements and sessions' own long_query_time), or pass "
+                                                 "--allow-empty to keep a shape without queries")
+        (progress or (lambda m: None))(f"warning: {message} (--allow-empty)")
+    return shape, written
 
 
 def _capture(inventory: Path, cluster: str, out: Path, schemas: list[str] | None, seconds: float, server: str | None,
@@ -49,6 +64,13 @@ def _capture(inventory: Path, cluster: str, out: Path, schemas: list[str] | None
     read_from = server or next((n for n in names if n != primary), primary)
     with inv.open(read_from) as srv:
         shape = capture_shape(srv, schemas, pacer=Pacer(share), progress=progress)
+    if read_from != primary:
+        # The applications' sessions and performance_schema's state are the primary's, where
+        # they run and where the window is read: a replica's say nothing of them.
+        from dbmigrate.db.shape_reader import ShapeReader
+
+        with inv.open(primary) as srv:
+            shape.sessions = ShapeReader(srv).session_overrides()
     written = write_shape(shape, out)
     if seconds > 0:
         from dbmigrate.digest.model import Digest
@@ -62,8 +84,27 @@ def _capture(inventory: Path, cluster: str, out: Path, schemas: list[str] | None
             d = _unsampled(d, int(d.source["sampled_1_in"]))
         d.save(digest_path)
         shape.digest = digest_path.name
+        shape.digest_classes = len(d.classes)
+        _add_wire_sessions(shape, d)
         written = write_shape(shape, out) + [digest_path]
     return shape, written
+
+
+def _add_wire_sessions(shape: Shape, d: "Digest") -> None:
+    """What each account's sessions SET on the wire (every new connection of a pool does): the
+    settings the replay connects with."""
+    from dbmigrate.db.shape_reader import SESSION_VARIABLES
+
+    sets = (d.source or {}).get("session_sets") or {}
+    by_account = dict(shape.sessions.get("by_account") or {})
+    for user, values in sets.items():
+        kept = {k: v for k, v in values.items() if k in SESSION_VARIABLES}
+        if user and kept:
+            by_account[user] = {**by_account.get(user, {}), **kept}
+    if by_account != (shape.sessions.get("by_account") or {}):
+        shape.sessions = {**shape.sessions, "available": True, "by_account": by_account,
+                          "how": " + ".join(h for h in (shape.sessions.get("how"), "SET statements on the wire") if h)}
+        shape.sessions.pop("why", None)
 
 
 def _redacted(qc):
@@ -91,6 +132,21 @@ def capture_window(inv, inventory: Path, primary: str, seconds: float, digest_pa
     from dbmigrate.db.statement_digest import StatementDigests
 
     say = progress or (lambda m: None)
+    if via == "auto":
+        from dbmigrate.app.digests import choose_window
+
+        via, why = choose_window(inventory, primary)
+        say(why)
+    if via == "wire":
+        from dbmigrate.app.digests import capture_wire
+
+        got = capture_wire(inventory, primary, seconds, digest_path, progress=progress)
+        s = got.source
+        from dbmigrate.digest.wire_window import unseen_note
+
+        return (f"wire (tcpdump of {primary}'s port, dissected by tshark: {s['statements']} statements, "
+                f"{s['prepared_executions']} prepared executions, {s['sessions_before']} session(s) connected "
+                f"before the window{unseen_note(s)})")
     with inv.open(primary) as srv:
         why_not = StatementDigests(srv).unavailable()
         if via == "performance_schema" and why_not:
@@ -104,7 +160,7 @@ def capture_window(inv, inventory: Path, primary: str, seconds: float, digest_pa
             if window.unseen_prepared:
                 from dbmigrate.digest.statement_window import unseen_warning
 
-                used += f"; {unseen_warning(window.unseen_prepared)} (--window slow_log)"
+                used += f"; {unseen_warning(window.unseen_prepared)}"
             if sample > 1:  # nothing is logged: every statement is counted, none sampled
                 used += f"; --sample {sample} not applied (it samples a slow-log window)"
             return used

@@ -38,12 +38,28 @@ def capture(
     sample: int = typer.Option(1, "--sample", min=1,
                                help="Log 1 in N statements (MariaDB's log_slow_rate_limit): a busy primary pays "
                                     "about N times less for the window; counts in the digest are of the sample."),
+    window: str = typer.Option("slow_log", "--window",
+                               help="slow_log (long_query_time=0 for the window), wire (tcpdump of the server's "
+                                    "port on its host, dissected by tshark: prepared statements and sessions with "
+                                    "their own long_query_time too; needs root or CAP_NET_RAW there), or auto "
+                                    "(the one that would miss least, said why)."),
     json_out: bool = typer.Option(False, "--json", help="Print the digest as JSON."),
 ):
     """Capture a digest: long_query_time=0 for N seconds on a server (settings restored), or digest a slow log."""
     digests.check_window(seconds)
+    if window not in ("slow_log", "wire", "auto"):
+        raise UsageError(f"--window {window}: choose one of slow_log, wire, auto")
+    if window == "auto" and slow_log is None:
+        window, why = digests.choose_window(inventory, server)
+        if window == "performance_schema":
+            window, why = "slow_log", why + " (digest capture reads slow_log or wire: slow_log)"
+        if not json_out:
+            _progress(why)
     if slow_log is not None:
         d, sentence = digests.digest_file(slow_log, out)
+    elif window == "wire":
+        result = digests.capture_wire(inventory, server, seconds, out, progress=None if json_out else _progress)
+        d, sentence = result.digest, result.sentence()
     else:
         result = digests.capture(inventory, server, seconds, out, saved_settings=saved_settings,
                                      log_file=log_file, sample=sample, progress=None if json_out else _progress)

@@ -30,6 +30,20 @@ SHAPE_HELP = ("A directory written by `dbmigrate shape capture`: the sandbox get
               "the report gives each class's count, p50, p99 and errors before and after.")
 
 
+TUI_HELP = ("Drive the run from the terminal session (as `dbmigrate tui`): its board, y/n at the gates, q to close "
+            "it once the run has ended; the sandbox, the load, the verifier and the report stay the rehearsal's "
+            "(printed after the session closes). Needs a terminal.")
+
+
+def session_driver(tui: bool):
+    """The terminal session as the rehearsal's driver (checked before anything is built), or None."""
+    if not tui:
+        return None
+    from dbmigrate.cli.tui import rehearsal_session
+
+    return rehearsal_session()
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(cmd, name="rehearse")
 
@@ -97,6 +111,7 @@ def promote(
     shape: Optional[Path] = typer.Option(None, "--shape", help=SHAPE_HELP),
     scale: float = typer.Option(0.01, "--scale", help="With --shape: generate this share of each captured "
                                 "table's rows (at least one row for a table that had rows)."),
+    tui: bool = typer.Option(False, "--tui", help=TUI_HELP),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
     from dbmigrate.app.reports import all_tables, check_report_path, model_of_run, write_report
@@ -112,12 +127,14 @@ def promote(
         from dbmigrate.exceptions import UsageError
 
         raise UsageError("--compose and --remote are two ways to give every server a host of its own: choose one")
+    driver = session_driver(tui)
 
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
     with removed_on_interrupt(keep):
         report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep,
                                   subscribers=renderers(json_out, keep), regress=regress, guard=guard or regress,
-                                  remote=remote, name=name, compose=compose, shape=shape, scale=scale)
+                                  remote=remote, name=name, compose=compose, shape=shape, scale=scale,
+                                  driver=driver)
     model = model_of_run(report["run_id"])
     tables = all_tables(model)
     report["tables"] = [t.to_dict() for t in tables]
@@ -141,7 +158,7 @@ def promote(
     # A regression must be rolled back by the guard itself (a run refused before its cutover is no rollback).
     expected = (report["rolled_back"] and bool((report.get("guard") or {}).get("rollback"))) if regress else \
         (report["run_status"] == "done" and not report["rolled_back"])
-    if report["lost_writes"] or not expected:
+    if report["lost_writes"] or not expected or replay_failures(report):
         raise CommandFailed(1, rehearsal_failure(report, regress),
                             hint="see the report above; rehearse again with --keep to inspect the sandbox")
 
@@ -274,6 +291,7 @@ def schema_swap(
                                                "to this file and the same numbers as JSON beside it."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Ask nothing (a rehearsal never asks: its playbook runs "
                              "with --yes); accepted so that CI jobs read like production runs."),
+    tui: bool = typer.Option(False, "--tui", help=TUI_HELP),
 ):
     """The weekly A/B schema change under live reads and writes: each replica altered out of the reader
     pool with the binlog off, a switchover to an altered replica, the old primary altered, then back."""
@@ -293,11 +311,13 @@ def schema_swap(
             from dbmigrate.app.reports import check_report_path
 
             checked_report = check_report_path(report_file)  # before anything is started
+        driver = session_driver(tui)
         say = (lambda m: err_console.print(f"[dim]… {escape(m)}[/]")) if json_out else \
             (lambda m: console.print(f"[dim]… {escape(m)}[/]"))
         with removed_on_interrupt(keep):
             report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
-                                          shape=shape, scale=scale, subscribers=renderers(json_out, keep))
+                                          shape=shape, scale=scale, subscribers=renderers(json_out, keep),
+                                          driver=driver)
         if checked_report is not None:
             from dbmigrate.app.reports import model_of_run, write_report
 
@@ -313,6 +333,10 @@ def schema_swap(
                               markup=False)
             if keep and compose:
                 print_kept_compose(report)
+        if replay_failures(report):
+            raise CommandFailed(1, "the schema swap rehearsal failed: " + replay_failure_text(report),
+                                hint="the replay connects as each class's account, to its database, with its "
+                                     "session settings: compare with the shape's digest.json and sessions")
         if not succeeded(report):
             raise CommandFailed(1, f"the schema swap rehearsal failed: run {report.get('run_status')}: "
                                    f"{report.get('summary') or 'see the report'}",
@@ -362,6 +386,8 @@ def consolidate(
                                 "table's rows (at least one row for a table that had rows)."),
     report_file: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report (charts, tables) "
                                                "to this file and the same numbers as JSON beside it."),
+    tui: bool = typer.Option(False, "--tui", help=TUI_HELP + " The one-server rollback is b on the board (the "
+                             "rehearsal rolls back its last old server itself if the session did not)."),
 ):
     """4 old servers (10 shards, a writer on each) onto 2 hosts x 2 instances: plan, provision, physical
     seeding, fleet cutover, DSN routes, one server rolled back; reports loss, checksums and reverse replication."""
@@ -385,12 +411,13 @@ def consolidate(
             from dbmigrate.app.reports import check_report_path
 
             checked_report = check_report_path(report_file)  # before anything is started
+        driver = session_driver(tui)
         say = (lambda m: err_console.print(f"[dim]… {escape(m)}[/]")) if json_out else \
             (lambda m: console.print(f"[dim]… {escape(m)}[/]"))
         with removed_on_interrupt(keep):
             report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle,
                                           keep=keep, subscribers=renderers(json_out, keep), name=name,
-                                          compose=compose, shape=shape, scale=scale)
+                                          compose=compose, shape=shape, scale=scale, driver=driver)
         if checked_report is not None and report.get("run_id"):
             from dbmigrate.app.reports import model_of_run, write_report
 
@@ -410,8 +437,10 @@ def consolidate(
                 console.print(f"sandbox {report['sandbox']} kept as the run left it (its old servers and the "
                               f"{len(report['instances'])} provisioned instances running): {report['remove_with']} "
                               "removes it whole", markup=False)
-        if not report["ok"]:
-            raise CommandFailed(1, "the consolidation rehearsal failed: " + consolidation_failure(report),
+        if not report["ok"] or replay_failures(report):
+            raise CommandFailed(1, "the consolidation rehearsal failed: " + "; ".join(
+                                    w for w in (consolidation_failure(report) if not report["ok"] else "",
+                                                replay_failure_text(report)) if w),
                                 hint="rehearse again with --keep to inspect the sandbox")
 
     guarded(go)()
@@ -458,7 +487,19 @@ def rehearsal_failure(report: dict, regress: bool) -> str:
         why.append(f"the guard did not roll back (run {report['run_status']})")
     elif not regress and (report["run_status"] != "done" or report["rolled_back"]):
         why.append(f"run {report['run_status']}" + (", rolled back" if report["rolled_back"] else ""))
+    if replay_failures(report):
+        why.append(replay_failure_text(report))
     return "the promote rehearsal failed: " + "; ".join(why)
+
+
+def replay_failures(report: dict) -> list[str]:
+    """The shape's classes that failed when replayed (and not at capture)."""
+    return list((report.get("shape") or {}).get("failed_classes") or [])
+
+
+def replay_failure_text(report: dict) -> str:
+    failed = replay_failures(report)
+    return f"{len(failed)} replayed class(es) failed that the application ran without error: " + "; ".join(failed)
 
 
 def consolidation_failure(report: dict) -> str:

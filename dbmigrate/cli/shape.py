@@ -28,10 +28,14 @@ def capture(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inven
             server: Optional[str] = typer.Option(None, "--server", help="Read the schema here (default: a replica, "
                                                                         "else the primary)."),
             literals: bool = typer.Option(False, "--literals", help="Keep the literals of the digest's samples."),
-            window: str = typer.Option("auto", "--window", help="How the query window is read: performance_schema "
-                                       "(its statement digests: every session, also those that set their own "
-                                       "long_query_time), slow_log (a long_query_time=0 window), or auto (the "
-                                       "first where performance_schema is on)."),
+            window: str = typer.Option("auto", "--window", help="How the query window is read: wire (tcpdump of "
+                                       "the primary's port, dissected by tshark: every statement, prepared ones "
+                                       "and sessions with their own long_query_time too; root or CAP_NET_RAW on "
+                                       "its host), performance_schema (its statement digests: no prepared "
+                                       "statement in MariaDB), slow_log (a long_query_time=0 window: not sessions "
+                                       "that set their own), or auto (the one that would miss least, said why)."),
+            allow_empty: bool = typer.Option(False, "--allow-empty", help="A window that captured no query class "
+                                             "only warns (default: it fails)."),
             share: float = typer.Option(shape_use.DEFAULT_SHARE, "--share", help="The share of the time the "
                                         "capture's reads may take: each read is followed by a pause (0.05: a read "
                                         "of 10 ms, then 190 ms of nothing; 1: no pause)."),
@@ -44,12 +48,13 @@ def capture(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inven
     """Capture the shape of a cluster's databases into DIR (no row of data is written)."""
     shape, written = shape_use.capture(inventory, cluster, out, schemas=schema or None, seconds=seconds,
                                        server=server, literals=literals, via=window, share=share, nice=nice,
-                                       sample=sample,
+                                       sample=sample, allow_empty=allow_empty,
                                        progress=lambda m: err_console.print(m, markup=False))
     tables = sum(len(s["tables"]) for s in shape.schemas.values())
     summary = {"schemas": list(shape.schemas), "tables_and_views": tables, "accounts": len(shape.accounts),
                "roles": len(shape.roles), "proxy_grants": sum(len(a["proxies"]) for a in shape.accounts),
                "sessions_visible": bool(shape.sessions.get("available")), "digest": shape.digest, "digest_source": shape.digest_source,
+               "digest_classes": shape.digest_classes,
                "took_s": round(shape.took_s, 2), "paced": shape.paced, "files": [str(p) for p in written]}
     if as_json:
         print_json(summary)
@@ -62,6 +67,6 @@ def capture(inventory: Path = typer.Option(..., "--inventory", "-i", help="Inven
         console.print(f"paced: {p['reads']} read(s) one at a time, {p['busy_s']:.1f}s reading, {p['paused_s']:.1f}s "
                       f"paused (at most {p['share']:g} of the time)", markup=False)
     if shape.digest_source:
-        console.print(f"query window: {shape.digest_source}", markup=False)
+        console.print(f"query window: {shape.digest_source}; {shape.digest_classes} class(es) captured", markup=False)
     if not shape.sessions.get("available"):
         console.print(f"sessions: {shape.sessions.get('why')}", markup=False)

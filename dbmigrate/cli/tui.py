@@ -8,22 +8,38 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from dbmigrate.app.errors import exit_code_of_run
 from dbmigrate.cli.common import console, guarded
 from dbmigrate.exceptions import UsageError
 
 
-def needs_terminal(stdin=None, stdout=None) -> None:
+def needs_terminal(stdin=None, stdout=None, *, what: str = "dbmigrate tui",
+                   instead: str = "script the run with: dbmigrate run PLAYBOOK --yes") -> None:
     """Without a terminal the screen would write escape codes into a pipe or a file until killed."""
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     missing = [name for name, stream in (("stdin", stdin), ("stdout", stdout))
                if not (hasattr(stream, "isatty") and stream.isatty())]
     if missing:
-        raise UsageError(f"dbmigrate tui needs an interactive terminal, and its {' and '.join(missing)} "
+        raise UsageError(f"{what} needs an interactive terminal, and its {' and '.join(missing)} "
                          f"{'is' if len(missing) == 1 else 'are'} not one",
-                         hint="run it from a terminal (ssh -t, tmux), or script the run with: "
-                              "dbmigrate run PLAYBOOK --yes")
+                         hint=f"run it from a terminal (ssh -t, tmux), or {instead}")
+
+
+class PlainUsage(TyperCommand):
+    """The usage line names arguments as the manual does (`tui [OPTIONS] PLAYBOOK`), not as
+    Typer's `{playbook}`, which reads like a template left unfilled."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = (param.metavar or param.name or "").upper()
+                pieces.append(name if param.required else f"[{name}]")
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
 
 
 @guarded
@@ -61,5 +77,13 @@ def tui_command(
         raise typer.Exit(128 + signal.Signals[app.stopped_by].value)
 
 
+def rehearsal_session():
+    """`rehearse ... --tui`: the terminal session that runs the rehearsal's playbook (a SessionDriver)."""
+    needs_terminal(what="--tui", instead="rehearse without --tui")
+    from dbmigrate.tui.rehearsal import SessionDriver  # Textual loads only for --tui
+
+    return SessionDriver()
+
+
 def register(app: typer.Typer) -> None:
-    app.command("tui")(tui_command)
+    app.command("tui", cls=PlainUsage)(tui_command)

@@ -20,7 +20,9 @@ from mysql.connector import errorcode
 
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, for_server
+from dbmigrate.db.generation import GENERATIONS
 from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, SETTLE_GONE_S, InDoubt, settle_on
+from dbmigrate.db.intent import INTENTS, Intent
 from dbmigrate.clock import Clock
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact
@@ -71,6 +73,9 @@ class InDoubtUnsettled(Unresponsive):
 
 # mysql-connector's errno for a socket read/write that timed out.
 _IO_TIMEOUT = 3024
+
+# A statement's parameters, as the driver takes them.
+Params = tuple[Any, ...] | list[Any] | None
 # What a bounded statement keeps for the round trip: a server-side wait (MASTER_GTID_WAIT)
 # is given the rest, so that it answers before the socket gives up on it.
 ROUND_TRIP_MARGIN_S = 0.25
@@ -140,7 +145,7 @@ class Server:
             raise ConnectionFailed(f"cannot reach {self.name} ({self.address}): {e.strerror or e}",
                                    hint="is the server running and listening on that address?")
 
-    def connect(self):
+    def connect(self) -> Any:
         if self._conn is not None and (self._deadline is not None or self._conn.is_connected()):
             # Under a bound the open session is trusted without a ping: a ping to a frozen server
             # would wait for the read timeout, and a lost session fails the statement anyway.
@@ -175,7 +180,7 @@ class Server:
             return ConnectionFailed(f"{self.name} ({self.address}) did not answer within {self.connect_timeout:g}s",
                                     hint="check host, port and firewall; the connect timeout is connect_timeout in the inventory")
         if errno in (errorcode.ER_DBACCESS_DENIED_ERROR,):
-            return AuthFailed(f"{self.name} ({self.address}): {e.msg}")
+            return AuthFailed(f"{self.name} ({self.address}): {getattr(e, 'msg', e)}")
         if errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR, None) or "handshake" in str(e).lower() \
                 or "protocol" in str(e).lower():
             return ConnectionFailed(f"{self.name} ({self.address}) did not answer as a MySQL server ({first_line})",
@@ -226,19 +231,24 @@ class Server:
     def __enter__(self) -> "Server":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- statements ----------------------------------------------------------
-    def _run(self, sql: str, params: tuple | list | None, fetch: bool | str):
+    def _run(self, sql: str, params: Params, fetch: bool | str) -> Any:
         text = TAG + sql
         shown = redact(sql if params is None else f"{sql} -- {params!r}")
         retried = False
         while True:
             self._check_time_left(shown)
             self._settle_doubts()
+            if not self._settling:
+                # A run's decision bumps the server's fencing generation before anything else
+                # there (db/generation.py); a no-op outside a run and once done.
+                GENERATIONS.ensure(self)
             conn = self.connect()
             bound = self.remaining()
+            intent = self._intent(conn, sql, shown)
             started = time.perf_counter()
             try:
                 if self._cursor is None:
@@ -247,25 +257,30 @@ class Server:
                 self._socket_timeouts(cur, bound if bound is not None else self.read_timeout)
                 cur.execute(text, params)
                 if fetch == "count":
-                    return sum(1 for _ in cur) if cur.with_rows else 0
-                if fetch == "last":
-                    return self._last_result(cur)
-                rows = cur.fetchall() if cur.with_rows else []
-                return rows if fetch else cur.rowcount
+                    result: Any = sum(1 for _ in cur) if cur.with_rows else 0
+                elif fetch == "last":
+                    result = self._last_result(cur)
+                else:
+                    rows = cur.fetchall() if cur.with_rows else []
+                    result = rows if fetch else cur.rowcount
+                INTENTS.done(intent, "done")
+                return result
             except mysql.connector.Error as e:
                 self._cursor = None  # a fresh one for the next statement, whatever state this one is in
                 errno = getattr(e, "errno", None)
+                if intent is not None and not self._lost(e, errno, conn):
+                    INTENTS.done(intent, f"failed [{errno}]")  # answered: it did not happen
                 if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
                                                           mysql.connector.errors.WriteTimeoutError)):
-                    doubt = self._give_up(conn, sql, shown)
+                    doubt = self._give_up(conn, sql, shown, intent)
                     self.close()  # the answer may still come: never read it as another statement's
                     waited = bound if bound is not None else self.read_timeout
-                    err = Unresponsive(f"{self.name} ({self.address}) did not answer within {waited:.1f}s in: {shown}"
+                    unresponsive = Unresponsive(f"{self.name} ({self.address}) did not answer within {waited:.1f}s in: {shown}"
                                        + (f"; in doubt until session {doubt.session_id} is ended" if doubt else ""),
                                        errno=errno,
                                        hint=f"is {self.name} frozen or overloaded? check it by hand")
-                    err.in_doubt = doubt
-                    raise err from None
+                    unresponsive.in_doubt = doubt
+                    raise unresponsive from None
                 lost = errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR) or \
                     isinstance(e, mysql.connector.errors.OperationalError) and not conn.is_connected()
                 if lost and fetch and not retried and self._is_read(sql):
@@ -273,7 +288,7 @@ class Server:
                     retried = True
                     self.close()
                     continue
-                doubt = self._give_up(conn, sql, shown) if lost else None
+                doubt = self._give_up(conn, sql, shown, intent) if lost else None
                 if lost:
                     self.close()
                 err = QueryError(f"{self.name} ({self.address}): {redact(getattr(e, 'msg', str(e)))} [{errno}] in: {shown}"
@@ -287,8 +302,30 @@ class Server:
                 for fn in list(_listeners):
                     fn(self.name, shown, ms)
 
+    @staticmethod
+    def _lost(e: Exception, errno: int | None, conn: Any) -> bool:
+        """Was the answer lost (timeout, dropped connection) rather than an error from the server?"""
+        if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
+                                                  mysql.connector.errors.WriteTimeoutError)):
+            return True
+        return errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR) or \
+            isinstance(e, mysql.connector.errors.OperationalError) and not conn.is_connected()
+
+    def _intent(self, conn: Any, sql: str, shown: str) -> Intent | None:
+        """Journal a change before it is sent (db/intent.py): a process killed while it is on the
+        wire leaves a record the next process settles. Reads, and the session that settles doubts,
+        change nothing."""
+        if not INTENTS.armed or self._settling or self._is_read(sql):
+            return None
+        try:
+            session: int | None = int(conn.connection_id)
+        except (TypeError, ValueError, AttributeError):
+            session = None
+        return INTENTS.record(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
+                              statement=shown, generation=GENERATIONS.current(self.address))
+
     # -- statements in doubt (see db/in_doubt.py) ------------------------------
-    def _give_up(self, conn: Any, sql: str, shown: str) -> InDoubt | None:
+    def _give_up(self, conn: Any, sql: str, shown: str, intent: Intent | None = None) -> InDoubt | None:
         """A change sent on `conn` got no answer: record it as in doubt (reads are not)."""
         if self._is_read(sql) or self._settling:
             return None
@@ -299,6 +336,8 @@ class Server:
         doubt = InDoubt(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
                         statement=shown, at=time.time())
         IN_DOUBT.add(doubt)
+        if intent is not None:
+            INTENTS.in_doubt(intent.id, doubt.address, doubt.session_id, doubt.statement)
         log.warning("%s: gave up on %s: in doubt until session %d is ended", self.name, shown, session)
         return doubt
 
@@ -322,6 +361,7 @@ class Server:
                 for doubt in IN_DOUBT.pending(self.address):
                     said = settle_on(twin, doubt)
                     IN_DOUBT.settled(doubt)
+                    INTENTS.settled(doubt.address, doubt.session_id, doubt.statement, said)
                     log.warning("%s: %s; %s is no longer in doubt", self.name, said, doubt.statement)
         except DbmigrateError as e:
             assert doubt is not None
@@ -358,27 +398,31 @@ class Server:
     def _is_read(sql: str) -> bool:
         return sql.lstrip().split(None, 1)[0].upper() in ("SELECT", "SHOW")
 
-    def query(self, sql: str, params: tuple | list | None = None) -> list[dict[str, Any]]:
-        return self._run(sql, params, fetch=True)
+    def query(self, sql: str, params: Params = None) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self._run(sql, params, fetch=True)
+        return rows
 
     def query_after(self, statements: list[str], sql: str) -> list[dict[str, Any]]:
         """Send `statements` then the read `sql` in one request (one round trip instead of one
         each); returns the read's rows. The server stops at the first statement that fails:
         that error is raised and the read never runs. Not retried (the statements change things)."""
-        return self._run(";\n".join([*statements, sql]), None, fetch="last")
+        rows: list[dict[str, Any]] = self._run(";\n".join([*statements, sql]), None, fetch="last")
+        return rows
 
     def scalar_after(self, statements: list[str], sql: str) -> Any:
         """query_after's first value, as scalar() is query()'s."""
         return _first_value(self.query_after(statements, sql))
 
-    def consume(self, sql: str, params: tuple | list | None = None) -> int:
+    def consume(self, sql: str, params: Params = None) -> int:
         """Run a read and discard its rows as they arrive (warm-up, probes): returns the row count."""
-        return self._run(sql, params, fetch="count")
+        count: int = self._run(sql, params, fetch="count")
+        return count
 
-    def execute(self, sql: str, params: tuple | list | None = None) -> int:
-        return self._run(sql, params, fetch=False)
+    def execute(self, sql: str, params: Params = None) -> int:
+        affected: int = self._run(sql, params, fetch=False)
+        return affected
 
-    def stream(self, sql: str, params: tuple | list | None = None, batch: int = 5000) -> Iterator[dict[str, Any]]:
+    def stream(self, sql: str, params: Params = None, batch: int = 5000) -> Iterator[dict[str, Any]]:
         """A read whose rows arrive in batches instead of all at once (log tables can hold
         hundreds of thousands of rows). Not retried: a lost connection raises QueryError."""
         self._settle_doubts()
@@ -401,7 +445,7 @@ class Server:
             except mysql.connector.Error:
                 self.close()  # an abandoned unbuffered read leaves the session unusable
 
-    def scalar(self, sql: str, params: tuple | list | None = None) -> Any:
+    def scalar(self, sql: str, params: Params = None) -> Any:
         return _first_value(self.query(sql, params))
 
     # -- identity ------------------------------------------------------------

@@ -128,6 +128,7 @@ class QueryClass:
     first_seen: str = ""
     last_seen: str = ""
     user: str = ""  # the account that sent the class's queries, when pt-query-digest saw only one
+    db: str = ""  # the sessions' default database (unqualified tables are read there), when only one
 
     @property
     def label(self) -> str:
@@ -201,7 +202,7 @@ class Digest:
                 example=redact(_text(example.get("query"), f"{w}.example.query")),
                 tables=tuple(_table_names(raw.get("tables") or [])),
                 first_seen=str(raw.get("ts_min") or ""), last_seen=str(raw.get("ts_max") or ""),
-                user=_one_value(metrics.get("user"))))
+                user=_one_value(metrics.get("user")), db=_one_value(metrics.get("db"))))
         glob = _mapping(data.get("global"), f"{where}: global")
         gqt = Metric.from_pt(_mapping(glob.get("metrics"), f"{where}: global.metrics").get("Query_time"),
                              f"{where}: global.metrics.Query_time")
@@ -259,7 +260,8 @@ class Digest:
                     tables=tuple(_text(t, f"{where}: {at}.tables") for t in tables),
                     first_seen=_text(c.get("first_seen"), f"{where}: {at}.first_seen"),
                     last_seen=_text(c.get("last_seen"), f"{where}: {at}.last_seen"),
-                    user=_text(c.get("user"), f"{where}: {at}.user")))
+                    user=_text(c.get("user"), f"{where}: {at}.user"),
+                    db=_text(c.get("db"), f"{where}: {at}.db")))
             return cls(classes=classes, query_count=int(num(d["query_count"], "query_count")),
                        total_time=num(d["total_time"], "total_time"), avg=num(d["avg"], "avg"),
                        p95=num(d.get("p95"), "p95", optional=True), p99=num(d.get("p99"), "p99", optional=True),

@@ -60,6 +60,11 @@ class GuardPolicy(BaseModel):
     false_rollback_rate: float = Field(
         0.001, gt=0, lt=0.5, description="the sequential test's evidence threshold is ln(1/rate): lower rolls back "
                                          "on more evidence only")
+    window: Literal["slow_log", "wire"] = Field(
+        "slow_log", description="how the baseline and the guard read the application: slow_log (a "
+                                "long_query_time=0 window: not sessions that set their own, nor those connected "
+                                "before it) or wire (tcpdump of the server's port on its host, dissected by "
+                                "tshark: every statement, prepared ones too; root or CAP_NET_RAW there)")
     blind: Literal["rollback", "pause", "warn"] = Field(
         "pause", description="when the guard cannot judge (too few of the application's queries captured): "
                              "roll back, pause the run for a decision (resume keeps the cutover, rollback undoes "

@@ -48,7 +48,8 @@ class StatementWindow:
 def unseen_warning(executions: int) -> str:
     return (f"NOT SEEN: {executions} execution(s) of server-side prepared statements, which this server's "
             f"performance_schema counts without a digest (MariaDB): their classes are missing from this window; "
-            f"a slow-log window sees them (sampled with log_slow_rate_limit on a busy primary)")
+            f"a wire window sees them (--window wire); a slow-log window only for sessions that keep the "
+            f"server's long_query_time")
 
 
 def tables_of(digest_text: str, schema: str) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import yaml
 
@@ -43,6 +43,7 @@ from dbmigrate.procedures.consolidate.provision import pid_file
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
 from dbmigrate.rehearsal.clients import ClientProcess, DsnAddress, create_table
 from dbmigrate.rehearsal.evidence import record_client_evidence
+from dbmigrate.rehearsal.driver import DirectDriver, Driver
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.rehearsal.sandbox.ports import free_port_range
 from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, create_shard, ids_on
@@ -61,30 +62,6 @@ def old_names(name: str) -> list[str]:
 def _shards(name: str) -> dict[str, list[str]]:
     return {old: [f"shard_{k}{chr(ord('a') + j)}" for j in range(n)]
             for k, (old, n) in enumerate(zip(old_names(name), SHARDS_PER_OLD), 1)}
-
-
-class Driver(Protocol):
-    """Who runs the playbook and puts one old server back: the command line's use cases by
-    default; a terminal session's keys in its live test (the rest of the rehearsal is the same)."""
-
-    def run(self, playbook: Path) -> Any: ...  # a RunOutcome: run_id, status, summary
-
-    def roll_back(self, run_id: str, server: str) -> str: ...
-
-
-class DirectDriver:
-    def __init__(self, subscribers=()) -> None:
-        self.subscribers = subscribers
-
-    def run(self, playbook: Path) -> Any:
-        from dbmigrate.app.runs import start_run
-
-        return start_run(playbook, subscribers=self.subscribers, assume_yes=True, rehearsal=True)
-
-    def roll_back(self, run_id: str, server: str) -> str:
-        from dbmigrate.app.consolidate.control import rollback_server
-
-        return rollback_server(run_id, server, subscribers=self.subscribers)
 
 
 def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = False, rows: int = 2000,

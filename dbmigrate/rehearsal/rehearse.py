@@ -29,9 +29,10 @@ from dbmigrate.procedures.kit.guard import GuardState
 from dbmigrate.home import home
 from dbmigrate.rehearsal import hidden
 from dbmigrate.rehearsal.cpu import measure_cpu
+from dbmigrate.rehearsal.driver import DirectDriver, Driver
 from dbmigrate.rehearsal.evidence import record_client_evidence, record_promote_evidence
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
-from dbmigrate.exceptions import SandboxError
+from dbmigrate.exceptions import SandboxError, UsageError
 
 Progress = Callable[[str], None]
 
@@ -278,6 +279,11 @@ def finish_shape(replay, shaped: dict[str, Any], finished: float, after_s: float
                                        "during": (shaped["cutover_began"], finished),
                                        "after": (finished, time.time())})
     shaped["summary"]["pools"] = replay.pools_report()
+    from dbmigrate.rehearsal.shape_replay import failed_classes
+
+    # A class the application ran without error that fails when replayed: the rehearsal did not
+    # run what the application runs, so it cannot be called a success.
+    shaped["summary"]["failed_classes"] = failed_classes(shaped["classes"])
 
 
 def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5, keep: bool = False,
@@ -285,14 +291,17 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                      guard: bool = True, remote: bool = False,
                      before_cutover: Callable[[Any, str, str], None] | None = None,
                      name: str | None = None, compose: bool = False, shape: Path | None = None,
-                     scale: float = 0.01) -> dict[str, Any]:
+                     scale: float = 0.01, driver: Driver | None = None) -> dict[str, Any]:
     from dbmigrate.app.evidence import ClusterSampler
-    from dbmigrate.app.runs import start_run
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
 
     say = progress or (lambda m: None)
     shape_files = check_shape_options(shape, scale) if shape is not None else None
+    if remote and driver is not None:
+        raise UsageError("--remote runs the playbook in a child process of its own: it cannot be driven from "
+                         "the terminal session", hint="rehearse with --remote or with --tui, not both")
+    driver = driver or DirectDriver(subscribers)
     boxes = Sandboxes(progress=say)
     name = name or f"rehearsal-{secrets.token_hex(2)}"
     remote_info: dict[str, Any] = {}
@@ -384,7 +393,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             sampler = ClusterSampler(state.inventory_file, name).start()
             shaped["cutover_began"] = time.time()
             try:
-                outcome = start_run(playbook, subscribers=subscribers, assume_yes=True, rehearsal=True)
+                outcome = driver.run(playbook)
             finally:
                 sampler.stop()
         finished = time.time()

@@ -25,6 +25,7 @@ from dbmigrate.rehearsal.rehearse import (
     Progress, check_shape_options, client_summary, finish_shape, replication_shape, run_write_gaps, start_clients,
     start_shape, start_workload, stop_workload, tear_down, wait_applied,
 )
+from dbmigrate.rehearsal.driver import DirectDriver, Driver
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 COLUMN, INDEX = "rehearsal_note", "idx_rehearsal_amount"
@@ -51,13 +52,14 @@ def altered(inv, server: str) -> bool:
 
 def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False, subscribers=(),
                          name: str | None = None, rows: int = 5000, compose: bool = False,
-                         shape: Path | None = None, scale: float = 0.01) -> dict[str, Any]:
-    from dbmigrate.app.runs import start_run
+                         shape: Path | None = None, scale: float = 0.01,
+                         driver: Driver | None = None) -> dict[str, Any]:
     from dbmigrate.rehearsal.readload import create_orders
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
 
     say = progress or (lambda m: None)
+    driver = driver or DirectDriver(subscribers)
     shape_files = check_shape_options(shape, scale) if shape is not None else None
     boxes = Sandboxes(progress=say)
     name = name or f"swap-{secrets.token_hex(2)}"
@@ -98,7 +100,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
         playbook = swap_playbook(state.path / "schema-swap.yaml", state.inventory_file, name, candidate)
         say(f"running playbook {playbook.name}: {DDL} on each side, one at a time, then back to {primary}")
         shaped["cutover_began"] = time.time()
-        outcome = start_run(playbook, subscribers=subscribers, assume_yes=True, rehearsal=True)
+        outcome = driver.run(playbook)
         if replay is not None:
             finish_shape(replay, shaped, time.time(), 2)
             replay = None

@@ -48,8 +48,9 @@ class Pool:
     """database/sql-like: lazy opens, idle connections kept after SQL errors."""
 
     def __init__(self, address: "tuple[str, int] | Callable[[], tuple[str, int]]", creds: Credentials,
-                 session: dict[str, str], size: int = 4):
+                 session: dict[str, str], size: int = 4, database: str = ""):
         self.address, self.creds, self.session, self.size = address, creds, session, size
+        self.database = database  # the default database the application's sessions had
         self._idle: list[_Conn] = []
         self._lock = threading.Lock()
         self.opened = 0
@@ -65,7 +66,8 @@ class Pool:
         host, port = self.address() if callable(self.address) else self.address
         conn = mysql.connector.connect(host=host, port=port, user=self.creds.user,
                                        password=self.creds.password or "", connection_timeout=2, autocommit=True,
-                                       use_pure=True, ssl_disabled=True)
+                                       use_pure=True, ssl_disabled=True,
+                                       **({"database": self.database} if self.database else {}))
         cur = conn.cursor()
         try:
             for name, value in self.session.items():
@@ -102,6 +104,7 @@ class ReplayClass:
     label: str
     checksum: str
     account: str
+    db: str
     rate: float
     statement: ReplayStatement
     tables: tuple[str, ...]
@@ -141,13 +144,17 @@ class ShapeReplay:
                  rate_scale: float = 1.0, pool_size: int = 4):
         self.address, self.shape, self.loaded = address, shape, loaded
         default = writer_account(shape, loaded)
-        self.pools = {user: Pool(address, creds, shape.sessions.get(user, {}), pool_size)
-                      for user, creds in loaded.accounts.items()}
+        # One pool per account and default database: a class runs where the application ran it
+        # (unqualified table names), with the account's session settings.
         self.classes = [ReplayClass(label=qc.label, checksum=qc.checksum,
                                     account=qc.user if qc.user in loaded.accounts else default,
+                                    db=qc.db if qc.db in shape.schemas else _only_schema(shape),
                                     rate=min(MAX_RATE, shape.rate(qc) * rate_scale),
                                     statement=plan(qc.example), tables=_tables(qc, shape))
                         for qc in shape.classes]
+        self.pools = {(c.account, c.db): Pool(address, loaded.accounts[c.account],
+                                              shape.sessions.get(c.account, {}), pool_size, c.db)
+                      for c in self.classes}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.started_at: float | None = None
@@ -183,16 +190,17 @@ class ShapeReplay:
         return False
 
     def pools_report(self) -> dict[str, dict[str, Any]]:
-        return {user: {"opened": p.opened, "opened_to": p.opened_to, "session": p.session_seen}
-                for user, p in self.pools.items()}
+        return {(f"{user}@{db}" if db else user): {"opened": p.opened, "opened_to": p.opened_to,
+                                                    "session": p.session_seen, "database": db}
+                for (user, db), p in self.pools.items()}
 
     def report(self, phases: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
-        return [{"class": c.label, "checksum": c.checksum, "account": c.account, "rate": round(c.rate, 1),
+        return [{"class": c.label, "checksum": c.checksum, "account": c.account, "db": c.db, "rate": round(c.rate, 1),
                  "statement": c.statement.sql, **{name: c.window(*span) for name, span in phases.items()}}
                 for c in self.classes]
 
     def _run(self, rc: ReplayClass, sources: dict[str, ValueSource]) -> None:
-        pool = self.pools[rc.account]
+        pool = self.pools[(rc.account, rc.db)]
         interval = 1.0 / rc.rate if rc.rate > 0 else 1.0
         due = time.monotonic()
         while not self._stop.is_set():
@@ -251,6 +259,28 @@ def _tables(qc: QueryClass, shape: ShapeFiles) -> tuple[str, ...]:
             name = f"{next(iter(shape.schemas))}.{name}"
         out.append(name)
     return tuple(out)
+
+
+def _only_schema(shape: ShapeFiles) -> str:
+    """A class without a recorded database: the shape's schema when it has one only."""
+    return next(iter(shape.schemas)) if len(shape.schemas) == 1 else ""
+
+
+def failed_classes(classes: list[dict[str, Any]], captured: dict[str, int] | None = None) -> list[str]:
+    """Each replayed class whose executions failed more often than at capture (`captured`: checksum
+    -> errors counted in the capture window, none known: 0), named with its errors and counts."""
+    out = []
+    for c in classes:
+        count = sum(int((c.get(p) or {}).get("count") or 0) for p in ("before", "during", "after"))
+        codes: dict[str, int] = {}
+        for p in ("before", "after"):  # during a cutover, 1290 and lost connections are the cutover's
+            for code, n in ((c.get(p) or {}).get("errors_by_code") or {}).items():
+                codes[code] = codes.get(code, 0) + int(n)
+        errors = sum(codes.values())
+        if errors > int((captured or {}).get(str(c.get("checksum")), 0)) and count:
+            shown = ", ".join(f"error {code} x {n}" for code, n in sorted(codes.items(), key=lambda kv: -kv[1]))
+            out.append(f"{c['class']} ({errors} of {count} executions failed: {shown})")
+    return out
 
 
 def _numeric(value: str) -> bool:

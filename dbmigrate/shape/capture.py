@@ -76,7 +76,8 @@ class Shape:
     roles: list[dict[str, Any]] = field(default_factory=list)
     sessions: dict[str, Any] = field(default_factory=dict)
     digest: str | None = None
-    digest_source: str | None = None  # which query window: performance_schema or the slow log
+    digest_source: str | None = None  # which query window: wire, performance_schema or the slow log
+    digest_classes: int | None = None  # how many query classes the window captured
     took_s: float = 0.0
     paced: dict[str, Any] = field(default_factory=dict)  # reads, time reading, time paused
 
@@ -84,7 +85,8 @@ class Shape:
         return {"format": FORMAT, "captured_from": self.captured_from, "took_s": round(self.took_s, 2),
                 "paced": self.paced,
                 "schemas": self.schemas, "accounts": self.accounts, "roles": self.roles, "sessions": self.sessions,
-                "digest": self.digest, "digest_source": self.digest_source}
+                "digest": self.digest, "digest_source": self.digest_source,
+                "digest_classes": self.digest_classes}
 
     def schema_sql(self) -> str:
         return load_script(self.schemas)

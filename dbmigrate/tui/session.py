@@ -32,7 +32,7 @@ from dbmigrate.app.session import journal_note
 from dbmigrate.tui.fleet import FleetBoard
 from dbmigrate.tui.fleet_keys import FleetKeys
 from dbmigrate.tui.swap import SwapBoard
-from dbmigrate.tui.widgets.fleet import FleetDetail, SwapTable, fleet_widgets
+from dbmigrate.tui.widgets.fleet import FleetInfo, SwapTable, fleet_widgets
 from dbmigrate.engine.events import (Event, GateDecided, GateWaiting, Log, Metric, RunFinished, StepFinished,
                                      StepStarted)
 from dbmigrate.exceptions import DbmigrateError
@@ -42,6 +42,7 @@ from dbmigrate.tui.messages import ClusterSampled, EngineEvent, GateAsked, RunEn
 from dbmigrate.app.monitor import ClusterMonitor
 from dbmigrate.tui.widgets import EventLog, GateModal, KeysScreen, LagPanel, LatencyPanel, StepList, WarmPanel
 from dbmigrate.tui.widgets.keys import QUIT_CONFIRM_S, keys_line
+SHORT_ROWS = 30  # up to this many rows the panels are shorter (app.tcss: Screen.short)
 # A new run is offered only after a run that left nothing changed behind it.
 RESTARTABLE = ("idle", "did not start", "rolled_back", "refused", "cancelled", "declined")
 
@@ -55,11 +56,12 @@ class CutoverApp(FleetKeys, App[None]):
         Binding("r", "rollback", "roll back"),
         Binding("q", "quit", "quit"),
         Binding("question_mark", "keys", "keys"),
-        # The consolidation board's keys (shown and active on that board only).
-        Binding("plus", "throttle(2.0)", "faster"),
-        Binding("minus", "throttle(0.5)", "slower"),
-        Binding("p", "pause", "pause"),
-        Binding("b", "rollback_server", "server back"),
+        # The consolidation board's keys (active on that board only). Named in the board's title
+        # and in `?`, not in the footer: there they pushed `? keys` off an 80-column screen.
+        Binding("plus", "throttle(2.0)", "faster", show=False),
+        Binding("minus", "throttle(0.5)", "slower", show=False),
+        Binding("p", "pause", "pause", show=False),
+        Binding("b", "rollback_server", "server back", show=False),
     ]
 
     def __init__(
@@ -74,6 +76,7 @@ class CutoverApp(FleetKeys, App[None]):
         lag_limit_ms: float = 1000.0,
         handle_signals: bool = False,
         stamp: Callable[[], str] | None = None,
+        rehearsal: bool = False,
     ) -> None:
         super().__init__()
         # Plan and playbook errors surface before the screen takes over the terminal.
@@ -88,6 +91,7 @@ class CutoverApp(FleetKeys, App[None]):
         self.journal_path = playbook.journal_path
         self.autostart = autostart
         self.dry_run = dry_run
+        self.rehearsal = rehearsal  # a rehearsal's run: marked so in the journal (`last` never means it)
         # A fleet has a writer per old server: the board shows the copies' own figures instead.
         self.monitor_enabled = monitor and self.inventory_path is not None and self.fleet is None
         self.monitor_interval_s = monitor_interval_s
@@ -126,7 +130,7 @@ class CutoverApp(FleetKeys, App[None]):
                     table = SwapTable(id="swap")
                     table.border_title = "sides, one at a time"
                     yield table
-                    yield FleetDetail(id="swap-switchover")
+                    yield FleetInfo(id="swap-switchover")
                     with VerticalScroll(id="left"):
                         yield StepList(self.board, id="steps")
             else:
@@ -140,6 +144,7 @@ class CutoverApp(FleetKeys, App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.screen.set_class(self.size.height <= SHORT_ROWS, "short")
         self.sub_title = f"{self.board.procedure_name} on {self.cluster} · {self.playbook_path.name}"
         self.query_one("#log", EventLog).border_title = "log (Tab, ↑↓, PgUp/PgDn)"
         self.query_one("#left").border_title = "plan (Tab, ↑↓, PgUp/PgDn)"
@@ -163,6 +168,9 @@ class CutoverApp(FleetKeys, App[None]):
             self.action_start()
         else:
             self.say("press g to start the run")
+
+    def on_resize(self, event) -> None:
+        self.screen.set_class(self.size.height <= SHORT_ROWS, "short")
 
     def on_unmount(self) -> None:
         if self.handle_signals:
@@ -300,7 +308,8 @@ class CutoverApp(FleetKeys, App[None]):
         try:
             if mode == "run":
                 outcome = start_run(self.playbook_path, subscribers=[relay], approver=self.gates,
-                                    dry_run=self.dry_run, journal_path=self.journal_path, cancel=self.cancel)
+                                    dry_run=self.dry_run, journal_path=self.journal_path, cancel=self.cancel,
+                                    rehearsal=self.rehearsal)
             else:
                 outcome = rollback_run(self.board.run_id, subscribers=[relay], approver=self.gates,
                                        journal_path=self.journal_path)
@@ -354,10 +363,11 @@ class CutoverApp(FleetKeys, App[None]):
             doing = "undoing" if event.action == "undo" else "finishing"
             self.sub_title = f"stopping… {doing} {event.name}"
             self.say(f"stopping…: {doing} {event.name}", "warning")
-        if self.fleet is not None:
-            if self.fleet.apply(event):
-                self._show_fleet()
-        elif isinstance(event, Metric):
+        if self.fleet is not None and self.fleet.apply(event):
+            self._show_fleet()
+        if isinstance(event, Metric):
+            if self.fleet is not None:
+                return  # the board shows the copies' own figures
             if self.swap is not None and self.swap.apply(event):
                 self._show_swap()
             warm = self.query_one(WarmPanel)
@@ -428,7 +438,9 @@ class CutoverApp(FleetKeys, App[None]):
     def _show_swap(self) -> None:
         assert self.swap is not None
         self.query_one(SwapTable).show(self.swap)
-        self.query_one("#swap-switchover", FleetDetail).set(Text(self.swap.switchover(), style="bold"))
+        line = Text(self.swap.last_step_line() + "\n")
+        line.append(self.swap.switchover(), style="bold")
+        self.query_one("#swap-switchover", FleetInfo).set(line)
 
     def say(self, line: str, level: str = "info") -> None:
         """One line in the log pane."""

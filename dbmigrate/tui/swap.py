@@ -68,9 +68,19 @@ class SwapBoard:
                 elif step.status == "undone" and st:
                     stage, last = "undone", f"{step.name}: undone"
             if stage == "warmed" and side in self.ratios:
-                stage = f"warmed, hit ratio {self.ratios[side]:.3f}"
+                stage = f"warmed, hit {self.ratios[side]:.3f}"  # short: the stage column is never cut at 80x24
             out.append(SideRow(side, side == self.primary, stage, last, self.ratios.get(side)))
         return out
+
+    def current(self) -> SideRow | None:
+        """The side the swap is at: the one in progress or failed, else the last that moved."""
+        rows = self.rows()
+        busy = next((r for r in rows if r.stage.endswith("…") or r.stage == "failed"), None)
+        return busy or next((r for r in reversed(rows) if r.last), None)
+
+    def last_step_line(self) -> str:
+        row = self.current()
+        return f"last step: {row.last}" if row is not None else "last step: none yet"  # its name names the side
 
     def switchover(self) -> str:
         """One line: the switchover of the primary's side, where it is."""
@@ -93,4 +103,4 @@ class SwapBoard:
         done = sum(1 for s in steps if s.status in ("done", "skipped", "dry-run"))
         if done:
             return f"switchover: in progress, {done} of {len(steps)} steps done"
-        return f"switchover: pending ({len(steps)} steps, after the replicas' sides)"
+        return f"switchover: pending ({len(steps)} steps)"  # after the replicas' sides: the plan shows where

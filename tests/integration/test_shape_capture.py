@@ -140,7 +140,7 @@ def test_a_pool_with_its_own_long_query_time_is_captured_by_performance_schema(b
         app = PooledApp(spec.port)
         out = tmp_path / "shape"
         r = cli("shape", "capture", "-i", str(state.inventory_file), "-c", "shapeps", "-o", str(out),
-                "--schema", "ca", "--seconds", "3", timeout=120)
+                "--schema", "ca", "--seconds", "3", "--window", "performance_schema", timeout=120)
         assert r.returncode == 0, r.stderr + r.stdout
         assert "query window: performance_schema statement digests" in r.stdout, r.stdout
         # The prepared statement's executions are counted outside every digest: said, with how many.
@@ -160,9 +160,10 @@ def test_a_pool_with_its_own_long_query_time_is_captured_by_performance_schema(b
         assert sessions["by_account"]["ca_app"]["sql_mode"] == "STRICT_ALL_TABLES"
         # The same window through the slow log sees none of the pool's queries: the reason for the above.
         r = cli("shape", "capture", "-i", str(state.inventory_file), "-c", "shapeps", "-o", str(tmp_path / "slow"),
-                "--schema", "ca", "--seconds", "2", "--window", "slow_log", timeout=120)
+                "--schema", "ca", "--seconds", "2", "--window", "slow_log", "--allow-empty", timeout=120)
         assert r.returncode == 0, r.stderr + r.stdout
         assert "query window: slow-log window" in r.stdout
+        assert "captured 0 classes of the application" in r.stdout + r.stderr  # said, and allowed
         slow = json.loads((tmp_path / "slow" / "digest.json").read_text())
         assert not any("ix_status_created" in c["example"] for c in slow["classes"])
     finally:

@@ -84,7 +84,8 @@ async def test_promote_from_the_tui_then_roll_back_with_r(boxes, tmp_path):
             assert app.query_one(LatencyPanel).writer == f"{name}-1"
 
             await pilot.press("g")
-            await until(pilot, lambda: isinstance(app.screen, GateModal), 30, "the go-ahead gate")
+            await until(pilot, lambda: isinstance(app.screen, GateModal) and app.screen.query("#gate-text"), 30,
+                        "the go-ahead gate")  # pushed, then composed: its text is there a moment later
             shown = str(app.screen.query_one("#gate-text").render())
             assert f"Fence {name}-1 and promote {name}-new?" in shown
             assert "preflight: all" in shown  # the preflight gate's verdict is in front of the operator
@@ -105,7 +106,8 @@ async def test_promote_from_the_tui_then_roll_back_with_r(boxes, tmp_path):
             await until(pilot, lambda: app.query_one(LatencyPanel).writer == f"{name}-new", 10, "the new writer")
 
             await pilot.press("r")
-            await until(pilot, lambda: isinstance(app.screen, GateModal), 10, "the rollback confirmation")
+            await until(pilot, lambda: isinstance(app.screen, GateModal) and app.screen.query("#gate-text"), 10,
+                        "the rollback confirmation")
             assert "Undo" in str(app.screen.query_one("#gate-text").render())
             await pilot.press("y")
             await until(pilot, lambda: app.busy is None, 60, "the rollback to end")

@@ -59,6 +59,9 @@ ALLOWED_STATE = [
                        "the run state is one journal row that fleet threads of the process edit in turn"),
     rules.StateAllowed("dbmigrate/procedures/kit/fence_watch.py", "_not_waited_for",
                        "a watchdog that outlives its fence is joined by the next fence of the process"),
+    rules.StateAllowed("dbmigrate/procedures/kit/guard.py", "_WIRE",
+                       "a guard's wire window is a running tcpdump-to-tshark stream held across steps of one run; "
+                       "a run resumed by another process reopens it, and the host's tcpdump ends on its own"),
 ]
 
 

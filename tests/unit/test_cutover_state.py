@@ -26,6 +26,9 @@ class FakeInspector:
     def gtid_binlog_pos(self) -> str:
         return self.sw.positions[self.name]
 
+    def variable(self, name: str) -> str:
+        return {"binlog_format": "ROW"}[name]
+
 
 class FakeSwitchover:
     """What the cutover steps call, with a log of the calls and what the journal said at each."""

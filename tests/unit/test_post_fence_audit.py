@@ -108,3 +108,16 @@ def test_nothing_written_past_the_fence_reads_no_binlog(world):
     kit.fence(cut, ctx, cut_sw)
     said = kit.open_candidate(cut, ctx)
     assert "after the fence" not in said and PostFenceAudit.load(ctx.state).sealed_pos is None
+
+
+def test_a_mixed_binlog_skips_the_rows_named_as_needing_row_and_the_gtid_check_still_decides(world):
+    topo, ctx, cut = world
+    topo.servers["db1"].binlog_format = "MIXED"
+    gtid = fence_then_write_past_it(topo, ctx, cut)
+
+    said = kit.open_candidate(cut, ctx)
+
+    assert "binlog_format MIXED: not available: the post-fence audit's rows" in said, said
+    assert "db2 is writable" in said and gtid in topo.servers["db2"].position()
+    audit = PostFenceAudit.load(ctx.state)
+    assert audit.candidate_has_them and audit.transactions == [] and "need ROW" in audit.read_error

@@ -70,6 +70,13 @@ def test_binlog_rule():
     assert not r.ok and "STATEMENT" in r.reason and "log_slave_updates is OFF" in r.reason
 
 
+def test_a_mixed_binlog_promotes_and_names_what_needs_row():
+    r = binlog_rule(facts(binlog_format="MIXED"))
+    assert r.ok, r.reason  # GTID positions carry a promote in any format
+    assert "post-fence audit" in r.reason and "need ROW" in r.reason
+    assert r.details["not_available"]
+
+
 def n(addr, ro=True, io="Yes", sql="Yes", filters=None, source="p:1") -> Node:
     st = ReplicaStatus("p", 1, io, sql, 0, "", "", "Slave_Pos", filters=filters or {})
     return Node(addr, addr, facts(address=addr, read_only=ro, source=source, io_running=io, sql_running=sql), status=st)

@@ -281,8 +281,12 @@ def test_plan_lists_every_side_then_the_primary(tmp_path):
     assert cutover[0] == "fence db-orders-1" and "open db-orders-3 for writes" in cutover
     assert [s.name for s in procedure.phase("finish").steps] == [
         "switch back to db-orders-1", "verify writes flow to db-orders-1", "route reads"]
-    assert [g.name for g in procedure.phase("return db-orders-2").gates] == ["db-orders-2 ready"]
-    ddl_step = procedure.phase("alter db-orders-2").steps[2]
+    # Without replay_digest the side's readers' queries are captured (wire) and tried before it returns.
+    assert [g.name for g in procedure.phase("return db-orders-2").gates] == [
+        "db-orders-2 ready", "db-orders-2 answers the application's queries"]
+    assert procedure.phase("alter db-orders-2").steps[0].name == "capture the readers' queries on db-orders-2 (wire)"
+    assert not any("capture" in s.name for s in procedure.phase("alter db-orders-1 (old primary)").steps)
+    ddl_step = procedure.phase("alter db-orders-2").steps[3]
     assert ddl_step.name == "apply DDL on db-orders-2 (binlog off)" and ddl_step.undo is not None
 
 
@@ -291,7 +295,11 @@ def test_plan_variants(tmp_path):
     assert [p.name for p in skip.phases][-1] == "return db-orders-4"
     keep = plan_playbook(_playbook(tmp_path, switch_back=False, warm={"method": "scan", "tables": ["orders.orders"]}))
     assert [s.name for s in keep.phase("finish").steps] == ["route reads"]
-    assert [g.name for g in keep.phase("finish").gates] == ["db-orders-1 ready", "warm-up"]
+    assert [g.name for g in keep.phase("finish").gates] == [
+        "db-orders-1 ready", "db-orders-1 answers the application's queries", "warm-up"]
+    untried = plan_playbook(_playbook(tmp_path, replay_capture_s=0))
+    assert [g.name for g in untried.phase("return db-orders-2").gates] == ["db-orders-2 ready"]
+    assert not any("capture" in s.name for s in untried.phase("alter db-orders-2").steps)
     assert "warm db-orders-2 (scan)" in [s.name for s in keep.phase("alter db-orders-2").steps]
 
 

@@ -44,3 +44,18 @@ def test_a_hint_on_an_index_renamed_away_is_a_warning_too():
     params = SchemaSwapParams(ddl=["ALTER TABLE app.orders RENAME INDEX ix_amount TO ix_amount2"])
     d = digest(qc("SELECT id FROM app.orders FORCE INDEX (ix_amount) WHERE amount > 3"))
     assert len(hint_warnings(d, params)) == 1
+
+
+def test_the_hint_check_reads_pt_query_digest_table_names_and_fingerprints_and_names_the_class():
+    # pt-query-digest names tables `schema`.`table` (backticks); the DDL names schema.table; the sample was
+    # redacted away and only the fingerprint keeps the hint, with spaces and backticks.
+    params = SchemaSwapParams(ddl=["ALTER TABLE ca.authz DROP INDEX regID_identifier_status_expires_idx"])
+    hinted = QueryClass(checksum="C1", fingerprint="select id from authz use index ( `regid_identifier_status_expires_idx` )"
+                        " where regid = ?", distillate="SELECT authz", count=66, total_time=0.1, avg=0.01, p95=0.01,
+                        p99=None, max=0.02, example="", tables=("`ca`.`authz`",))
+    other = qc("SELECT id FROM authz FORCE KEY FOR JOIN (`a`, b) WHERE x = 1", tables=("`ca`.`authz`",))
+    warnings = hint_warnings(digest(hinted, other), params)
+    assert len(warnings) == 1, warnings
+    assert "regid_identifier_status_expires_idx" in warnings[0] and "use index" in warnings[0]
+    assert "66 in the digest" in warnings[0]
+    assert hinted_indexes("select * from t ignore index for group by ( `x` ,y) use key(z)") == {"x", "y", "z"}

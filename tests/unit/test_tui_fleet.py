@@ -159,10 +159,11 @@ def test_the_swap_board_follows_each_side_through_its_stages():
     finish("verify the change on db-orders-2")
     finish("warm db-orders-2")
     swap.apply(Metric(name="hit_ratio_after", value=0.987, labels={"server": "db-orders-2"}))
-    assert swap.rows()[0].stage == "warmed, hit ratio 0.987"
+    assert swap.rows()[0].stage == "warmed, hit 0.987"
     row = next(r for r in board.steps if r.name.startswith("put db-orders-2"))
     board.apply(StepStarted(index=row.index, phase=row.phase, name=row.name))
     assert swap.rows()[0].stage == "returning…"
+    assert swap.last_step_line() == f"last step: {row.name}"
     finish("put db-orders-2 back")
     assert swap.rows()[0].stage == "back in pool"
     finish("take db-orders-3 out")
@@ -173,3 +174,22 @@ def test_the_swap_board_follows_each_side_through_its_stages():
     for name in ("fence db-orders-1", "wait for db-orders-2"):
         finish(name)
     assert swap.switchover() == "switchover: in progress, 2 of 10 steps done"
+
+
+@pytest.mark.asyncio
+async def test_the_consolidation_boards_log_tells_the_runs_gates_and_lines(tmp_path):
+    from dbmigrate.engine.events import GateDecided, Log
+    from dbmigrate.tui.messages import EngineEvent
+    from dbmigrate.tui.session import CutoverApp
+
+    app = CutoverApp(PLAYBOOK, journal_path=tmp_path / "journal.sqlite", monitor=False, stamp=lambda: "01:02:03")
+    async with app.run_test(size=(80, 24)) as pilot:
+        for event in (GateDecided(phase="preflight", gate="preflight", kind="auto", ok=True, by="auto",
+                                  reason="every old server checked"),
+                      Log(message="seeding db-legacy-1 physically", level="info"),
+                      server("db-legacy-1", "seed", "started")):
+            app.on_engine_event(EngineEvent(event))
+        await pilot.pause(0.1)
+        assert "gate preflight passed (auto): every old server checked" in app.event_log, app.event_log
+        assert "seeding db-legacy-1 physically" in app.event_log
+        assert app.fleet.rows["db-legacy-1"].stage == "seeding"

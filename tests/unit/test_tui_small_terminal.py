@@ -15,7 +15,7 @@ from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure
 from dbmigrate.procedures import registry
 from dbmigrate.procedures.contract import Prepared
 from dbmigrate.tui.session import CutoverApp
-from dbmigrate.tui.widgets import EventLog, GateModal, LagPanel, LatencyPanel, StepList
+from dbmigrate.tui.widgets import EventLog, GateModal, LagPanel, LatencyPanel, StepList, WarmPanel
 from tests.unit.test_engine_support import FakeLockServer
 from tests.unit.tui_screen import compact, read_by_paging, screen_rows, squash, until
 
@@ -134,7 +134,26 @@ async def test_panels_keep_to_their_rows_at_80x24(quiet):
                 assert not a.overlaps(b), (a, b)
         assert app.query_one(EventLog).region.height >= 5  # the log keeps room to be read
         text = latency.plain
-        assert "SELECT @@read_only on db-1" in text and "last 2.5 ms" in text and "max 2.5 ms in 1 s" in text
+        assert "db-1: last 2.5 ms" in text and "max 2.5 ms in 1 s" in text
+        assert "@@read_only" in latency.border_title  # what the round trip times
+
+
+async def test_the_log_keeps_five_lines_while_the_warm_up_panel_shows_at_80x24(quiet):
+    from dbmigrate.engine.events import Metric
+
+    app = CutoverApp(quiet.playbook, journal_path=quiet.journal)
+    async with app.run_test(size=(80, 24)) as pilot:
+        latency, warm = app.query_one(LatencyPanel), app.query_one(WarmPanel)
+        latency.add_probe("db-1", 2.5)
+        latency.add_metric(Metric(name="baseline_queries", value=1234, unit=""))
+        for metric in (Metric(name="warm_progress", value=0.4, labels={"server": "db-4", "message": "scanning"}),
+                       Metric(name="hit_ratio_before", value=0.41, labels={"server": "db-4"}),
+                       Metric(name="resident_pages_before", value=120, unit="pages", labels={"server": "db-4"})):
+            warm.add_metric(metric)
+        await pilot.pause(0.1)
+        assert warm.region.height > 0
+        log = app.query_one(EventLog)
+        assert log.scrollable_content_region.height >= 5, log.region
 
 
 async def test_quitting_at_the_gate_before_any_change_is_a_refusal(quiet):
@@ -188,3 +207,31 @@ async def test_tui_refuses_without_a_terminal_in_one_line(tmp_path):
     assert r.stdout == ""  # no escape codes
     assert "dbmigrate tui needs an interactive terminal, and its stdin and stdout are not one" in r.stderr
     assert "\x1b" not in r.stderr
+
+
+async def test_tui_help_names_its_argument_as_the_manual_does():
+    from typer.testing import CliRunner
+
+    from dbmigrate.cli.main import app
+
+    r = CliRunner().invoke(app, ["tui", "--help"], env={"COLUMNS": "120"})
+    assert r.exit_code == 0, r.stdout
+    usage = next(line for line in r.stdout.splitlines() if "Usage:" in line)
+    assert usage.split()[-2:] == ["[OPTIONS]", "PLAYBOOK"], usage
+
+
+async def test_the_warm_up_panel_shows_the_server_warmed_now_not_the_last_ones_figures(quiet):
+    from dbmigrate.engine.events import Metric
+
+    app = CutoverApp(quiet.playbook, journal_path=quiet.journal)
+    async with app.run_test(size=(80, 24)) as pilot:
+        warm = app.query_one(WarmPanel)
+        for server, ratio in (("db-2", 0.987), ("db-3", None)):
+            warm.add_metric(Metric(name="warm_progress", value=1.0 if ratio else 0.3,
+                                   labels={"server": server, "message": f"scanning on {server}"}))
+            if ratio:
+                warm.add_metric(Metric(name="hit_ratio_after", value=ratio, labels={"server": server}))
+        await pilot.pause(0.1)
+        assert warm.border_title == "warm-up of db-3"
+        assert "30%" in warm.plain and "scanning on db-3" in warm.plain
+        assert "db-2" not in warm.plain and "0.987" not in warm.plain, warm.plain

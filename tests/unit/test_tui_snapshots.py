@@ -7,6 +7,7 @@ __snapshots__ are reviewed pictures: a change that moves them shows in review, a
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -15,9 +16,11 @@ import pytest
 
 from dbmigrate.engine.events import (GateDecided, GateWaiting, Metric, RunFinished, RunStarted, StepFinished,
                                      StepStarted)
+from dbmigrate.app.monitor import ClusterSample
+from dbmigrate.lag import LagSample
 from dbmigrate.tui.session import CutoverApp
-from dbmigrate.tui.messages import EngineEvent
-from dbmigrate.tui.widgets import GateModal
+from dbmigrate.tui.messages import ClusterSampled, EngineEvent
+from dbmigrate.tui.widgets import GateModal, LatencyPanel
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 SIZES = {"80x24": (80, 24), "132x43": (132, 43)}
@@ -236,3 +239,110 @@ def consolidate_state(state: str) -> Callable:
 def test_consolidation_board(snap_compare, playbooks, state, size):
     assert snap_compare(session("consolidate-shards.yaml"), terminal_size=SIZES[size],
                         run_before=consolidate_state(state))
+
+
+# -- 80x24: what a newcomer saw cut, stale or lost ---------------------------------------------------
+# The lag panel's limit whole, the plan's long lines wrapped under their own text, the warm-up panel
+# naming the server it warms now, the log keeping five lines beside it (promote); the swap's stage
+# and last step whole while the next side warms; all four old servers of a consolidation and its
+# footer on one screen.
+
+def lag_sample(writer: str, replicas: dict[str, float]) -> ClusterSampled:
+    return ClusterSampled(ClusterSample(writer=writer, writer_note="", latency_ms=1.8, lag=[
+        LagSample(name=n, address="10.20.6.4:3306", lag_ms=ms, heartbeat="fresh", limit_ms=1000.0, ok=ms <= 1000,
+                  reason="" if ms <= 1000 else f"{ms:.0f} ms behind (limit 1000 ms)") for n, ms in replicas.items()]))
+
+
+def sampled(app: CutoverApp, writer: str, replicas: dict[str, float], times: int = 12) -> None:
+    for i in range(times):
+        app.on_cluster_sampled(lag_sample(writer, {n: ms * (1 + (i % 4) / 3) for n, ms in replicas.items()}))
+
+
+def warming(server: str, progress: float, message: str) -> Metric:
+    return Metric(name="warm_progress", value=progress, labels={"server": server, "message": message})
+
+
+def promote_warming(pilot_app: CutoverApp) -> list:
+    app = pilot_app
+    warm = next(i for i, r in enumerate(app.board.steps) if r.name.startswith("warm"))
+    row = app.board.steps[warm]
+    return [*run_started(app), *gates_passed(app, "preflight"), *steps(app, warm),
+            StepStarted(index=row.index, phase=row.phase, name=row.name),
+            warming("db-orders-4", 0.62, "scanned 2 of 3 tables (app.orders, app.customers)"),
+            Metric(name="hit_ratio_before", value=0.412, labels={"server": "db-orders-4"}),
+            Metric(name="resident_pages_before", value=1200, unit="pages", labels={"server": "db-orders-4"})]
+
+
+@pytest.fixture
+def warm_promote(playbooks):
+    """The shipped promote playbook with a warm-up of its candidate before the cutover."""
+    path = playbooks / "promote-replica.yaml"
+    text = path.read_text()
+    if "\n  warm:" not in text:  # the shipped template warms its candidate already
+        path.write_text(text.replace("params:\n", "params:\n  warm: {method: scan, tables: [app.orders, "
+                                                  "app.customers, app.order_lines], seconds: 120}\n", 1))
+    return path
+
+
+async def _promote_warming(pilot) -> None:
+    app = pilot.app
+    sampled(app, "db-orders-1", {"db-orders-2": 3.0, "db-orders-3": 4.0, "db-orders-4": 180.0})
+    for i in range(12):
+        app.query_one(LatencyPanel).add_probe("db-orders-1", 1.2 + (i % 3) * 0.4)
+    feed(app, *promote_warming(app))
+    await pilot.pause(0.3)
+
+
+def test_promote_board_warming_80x24(snap_compare, warm_promote):
+    app = session("promote-replica.yaml")
+    assert any(r.name.startswith("warm") for r in app.board.steps), [r.name for r in app.board.steps]
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_promote_warming)
+
+
+async def _swap_next_side_warming(pilot) -> None:
+    app = pilot.app
+    third = [i for i, r in enumerate(app.board.steps) if r.phase == "alter db-orders-3"]
+    warm3 = next(i for i in third if app.board.steps[i].name.startswith("warm"))
+    row = app.board.steps[warm3]
+    feed(app, *run_started(app), *gates_passed(app, "preflight"), *steps(app, warm3),
+         warming("db-orders-2", 1.0, "hit ratio 0.987 reached the target 0.9"),
+         Metric(name="hit_ratio_after", value=0.987, labels={"server": "db-orders-2"}),
+         StepStarted(index=row.index, phase=row.phase, name=row.name),
+         warming("db-orders-3", 0.35, "scanned 1 of 1 tables (app.orders) 35%"))
+    await pilot.pause(0.3)
+
+
+def test_schema_swap_board_next_side_warming_80x24(snap_compare, playbooks):
+    assert snap_compare(session("schema-ab-swap.yaml"), terminal_size=(80, 24), run_before=_swap_next_side_warming)
+
+
+@pytest.fixture
+def four_servers(playbooks):
+    """The shipped consolidation with two more old servers onto a second host: four on the board."""
+    plan_file = playbooks / "consolidate-plan.example.json"
+    plan = json.loads(plan_file.read_text())
+    more = json.loads(json.dumps(plan).replace("db-legacy-1", "db-legacy-3").replace("db-legacy-2", "db-legacy-4")
+                      .replace("db-multi-1", "db-multi-2").replace("10.20.6.31", "10.20.6.32")
+                      .replace("shard_1", "shard_5").replace("shard_2", "shard_6").replace("shard_3", "shard_7")
+                      .replace("shard_4", "shard_8").replace("db_legacy_1", "db_legacy_3")
+                      .replace("db_legacy_2", "db_legacy_4"))
+    for key in ("shards", "instances", "hosts"):
+        plan[key] += more[key]
+    plan_file.write_text(json.dumps(plan, indent=2))
+    return plan_file
+
+
+async def _four_seeding(pilot) -> None:
+    app = pilot.app
+    seed = app.board.steps[3]
+    feed(app, *run_started(app), *gates_passed(app, "preflight"), *steps(app, 3),
+         StepStarted(index=seed.index, phase=seed.phase, name=seed.name),
+         fleet("db-legacy-1", "seed", "started"), copy("db-legacy-1", 172_000, 430_000, 38.6, 6700),
+         fleet("db-legacy-3", "seed", "started"), copy("db-legacy-3", 61_000, 412_000, 36.9, 9500))
+    await pilot.pause(0.3)
+
+
+def test_consolidation_board_four_servers_80x24(snap_compare, four_servers):
+    app = session("consolidate-shards.yaml")
+    assert app.fleet is not None and len(app.fleet.rows) == 4
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_four_seeding)

@@ -302,27 +302,36 @@ def keep_only_shards(ctx: RunContext, inst: PlannedInstance, shards: list[str]) 
     return dropped
 
 
+@dataclass
+class LiveThrottle:
+    """The operator's live throttle of a running seed, as last read from the run's journal."""
+
+    mb_s: Optional[float] = None
+    held: bool = False
+    read: float = 0.0
+
+
 def _watcher(ctx: RunContext, inst: PlannedInstance, source: str, shards: list[str], valve: Valve, meter: Meter,
              total: Optional[int], phases: BackupPhases) -> Watcher:
     seed = params_of(ctx).seed
 
-    live = {"mb_s": None, "held": False, "read": 0.0}
+    live = LiveThrottle()
 
     def refresh() -> None:
         # `dbmigrate consolidate throttle RUN ...` changes a live run through its journal; read it once a second.
         now = ctx.clock.monotonic()
-        if now - live["read"] >= 1.0:
+        if now - live.read >= 1.0:
             st = ctx.state.get(LIVE_THROTTLE_KEY) or {}
-            live.update(mb_s=st.get("mb_s"), held=bool(st.get("paused")), read=now)
+            live.mb_s, live.held, live.read = st.get("mb_s"), bool(st.get("paused")), now
 
     def cap() -> Optional[float]:
         refresh()
-        mb_s = live["mb_s"] if live["mb_s"] is not None else seed.throttle_mb_s
+        mb_s = live.mb_s if live.mb_s is not None else seed.throttle_mb_s
         return mb_s * MB if mb_s else None
 
     def held() -> bool:
         refresh()
-        return bool(live["held"])
+        return live.held
 
     return Watcher(valve, meter, probe=probe_for(ctx, source, shards), lag=lambda: replica_lag_s(ctx, source),
                    cap=cap, limits=Limits(cap(), seed.max_source_p999_ms, seed.max_source_lag_s), total_bytes=total,
@@ -333,7 +342,7 @@ def _watcher(ctx: RunContext, inst: PlannedInstance, source: str, shards: list[s
                    locked=phases.reason)
 
 
-def _report(ctx: RunContext, inst: PlannedInstance, source: str, text: str, figures: dict) -> None:
+def _report(ctx: RunContext, inst: PlannedInstance, source: str, text: str, figures: dict[str, Any]) -> None:
     ctx.log(f"seed {inst.name} from {source}: {text}", level="progress")
     # The figures ride along as labels: a live board shows % done, ETA and the source's p99.9.
     # total_bytes is never below bytes and pct never 100 before the end (throttle.progress_of).
@@ -350,7 +359,7 @@ def _report(ctx: RunContext, inst: PlannedInstance, source: str, text: str, figu
     ctx.metric("seed_rate_mb_s", figures["rate_mb_s"], "MB/s", instance=inst.name, source=source, **labels)
 
 
-def write_probe_for(ctx: RunContext, source: str):
+def write_probe_for(ctx: RunContext, source: str) -> Callable[[], object]:
     """One heartbeat written on the old server (`dbmigrate.heartbeat`, the tool's own row; nothing
     where it is read-only): how long a commit waits there. The instance's filter keeps the row
     out of the copy's replication, and the copy's own dbmigrate schema is dropped with the
@@ -360,7 +369,7 @@ def write_probe_for(ctx: RunContext, source: str):
     return lambda: write_heartbeat(server_of(ctx, source))
 
 
-def probe_for(ctx: RunContext, source: str, shards: list[str]):
+def probe_for(ctx: RunContext, source: str, shards: list[str]) -> Callable[[], object]:
     """One indexed point read on the biggest integer-keyed shard table (SELECT 1 without one).
     Runs in the watcher's thread, so on a session of its own."""
     keyed = Inspector(server_of(ctx, source)).integer_key_tables(shards)

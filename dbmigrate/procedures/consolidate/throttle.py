@@ -250,12 +250,12 @@ class Watcher(threading.Thread):
     report(text, figures) receives a progress line every `progress_every_s`.
     """
 
-    def __init__(self, valve: Valve, meter: Meter, *, probe: Callable[[], None],
+    def __init__(self, valve: Valve, meter: Meter, *, probe: Callable[[], object],
                  lag: Callable[[], Optional[float]], cap: Callable[[], Optional[float]], limits: Limits,
                  total_bytes: Optional[int], probe_per_s: float, window_s: float, progress_every_s: float,
                  report: Callable[[str, dict[str, Any]], None], clock: Callable[[], float] = time.monotonic,
                  held: Callable[[], bool] = lambda: False,
-                 write_probe: Optional[Callable[[], None]] = None, write_probe_per_s: float = 10,
+                 write_probe: Optional[Callable[[], object]] = None, write_probe_per_s: float = 10,
                  locked: Callable[[], Optional[str]] = lambda: None):
         super().__init__(daemon=True, name="seed-watcher")
         self.valve, self.meter, self.probe, self.lag, self.cap = valve, meter, probe, lag, cap

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from dbmigrate.db.binlog import BinlogReadError, BinlogTransaction
+from dbmigrate.procedures.kit.preflight_checks import without_row
 from dbmigrate.db.inspector import Session
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import RunContext
@@ -56,7 +57,12 @@ def writes_after_fence(sw: Switchover, ctx: RunContext, fence_pos: str, now: str
     require the candidate to have applied all of it before it opens."""
     audit = PostFenceAudit(fence_pos=fence_pos, sealed_pos=now)
     trx: list[BinlogTransaction] = []
+    fmt = str(sw.insp(sw.old).variable("binlog_format") or "")
     try:
+        if fmt.upper() != "ROW":
+            # Statement-logged transactions carry no rows to name: the audit's detail needs ROW.
+            # The candidate must still have applied all of them (the GTID wait below).
+            raise BinlogReadError(without_row(fmt))
         trx = sw.topo.binlog(sw.old, sw.s.probe_timeout_s).after(fence_pos, sw.insp(sw.old).flavor.includes)
         attribute(trx, sw.sealed_sessions, bypass)
     except BinlogReadError as e:

@@ -14,6 +14,7 @@ already open by then.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -57,6 +58,45 @@ class GuardState(TypedState):
 
 WindowKey = Literal["baseline_window", "guard_window"]
 
+# Wire windows live in this process (a tcpdump on the host streaming to tshark here). A run
+# resumed by another process finds none and opens them again; the host's tcpdump stops on its
+# own at its time limit, so a crash leaves nothing running and nothing to restore.
+_WIRE: dict[tuple[str, str], Any] = {}
+WIRE_SLACK_S = 120.0
+
+
+def _wire(ctx: RunContext) -> bool:
+    policy = policy_of(ctx)
+    return policy is not None and policy.window == "wire"
+
+
+def _is_wire(saved: dict[str, Any] | None) -> bool:
+    return saved is not None and saved.get("source") == "wire"
+
+
+def _open_wire(ctx: RunContext, role: str, key: WindowKey, seconds: float) -> str:
+    from dbmigrate.digest.wire_window import WireWindow
+
+    server = _server(ctx, role)
+    window = WireWindow(server, host_for(ctx.resources.inventory, server.name), max_seconds=seconds + WIRE_SLACK_S)
+    window.check()
+    window.open()
+    _WIRE[(ctx.run_id, key)] = window
+    _save_window(ctx, key, {"source": "wire", "server": server.name, "address": server.address,
+                            "opened_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    return f"wire window open on {server.name}: tcpdump of port {server.port} on its host, dissected by tshark"
+
+
+def _take_wire(ctx: RunContext, key: WindowKey, name: str) -> Path:
+    """The statements the wire window saw since the last take, as a local slow-log file."""
+    from dbmigrate.digest.wire_window import write_entries
+
+    window = _WIRE.get((ctx.run_id, key))
+    path = _digest_dir(ctx) / f"{name}.slow.log"
+    with open(path, "w", encoding="utf-8") as f:
+        write_entries(window.take() if window is not None else [], f)
+    return path
+
 
 def _save_window(ctx: RunContext, key: WindowKey, saved: dict[str, Any]) -> None:
     with GuardState.edit(ctx.state) as s:
@@ -77,12 +117,27 @@ def _app_entries(path: str | Path, tool_users: list[str]) -> list[sequential.Ent
         return sequential.applications(sequential.parse_slow_log(f), tool_users)
 
 
-def _act_blind(ctx: RunContext, policy: GuardPolicy, why: str, when: str) -> str:
+def act_blind(ctx: RunContext, policy: GuardPolicy, why: str, when: str) -> str:
     """A guard that cannot judge says so and does what the policy's `blind` says, never a silent pass."""
-    message = (f"the latency guard is blind {when}: {why}. Sessions connected before the window opened, "
-               f"and sessions that set their own long_query_time, are not logged")
+    if policy.window == "wire":
+        message = (f"the latency guard is blind {when}: {why}. The wire window saw too few of the "
+                   f"application's statements (is the application running, on this server's port?)")
+    else:
+        message = (f"the latency guard is blind {when}: {why}. Sessions connected before the window opened, "
+                   f"and sessions that set their own long_query_time, are not logged (window: wire sees them)")
+    before = GuardState.load(ctx.state).guard_blind or {}
+    # An operator who resumed past a blind pause before the cutover decided to go on without the
+    # guard's judgement: the same blindness after the cutover is that decision again, not a new one.
+    decided = (policy.blind == "pause" and when == "after the cutover"
+               and before.get("when") == "before the cutover" and before.get("action") == "pause")
+    action = "warn" if decided else policy.blind
     with GuardState.edit(ctx.state) as s:
-        s.guard_blind = {"why": why, "when": when, "action": policy.blind, "at": ctx.clock.now()}
+        s.guard_blind = {"why": why, "when": when, "action": action, "at": ctx.clock.now(),
+                         **({"decided_at_resume": True} if decided else {})}
+    if decided:
+        ctx.log(f"{message}; going on: the run was resumed past the same blindness before the cutover "
+                f"(the operator's decision, recorded once)", "warning")
+        return f"{message} (blind: pause, resumed before the cutover: not paused again)"
     if policy.blind == "warn":
         ctx.log(f"{message}; going on without its judgement (blind: warn)", "warning")
         return f"{message} (blind: warn)"
@@ -163,6 +218,9 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
         saved = GuardState.load(ctx.state).window(key)
         if not saved or saved.get("restored"):
             return False
+        if _is_wire(saved):
+            window = _WIRE.get((ctx.run_id, key))
+            return window is not None and window.alive()
         if capture.is_table_window(saved):
             return capture.table_window_is_open(_server(ctx, role))
         current = Inspector(_server(ctx, role)).slow_query_log_file()
@@ -172,6 +230,12 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
         if ctx.dry_run:
             ctx.record_statement(role_name(ctx, role), "slow-log window: long_query_time=0, slow_query_log=ON, to a file of our own")
             return f"would open a slow-log window on {role_name(ctx, role)}"
+        policy = policy_of(ctx)
+        if policy is not None and policy.window == "wire":
+            span = (getattr(ctx.params, "baseline_seconds", 10) if key == "baseline_window" else 0) + policy.window_s
+            # The guard window opens before the cutover (warm-up, catch-up): its tcpdump outlives them, and
+            # still ends on its own within the hour should the tool die.
+            return _open_wire(ctx, role, key, span + 3600)
         server = _server(ctx, role)
         window = capture.SlowLogWindow(server, persist=lambda saved: _save_window(ctx, key, saved),
                                        source=_source(ctx, role))
@@ -190,6 +254,13 @@ def close_window(ctx: RunContext, role: str, key: WindowKey) -> str:
     saved = GuardState.load(ctx.state).window(key)
     if not saved or saved.get("restored"):
         return "window already closed"
+    if _is_wire(saved):
+        window = _WIRE.get((ctx.run_id, key))
+        if window is not None:
+            window.close()
+        if not ctx.dry_run:
+            _save_window(ctx, key, {**saved, "restored": True})
+        return f"wire window closed on {saved.get('server')} (nothing to restore)"
     if capture.is_table_window(saved) and not ctx.dry_run and not saved.get("until"):
         # Where the window ends on the server's clock, saved before the settings go back.
         saved = {**saved, "until": slow_log_table.server_now(_server(ctx, role))}
@@ -208,13 +279,18 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
         now = ctx.clock.now()
         opened = now if not saved else _iso_to_ts(saved.get("opened_at")) or now
         ctx.clock.sleep(max(0.0, seconds - (now - opened)))  # a resumed run waits only the rest
-        close_window(ctx, "old", "baseline_window")
+        wire = _is_wire(saved)
+        close_window(ctx, "old", "baseline_window")  # a wire window: the tap stopped, every statement in
         saved = GuardState.load(ctx.state).baseline_window or saved
         out = _digest_dir(ctx) / "baseline.digest.json"
-        local_log = _take(ctx, "old", saved, "baseline", until=saved.get("until"))
+        if wire:
+            local_log = _take_wire(ctx, "baseline_window", "baseline")
+        else:
+            local_log = _take(ctx, "old", saved, "baseline", until=saved.get("until"))
         digest = capture.digest_slow_log(local_log, out, duration_s=seconds,
                                          source={"kind": "baseline", "server": role_name(ctx, "old")})
-        capture.release_table_window(_server(ctx, "old"), saved)
+        if not wire:
+            capture.release_table_window(_server(ctx, "old"), saved)
         app = len(_app_entries(local_log, _tool_users(ctx, "old")))
         with GuardState.edit(ctx.state) as s:
             s.baseline_digest = str(out)
@@ -225,7 +301,7 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
         policy = policy_of(ctx)
         if policy is not None and app < policy.min_samples:
             # Known before any fence: the guard would watch nothing. Said now, acted on by policy.
-            return sentence + "; " + _act_blind(
+            return sentence + "; " + act_blind(
                 ctx, policy, f"the baseline holds {app} of the application's queries, fewer than the policy's "
                              f"min_samples {policy.min_samples}", "before the cutover")
         return sentence
@@ -277,6 +353,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                             if state.baseline_log and Path(state.baseline_log).exists() else [])
         judge = sequential.SequentialGuard(policy, baseline_entries, baseline.duration_s or 1.0)
         table = capture.is_table_window(saved)
+        wire = _is_wire(saved)
         base_file = str(saved.get("window_file") or "")
         since = saved.get("since")
         clock = ctx.clock
@@ -293,7 +370,9 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
             with open(whole, "w", encoding="utf-8") as whole_log:
                 while True:
                     i += 1
-                    if table:
+                    if wire:
+                        local_log = _take_wire(ctx, "guard_window", f"guard-{i}")
+                    elif table:
                         # The table keeps growing: each sample is cut by the server's clock.
                         until = slow_log_table.server_now(server)
                         local_log = _take(ctx, "new", saved, f"guard-{i}", since=since, until=until)
@@ -327,9 +406,17 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                     if left <= 0:
                         break
                     clock.sleep(min(sample_s, left))
+                if wire and tripped is None:
+                    # tshark may still be dissecting what the window caught (a busy machine): the tap
+                    # is stopped, the rest dissected, and the whole window judged with it below.
+                    close_window(ctx, "new", "guard_window")
+                    rest = _take_wire(ctx, "guard_window", "guard-rest")
+                    whole_log.write(Path(rest).read_text(encoding="utf-8", errors="replace"))
+                    Path(rest).unlink(missing_ok=True)
         finally:
             close_window(ctx, "new", "guard_window")
-            capture.release_table_window(server, saved)
+            if not wire:
+                capture.release_table_window(server, saved)
             if rotated:  # written after the last sample was read: the tool's own file, not needed
                 host_for(ctx.resources.inventory, server.name).remove(rotated)
         # The whole window, judged as one (the report's before/after comparison comes from it).
@@ -359,7 +446,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
         if judge.judged_seconds == 0 and decision.insufficient:
             why = judge.blind or (f"{digest.query_count} of the application's queries in {policy.window_s:g}s on "
                                   f"{server.name}; no sample and not the whole window could be judged")
-            return _act_blind(ctx, policy, why, "after the cutover")
+            return act_blind(ctx, policy, why, "after the cutover")
         return (f"guard watched {policy.window_s:g}s on {server.name}: {judge.judged_seconds} of {judge.index} "
                 f"sample(s) judged ({judge.judged_queries} queries), no regression past the policy")
 

@@ -112,17 +112,35 @@ def errant_rule(flavor: Flavor, candidate_state: str, primary_state: str, candid
     return GateResult(True, f"no errant GTIDs on {candidate}", details)
 
 
+# What needs every change logged as rows: the post-fence audit names the rows the old primary
+# wrote after the fence. A promote itself does not: GTID positions carry it in any format.
+NEEDS_ROW = ("the post-fence audit's rows (what the old primary wrote after the fence, by table)",)
+
+
+def without_row(binlog_format: str | None) -> str:
+    """The features a non-ROW binlog turns off, in words ('' for ROW)."""
+    if (binlog_format or "").upper() == "ROW":
+        return ""
+    return (f"binlog_format {binlog_format or '?'}: not available: " + "; ".join(NEEDS_ROW)
+            + " (they need ROW); the GTID checks still decide")
+
+
 def binlog_rule(f: ServerFacts) -> GateResult:
     bad = []
+    fmt = (f.binlog_format or "").upper()
     if not f.log_bin:
         bad.append("log_bin is OFF")
-    if (f.binlog_format or "").upper() != "ROW":
-        bad.append(f"binlog_format is {f.binlog_format or '?'}, not ROW")
+    if fmt not in ("ROW", "MIXED"):
+        bad.append(f"binlog_format is {f.binlog_format or '?'}, not ROW or MIXED")
     if not f.log_slave_updates:
         bad.append("log_slave_updates is OFF (its replicas would miss what it replicated)")
-    details = {"log_bin": f.log_bin, "binlog_format": f.binlog_format, "log_slave_updates": f.log_slave_updates}
+    details = {"log_bin": f.log_bin, "binlog_format": f.binlog_format, "log_slave_updates": f.log_slave_updates,
+               **({"not_available": list(NEEDS_ROW)} if fmt == "MIXED" else {})}
     if bad:
         return GateResult(False, f"{f.address}: " + "; ".join(bad), details)
+    if fmt == "MIXED":
+        return GateResult(True, f"{f.address}: log_bin ON, log_slave_updates ON; {without_row(f.binlog_format)}",
+                          details)
     return GateResult(True, f"{f.address}: log_bin ON, ROW, log_slave_updates ON", details)
 
 

@@ -85,6 +85,10 @@ class SchemaSwapParams(FenceParams):
                                          "sample is EXPLAINed on a side before it returns, and a new error keeps "
                                          "the side out (the run pauses)")
     replay_max_classes: int = Field(500, ge=1, le=100_000, description="the busiest classes replayed, at most")
+    replay_capture_s: float = Field(3, ge=0, le=600, description="without replay_digest: the readers' queries are "
+                                    "captured on the wire (tcpdump on the side's host, dissected by tshark) for "
+                                    "this long on each side before it leaves the pool, and tried on it before it "
+                                    "returns; 0: not captured (a side then returns untried)")
 
     @field_validator("ddl")
     @classmethod

@@ -11,6 +11,7 @@ from dbmigrate.db.scratch import ScratchSchema
 from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.preflight import PreflightLimits, evaluate_preflight
+from dbmigrate.procedures.schema_swap import capture
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
@@ -165,7 +166,7 @@ def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
     checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = [
         ("row_binlog", row_binlog), ("replication_running", replication), ("lag", lag),
         ("errant_gtids", errant), ("tables", tables), ("names", names), ("router", router),
-        ("ddl_valid", ddl_valid)]
+        ("ddl_valid", ddl_valid), ("replay_capture", lambda: capture.check_wire(ctx))]
     if p.primary == "switchover" and not r.primary_altered:
         checks.append(("switchover_preflight", switchover))
     details: dict[str, Any] = {}

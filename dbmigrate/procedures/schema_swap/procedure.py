@@ -56,6 +56,7 @@ from dbmigrate.procedures.schema_swap.readers import (
     take_out,
 )
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, prepare
+from dbmigrate.procedures.schema_swap import capture
 from dbmigrate.procedures.schema_swap.replay import hint_warnings, replay_ready
 from dbmigrate.procedures.schema_swap.context import current_primary, params_of, plan_names, resources_of
 from dbmigrate.procedures.schema_swap.sides import (
@@ -73,7 +74,8 @@ from dbmigrate.procedures.schema_swap.sides import (
 def replay_gate(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
     r = resources_of(ctx)
     primary = current_primary(ctx, side)
-    return replay_ready(ctx, side, r.replay, r.servers[side], r.servers[primary] if primary != side else None)
+    digest = r.replay if r.replay is not None else capture.readers_digest(ctx, side)
+    return replay_ready(ctx, side, digest, r.servers[side], r.servers[primary] if primary != side else None)
 
 
 def warn_hints(ctx: RunContext) -> str:
@@ -94,6 +96,7 @@ __all__ = ["SchemaSwapParams", "SwapWarmSpec", "VerifySpec", "build", "expectati
 def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary_side: bool = False,
                 closing_steps: list[Step] | None = None, closing_name: str | None = None) -> list[Phase]:
     label = f"{side} (old primary)" if primary_side else side
+    capturing = not params.replay_digest and params.replay_capture_s > 0
     alter: list[Step] = [
         FunctionStep(f"take {side} out of the reader pool", lambda c: take_out(c, side),
                      check=lambda c: router_of(c) is not None and not c.dry_run and not in_readers(c, side),
@@ -106,8 +109,13 @@ def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary
                      describe=lambda c: describe_ddl(c, side)),
         FunctionStep(f"verify the change on {side}", lambda c: verify_side(c, side), mutating=False),
     ]
+    if capturing and not primary_side:
+        # While the side still serves reads: the queries it will be tried with before it returns.
+        alter.insert(0, FunctionStep(f"capture the readers' queries on {side} (wire)",
+                                     lambda c: capture.capture_readers(c, side),
+                                     check=lambda c: capture.captured(c, side), mutating=False))
     back_gates: list[Gate] = [AutoGate(f"{side} ready", lambda c: side_ready(c, side))]
-    if params.replay_digest:
+    if params.replay_digest or capturing:
         # A side whose queries fail is already altered: the run pauses for a decision, undoing nothing.
         back_gates.append(AutoGate(f"{side} answers the application's queries", lambda c: replay_gate(c, side),
                                    pause_on_refusal=True))

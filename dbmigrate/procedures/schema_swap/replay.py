@@ -35,6 +35,11 @@ def hinted_indexes(statement: str) -> set[str]:
     return names
 
 
+def _bare(table: str) -> str:
+    """`schema`.`table`, schema.table or table: the table's name alone, lower case."""
+    return table.replace("`", "").strip().lower().rsplit(".", 1)[-1]
+
+
 def dropped_indexes(params: SchemaSwapParams) -> dict[str, set[str]]:
     """table -> the indexes the DDL leaves absent (dropped, or renamed away)."""
     out: dict[str, set[str]] = {}
@@ -47,11 +52,16 @@ def dropped_indexes(params: SchemaSwapParams) -> dict[str, set[str]]:
 
 def hint_warnings(digest: Digest, params: SchemaSwapParams) -> list[str]:
     """One line per class whose sample names, in an index hint, an index the DDL drops."""
-    dropped = dropped_indexes(params)
+    dropped: dict[str, set[str]] = {}
+    for table, indexes in dropped_indexes(params).items():
+        dropped.setdefault(_bare(table), set()).update(indexes)
     out = []
     for qc in digest.classes:
-        hinted = hinted_indexes(qc.example)
-        tables = {t.lower() for t in qc.tables} or set(dropped)
+        # The sample and the fingerprint: either may be all a capture kept (a digest text, a
+        # prepared statement's text with `?`).
+        hinted = hinted_indexes(qc.example) | hinted_indexes(qc.fingerprint)
+        # pt-query-digest names tables `schema`.`table`; the DDL may name them either way.
+        tables = {_bare(t) for t in qc.tables} or set(dropped)
         hit = sorted({i for t in tables for i in dropped.get(t, set()) if i in hinted})
         if hit:
             out.append(f"the application's query {qc.label!r} ({qc.count} in the digest) names index "
@@ -67,6 +77,25 @@ def default_schema(qc: QueryClass) -> str | None:
     return None
 
 
+# A prepared statement's placeholders (outside quotes): EXPLAIN needs values. NULL parses
+# wherever a value does, except where a number must stand (LIMIT, OFFSET).
+_PLACEHOLDER = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`"
+                          r"|\b(LIMIT|OFFSET)\s+\?(\s*,\s*\?)?|\?", re.IGNORECASE)
+
+
+def with_values(statement: str) -> str:
+    """The statement with each `?` placeholder given a value EXPLAIN accepts."""
+    def value(m: re.Match[str]) -> str:
+        text = str(m.group(0))
+        if text[0] in "'\"`":
+            return text
+        if m.group(1):
+            return f"{m.group(1)} 1" + (", 1" if m.group(2) else "")
+        return "NULL"
+
+    return _PLACEHOLDER.sub(value, statement) if "?" in statement else statement
+
+
 def explainable(statement: str) -> bool:
     words = statement.lstrip("( \t\n").split(None, 1)
     return bool(words) and words[0].upper() in _EXPLAINABLE and ";" not in statement.rstrip().rstrip(";")
@@ -80,11 +109,12 @@ def replay(side: Inspector, reference: Inspector | None, digest: Digest, max_cla
         if not qc.example or not explainable(qc.example):
             continue
         tried += 1
-        schema = default_schema(qc)
-        err = side.explain_error(qc.example, schema)
+        schema = qc.db or default_schema(qc)  # the sessions' default database: unqualified tables
+        statement = with_values(qc.example)
+        err = side.explain_error(statement, schema)
         if err is None:
             continue
-        before = reference.explain_error(qc.example, schema) if reference is not None else None
+        before = reference.explain_error(statement, schema) if reference is not None else None
         if before is None or before[0] != err[0]:
             new.append(f"{qc.label!r} ({qc.count} in the digest): error {err[0]} {err[1]}")
     return tried, new

@@ -20,26 +20,51 @@ STAGE_STYLE = {"failed": "bold red", "stalled": "bold red", "paused": "bold yell
 
 
 class FleetTable(DataTable):
-    """One row per old server; ↑↓ select it (the line below tells its whole story)."""
+    """One row per old server; ↑↓ select it (the line below tells its whole story). Narrower than
+    WIDE (80 columns), the shards are left to that line and the targets are cropped to what is left:
+    no column scrolls off to the right and no row is lost to a scrollbar."""
 
     COLUMNS = ("old server", "stage", "figures", "to instance@host", "shards")
+    WIDE = 110
     BINDINGS = [Binding("home", "scroll_top", "first server", show=False),
                 Binding("end", "scroll_bottom", "last server", show=False)]
+    narrow: bool | None = None
+    board: FleetBoard | None = None
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        for label in self.COLUMNS:
-            self.add_column(label, key=label)
+
+    def _columns(self) -> None:
+        narrow = self.size.width < self.WIDE
+        if narrow != self.narrow:
+            self.narrow = narrow
+            self.clear(columns=True)
+            for label in self.COLUMNS[:4] if narrow else self.COLUMNS:
+                self.add_column(label, key=label)
+
+    def on_resize(self, event) -> None:
+        if self.board is not None:
+            self.show(self.board)
 
     def show(self, board: FleetBoard) -> None:
+        self.board = board
         selected = self.selected
+        self._columns()
         self.clear()
-        for row in board.ordered():
+        rows = board.ordered()
+        used = sum(max(len(label), *(len(x) for x in values), 1) + 2 for label, values in
+                   (("old server", [r.name for r in rows]), ("stage", [r.stage for r in rows]),
+                    ("figures", [r.figures() for r in rows])))
+        room = max(12, self.size.width - 2 - used)
+        for row in rows:
             style = STAGE_STYLE.get(row.stage, "")
-            self.add_row(Text(row.name, style="bold"), Text(row.stage, style=style),
-                         Text(row.figures(), style=style if row.stage in ("failed", "stalled") else ""),
-                         row.target_text(), f"{len(row.shards)}: {', '.join(row.shards)}", key=row.name)
+            cells = [Text(row.name, style="bold"), Text(row.stage, style=style),
+                     Text(row.figures(), style=style if row.stage in ("failed", "stalled") else ""),
+                     fit(Text(row.target_text()), room) if self.narrow else row.target_text()]
+            if not self.narrow:
+                cells.append(f"{len(row.shards)}: {', '.join(row.shards)}")
+            self.add_row(*cells, key=row.name)
         if selected is not None and selected in board.rows:
             self.move_cursor(row=self.get_row_index(selected), animate=False)
 
@@ -126,19 +151,47 @@ class ConfirmModal(ModalScreen[bool]):
 
 class SwapTable(DataTable):
     """Schema swap: one row per side, its stage (in pool, drained, altered, verified, warmed with hit
-    ratio, back in pool) and its last step."""
+    ratio, back in pool) and its last step. Narrower than WIDE columns (80x24: half the screen), the
+    role is a `*` after the primary's name and the last step is the line under the table (the
+    session's): every column shown is whole, none scrolls off to the right."""
 
     COLUMNS = ("side", "role", "stage", "last step")
+    NARROW_COLUMNS = ("side (* primary)", "stage")
+    WIDE = 60
+    narrow: bool | None = None
+    swap = None
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        for label in self.COLUMNS:
-            self.add_column(label, key=label)
+
+    def _columns(self) -> None:
+        narrow = self.size.width < self.WIDE
+        if narrow != self.narrow:
+            self.narrow = narrow
+            self.clear(columns=True)
+            for label in (self.NARROW_COLUMNS if narrow else self.COLUMNS):
+                self.add_column(label, key=label)
+
+    def on_resize(self, event) -> None:
+        if self.swap is not None:
+            self.show(self.swap)
 
     def show(self, swap) -> None:
+        self.swap = swap
+        self._columns()
         self.clear()
-        for row in swap.rows():
+        rows = swap.rows()
+        # What is left for the last step once the other columns took theirs (2 cells of padding each).
+        room = self.size.width - 2 - sum(max(len(label), *(len(x) for x in values)) + 2 for label, values in
+                                         (("side", [r.name for r in rows]), ("role", ["primary", "replica"]),
+                                          ("stage", [r.stage for r in rows])))
+        for row in rows:
             style = "bold red" if row.stage == "failed" else "green" if row.stage.startswith(("back", "warmed")) \
                 else "yellow" if row.stage == "undone" else "cyan" if row.stage.endswith("…") else ""
-            self.add_row(Text(row.name, style="bold"), "primary" if row.primary else "replica",
-                         Text(row.stage, style=style), row.last, key=row.name)
+            stage = Text(row.stage, style=style)
+            if self.narrow:
+                self.add_row(Text(row.name + (" *" if row.primary else ""), style="bold"), stage, key=row.name)
+            else:
+                last = fit(Text(row.last), max(9, room)) if row.last else ""
+                self.add_row(Text(row.name, style="bold"), "primary" if row.primary else "replica", stage, last,
+                             key=row.name)

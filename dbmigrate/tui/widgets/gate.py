@@ -7,6 +7,7 @@ whatever has the focus, and the dialog says so on a line that never scrolls away
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.text import Text
@@ -22,13 +23,25 @@ from dbmigrate.tui.board import GateRow
 SCROLL_HINT = "scroll: ↑↓ PgUp/PgDn Home/End · y approve · n/Enter decline · ? keys"
 
 
+# A passed check may carry warnings inside its sentence ("...; warning: 'root' bypasses read_only").
+WARNING = re.compile(r"(?:^|[;:.]\s+)warning:", re.IGNORECASE)
+
+
+def warns(reason: str) -> bool:
+    return bool(WARNING.search(reason))
+
+
 def verdict_rank(verdict: dict[str, Any]) -> int:
     """0 failed, 1 warned, 2 passed: what needs the operator's eyes comes first."""
     if not verdict.get("ok", True):
         return 0
-    warned = verdict.get("warn") or verdict.get("level") == "warning" or \
-        str(verdict.get("reason", "")).lower().startswith("warning")
+    warned = verdict.get("warn") or verdict.get("level") == "warning" or warns(str(verdict.get("reason", "")))
     return 1 if warned else 2
+
+
+def gate_rank(gate: GateRow) -> int:
+    """A gate without checks of its own counts as one: its verdict and its sentence."""
+    return verdict_rank({"ok": gate.status == "passed", "reason": gate.reason})
 
 
 MARKS = {0: ("✗", "bold red"), 1: ("!", "bold yellow"), 2: ("✓", "green")}
@@ -44,13 +57,19 @@ def gate_text(waiting: GateWaiting, verdicts: list[GateRow]) -> Text:
         return body
     checks = [(gate, name, v) for gate in verdicts for name, v in gate.details.items()
               if isinstance(v, dict) and "reason" in v]
-    counts = [sum(1 for *_, v in checks if verdict_rank(v) == r) for r in (0, 1, 2)]
-    body.append(f"\nautomatic gates so far: {len(verdicts)} gate(s), {len(checks)} check(s): "
-                f"{counts[0]} failed, {counts[1]} warned, {counts[2]} passed\n", style="bold")
+    bare = [gate for gate in verdicts if not any(g is gate for g, *_ in checks)]
+    ranks = [verdict_rank(v) for *_, v in checks] + [gate_rank(g) for g in bare]
+    counts = [ranks.count(r) for r in (0, 1, 2)]
+    what = f"{len(verdicts)} gate(s)"
+    if checks:
+        what += f", {len(checks)} check(s)" + (f" and {len(bare)} gate(s) without checks of their own"
+                                                 if bare else "")
+    body.append(f"\nautomatic gates so far: {what}: {counts[0]} failed, {counts[1]} warned, {counts[2]} passed\n",
+                style="bold")
     ordered = sorted(verdicts, key=lambda g: 0 if g.status != "passed" else 1)
     for gate in ordered:
-        ok = gate.status == "passed"
-        body.append(f"{'✓' if ok else '✗'} gate {gate.name}: ", style="green" if ok else "bold red")
+        mark, style = MARKS[gate_rank(gate)]
+        body.append(f"{mark} gate {gate.name}: ", style=style)
         body.append(gate.reason + "\n")
         mine = sorted(((name, v) for g, name, v in checks if g is gate), key=lambda nv: verdict_rank(nv[1]))
         for name, verdict in mine:

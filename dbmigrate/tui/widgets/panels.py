@@ -36,6 +36,17 @@ def fit(text: Text, width: int) -> Text:
     return out
 
 
+def parts_lines(parts: list[str], width: int) -> str:
+    """Parts joined by ' · ', a new line where the next part would not fit: none is ever cut."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
 class Panel(Static):
     """A Static whose text is rebuilt for its width (on every change and on resize)."""
 
@@ -75,7 +86,8 @@ class LagPanel(Panel):
         self.note: str | None = "waiting for the first sample"
 
     def on_mount(self) -> None:
-        self.border_title = "replication lag (ms, heartbeat)"
+        # The limit is in the title: a header line at 80 columns has no room left for it.
+        self.border_title = f"replication lag (ms, red > {self.limit_ms:g})"
         self.redraw()
 
     def off(self, reason: str) -> None:
@@ -98,7 +110,7 @@ class LagPanel(Panel):
             text.append(f"writer: {sample.writer_note}\n", style="bold yellow")
         else:
             window_s = max((len(h) for h in self.history.values()), default=0) * self.interval_s
-            text.append(f"behind {sample.writer} · last {window_s:.0f} s · red > {self.limit_ms:g} ms\n",
+            text.append(parts_lines([f"behind {sample.writer}", f"last {window_s:.0f} s"], width) + "\n",
                         style="dim")
         name_w = max([len(lag.name) for lag in sample.lag] + [6]) + 1
         for lag in sample.lag:
@@ -128,7 +140,7 @@ class LatencyPanel(Panel):
         self.writer: str | None = None
 
     def on_mount(self) -> None:
-        self.border_title = "writer round trip (ms)"
+        self.border_title = "round trip (ms, @@read_only)"
         self.redraw()
 
     def add_probe(self, writer: str | None, ms: float | None) -> None:
@@ -147,12 +159,10 @@ class LatencyPanel(Panel):
         if self.probes:
             last = self.probes[-1]
             window_s = len(self.probes) * self.interval_s
-            text.append(f"SELECT @@read_only on {self.writer or '(no writer)'}\n", style="dim")
-            text.append("last ", style="dim")
-            text.append("-" if last is None else f"{last:.1f} ms", style="bold")
+            parts = [f"{self.writer or '(no writer)'}: last {'-' if last is None else f'{last:.1f} ms'}"]
             if known:
-                text.append(f" · max {max(known):.1f} ms in {window_s:.0f} s", style="dim")
-            text.append("\n")
+                parts.append(f"max {max(known):.1f} ms in {window_s:.0f} s")
+            text.append(parts_lines(parts, width) + "\n")
             text.append(sparkline(list(self.probes)[-width:], max(known, default=1.0) or 1.0), style="cyan")
             text.append("\n")
         else:
@@ -163,34 +173,43 @@ class LatencyPanel(Panel):
 
 
 class WarmPanel(Panel):
-    """Warm-up of the candidate: progress of the warm step, buffer pool hit ratios, resident pages."""
+    """Warm-up of one server at a time (the one the run warms now): progress of its warm step, its
+    buffer pool hit ratio before and after, its resident pages. A run that warms several servers
+    (a schema swap, side by side) shows the latest: another server's figures would be stale."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.server: str | None = None
         self.progress: float | None = None
         self.message = ""
         self.ratios: dict[str, float] = {}
         self.figures: dict[str, tuple[float, str]] = {}
 
     def on_mount(self) -> None:
-        self.border_title = "warm-up (buffer pool hit ratio 0-1)"
+        self._title()
         self.redraw()
+
+    def _title(self) -> None:
+        self.border_title = f"warm-up of {self.server}" if self.server else "warm-up (hit ratio 0-1)"
 
     @staticmethod
     def wants(metric: Metric) -> bool:
         return metric.name.startswith(WARM_METRICS)
 
     def add_metric(self, metric: Metric) -> None:
-        server = metric.labels.get("server")
+        server = metric.labels.get("server") or None
+        if server is not None and server != self.server:
+            if self.server is not None:  # another server's warm-up: the last one's figures are stale
+                self.progress, self.message, self.ratios, self.figures = None, "", {}, {}
+            self.server = server
+            self._title()
         if metric.name == "warm_progress":
             self.progress = max(0.0, min(1.0, metric.value))
             self.message = metric.labels.get("message", "")
         elif metric.name.startswith("hit_ratio"):
-            label = metric.name.removeprefix("hit_ratio").lstrip("_") or "now"
-            self.ratios[f"{label} ({server})" if server else label] = metric.value
+            self.ratios[metric.name.removeprefix("hit_ratio").lstrip("_") or "now"] = metric.value
         else:
-            label = metric.name.replace("_", " ")
-            self.figures[f"{label} ({server})" if server else label] = (metric.value, metric.unit)
+            self.figures[metric.name] = (metric.value, metric.unit)
         self.add_class("has-data")
         self.redraw()
 
@@ -199,15 +218,23 @@ class WarmPanel(Panel):
         if self.progress is None and not self.ratios and not self.figures:
             text.append("no warm-up in this run yet", style="dim")
         if self.progress is not None:
-            bar = max(5, min(24, width - 6))
+            bar = max(5, min(24, width // 3))
             filled = round(self.progress * bar)
             text.append("█" * filled, style="green")
             text.append("░" * (bar - filled), style="dim")
-            text.append(f" {self.progress:.0%}\n")
+            text.append(f" {self.progress:.0%}")
             if self.message:
-                text.append(f"{self.message}\n", style="dim")
-        for label, ratio in self.ratios.items():
-            text.append(f"hit ratio {label}: {ratio:.3f}\n")
-        for label, (value, unit) in self.figures.items():
-            text.append(f"{label}: {value:g} {unit or 'pages' if 'pages' in label else unit}".rstrip() + "\n")
+                text.append(f" · {self.message}", style="dim")
+            text.append("\n")
+        if self.ratios:
+            text.append("hit ratio " + " · ".join(f"{label} {ratio:.3f}" for label, ratio in self.ratios.items())
+                        + "\n")
+        pages = {name.removeprefix("resident_pages").lstrip("_") or "now": value
+                 for name, (value, _unit) in self.figures.items() if name.startswith("resident_pages")}
+        if pages:
+            text.append("resident pages " + " · ".join(f"{label} {value:,.0f}" for label, value in pages.items())
+                        + "\n")
+        for name, (value, unit) in self.figures.items():
+            if not name.startswith("resident_pages"):
+                text.append(f"{name.replace('_', ' ')}: {value:g} {unit}".rstrip() + "\n")
         return text

@@ -29,59 +29,83 @@ def duration(ms: float | None) -> str:
 
 
 class StepList(Static):
-    """Rendered from a RunBoard; call `show(board)` after the board changed."""
+    """Rendered from a RunBoard; call `show(board)` after the board changed.
+
+    A line longer than the pane wraps under its own text (after the status icon and the step's
+    number), so the icons stay a column and nothing is cut."""
 
     def __init__(self, board: RunBoard, **kwargs) -> None:
         super().__init__(**kwargs)
         self.text = Text()
+        self.rows: list[tuple[Text, Text]] = []  # (prefix, body) per line
         self.show(board)
 
     def show(self, board: RunBoard) -> None:
-        text = Text()
+        self.rows = []
         header = f"{board.procedure_name}"
         if board.run_id:
             header += f"  run {board.run_id}"
-        text.append(header + "\n", style="bold")
-        status = board.status + (" (dry run)" if board.dry_run else "")
-        text.append(f"{status}", style="bold green" if board.status == "done" else "bold")
+        self._line("", Text(header, style="bold"))
+        status = Text(board.status + (" (dry run)" if board.dry_run else ""),
+                      style="bold green" if board.status == "done" else "bold")
         if board.summary:
-            text.append(f": {board.summary}")
-        text.append("\n")
+            status.append(f": {board.summary}")
+        self._line("", status)
         for phase, gates, steps in board.phase_rows():
-            text.append(f"\n── {phase}\n", style="bold blue")
+            self._line("", Text(""))
+            self._line("", Text(f"── {phase}", style="bold blue"))
             for gate in gates:
-                self._gate_line(text, gate)
+                self._gate_line(gate)
             for row in steps:
-                self._step_line(text, row)
+                self._step_line(row)
             if not steps:
-                text.append("     (no steps)\n", style="dim")
+                self._line("     ", Text("(no steps)", style="dim"))
         extra = [g for g in board.gates if g.phase not in board.phases]
         for gate in extra:  # e.g. the rollback confirmation
-            self._gate_line(text, gate)
-        self.text = text
-        self.update(text)
+            self._gate_line(gate)
+        self.text = Text("\n").join(prefix + body for prefix, body in self.rows)
+        self.text.append("\n")
+        self._render_rows()
 
-    @staticmethod
-    def _gate_line(text: Text, gate: GateRow) -> None:
+    def _line(self, prefix: str | Text, body: Text) -> None:
+        self.rows.append((prefix if isinstance(prefix, Text) else Text(prefix), body))
+
+    def _render_rows(self) -> None:
+        width = self.content_region.width if self.is_mounted else 0
+        if width <= 0:
+            self.update(self.text)
+            return
+        out = Text()
+        for prefix, body in self.rows:
+            room = max(8, width - prefix.cell_len)
+            indent = Text(" " * prefix.cell_len)
+            lines = body.wrap(self.app.console, room, overflow="fold") if body.plain else [body]
+            for i, line in enumerate(lines):
+                out.append_text((prefix if i == 0 else indent) + line)
+                out.append("\n")
+        self.update(out)
+
+    def on_resize(self, event) -> None:
+        self._render_rows()
+
+    def _gate_line(self, gate: GateRow) -> None:
         mark, style = GATE_MARK.get(gate.status, ("◇", "dim"))
-        text.append(f"  {mark} ", style=style)
-        text.append(f"{gate.kind} gate {gate.name}")
+        body = Text(f"{gate.kind} gate {gate.name}")
         if gate.reason:
-            text.append(f": {gate.reason}", style="dim" if gate.status == "passed" else style)
-        text.append("\n")
+            body.append(f": {gate.reason}", style="dim" if gate.status == "passed" else style)
+        self._line(Text(f"  {mark} ", style=style), body)
 
-    @staticmethod
-    def _step_line(text: Text, row: StepRow) -> None:
+    def _step_line(self, row: StepRow) -> None:
         style = STATUS_STYLE.get(row.status, "")
-        text.append(f"  {row.icon} ", style=style)
-        text.append(f"{row.index + 1:>2}. {row.name}", style="bold" if row.status in ("running", "undoing") else "")
+        prefix = Text(f"  {row.icon} ", style=style) + Text(f"{row.index + 1:>2}. ")
+        body = Text(row.name, style="bold" if row.status in ("running", "undoing") else "")
         if row.duration_ms is not None and row.status not in ("running", "undoing", "pending"):
-            text.append(f"  {duration(row.duration_ms)}", style="dim")
-        text.append("\n")
+            body.append(f"  {duration(row.duration_ms)}", style="dim")
+        self._line(prefix, body)
         if row.sentence:
-            text.append(f"       {row.sentence}\n", style="dim")
+            self._line("       ", Text(row.sentence, style="dim"))
         if row.error:
-            text.append(f"       {row.error}\n", style="red")
+            self._line("       ", Text(row.error, style="red"))
 
     @property
     def plain(self) -> str:
