@@ -58,7 +58,12 @@ class FakeSwitchover:
         return ""
 
     def release_leftover_hold(self, saved) -> str:
-        return ""
+        self.calls.append(f"put back {saved['server']} maxconn {saved['maxconn_before']}" if saved else "nothing held")
+        return "maxconn back" if saved else ""
+
+    def confirm_router(self) -> str:
+        self.calls.append("confirm router")
+        return "router -> r1 only"
 
     def __init__(self, ctx_of: "list[RunContext]"):
         self.ctx_of = ctx_of
@@ -135,3 +140,14 @@ def test_router_switch_time_comes_from_the_run_clock(world):
     ctx, sw, cut = world
     kit.switch_router(cut, ctx)
     assert CutoverState.load(ctx.state).switched_at == 42.0
+
+
+def test_a_resume_past_the_open_puts_back_a_hold_a_dead_process_left_after_saving_the_route(world):
+    ctx, sw, cut = world
+    with CutoverState.edit(ctx.state) as st:  # journaled by the process that held, then died
+        st.held = {"backend": "writer", "server": "p1", "address": "127.0.0.1:3301", "maxconn_before": 0}
+    said = kit.save_route(cut, ctx)
+    assert sw.calls == ["confirm router", "put back p1 maxconn 0"] and "maxconn back" in said
+    assert CutoverState.load(ctx.state).held is None
+    kit.save_route(cut, ctx)  # nothing left to put back: only the route read back
+    assert sw.calls[-1] == "confirm router"

@@ -354,10 +354,23 @@ def router_step(cut: Cutover) -> FunctionStep:
                         undo=lambda c: undo_switchover(cut, c), describe=cut.planned(lambda c, sw: sw.switch_router()))
 
 
+def save_route(cut: Cutover, ctx: RunContext) -> str:
+    """The flip read back and saved; then, after a resume past the open, a hold a process that
+    died left on the old writer (its maxconn) is put back, outside the fenced window."""
+    sw = cut.sw(ctx)
+    said = sw.confirm_router()
+    held = state(ctx).held if not ctx.dry_run else None
+    if held and not sw.is_holding():
+        said += "; " + sw.release_leftover_hold(held)
+        with CutoverState.edit(ctx.state) as s:
+            s.held = None
+    return said
+
+
 def save_route_step(cut: Cutover) -> FunctionStep:
     # Reads the flip back (the router step only sent it) and saves it for restarts of the
     # router. Idempotent, no check: on resume it switches again if the router lost the route.
-    return FunctionStep("save router state", lambda c: cut.sw(c).confirm_router(),
+    return FunctionStep("save router state", lambda c: save_route(cut, c),
                         describe=lambda c: [("router", f"read back that writes go to {cut.new} only; save the "
                                                        f"route where a restart of the router reads it")])
 
