@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from dbmigrate import faultpoint
 from dbmigrate.routing.base import RouterError, RouteState, Router, ServerLike, as_ref, same_address, split_address
 
 FORMAT = 1
@@ -155,6 +156,7 @@ class DsnFileRouter(Router):
     def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
         # The file is the route: the switch is its write, whatever `persist` says.
         new_ref = as_ref(new)
+        faultpoint.sending(f"router dsn-file {new_ref.address}", "switch writer")  # no-op unless a pause listens
         with self._locked() as doc:
             entry = self._entry(doc)
             writer = entry.get("writer") if entry else None

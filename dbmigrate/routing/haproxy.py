@@ -152,6 +152,7 @@ class AdminSocket:
                 target = (host, port)
             with sock:
                 sock.settimeout(self.timeout)
+                faultpoint.sending("router haproxy", line)  # no-op unless a fault-injection pause listens
                 sock.connect(target)
                 sock.sendall(line.encode())
                 chunks = []
