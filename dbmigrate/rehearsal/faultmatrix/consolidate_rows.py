@@ -68,6 +68,7 @@ class _ConsolidateFault:
         self.st = statement_of(sc)
         self.held: Held | None = None
         self.problems: list[str] = []
+        self.cut_off_target: str | None = None
         c = run.cluster
         self.old = c.first
         self.new = run.new_of[c.first]
@@ -95,7 +96,7 @@ class _ConsolidateFault:
 
     def inject(self, proc: subprocess.Popen, marker) -> None:
         if self.sc.fault == INFLIGHT_FAULT:
-            self.held = kill_in_flight(proc, marker, self.sc.hold_s or 0.0, self._cut_off)
+            self.held, self.cut_off_target = kill_in_flight(proc, marker, self.sc.hold_s or 0.0, self._cut_off)
             if self.held is None:
                 self.problems.append("the pause named no target: nothing was cut off")
             return
@@ -212,6 +213,8 @@ def run_consolidate_scenario(cluster: ShardCluster, sc: Scenario, say: Say = lam
         res.details["writer_errors"] = {sh: w.errors for sh, w in run.writers.items() if w.errors}
     finally:
         run.stop()
+        if fault.cut_off_target:
+            res.details["cut_off"] = fault.cut_off_target
         if fault.held is not None:
             res.details["fault_started"] = fault.held.started_at is not None
             if fault.held.started_at is not None and fault.held.healed_at is not None:

@@ -257,6 +257,7 @@ class _Fault:
         self.long: LongStatement | BigStatement | None = None
         self.frozen_pid: int | None = None
         self.held: _Held | None = None  # a partition or a frozen tool, undone by its own thread
+        self.cut_off_target: str | None = None  # kill9-in-flight: the paused statement's target
         self.problems: list[str] = []
 
     def port(self, role: str) -> int:
@@ -280,7 +281,7 @@ class _Fault:
     def inject(self, proc: subprocess.Popen, marker: Path) -> None:
         f = self.sc.fault
         if f == INFLIGHT_FAULT:
-            self.held = kill_in_flight(proc, marker, self.sc.hold_s or 0.0, self._cut_off)
+            self.held, self.cut_off_target = kill_in_flight(proc, marker, self.sc.hold_s or 0.0, self._cut_off)
             if self.held is None:
                 self.problems.append("the pause named no target: nothing was cut off")
             return
@@ -424,19 +425,20 @@ def paused_target(marker: Path) -> str | None:
     return next((ln[len("target "):].strip() for ln in lines if ln.startswith("target ")), None)
 
 
-def kill_in_flight(proc: subprocess.Popen, marker: Path, heal_after_s: float, cut_off) -> "_Held | None":
+def kill_in_flight(proc: subprocess.Popen, marker: Path, heal_after_s: float,
+                   cut_off) -> "tuple[_Held | None, str | None]":
     """The run is paused right before a statement: cut its target off (`cut_off(target)`, a
     context manager), let the run send the statement into the cut, kill -9 the tool
     INFLIGHT_KILL_AFTER_S later (before its bound gives up on it: the statement stays in the
     dead process's send queue), and heal `heal_after_s` after the send (by the returned fault's
-    own thread; repair() waits for it)."""
+    own thread; repair() waits for it). Returns (that fault, the target)."""
     target = paused_target(marker)
     held = _Held(cut_off(target), heal_after_s, None, fired=True).start() if target else None
     marker.unlink(missing_ok=True)  # released: the statement goes out into the cut
     time.sleep(INFLIGHT_KILL_AFTER_S)
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
-    return held
+    return held, target
 
 
 def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
@@ -544,6 +546,8 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
             res.details["status_after_exit_window"] = run_status(journal)[1]
     finally:
         _finish_load(res, load, verifier, monitor, inv, name)
+    if fault.cut_off_target:
+        res.details["cut_off"] = fault.cut_off_target
     if fault.held is not None:
         res.details["fault_started"] = fault.held.started_at is not None
         if fault.held.started_at is not None and fault.held.healed_at is not None:
