@@ -19,7 +19,9 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 from dbmigrate import faultpoint
 from dbmigrate.db import connection
+from dbmigrate.db.generation import GENERATIONS
 from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, InDoubt
+from dbmigrate.db.intent import INTENTS
 from dbmigrate.db.lease import SqlLease
 from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.app.paths import check_journal
@@ -159,7 +161,8 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
                              bus=bus, dry_run=False, resources=prepared.resources, params=playbook.params,
                              playbook=playbook)
             procedure = playbook.build(ctx)
-            with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id):
+            with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id), \
+                    _decision(journal, run_id, playbook.cluster, bus, dry_run=False):
                 sentence = action(ctx)
             ctx.log(sentence)
             return sentence
@@ -276,6 +279,70 @@ def _statements_in_doubt(journal: Journal, run_id: str) -> Iterator[None]:
         IN_DOUBT.clear()
 
 
+class _JournalIntents:
+    """The run's journal as the sink of write-ahead intents (db/intent.py)."""
+
+    def __init__(self, journal: Journal, run_id: str, cluster: str) -> None:
+        self.journal, self.run_id, self.cluster = journal, run_id, cluster
+
+    def intent_sent(self, intent: dict[str, Any]) -> int:
+        return self.journal.record_intent(self.run_id, self.cluster, intent)
+
+    def intent_outcome(self, intent_id: int, outcome: str) -> None:
+        self.journal.intent_outcome(intent_id, outcome)
+
+
+@contextmanager
+def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry_run: bool) -> Iterator[None]:
+    """What this process decides, it decides after every earlier one, once it holds the cluster
+    lock (so that no process still alive is superseded):
+    - changes of this cluster's runs journaled as sent and never answered (a process killed with
+      them in flight) are in doubt: each server's is settled before it is read or changed;
+    - every server is bumped to a new fencing generation on its first statement, and every role
+      change carries it (db/generation.py); the first undo of this process is a new decision;
+    - every change is journaled before it is sent (db/intent.py)."""
+    if dry_run:
+        yield
+        return
+    loaded: dict[tuple[str, int, str], int] = {}
+    doubts = []
+    for row in journal.open_intents(cluster):
+        if row["session_id"] is None:
+            continue
+        d = InDoubt(server=row["server"], address=row["address"], session_id=int(row["session_id"]),
+                    user=row["user"] or "", statement=row["statement"], at=float(row["sent_at"]))
+        loaded[(d.address, d.session_id, d.statement)] = int(row["id"])
+        doubts.append(d)
+    IN_DOUBT.load(doubts)
+
+    def settled(pending: list[InDoubt]) -> None:
+        left = {(d.address, d.session_id, d.statement) for d in pending}
+        for key, intent_id in list(loaded.items()):
+            if key not in left:
+                journal.intent_outcome(intent_id, "settled: its session was ended or gone")
+                del loaded[key]
+
+    undoing = False
+
+    def on_event(event: Event) -> None:
+        nonlocal undoing
+        if isinstance(event, StepStarted) and event.action == "undo" and not undoing:
+            undoing = True
+            GENERATIONS.new_decision()
+
+    stop_settled = IN_DOUBT.add_listener(settled)
+    unsubscribe = bus.subscribe(on_event)
+    GENERATIONS.arm(run_id)
+    INTENTS.arm(_JournalIntents(journal, run_id, cluster))
+    try:
+        yield
+    finally:
+        INTENTS.disarm()
+        GENERATIONS.disarm()
+        unsubscribe()
+        stop_settled()
+
+
 def _drive_prepared(
     playbook: Playbook,
     journal: Journal,
@@ -300,7 +367,8 @@ def _drive_prepared(
             journal.record_log(warning)
         procedure = playbook.build(ctx)
         runner = Runner(approver=approver, assume_yes=assume_yes, hooks=playbook.hook_runner(), cancel=cancel)
-        with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id, run["dry_run"]) as lock:
+        with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id, run["dry_run"]) as lock, \
+                _decision(journal, run_id, playbook.cluster, bus, dry_run=bool(run["dry_run"])):
             runner.stop_check = getattr(lock, "stop_reason", None)
             if mode == "rollback":
                 return runner.rollback(procedure, ctx)

@@ -10,6 +10,7 @@ from typing import Callable
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials, native_password_hash
+from dbmigrate.db.generation import GENERATIONS, send_guarded
 from dbmigrate.redact import redact, register_secret
 
 
@@ -34,11 +35,29 @@ class Applier:
             return 0
         return self.server.execute(sql, params)
 
+    # -- role changes: each carries this decision's fencing generation (db/generation.py) ----
+    def _generation(self) -> int | None:
+        """The generation role changes carry here (None: dry-run, or outside a run's decision)."""
+        if self.dry_run or not GENERATIONS.armed:
+            return None
+        GENERATIONS.ensure(self.server)
+        return GENERATIONS.current(self.server.address)
+
+    def _send_role_change(self, statements: list[str]) -> None:
+        """One request that does nothing when it lands after a later decision (Superseded when
+        this process's own statement is refused: another process took over)."""
+        if not statements:
+            return
+        if self._generation() is None:
+            for sql in statements:
+                self._send(sql)
+            return
+        send_guarded(self.server, statements)
+
     def set_read_only(self, on: bool, lock_wait_timeout: float | None = None) -> None:
         """With lock_wait_timeout, turning read_only ON gives up after that many seconds
         instead of queueing every write behind a long statement (global read lock)."""
-        for sql in self.flavor.set_read_only_sql(on, lock_wait_timeout if on else None):
-            self._send(sql)
+        self._send_role_change(self.flavor.set_read_only_sql(on, lock_wait_timeout if on else None))
 
     def fence_and_read_binlog_pos(self, lock_wait_timeout: float, expiry_s: float | None = None) -> str | None:
         """read_only=ON (bounded like set_read_only) and the binlog position read right after it,
@@ -49,37 +68,39 @@ class Applier:
         (`cancel_fence_expiry` before the candidate opens): a tool that freezes or dies inside
         the window, or a fence that lands after the tool gave up on it, cannot hold the server
         read-only for longer than that."""
-        statements = [*(self.flavor.fence_expiry_sql(expiry_s) if expiry_s else []),
+        gen = self._generation()
+        statements = [*(self.flavor.fence_expiry_sql(expiry_s, gen) if expiry_s else []),
                       *self.flavor.set_read_only_sql(True, lock_wait_timeout)]
         if self.dry_run:
             for sql in statements:
                 self._send(sql)
             return None
-        return self.server.scalar_after(statements, self.flavor.gtid_binlog_pos_sql()) or ""
+        if gen is None:
+            return self.server.scalar_after(statements, self.flavor.gtid_binlog_pos_sql()) or ""
+        rows = send_guarded(self.server, statements, self.flavor.gtid_binlog_pos_sql())
+        return str(next(iter(rows[0].values())) or "") if rows else ""
 
     def cancel_fence_expiry(self) -> None:
         """Drop the fence's scheduled expiry (nothing replicates). Before a candidate opens, and
         whenever the fenced server is unfenced by the tool itself."""
-        for sql in self.flavor.cancel_fence_expiry_sql():
-            self._send(sql)
+        self._send_role_change(self.flavor.cancel_fence_expiry_sql())
 
     def stop_replica(self) -> None:
-        self._send(self.flavor.stop_replica_sql())
+        self._send_role_change([self.flavor.stop_replica_sql()])
 
     def start_replica(self) -> None:
-        self._send(self.flavor.start_replica_sql())
+        self._send_role_change([self.flavor.start_replica_sql()])
 
     def restart_replica_io(self) -> None:
         """A new connection to the source: after a partition heals, the old one may stay silent for
         seconds (the source's kernel backs off its retransmissions); the SQL thread is untouched."""
-        for sql in self.flavor.restart_io_thread_sql():
-            self._send(sql)
+        self._send_role_change(self.flavor.restart_io_thread_sql())
 
     def reset_replica_all(self) -> None:
-        self._send(self.flavor.reset_replica_all_sql())
+        self._send_role_change([self.flavor.reset_replica_all_sql()])
 
     def change_source(self, host: str, port: int, repl: Credentials, *, ssl: bool = False) -> None:
-        self._send(self.flavor.change_source_sql(host, port, repl.user, repl.password, ssl=ssl))
+        self._send_role_change([self.flavor.change_source_sql(host, port, repl.user, repl.password, ssl=ssl)])
 
     def add_source(self, conn: str, host: str, port: int, repl: Credentials, log_file: str, log_pos: int,
                    wild_do_tables: list[str]) -> None:
@@ -106,8 +127,7 @@ class Applier:
         self._send(self.flavor.reset_named_all_sql(conn))
 
     def prepare_as_replica(self) -> None:
-        for sql in self.flavor.prepare_as_replica_sql():
-            self._send(sql)
+        self._send_role_change(self.flavor.prepare_as_replica_sql())
 
     def kill_connection(self, connection_id: int) -> None:
         self._send(f"KILL CONNECTION {int(connection_id)}")

@@ -21,7 +21,9 @@ from mysql.connector import errorcode
 from dbmigrate import faultpoint
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, for_server
+from dbmigrate.db.generation import GENERATIONS
 from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, SETTLE_GONE_S, InDoubt, settle_on
+from dbmigrate.db.intent import INTENTS, Intent
 from dbmigrate.engine.wait import Clock
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact
@@ -238,8 +240,13 @@ class Server:
         while True:
             self._check_time_left(shown)
             self._settle_doubts()
+            if not self._settling:
+                # A run's decision bumps the server's fencing generation before anything else
+                # there (db/generation.py); a no-op outside a run and once done.
+                GENERATIONS.ensure(self)
             conn = self.connect()
             bound = self.remaining()
+            intent = self._intent(conn, sql, shown)
             started = time.perf_counter()
             try:
                 if self._cursor is None:
@@ -249,14 +256,19 @@ class Server:
                 faultpoint.sending(self.name, shown)  # no-op unless a fault-injection pause listens
                 cur.execute(text, params)
                 if fetch == "count":
-                    return sum(1 for _ in cur) if cur.with_rows else 0
-                if fetch == "last":
-                    return self._last_result(cur)
-                rows = cur.fetchall() if cur.with_rows else []
-                return rows if fetch else cur.rowcount
+                    result: Any = sum(1 for _ in cur) if cur.with_rows else 0
+                elif fetch == "last":
+                    result = self._last_result(cur)
+                else:
+                    rows = cur.fetchall() if cur.with_rows else []
+                    result = rows if fetch else cur.rowcount
+                INTENTS.done(intent, "done")
+                return result
             except mysql.connector.Error as e:
                 self._cursor = None  # a fresh one for the next statement, whatever state this one is in
                 errno = getattr(e, "errno", None)
+                if intent is not None and not self._lost(e, errno, conn):
+                    INTENTS.done(intent, f"failed [{errno}]")  # answered: it did not happen
                 if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
                                                           mysql.connector.errors.WriteTimeoutError)):
                     doubt = self._give_up(conn, sql, shown)
@@ -288,6 +300,28 @@ class Server:
                 log.debug("%s %.1fms %s", self.name, ms, shown)
                 for fn in list(_listeners):
                     fn(self.name, shown, ms)
+
+    @staticmethod
+    def _lost(e: Exception, errno: int | None, conn: Any) -> bool:
+        """Was the answer lost (timeout, dropped connection) rather than an error from the server?"""
+        if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
+                                                  mysql.connector.errors.WriteTimeoutError)):
+            return True
+        return errno in (errorcode.CR_SERVER_LOST, errorcode.CR_SERVER_GONE_ERROR) or \
+            isinstance(e, mysql.connector.errors.OperationalError) and not conn.is_connected()
+
+    def _intent(self, conn: Any, sql: str, shown: str) -> Intent | None:
+        """Journal a change before it is sent (db/intent.py): a process killed while it is on the
+        wire leaves a record the next process settles. Reads, and the session that settles doubts,
+        change nothing."""
+        if not INTENTS.armed or self._settling or self._is_read(sql):
+            return None
+        try:
+            session: int | None = int(conn.connection_id)
+        except (TypeError, ValueError, AttributeError):
+            session = None
+        return INTENTS.record(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
+                              statement=shown, generation=GENERATIONS.current(self.address))
 
     # -- statements in doubt (see db/in_doubt.py) ------------------------------
     def _give_up(self, conn: Any, sql: str, shown: str) -> InDoubt | None:

@@ -30,6 +30,14 @@ def sql_quote(value: str) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# Fencing generations (db/generation.py): where each server keeps its own, and the named lock
+# that orders a bump against a guarded statement in progress.
+GENERATION_TABLE = "mysql.dbmigrate_generation"
+GENERATION_LOCK = "dbmigrate_generation"
+_GEN_READ = f"SELECT gen FROM {GENERATION_TABLE} WHERE id = 1"
+_EVENT_DDL = re.compile(r"\b(CREATE|DROP)\b.*\bEVENT\b", re.IGNORECASE | re.DOTALL)
+
+
 @dataclass(frozen=True)
 class ReplicaStatus:
     """Replica status with flavor-neutral names."""
@@ -145,8 +153,14 @@ class Flavor:
                 if not {" ".join(x.replace("_", " ").split()).upper() for x in (name, *also)} & have]
 
     # -- the fence's expiry: a one-time EVENT that unfences the server unless cancelled --
-    def fence_expiry_sql(self, seconds: float) -> list[str]: raise NotImplementedError
+    def fence_expiry_sql(self, seconds: float, generation: int | None = None) -> list[str]: raise NotImplementedError
     def cancel_fence_expiry_sql(self) -> list[str]: raise NotImplementedError
+
+    # -- fencing generations (db/generation.py): a counter on each server, never binlogged ----
+    def generation_bump_sql(self, run_id: str) -> list[str]: raise NotImplementedError
+    def generation_read_sql(self) -> str: raise NotImplementedError
+    def guarded_sql(self, generation: int, statements: list[str], lock_wait_s: int) -> list[str]: raise NotImplementedError
+    def guard_columns_sql(self) -> str: raise NotImplementedError
 
     # -- this server's own transactions (errant-GTID checks around local changes) --
     def server_identity_sql(self) -> str: raise NotImplementedError
@@ -356,10 +370,55 @@ class MariaDB(Flavor):
     # read_only does not stop the tool's account (READ ONLY ADMIN), so the cancel works fenced.
     FENCE_EXPIRY_EVENT = "mysql.dbmigrate_fence_expiry"
 
-    def fence_expiry_sql(self, seconds: float) -> list[str]:
+    def fence_expiry_sql(self, seconds: float, generation: int | None = None) -> list[str]:
+        # With a generation the body unfences only while the server's generation is still the one
+        # the fence carried and the server does not replicate: an expiry set under an older
+        # decision (or re-armed by a fence request that landed late) can never open a server that
+        # a later decision made a replica, or fenced again.
+        body = "SET @@GLOBAL.read_only=0"
+        if generation is not None:
+            body = (f"BEGIN IF GET_LOCK('{GENERATION_LOCK}', 10) = 1 THEN "
+                    f"IF ({_GEN_READ}) = {int(generation)} AND (SELECT VARIABLE_VALUE FROM "
+                    f"information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'SLAVES_RUNNING') = 0 THEN "
+                    f"{body}; END IF; DO RELEASE_LOCK('{GENERATION_LOCK}'); END IF; END")
         return [f"SET STATEMENT sql_log_bin=0 FOR CREATE OR REPLACE EVENT {self.FENCE_EXPIRY_EVENT} ON SCHEDULE "
                 f"AT CURRENT_TIMESTAMP + INTERVAL {max(1, int(round(seconds)))} SECOND ON COMPLETION PRESERVE "
-                f"DO SET @@GLOBAL.read_only=0"]
+                f"DO {body}"]
+
+    # The generation lives in the `mysql` schema (always there, like the expiry event) and is
+    # written with sql_log_bin=0: each server holds its own, nothing replicates. A bump waits
+    # for a guarded statement in progress (the named lock), so that once it returns, every
+    # statement sent under an older generation has either run (and is seen by what is read
+    # next) or will do nothing. Measured on 10.11: an anonymous compound statement runs as one
+    # request from the driver; CREATE EVENT inside one needs EXECUTE IMMEDIATE (error 1576).
+    def generation_bump_sql(self, run_id: str) -> list[str]:
+        return [f"SET STATEMENT sql_log_bin=0 FOR CREATE TABLE IF NOT EXISTS {GENERATION_TABLE} "
+                f"(id TINYINT UNSIGNED PRIMARY KEY, gen BIGINT UNSIGNED NOT NULL, run_id VARCHAR(64) NOT NULL, "
+                f"at DATETIME(6) NOT NULL) ENGINE=InnoDB",
+                f"BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN DO RELEASE_LOCK('{GENERATION_LOCK}'); "
+                f"RESIGNAL; END; IF GET_LOCK('{GENERATION_LOCK}', 60) = 1 THEN "
+                f"SET STATEMENT sql_log_bin=0 FOR INSERT INTO {GENERATION_TABLE} (id, gen, run_id, at) VALUES "
+                f"(1, 1, {sql_quote(run_id)}, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE gen = gen + 1, "
+                f"run_id = VALUES(run_id), at = VALUES(at); DO RELEASE_LOCK('{GENERATION_LOCK}'); "
+                f"ELSE SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the generation lock stayed held for 60s'; "
+                f"END IF; END"]
+
+    def generation_read_sql(self) -> str:
+        return f"SELECT ({_GEN_READ}) AS gen"
+
+    def guarded_sql(self, generation: int, statements: list[str], lock_wait_s: int) -> list[str]:
+        # Each statement keeps the tool's tag (who watches the wire still recognises it); event
+        # DDL runs through EXECUTE IMMEDIATE, the one way a compound statement may hold it.
+        body = " ".join(f"EXECUTE IMMEDIATE {sql_quote(sql)};" if _EVENT_DDL.search(sql) else f"/* dbmigrate */ {sql};"
+                        for sql in statements)
+        return [f"BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN DO RELEASE_LOCK('{GENERATION_LOCK}'); "
+                f"RESIGNAL; END; SET @dbmigrate_ran = 0; "
+                f"IF GET_LOCK('{GENERATION_LOCK}', {max(1, int(lock_wait_s))}) = 1 THEN "
+                f"IF ({_GEN_READ}) = {int(generation)} THEN {body} SET @dbmigrate_ran = 1; END IF; "
+                f"DO RELEASE_LOCK('{GENERATION_LOCK}'); END IF; END"]
+
+    def guard_columns_sql(self) -> str:
+        return f"@dbmigrate_ran AS dbmigrate_ran, ({_GEN_READ}) AS dbmigrate_gen"
 
     def cancel_fence_expiry_sql(self) -> list[str]:
         return [f"SET STATEMENT sql_log_bin=0 FOR DROP EVENT IF EXISTS {self.FENCE_EXPIRY_EVENT}"]
@@ -712,12 +771,57 @@ class MySQL(Flavor):
     # and puts back what was there (read_only stays ON throughout: no application write).
     FENCE_EXPIRY_EVENT = "dbmigrate.fence_expiry"
 
-    def fence_expiry_sql(self, seconds: float) -> list[str]:
+    def fence_expiry_sql(self, seconds: float, generation: int | None = None) -> list[str]:
+        body = "SET @@GLOBAL.read_only=0"
+        if generation is not None:  # as MariaDB's: only under the same generation, never on a replica
+            body = (f"BEGIN IF GET_LOCK('{GENERATION_LOCK}', 10) = 1 THEN IF (SELECT gen FROM "
+                    f"{self.GENERATION_TABLE} WHERE id = 1) = {int(generation)} AND (SELECT COUNT(*) FROM "
+                    f"performance_schema.replication_applier_status WHERE SERVICE_STATE = 'ON') = 0 THEN {body}; "
+                    f"END IF; DO RELEASE_LOCK('{GENERATION_LOCK}'); END IF; END")
         return ["SET SESSION sql_log_bin=0", "CREATE DATABASE IF NOT EXISTS dbmigrate",
                 f"DROP EVENT IF EXISTS {self.FENCE_EXPIRY_EVENT}",
                 f"CREATE EVENT {self.FENCE_EXPIRY_EVENT} ON SCHEDULE AT CURRENT_TIMESTAMP + INTERVAL "
-                f"{max(1, int(round(seconds)))} SECOND ON COMPLETION PRESERVE DO SET @@GLOBAL.read_only=0",
+                f"{max(1, int(round(seconds)))} SECOND ON COMPLETION PRESERVE DO {body}",
                 "SET SESSION sql_log_bin=1"]
+
+    # Fencing generations, written from the MySQL 8.0/8.4 manual and not run here. MySQL has no
+    # anonymous compound statement: a stored procedure, created once (unlogged) with the table,
+    # takes the generation and one statement, and runs it (PREPARE/EXECUTE) under the same named
+    # lock and check as MariaDB's compound. Statements PREPARE refuses (event DDL) are sent as
+    # they are: the expiry's body checks the generation itself. super_read_only refuses every
+    # write, so the bump lifts it for its own and puts back what was there (read_only stays ON).
+    GENERATION_TABLE = "dbmigrate.generation"
+    GUARD_PROCEDURE = "dbmigrate.guarded"
+
+    def generation_bump_sql(self, run_id: str) -> list[str]:
+        lock = f"'{GENERATION_LOCK}'"
+        return ["SET @dbmigrate_sro=@@GLOBAL.super_read_only", "SET SESSION sql_log_bin=0",
+                "SET GLOBAL super_read_only=OFF", "CREATE DATABASE IF NOT EXISTS dbmigrate",
+                f"CREATE TABLE IF NOT EXISTS {self.GENERATION_TABLE} (id TINYINT UNSIGNED PRIMARY KEY, "
+                f"gen BIGINT UNSIGNED NOT NULL, run_id VARCHAR(64) NOT NULL, at DATETIME(6) NOT NULL) ENGINE=InnoDB",
+                f"CREATE PROCEDURE IF NOT EXISTS {self.GUARD_PROCEDURE}(IN expected BIGINT UNSIGNED, IN stmt TEXT, "
+                f"IN lock_wait INT) SQL SECURITY INVOKER BEGIN DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN "
+                f"DO RELEASE_LOCK({lock}); RESIGNAL; END; SET @dbmigrate_ran = 0; IF GET_LOCK({lock}, lock_wait) = 1 "
+                f"THEN IF (SELECT gen FROM {self.GENERATION_TABLE} WHERE id = 1) = expected THEN "
+                f"SET @dbmigrate_stmt = stmt; PREPARE dbmigrate_guarded FROM @dbmigrate_stmt; "
+                f"EXECUTE dbmigrate_guarded; DEALLOCATE PREPARE dbmigrate_guarded; SET @dbmigrate_ran = 1; END IF; "
+                f"DO RELEASE_LOCK({lock}); END IF; END",
+                f"DO GET_LOCK({lock}, 60)",
+                f"INSERT INTO {self.GENERATION_TABLE} (id, gen, run_id, at) VALUES (1, 1, {sql_quote(run_id)}, "
+                f"UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE gen = gen + 1, run_id = VALUES(run_id), at = VALUES(at)",
+                f"DO RELEASE_LOCK({lock})",
+                "SET GLOBAL super_read_only=@dbmigrate_sro", "SET SESSION sql_log_bin=1"]
+
+    def generation_read_sql(self) -> str:
+        return f"SELECT (SELECT gen FROM {self.GENERATION_TABLE} WHERE id = 1) AS gen"
+
+    def guarded_sql(self, generation: int, statements: list[str], lock_wait_s: int) -> list[str]:
+        return [sql if re.search(r"\b(CREATE|DROP)\b.*\bEVENT\b", sql, re.I | re.S) or sql.upper().startswith("SET SESSION")
+                else f"CALL {self.GUARD_PROCEDURE}({int(generation)}, {sql_quote(sql)}, {max(1, int(lock_wait_s))})"
+                for sql in statements]
+
+    def guard_columns_sql(self) -> str:
+        return f"@dbmigrate_ran AS dbmigrate_ran, (SELECT gen FROM {self.GENERATION_TABLE} WHERE id = 1) AS dbmigrate_gen"
 
     def cancel_fence_expiry_sql(self) -> list[str]:
         return ["SET @dbmigrate_sro=@@GLOBAL.super_read_only", "SET SESSION sql_log_bin=0",

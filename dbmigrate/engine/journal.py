@@ -102,6 +102,11 @@ CREATE TABLE IF NOT EXISTS locks (
     id INTEGER PRIMARY KEY, cluster TEXT NOT NULL, run_id TEXT NOT NULL, holder TEXT,
     pid INTEGER, since TEXT NOT NULL, status TEXT NOT NULL, released_at TEXT, note TEXT);
 CREATE INDEX IF NOT EXISTS locks_cluster ON locks(cluster, status);
+CREATE TABLE IF NOT EXISTS intents (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, cluster TEXT NOT NULL, server TEXT NOT NULL,
+    address TEXT NOT NULL, session_id INTEGER, user TEXT, kind TEXT, generation INTEGER,
+    statement TEXT NOT NULL, sent_at REAL NOT NULL, outcome TEXT, outcome_at TEXT);
+CREATE INDEX IF NOT EXISTS intents_open ON intents(cluster, outcome);
 CREATE TABLE IF NOT EXISTS evidence (
     run_id TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, at TEXT NOT NULL,
     PRIMARY KEY (run_id, name));
@@ -404,6 +409,22 @@ class Journal:
         )
 
     # ------------------------------------------------------------------ per-run state
+
+    # -- write-ahead intents (db/intent.py): a change journaled before it is sent ----------
+    def record_intent(self, run_id: str, cluster: str, intent: dict[str, Any]) -> int:
+        return self._write(
+            "INSERT INTO intents (run_id, cluster, server, address, session_id, user, kind, generation, statement, "
+            "sent_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (run_id, cluster, intent["server"], intent["address"], intent.get("session_id"), intent.get("user"),
+             intent.get("kind"), intent.get("generation"), redact(str(intent["statement"])), intent["at"]))
+
+    def intent_outcome(self, intent_id: int, outcome: str) -> None:
+        self._write("UPDATE intents SET outcome=?, outcome_at=? WHERE id=?", (redact(outcome), utc_now_iso(), intent_id))
+
+    def open_intents(self, cluster: str) -> list[dict[str, Any]]:
+        """Changes of this cluster's runs that were sent and never answered (in flight when their
+        process died, or given up on): each may still land until its session is ended."""
+        return self._rows("SELECT * FROM intents WHERE cluster=? AND outcome IS NULL ORDER BY id", (cluster,))
 
     def get_state(self, run_id: str, key: str, default: Any = None) -> Any:
         rows = self._rows("SELECT value FROM state WHERE run_id=? AND key=?", (run_id, key))

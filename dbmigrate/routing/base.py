@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, Protocol, Sequence, Union
 
 from dbmigrate.exceptions import DbmigrateError
 
@@ -23,6 +23,40 @@ class RouterError(DbmigrateError):
     """The router refused or failed a change, or could not be read. A procedure
     that gets this during a switchover must roll back (the old writer is still
     fenced by read_only, so nothing is written twice)."""
+
+
+class RouterNoAnswer(RouterError):
+    """A change was sent and the router did not answer: it may still run it later (HAProxy
+    keeps the request in its socket buffer while frozen). The change is in doubt until the
+    router shows it ran or can no longer run (`Router.settled`): never "not changed"."""
+
+
+@dataclass(frozen=True)
+class RouteIntent:
+    """A change about to be sent to the router, journaled before it is sent.
+
+    `seq` orders the changes of one router (a later decision's is larger); `request` is what
+    is sent, `back` the request that sends writes back to the writer the change leaves, and
+    `by_hand` how an operator sends a request of this router by hand (`{request}` in it)."""
+
+    seq: int
+    request: str
+    back: str = ""
+    by_hand: str = "{request}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "request": self.request, "back": self.back, "by_hand": self.by_hand}
+
+    def finish_by_hand(self, request: str | None = None) -> str:
+        return self.by_hand.replace("{request}", request if request is not None else self.request)
+
+
+class RouteLog(Protocol):
+    """Where a caller journals a change: `sent` before it is sent, `answered` once the router
+    answered it (with success or an error: either way it is no longer in doubt)."""
+
+    def sent(self, intent: RouteIntent) -> None: ...
+    def answered(self, intent: RouteIntent) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -113,10 +147,15 @@ class Router(ABC):
         """Read the router's live state (never a cached copy)."""
 
     @abstractmethod
-    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
+    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True,
+                      log: RouteLog | None = None, seq: int | None = None) -> RouteState:
         """Send new writes to `new` only. When `old` is given it must be the current
         writer (or `new` already is: the switch is then a no-op), otherwise RouterError
         and nothing changes. Returns the state read back afterwards.
+        `log.sent(RouteIntent)` is called right before the change is sent (never for a no-op), so
+        that the caller journals it first, and `log.answered` once the router answered it; `seq`
+        orders it after every earlier change. A change sent and not answered raises
+        RouterNoAnswer: it is in doubt (see `settled`).
         `persist=False` (inside a fenced window, which must not wait on a disk or a second
         request) may leave the read-back and a copy kept apart from the live route (HAProxy's
         server-state-file) to the next `switch_writer(new, old)`, which is then a no-op flip
@@ -129,6 +168,14 @@ class Router(ABC):
     @abstractmethod
     def set_readers(self, readers: Sequence[str]) -> RouteState:
         """Send reads to exactly these addresses."""
+
+    def settled(self, seq: int) -> bool:
+        """Has the change numbered `seq` run, or can it no longer run? False while the router
+        answers but has not run it yet; RouterError while the router does not answer. A router
+        whose changes are atomic when they return (a file renamed into place) is settled as soon
+        as it can be read."""
+        self.current()
+        return True
 
     def prepare_switch(self, new: ServerLike, old: ServerLike | None = None) -> None:
         """Work out the writer switch ahead of time (before a fence), so that
@@ -168,7 +215,8 @@ class NoRouting(Router):
     def current(self) -> RouteState:
         return RouteState(writer=None, details={"note": "no router configured"})
 
-    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
+    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True,
+                      log: RouteLog | None = None, seq: int | None = None) -> RouteState:
         return self.current()
 
     def set_reader_weights(self, weights: Mapping[str, int]) -> RouteState:

@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from dbmigrate import faultpoint
-from dbmigrate.routing.base import RouterError, RouteState, Router, ServerLike, as_ref, same_address, split_address
+from dbmigrate.routing.base import RouteLog, RouterError, RouteState, Router, ServerLike, as_ref, same_address, \
+    split_address
 
 FORMAT = 1
 
@@ -153,7 +154,8 @@ class DsnFileRouter(Router):
                     raise RouterError(f"cannot write DSN file {self.path}: {e.strerror or e}",
                                       hint="nothing was changed; check free space and permissions, then retry") from None
 
-    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
+    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True,
+                      log: RouteLog | None = None, seq: int | None = None) -> RouteState:
         # The file is the route: the switch is its write, whatever `persist` says.
         new_ref = as_ref(new)
         faultpoint.sending(f"router dsn-file {new_ref.address}", "switch writer")  # no-op unless a pause listens

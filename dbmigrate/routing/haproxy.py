@@ -21,7 +21,15 @@ Facts this module relies on (measured with HAProxy 2.6):
 - a reload forgets runtime changes unless `show servers state` was dumped to the
   server-state-file: we dump it after every change;
 - the admin state column can mislead; the operational state (srv_op_state,
-  2 = running) is what tells whether a server gets new connections.
+  2 = running) is what tells whether a server gets new connections;
+- admin connections are NOT served in the order they were made: with HAProxy frozen
+  (SIGSTOP), a request left in its buffer by a client that gave up ran after a later
+  connection's `show servers state` was answered in 12 of 40 tries (2 threads);
+- of a request whose client is gone, HAProxy runs the first 3 commands and drops the rest
+  (6 of 6 tries: a line of 21 commands ran 3).
+A change therefore starts with a marker, `set var proc.dbmigrate_route int(SEQ)`: once `get var`
+shows it, HAProxy has taken up that line, and one more answer a moment later shows it is past
+it (what of it ran has run; the rest never will). A restart drops the variable with the buffers.
 """
 
 from __future__ import annotations
@@ -34,13 +42,17 @@ from typing import Mapping, Sequence
 from dbmigrate import faultpoint
 from dbmigrate.engine.wait import Clock, wait_until
 from dbmigrate.exceptions import WaitTimeout
-from dbmigrate.routing.base import Gate, RouterError, RouteState, Router, ServerLike, ServerRef, as_ref, same_address, \
-    split_address
+from dbmigrate.routing.base import RouteLog, Gate, RouteIntent, RouterError, RouterNoAnswer, RouteState, Router, \
+    ServerLike, ServerRef, as_ref, same_address, split_address
 from dbmigrate.routing.dsn_file import write_atomically
 
 OP_RUNNING = 2
 ADMIN_MAINT = 0x01 | 0x02 | 0x04 | 0x20 | 0x40  # forced, inherited, config, resolution, hostname maint
 ADMIN_DRAIN = 0x08 | 0x10  # forced or inherited drain
+# The process-wide variable each change sets last: the number of the last change that ran.
+MARKER = "proc.dbmigrate_route"
+# Once HAProxy has taken up a request line, one more answer this much later shows it is past it.
+LINE_PASSED_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,12 @@ def switch_commands(backend: str, new: str, olds: Sequence[str]) -> list[str]:
     return cmds
 
 
+def marker_commands(seq: int) -> list[str]:
+    """Set the change marker to `seq` (process variables are set from the CLI in experimental
+    mode on HAProxy 2.6; the mode lasts for this request only)."""
+    return ["experimental-mode on", f"set var {MARKER} int({int(seq)})"]
+
+
 def validate_name(name: str) -> str:
     # Names are interpolated into a line-based protocol: refuse separators outright.
     if not name or any(c in name for c in " ;\n\r/"):
@@ -137,11 +155,13 @@ class AdminSocket:
         self.timeout = timeout
 
     def request(self, commands: Sequence[str]) -> str:
-        """Send commands as one line (HAProxy runs them in order) and return the whole reply."""
+        """Send commands as one line (HAProxy runs them in order) and return the whole reply.
+        Once the line is sent, no answer raises RouterNoAnswer: HAProxy may still run it."""
         for c in commands:
             if "\n" in c or ";" in c:
                 raise RouterError(f"refusing to send a command containing ';' or a newline: {c!r}")
         line = "; ".join(commands) + "\n"
+        sent = False
         try:
             if self.path.startswith("/") or not _looks_tcp(self.path):
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -154,6 +174,7 @@ class AdminSocket:
                 sock.settimeout(self.timeout)
                 faultpoint.sending("router haproxy", line)  # no-op unless a fault-injection pause listens
                 sock.connect(target)
+                sent = True  # from here on, part of the line may be in HAProxy's buffer
                 sock.sendall(line.encode())
                 chunks = []
                 while True:
@@ -171,9 +192,16 @@ class AdminSocket:
             raise RouterError(f"HAProxy admin socket {self.path} refused the connection (HAProxy not running?)",
                               hint="start or reload HAProxy; the writer flip has not been sent") from None
         except socket.timeout:
+            if sent:
+                raise RouterNoAnswer(f"HAProxy admin socket {self.path} did not answer '{line.strip()[:200]}' within "
+                                     f"{self.timeout:g}s: HAProxy may still run it",
+                                     hint="HAProxy may be frozen or overloaded; check it before retrying") from None
             raise RouterError(f"HAProxy admin socket {self.path} did not answer within {self.timeout:g}s",
                               hint="HAProxy may be overloaded or stuck; check it before retrying") from None
         except OSError as e:
+            if sent:
+                raise RouterNoAnswer(f"HAProxy admin socket {self.path}: {e.strerror or e} after "
+                                     f"'{line.strip()[:200]}' was sent: HAProxy may still run it") from None
             raise RouterError(f"HAProxy admin socket {self.path}: {e.strerror or e}") from None
         faultpoint.router_command_sent(line)  # no-op unless a fault-injection pause listens
         return b"".join(chunks).decode(errors="replace")
@@ -191,13 +219,16 @@ class HAProxyRouter(Router):
     kind = "haproxy"
 
     def __init__(self, cluster: str, admin_socket: str, writer_backend: str = "writer",
-                 reader_backend: str | None = "readers", state_file: str | None = None, timeout: float = 3.0):
+                 reader_backend: str | None = "readers", state_file: str | None = None, timeout: float = 3.0,
+                 clock: Clock | None = None):
         super().__init__(cluster)
+        self.clock = clock or Clock()
         self.admin = AdminSocket(admin_socket, timeout)
         self.writer_backend = validate_name(writer_backend)
         self.reader_backend = validate_name(reader_backend) if reader_backend else None
         self.state_file = Path(state_file) if state_file else None
-        self._prepared: tuple[str, str | None, list[str]] | None = None
+        self._prepared: tuple[str, str | None, list[str], list[str]] | None = None
+        self._marker_ok: bool | None = None  # HAProxy keeps the change marker (get/set var)
 
     def describe(self) -> str:
         return f"HAProxy at {self.admin.path} (backend {self.writer_backend}, cluster {self.cluster})"
@@ -235,17 +266,19 @@ class HAProxyRouter(Router):
                           hint=f"servers there: {known}; add it to the HAProxy configuration and reload first")
 
     # -- changing ------------------------------------------------------------
-    def _plan_switch(self, new: ServerLike, old: ServerLike | None) -> tuple[list[str], list[ServerRow]]:
+    def _plan(self, new: ServerLike, old: ServerLike | None) -> tuple[list[str], list[str], list[ServerRow]]:
+        """(the flip's commands, the commands that send writes back to the writer it leaves, rows)."""
         rows = [r for r in self.servers(self.writer_backend)]
         new_ref = as_ref(new)
         new_name = self._name_for(rows, self.writer_backend, new_ref)
         live = [r for r in rows if r.takes_new_connections]
         if [r.name for r in live] == [new_name]:
-            return [], rows  # already switched
+            return [], [], rows  # already switched
         if old is not None:
             old_ref = as_ref(old)
             old_name = self._name_for(rows, self.writer_backend, old_ref)
-            if live and [r.name for r in live] != [old_name]:
+            # A change given up on may have left both ready (HAProxy ran the start of its line).
+            if live and {r.name for r in live} - {old_name, new_name}:
                 raise RouterError(
                     f"HAProxy sends writes to {', '.join(r.address for r in live)}, not to {old_ref}: refusing to switch",
                     hint="someone else changed the route; inspect 'show servers state' before retrying")
@@ -253,27 +286,85 @@ class HAProxyRouter(Router):
         # already (one a human left 'ready' by mistake must not keep taking writes).
         olds = [self._name_for(rows, self.writer_backend, as_ref(old))] if old is not None else []
         olds += [r.name for r in rows if r.name not in olds and not r.in_maint]
-        return switch_commands(self.writer_backend, new_name, olds), rows
+        back = switch_commands(self.writer_backend, olds[0], [new_name]) if olds else []
+        return switch_commands(self.writer_backend, new_name, olds), back, rows
 
     def prepare_switch(self, new: ServerLike, old: ServerLike | None = None) -> None:
         """Read the backend and build the request now: inside a fenced window the switch
         is then one request on the admin socket, not a read followed by a write."""
-        self._prepared = (as_ref(new).address, as_ref(old).address if old is not None else None,
-                          self._plan_switch(new, old)[0])
+        cmds, back, _ = self._plan(new, old)
+        self._marker_usable()
+        self._prepared = (as_ref(new).address, as_ref(old).address if old is not None else None, cmds, back)
 
-    def _planned(self, new: ServerLike, old: ServerLike | None) -> list[str]:
+    def _planned(self, new: ServerLike, old: ServerLike | None) -> tuple[list[str], list[str]]:
         prepared, self._prepared = getattr(self, "_prepared", None), None
         key = (as_ref(new).address, as_ref(old).address if old is not None else None)
         if prepared is not None and prepared[:2] == key and prepared[2]:
-            return prepared[2]  # the state read back after the flip still checks the result
-        return self._plan_switch(new, old)[0]
+            return prepared[2], prepared[3]  # the state read back after the flip still checks the result
+        cmds, back, _ = self._plan(new, old)
+        return cmds, back
 
-    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True) -> RouteState:
+    # -- changes in doubt ----------------------------------------------------
+    def _marker_usable(self) -> bool:
+        """Does this HAProxy keep the change marker? Read once; where the variable is missing
+        it is set to 0 now (before any change), so that a later "not found" means a restart."""
+        if self._marker_ok is None:
+            reply = self.admin.request([f"get var {MARKER}"]).strip()
+            if reply.startswith(MARKER):
+                self._marker_ok = True
+            elif "not found" in reply.lower():
+                check_reply(["set var"], self.admin.request(marker_commands(0)))
+                self._marker_ok = True
+            else:  # an HAProxy without process variables on its CLI (before 2.4)
+                self._marker_ok = False
+        return self._marker_ok
+
+    def marker(self) -> int | None:
+        """The number of the last change that ran; None when the variable is gone (restarted)."""
+        reply = self.admin.request([f"get var {MARKER}"]).strip()
+        if "not found" in reply.lower():
+            return None
+        if not reply.startswith(MARKER):
+            raise RouterError(f"HAProxy answered 'get var {MARKER}' with: {reply[:200]}")
+        value = reply.rsplit("<", 1)[-1].rstrip(">")
+        return int(value) if value.lstrip("-").isdigit() else None
+
+    def settled(self, seq: int) -> bool:
+        """The change `seq` ran (the marker reached it), or can no longer run (HAProxy restarted:
+        the marker is gone with the buffers that held the change). Without the marker (HAProxy
+        before 2.4) an answer is all there is to go by."""
+        if not self._marker_usable():
+            self.current()
+            return True
+        seen = self.marker()
+        if seen is not None and seen < seq:
+            return False
+        if seen is not None:
+            # The line was taken up: it runs on at once, or not at all (its client gone).
+            self.clock.sleep(LINE_PASSED_S)
+            self.marker()
+        return True
+
+    def by_hand(self) -> str:
+        """How an operator sends a request to this HAProxy ({request} stands for it)."""
+        target = f"UNIX-CONNECT:{self.admin.path}" if not _looks_tcp(self.admin.path) else f"TCP:{self.admin.path}"
+        return f"echo '{{request}}' | socat stdio {target}"
+
+    def switch_writer(self, new: ServerLike, old: ServerLike | None = None, *, persist: bool = True,
+                      log: RouteLog | None = None, seq: int | None = None) -> RouteState:
         """With persist=False the flip is the only request (inside a fenced window): the
         read-back and the server-state-file are the next switch_writer(new, old)'s."""
-        cmds = self._planned(new, old)
+        cmds, back = self._planned(new, old)
         if cmds:
-            self.admin.run(cmds)
+            if seq is not None and self._marker_usable():
+                cmds = [*marker_commands(seq), *cmds]
+            intent = RouteIntent(seq if seq is not None else 0, "; ".join(cmds), "; ".join(back), self.by_hand())
+            if log is not None:
+                log.sent(intent)
+            reply = self.admin.request(cmds)  # RouterNoAnswer: in doubt, the caller's journal says so
+            if log is not None:
+                log.answered(intent)
+            check_reply(cmds, reply)
             if not persist:
                 address = as_ref(new).address
                 return RouteState(writer=address, writers=[address], details={"note": "not read back yet"})
@@ -287,7 +378,7 @@ class HAProxyRouter(Router):
         return st
 
     def describe_switch(self, new: ServerLike, old: ServerLike | None = None) -> list[str]:
-        cmds, _ = self._plan_switch(new, old)
+        cmds, _, _ = self._plan(new, old)
         if not cmds:
             return [f"HAProxy {self.admin.path}: backend {self.writer_backend} already sends writes to {as_ref(new)} only"]
         lines = [f"HAProxy {self.admin.path}: {'; '.join(cmds)}"]

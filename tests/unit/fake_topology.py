@@ -34,7 +34,7 @@ from dbmigrate.db.inspector import HeavyWork, Session
 from dbmigrate.engine.wait import FakeClock
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures.kit.switchover import SwitchoverServers
-from dbmigrate.routing.base import RouterError, RouteState
+from dbmigrate.routing.base import RouteIntent, RouterError, RouterNoAnswer, RouteState
 
 DOMAIN = 0
 TOOL_USER = "dbmigrate"
@@ -96,6 +96,11 @@ class FakeServer:
     doubts: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
     settle_cost_s: float = 0.0  # ending a session in doubt here takes this long (a new connection after a partition)
     expiry_at: float | None = None  # clock time when a scheduled fence expiry fires (None: none)
+    # Its fencing generation (db/generation.py): a change, or an expiry, that carries an older one
+    # does nothing when it lands. `lost` holds changes of a process killed with them in flight
+    # whose intent nobody journaled: only the generation stands between them and the server.
+    generation: int = 0
+    lost: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
     disk_full: bool = False  # a write waits for disk space (until the bound, or the read timeout)
     # Work too big for a fenced window, each until a clock time: a DDL or large transaction in
     # flight here (as a primary), a DDL its SQL thread applies, binlog bytes it has still to apply.
@@ -124,6 +129,37 @@ class FakeTopology(SwitchoverServers):
     sent: list[tuple[str, str]] = field(default_factory=list)  # (server or "router", statement)
     deadlines: dict[str, float] = field(default_factory=dict)  # bounds in force, in clock time
     read_timeout_s: float = 60.0  # what a statement to a frozen server costs without a bound
+    # Fencing generations, as a run's process holds them once it has the cluster lock: off by
+    # default (the decisions tested elsewhere); `new_decision()` turns them on, or starts a later
+    # decision (another process: every server is bumped again on its first statement).
+    generations: bool = False
+    held: dict[str, int] = field(default_factory=dict)  # server -> the generation this decision bumped it to
+
+    def new_decision(self) -> None:
+        self.generations = True
+        self.held.clear()
+
+    def die(self) -> None:
+        """The tool's process is killed: what it had in flight stays on the wire, unknown to the next
+        process (no intent journaled), and that next process decides anew."""
+        for s in self.servers.values():
+            s.lost += s.doubts
+            s.doubts = []
+        self.new_decision()
+
+    def carried(self, name: str) -> int | None:
+        """The generation a change sent to `name` now carries (None: generations off)."""
+        return self.held.get(name) if self.generations else None
+
+    def guarded(self, name: str, what: str, gen: int | None, effect: Callable[[], None]) -> Callable[[], None]:
+        """`effect` as the server runs a change that carries `gen`: a no-op under a later one."""
+        def run() -> None:
+            s = self.servers[name]
+            if gen is not None and s.generation != gen:
+                self.sent.append((name, f"{what} <generation {gen}, server holds {s.generation}: no-op>"))
+                return
+            effect()
+        return run
 
     @contextmanager
     def bounded(self, seconds: float, *names: str) -> Iterator[None]:
@@ -173,6 +209,10 @@ class FakeTopology(SwitchoverServers):
         if not s.up:
             raise ConnectionFailed(f"cannot reach {name} ({s.host}:{s.port}): Connection refused",
                                    hint="is the server running and listening on that address?")
+        if self.generations and name not in self.held:
+            s.generation += 1  # the decision's first statement there: before anything is read
+            self.held[name] = s.generation
+            self.sent.append((name, f"bump generation to {s.generation}"))
         return s
 
     # -- statements in doubt (the real handle's rule, db/in_doubt.py) ---------------
@@ -189,6 +229,9 @@ class FakeTopology(SwitchoverServers):
         raise InDoubtUnsettled(f"{doubt.said()} was given up on and may still be executed; it stays in doubt until "
                                f"that session is ended, and it cannot be ended now", doubt)
 
+    def own_sessions(self, name: str) -> set[int]:
+        return {1}  # FakeInspector.connection_id(): the tool's one session on each server
+
     def settle(self, name: str) -> None:
         s = self.servers[name]
         if s.doubts:
@@ -197,7 +240,7 @@ class FakeTopology(SwitchoverServers):
     def in_doubt(self, name: str, sql: str, effect: Callable[[], None]) -> None:
         """A change sent to a partitioned server: costs the bound, then is given up on, in doubt."""
         s = self.servers[name]
-        s.doubts.append((sql, effect))
+        s.doubts.append((sql, self.guarded(name, sql, self.carried(name), effect)))
         self.sent.append((name, sql + " <no answer>"))
         deadline = self.deadlines.get(name, self.clock.monotonic() + self.read_timeout_s)
         self.clock.advance(max(0.0, deadline - self.clock.monotonic()))
@@ -211,7 +254,7 @@ class FakeTopology(SwitchoverServers):
         s.partitioned = False
 
         def land() -> None:
-            pending, s.doubts = s.doubts, []
+            pending, s.doubts, s.lost = s.doubts + s.lost, [], []
             for sql, effect in pending:
                 self.sent.append((name, sql + " <landed late>"))
                 effect()
@@ -312,6 +355,13 @@ class FakeInspector:
         return self._server().position()
 
     gtid_executed = gtid_binlog_pos  # a server with log_slave_updates logs what it applies
+
+    def gtid_state(self) -> str:
+        """gtid_binlog_state: the last GTID per domain and server_id."""
+        last: dict[tuple[int, int], MariaGtid] = {}
+        for g in self._server().log:
+            last[(g.domain, g.server_id)] = g
+        return ",".join(str(last[k]) for k in sorted(last))
 
     def read_only_sessions_count_and_binlog_pos(self, users) -> tuple[bool, int, str]:
         s = self._server()
@@ -485,9 +535,11 @@ class FakeApplier:
         """The real applier sends all in one request; here the expiry, the fence, then the position read."""
         cut_off = self._partitioned()
         if cut_off is not None:
+            carried = self.topo.carried(self.name)
+
             def fence_lands() -> None:
                 if expiry_s:
-                    self._schedule_expiry(cut_off, expiry_s)
+                    self._schedule_expiry(cut_off, expiry_s, carried)
                 self._set(cut_off, True)
 
             self.topo.in_doubt(self.name, "fence" + (f" with expiry in {expiry_s:g}s" if expiry_s else ""),
@@ -500,10 +552,19 @@ class FakeApplier:
         self.set_read_only(True, lock_wait_timeout)
         return None if s is None else s.position()
 
-    def _schedule_expiry(self, s: FakeServer, expiry_s: float) -> None:
+    def _schedule_expiry(self, s: FakeServer, expiry_s: float, gen: "int | None | object" = ...) -> None:
         at = s.expiry_at = self.topo.clock.monotonic() + expiry_s
+        gen = self.topo.carried(self.name) if gen is ... else gen  # the generation its fence carried
 
         def fire() -> None:
+            if s.expiry_at != at or not s.up:
+                return  # cancelled or replaced since
+            if gen is not None and (s.generation != gen or s.io_running or s.sql_running):
+                # The event's body checks the generation it was set under, and that the server
+                # does not replicate, before it unfences (db/flavor.py fence_expiry_sql).
+                self.topo.sent.append((self.name, f"fence expiry <generation {gen}, server holds {s.generation}, "
+                                                  f"replicating {s.io_running or s.sql_running}: no-op>"))
+                return
             if s.expiry_at == at and s.up:  # not cancelled nor replaced since
                 s.expiry_at = None
                 others = [n for n in self.topo.writable() if n != self.name]
@@ -586,23 +647,68 @@ class FakeApplier:
 
 class FakeRouter:
     """A router holding one writer address; like the real ones, it refuses to switch
-    from an `old` writer it does not currently have."""
+    from an `old` writer it does not currently have. `freeze()` makes it a frozen HAProxy:
+    a change sent is kept in its buffer unanswered (RouterNoAnswer) and runs at `thaw()`;
+    reads do not answer meanwhile. `marker` is the number of the last change that ran."""
 
     def __init__(self, topo: FakeTopology, writer: str | None):
         self.topo = topo
         self.writer = None if writer is None else "%s:%d" % topo.address(writer)
         self.switches: list[tuple[str, str | None]] = []
+        self.frozen = False
+        self.buffered: list[tuple[object, object, int | None]] = []
+        self.marker = 0
+
+    def describe(self) -> str:
+        return "fake router"
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def thaw(self) -> None:
+        """Wakes and runs what was left in its buffer, in the order it was sent."""
+        self.frozen = False
+        for new, old, seq in self.buffered:
+            self._switch(new, None, seq)  # checked when planned, not when it runs (as HAProxy's commands)
+        self.buffered = []
 
     def current(self) -> RouteState:
+        if self.frozen:
+            raise RouterError("the fake router did not answer within 3s")
         return RouteState(writer=self.writer, writers=[self.writer] if self.writer else [])
 
-    def switch_writer(self, new, old=None, *, persist=True) -> RouteState:
+    def settled(self, seq: int) -> bool:
+        self.current()
+        return self.marker >= seq
+
+    def prepare_switch(self, new, old=None) -> None:
+        self.current()
+
+    def switch_writer(self, new, old=None, *, persist=True, log=None, seq=None) -> RouteState:
+        if self.frozen:
+            intent = RouteIntent(seq or 0, f"writer={new.name}", f"writer={old.name}" if old else "", "send {request}")
+            if log is not None:
+                log.sent(intent)
+            self.buffered.append((new, old, seq))
+            raise RouterNoAnswer(f"the fake router did not answer 'writer={new.name}' within 3s")
+        if self.writer == new.address:
+            return self.current()
+        intent = RouteIntent(seq or 0, f"writer={new.name}", f"writer={old.name}" if old else "", "send {request}")
+        if log is not None:
+            log.sent(intent)
+        self._switch(new, old, seq)
+        if log is not None:
+            log.answered(intent)
+        return self.current()
+
+    def _switch(self, new, old, seq) -> None:
         if old is not None and self.writer not in (old.address, new.address):
             raise RouterError(f"the router's writer is {self.writer}, not {old.address}")
         self.writer = new.address
         self.switches.append((new.name, old.name if old is not None else None))
         self.topo.sent.append(("router", f"writer={new.name}"))
-        return self.current()
+        if seq is not None:
+            self.marker = max(self.marker, seq)
 
     def describe_switch(self, new, old=None) -> list[str]:
         return [f"send writes to {new.name} ({new.address}) instead of {old.name if old is not None else 'nobody'}"]

@@ -753,6 +753,30 @@ def test_seal_old_ends_every_session_of_a_bypassing_account_but_not_the_tool_or_
     assert topo.statements("db1") == ["KILL CONNECTION 7"]
 
 
+def test_seal_old_ends_another_clients_session_of_the_tools_own_account_but_not_the_tools_own():
+    """An operator (or a script) logged in as the tool's account writes past read_only like any
+    account that bypasses it: only the tool's own session ids are spared."""
+    topo, router = fenced()
+    db1 = topo.servers["db1"]
+    db1.bypass_users = {"dbmigrate", "repl"}
+    db1.sessions = [app_session(1, "dbmigrate"), app_session(12, "dbmigrate"), app_session(9, "repl")]
+
+    said_, _ = switchover(topo, router).seal_old()
+
+    assert said_ == "ended 1 session(s) of accounts that bypass read_only on db1; "
+    assert topo.statements("db1") == ["KILL CONNECTION 12"]  # not 1: the tool's own session
+
+
+def test_seal_old_with_only_the_tools_own_sessions_ends_nothing_and_keeps_the_first_position():
+    topo, router = fenced()
+    db1 = topo.servers["db1"]
+    db1.bypass_users = {"dbmigrate"}
+    db1.sessions = [app_session(1, "dbmigrate")]
+
+    assert switchover(topo, router).seal_old() == ("", db1.position())
+    assert topo.statements("db1") == []
+
+
 def test_seal_old_refuses_to_go_on_when_the_old_primary_is_writable_again():
     topo, router = fenced()
     topo.servers["db1"].read_only = False
@@ -787,7 +811,9 @@ def test_prepare_window_builds_the_routers_request_before_the_fence_and_returns_
     bypass = switchover(topo, router).prepare_window()
 
     assert prepared == [("db2", "db1")]  # inside the window the switch is then one request
-    assert bypass == {"ops"}  # the tool's own login and replication are not ended
+    # Replication is not ended; the tool's account is (another client may log in as it): the
+    # seal spares the tool's own session ids, not its account.
+    assert bypass == {"ops", "dbmigrate"}
 
 
 # No account bypasses read_only; or one does (ops) but has no session: one read, no session list.
@@ -843,3 +869,38 @@ def test_wait_catchup_renews_a_stalled_connection_once_then_waits_out_its_bound(
         switchover(topo, catchup_timeout_s=3).wait_catchup(position)
     assert topo.statements("db2") == ["STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD"]
     assert 2.5 <= topo.clock.monotonic() - started <= 3
+
+
+# -- after the cutover: the old primary wrote nothing of its own -------------------------
+
+def test_the_reverse_check_says_rollback_loses_nothing_only_when_the_old_primary_wrote_nothing():
+    topo, router = promoted()
+    assert switchover(topo, router).require_old_wrote_nothing("r1") == \
+        "db1 wrote nothing of its own after its final position: rollback loses nothing"
+
+
+def test_an_errant_write_on_the_old_primary_pauses_the_run_and_names_it():
+    from dbmigrate.engine.runner import RunPaused
+    from dbmigrate.db.gtid import MariaGtid
+
+    topo, router = promoted()
+    db1 = topo.servers["db1"]
+    # A session that bypassed read_only committed on db1 after its final position.
+    seq = max(g.seq for g in db1.log) + 1
+    db1.log.append(MariaGtid(0, db1.server_id, seq))
+    with pytest.raises(RunPaused) as paused:
+        switchover(topo, router).require_old_wrote_nothing("r1")
+    msg = paused.value.message
+    assert f"db1 wrote 1 transaction(s) of its own after its final position that db2 never had " \
+           f"(errant GTID(s) 0-1-{seq})" in msg
+    assert "rollback loses nothing" not in msg and "dbmigrate resume r1" in paused.value.hint
+
+
+def test_a_stopped_replication_back_pauses_the_run_and_names_the_error():
+    from dbmigrate.engine.runner import RunPaused
+
+    topo, router = promoted()
+    db1 = topo.servers["db1"]
+    db1.sql_running, db1.last_sql_error = False, "Duplicate entry '7' for key 'PRIMARY'"
+    with pytest.raises(RunPaused, match="its replication from db2 stopped with an error"):
+        switchover(topo, router).require_old_wrote_nothing("r1")

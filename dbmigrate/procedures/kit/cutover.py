@@ -18,6 +18,7 @@ from dbmigrate.engine.step import FunctionStep, RunContext, Step
 from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.audit import writes_after_fence
 from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back
+from dbmigrate.procedures.kit.switchover.router import JournaledRouter
 
 
 class CutoverState(TypedState):
@@ -34,6 +35,32 @@ class CutoverState(TypedState):
     converged: Optional[str] = None  # how far behind the candidate was when the fence was set
     lag_at_fence_trx: Optional[int] = None
     applied_pos: Optional[str] = None  # the final position the candidate applied within the fence step
+    # The router change sent and not answered yet (journaled before it is sent): in doubt.
+    router_change: Optional[dict[str, Any]] = None
+    router_seq: int = 0  # the number of the last router change this run sent
+
+
+class RouteJournal:
+    """The cutover's journal of router changes, in the run state (kit/switchover/router.py)."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+
+    def pending(self) -> dict[str, Any] | None:
+        return CutoverState.load(self.ctx.state).router_change
+
+    def last_seq(self) -> int:
+        return CutoverState.load(self.ctx.state).router_seq
+
+    def sent(self, change: dict[str, Any]) -> None:
+        with CutoverState.edit(self.ctx.state) as s:
+            s.router_change = {**change, "sent_at": self.ctx.clock.now()}
+            s.router_seq = max(s.router_seq, int(change["seq"]))
+
+    def answered(self, seq: int) -> None:
+        with CutoverState.edit(self.ctx.state) as s:
+            if s.router_change is not None and int(s.router_change["seq"]) <= seq:
+                s.router_change = None
 
 
 MakeSwitchover = Callable[[RunContext, Optional[Record]], Switchover]
@@ -53,7 +80,12 @@ class Cutover:
     verify_timeout_s: float = 10.0
 
     def sw(self, ctx: RunContext, record: Record | None = None) -> Switchover:
-        return self.switchover(ctx, record)
+        sw = self.switchover(ctx, record)
+        router = getattr(sw, "router", None)
+        if router is not None and not ctx.dry_run and not isinstance(router, JournaledRouter):
+            # Every router change of the cutover (and of its undo) journaled before it is sent.
+            sw.router = JournaledRouter(router, RouteJournal(ctx), ctx.clock, sw.s.router_doubt_wait_s, ctx.log)
+        return sw
 
     def planned(self, action: Callable[[RunContext, Switchover], Any]) -> Callable[[RunContext], list[tuple[str, str]]]:
         """describe() for a dry-run: the (server, statement) pairs `action` would send."""
@@ -129,7 +161,9 @@ def is_fenced(cut: Cutover, ctx: RunContext) -> bool:
 def undo_switchover(cut: Cutover, ctx: RunContext) -> str:
     """The undo of every cutover step: back to the old primary, whatever was done."""
     st = state(ctx)
-    return switch_back(cut.sw(ctx), candidate_opened=st.candidate_opened, router_switched=st.switched_at is not None)
+    # A router change in doubt may have switched it: the router must then answer before the undo ends.
+    return switch_back(cut.sw(ctx), candidate_opened=st.candidate_opened,
+                       router_switched=st.switched_at is not None or st.router_change is not None)
 
 
 def catch_up(cut: Cutover, ctx: RunContext) -> str:
@@ -194,8 +228,12 @@ def is_opened(cut: Cutover, ctx: RunContext) -> bool:
 def reverse(cut: Cutover, ctx: RunContext) -> str:
     sw = cut.sw(ctx)
     sentence = sw.start_reverse()
-    sw.wait_replica_running(sw.old)
-    return sentence
+    try:
+        sw.wait_replica_running(sw.old)
+    except DbmigrateError:
+        sw.require_old_wrote_nothing(ctx.run_id)  # names what the old primary wrote, when it did
+        raise
+    return f"{sentence}; {sw.require_old_wrote_nothing(ctx.run_id)}"
 
 
 def check_shape(cut: Cutover, ctx: RunContext) -> None:
@@ -213,7 +251,14 @@ def check_shape(cut: Cutover, ctx: RunContext) -> None:
 
 
 def probe(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
-    return (sw or cut.sw(ctx)).verify_writes_flow(ctx.run_id, cut.verify_timeout_s)
+    sw = sw or cut.sw(ctx)
+    try:
+        said = sw.verify_writes_flow(ctx.run_id, cut.verify_timeout_s)
+    except DbmigrateError:
+        sw.require_old_wrote_nothing(ctx.run_id)  # an errant write on the old primary is the cause to name
+        raise
+    # Written after the reverse step's check (a session that connected later) counts too.
+    return f"{said}; {sw.require_old_wrote_nothing(ctx.run_id)}"
 
 
 # -- the steps ---------------------------------------------------------------------

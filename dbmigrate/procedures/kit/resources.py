@@ -55,7 +55,8 @@ class ClusterResources:
     def topology(self, replicas: list[str]) -> SwitchoverServers:
         inv = self.inventory
         return SwitchoverServers(servers=self.servers, repl=inv.replication_credentials(self.cluster), replicas=replicas,
-                        repl_addresses={n: inv.replication_address(n) for n in self.servers})
+                        repl_addresses={n: inv.replication_address(n) for n in self.servers},
+                        tool_sessions=[self.lock_session] if self.lock_session is not None else [])
 
     def close(self) -> None:
         """Closes the servers; the lock session is closed by the run, after the lock is released."""

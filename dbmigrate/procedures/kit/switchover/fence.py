@@ -92,8 +92,9 @@ class FenceSteps(SwitchoverBase):
         if not count:
             return "", pos
         ended = 0
+        own = self.topo.own_sessions(self.old)
         for sess in insp.sessions():
-            if sess.user in bypass:
+            if sess.user in bypass and sess.id not in own:
                 self.sealed_sessions.append(sess)
                 try:
                     self.apply(self.old).kill_connection(sess.id)
@@ -101,6 +102,8 @@ class FenceSteps(SwitchoverBase):
                 except QueryError as e:
                     if e.errno != UNKNOWN_THREAD:
                         raise
+        if not ended:
+            return "", pos  # only this tool's own sessions: the position read with the fence check is final
         # Read after the sessions were ended: a commit of theirs before that is in it.
         pos = insp.gtid_binlog_pos()
         return (f"ended {ended} session(s) of accounts that bypass read_only on {self.old}; " if ended else ""), pos
@@ -109,8 +112,11 @@ class FenceSteps(SwitchoverBase):
         self.old_fence.require_fenced(fenced, self.new)
 
     def bypass_users(self) -> set[str]:
+        """Accounts whose sessions can write past read_only. The tool's own account is one of
+        them: another client logged in as it (an operator's ALTER) writes past the fence like
+        any other, so the seal ends its sessions too, sparing only this tool's own session ids."""
         insp = self.insp(self.old)
-        return insp.read_only_bypass_users() - {insp.login_user, self.topo.repl.user, "system user", "event_scheduler"}
+        return insp.read_only_bypass_users() - {self.topo.repl.user, "system user", "event_scheduler"}
 
     def unfence_old(self, candidate_known_closed: bool, candidate_writable: "bool | None | object" = ...) -> str:
         """Make the old primary writable again, only if the candidate cannot take writes.

@@ -17,7 +17,44 @@ class ReverseSteps(SwitchoverBase):
 
     def start_reverse(self) -> str:
         self.make_replica(self.old, self.new)
-        return f"{self.old} replicates from {self.new} (read-only): rollback loses nothing"
+        return f"{self.old} replicates from {self.new} (read-only)"
+
+    def errant_on_old(self) -> list[str]:
+        """GTIDs the old primary logged that the new one never had: written on the old primary
+        after its final position (a session that bypassed read_only, a write made by hand).
+        Read from the binlog states, the old primary's (a replica now) first, so that the new
+        primary's live writes cannot look errant."""
+        with self.topo.bounded(self.s.probe_timeout_s, self.old, self.new):
+            old_state = self.insp(self.old).gtid_state()
+            new_state = self.insp(self.new).gtid_state()
+        return self.insp(self.old).flavor.errant(old_state, new_state)
+
+    def require_old_wrote_nothing(self, run_id: str) -> str:
+        """The old primary wrote nothing of its own after the final position, and its replication
+        back runs: only then does a rollback lose nothing. Otherwise the run pauses (writes flow
+        on the new primary; nothing is undone) and says what the old primary holds."""
+        if self.dry_run:
+            return f"would check that {self.old} wrote nothing of its own after its final position"
+        errant = self.errant_on_old()
+        stopped = self.stopped_with_error(self.old)
+        if not errant and stopped is None:
+            return f"{self.old} wrote nothing of its own after its final position: rollback loses nothing"
+        from dbmigrate.engine.runner import RunPaused  # the engine's own exception: pause, undo nothing
+        from dbmigrate.procedures.kit.switchover.errors import replication_error
+
+        said = []
+        if errant:
+            said.append(f"{self.old} wrote {len(errant)} transaction(s) of its own after its final position that "
+                        f"{self.new} never had (errant GTID(s) {', '.join(errant[:5])}"
+                        f"{f' +{len(errant) - 5} more' if len(errant) > 5 else ''})")
+        if stopped is not None:
+            said.append(f"its replication from {self.new} stopped with an error ({replication_error(stopped)})")
+        return_hint = (f"writes flow on {self.new}; a rollback now would lose what {self.new} wrote since or clash "
+                       f"with those transactions. Read them on {self.old} (mariadb-binlog, from its binlog "
+                       f"state), decide whether to apply them on {self.new} by hand; then rebuild {self.old} as a "
+                       f"replica of {self.new} (or remove those transactions there) and: dbmigrate resume {run_id}")
+        raise RunPaused("; ".join(said) + f"; a rollback to {self.old} as it stands would clash with them",
+                        hint=return_hint)
 
     def make_replica(self, name: str, source: str) -> None:
         host, port = self._repl_addr(source)

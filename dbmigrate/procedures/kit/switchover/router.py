@@ -1,8 +1,111 @@
-"""4. Router: writes go to the new primary."""
+"""4. Router: writes go to the new primary.
+
+A router change is journaled before it is sent and its answer after (`JournaledRouter`). One
+sent without an answer is in doubt: the router may still run it (HAProxy keeps a frozen
+process's requests in its buffer). Until the router shows it ran or can no longer run, nothing
+is read from the router nor sent to it, so that no decision is taken on a route that an older
+change may still overwrite; past the wait the run stops with the request that finishes it.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
+from dbmigrate.engine.wait import Clock
+from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
+from dbmigrate.routing.base import RouteIntent, RouterError
+
+SETTLE_POLL_S = 0.2
+
+
+class RouteJournal(Protocol):
+    """The run's journal of router changes (the cutover's run state)."""
+
+    def pending(self) -> dict[str, Any] | None: ...  # the change sent and not answered, if any
+    def last_seq(self) -> int: ...
+    def sent(self, change: dict[str, Any]) -> None: ...
+    def answered(self, seq: int) -> None: ...
+
+
+class RouterInDoubt(SafetyError):
+    """A router change was sent and the router has not shown that it ran: no route is read
+    or changed until it does."""
+
+
+class JournaledRouter:
+    """The run's router (any Router): each change journaled before it is sent, its answer
+    after; an earlier change in doubt is settled before any read or change."""
+
+    def __init__(self, router: Any, journal: RouteJournal, clock: Clock, wait_s: float, log=None):
+        self.router, self.journal, self.clock, self.wait_s = router, journal, clock, wait_s
+        self.log = log or (lambda message, level="info": None)
+
+    def __getattr__(self, name: str) -> Any:  # kind, describe, verify, prepare_switch, ...
+        return getattr(self.router, name)
+
+    def settle(self) -> None:
+        """Wait, up to wait_s, for the change in doubt (if any) to be seen run, or gone with a
+        restart of the router; RouterInDoubt past it."""
+        change = self.journal.pending()
+        if change is None:
+            return
+        deadline = self.clock.monotonic() + self.wait_s
+        last = ""
+        while True:
+            try:
+                if self.router.settled(int(change["seq"])):
+                    self.journal.answered(int(change["seq"]))
+                    self.log(f"the router change in doubt ({change['request']}) is settled: it ran, or the router "
+                             f"restarted since; the route is read from the router", "warning")
+                    return
+                last = "it answers, but has not run it yet"
+            except RouterError as e:
+                last = f"it does not answer: {e.message}"
+            if self.clock.monotonic() >= deadline:
+                raise self._in_doubt(change, last)
+            self.clock.sleep(SETTLE_POLL_S)
+
+    def _in_doubt(self, change: dict[str, Any], last: str) -> RouterInDoubt:
+        intent = RouteIntent(int(change["seq"]), change["request"], change.get("back", ""),
+                             change.get("by_hand", "{request}"))
+        back = change.get("back")
+        finish = (f"once it answers, send writes back to {change.get('from')} by hand: {intent.finish_by_hand(back)}"
+                  if back else f"once it answers, read its route ('show servers state') before any change")
+        return RouterInDoubt(
+            f"the router change sent to {self.router.describe()} to send writes to {change.get('to')} "
+            f"('{change['request']}') is in doubt: {last} (waited {self.wait_s:g}s); it may still run, so the route "
+            f"is neither read nor changed; {finish}",
+            hint="when the router answers again, run the same command again (dbmigrate rollback RUN or "
+                 "dbmigrate resume RUN): it waits for the change, reads the route and decides from it")
+
+    def _next_seq(self) -> int:
+        return max(int(self.clock.now() * 1000), self.journal.last_seq() + 1)
+
+    def current(self) -> Any:
+        self.settle()
+        return self.router.current()
+
+    def switch_writer(self, new: Any, old: Any = None, *, persist: bool = True) -> Any:
+        self.settle()
+        journal = self.journal
+
+        class Log:
+            def sent(self, intent: RouteIntent) -> None:
+                journal.sent({**intent.to_dict(), "to": getattr(new, "name", str(new)),
+                              "from": getattr(old, "name", str(old)) if old is not None else None})
+
+            def answered(self, intent: RouteIntent) -> None:
+                journal.answered(intent.seq)
+
+        return self.router.switch_writer(new, old, persist=persist, log=Log(), seq=self._next_seq())
+
+    def prepare_switch(self, new: Any, old: Any = None) -> None:
+        self.settle()
+        self.router.prepare_switch(new, old)
+
+    def describe_switch(self, new: Any, old: Any = None) -> list[str]:
+        return self.router.describe_switch(new, old)
 
 
 class RouterSteps(SwitchoverBase):

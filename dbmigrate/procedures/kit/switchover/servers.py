@@ -27,6 +27,8 @@ class SwitchoverServers:
     # How servers reach each other for replication, when it differs from how this
     # tool reaches them (containers, NAT): name -> (host, port).
     repl_addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # Other sessions of this tool on the servers (the cluster lock's, on the primary): the seal spares them.
+    tool_sessions: list[Server] = field(default_factory=list)
 
     # The switchover reads and writes servers only through these two, so that its
     # decisions can be tested on a fake topology (tests/unit/fake_topology.py).
@@ -49,6 +51,19 @@ class SwitchoverServers:
             for name in names:
                 stack.enter_context(self.servers[name].bounded(seconds))
             yield
+
+    def own_sessions(self, name: str) -> set[int]:
+        """This process's session ids on `name`: its handle's, the wait and watch sessions kept
+        beside it, and the other sessions of the tool there (the cluster lock's). Only these
+        are spared by the seal, whatever account other sessions log in as."""
+        main = self.servers[name]
+        handles = [main, getattr(main, "_waiter", None), getattr(main, "_watcher", None)]
+        handles += [s for s in self.tool_sessions if (s.host, s.port) == (main.host, main.port)]
+        ids = {main.session_id}
+        for h in handles[1:]:
+            if h is not None and getattr(h, "_conn", None) is not None:
+                ids.add(h.session_id)
+        return ids
 
     def settle(self, name: str) -> None:
         """End the sessions of `name`'s statements in doubt (db/in_doubt.py); raises when it cannot."""

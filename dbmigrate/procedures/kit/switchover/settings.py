@@ -49,6 +49,9 @@ class SwitchoverSettings(FenceParams):
     kill_app_sessions: bool = True  # end remaining app sessions on the fenced server
     replica_timeout_s: float = 30.0  # bound for repointing each other replica
     admin_users: tuple[str, ...] = ()  # sessions never killed (the tool's own, replication)
+    # A router change sent without an answer is in doubt: before the route is read or changed
+    # again, wait this long for the router to show that it ran; past it, stop and say how to finish.
+    router_doubt_wait_s: float = 10.0
 
     def expiry_s(self) -> float:
         """Seconds after which the old primary's fence expires by itself (0: never scheduled)."""

@@ -1,0 +1,159 @@
+"""Fencing generations: a statement sent under an older decision can never undo a newer one.
+
+Each server keeps a counter of its own (written with sql_log_bin=0: nothing replicates). Every
+decision a process of a run makes (a run, a resume, a rollback, the rollback a run starts by
+itself) bumps the counter on each server it touches, on its first statement there and before
+anything is read of that server: it holds the cluster lock by then. Every statement that
+changes a server's role (fence, open, the fence expiry's create and drop, replication changes)
+is sent wrapped in a check of the generation its process bumped to, on the server, in the same
+request: when it lands after a later decision bumped the counter again (a dead process's
+packets retransmitted after a partition heals), it does nothing. The fence's expiry event
+carries the generation too, and unfences only under it, and only while the server does not
+replicate. The bump waits for a guarded statement in progress (a named lock on the server),
+so once it has returned what the new decision reads is final.
+
+This is the fencing token of leases and lock services (Chubby's sequencers), held by the
+resource itself. Statements that carry no generation (DDL, KILL, writes of a schema swap) are
+covered by the write-ahead intent instead (db/intent.py): a later process ends their session.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from dbmigrate.exceptions import SafetyError
+
+if TYPE_CHECKING:
+    from dbmigrate.db.connection import Server
+
+log = logging.getLogger("dbmigrate.sql")
+
+# How long a guarded statement waits on the server for a bump in progress (a bump takes
+# milliseconds; the statement's own bound cuts this shorter).
+GUARD_LOCK_WAIT_S = 10
+
+
+class Superseded(SafetyError):
+    """A role change was not made: a later decision bumped the server's generation first."""
+
+
+class _Generations:
+    """Process-wide: the generation this process's decision holds on each server (by address).
+    Armed only while a run holds its cluster lock (never for reads of other commands, which
+    must not supersede a run in progress)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._per_address: dict[str, threading.Lock] = {}
+        self._known: dict[str, int] = {}
+        self.run_id: str | None = None
+        self._local = threading.local()
+
+    @property
+    def armed(self) -> bool:
+        return self.run_id is not None
+
+    def arm(self, run_id: str) -> None:
+        """From now on the first statement to each server bumps its generation (a new decision)."""
+        with self._lock:
+            self.run_id = run_id
+            self._known.clear()
+
+    def new_decision(self) -> None:
+        """A later decision in the same process (the rollback a failed run starts): every server
+        is bumped again before it is next touched."""
+        with self._lock:
+            self._known.clear()
+
+    def disarm(self) -> None:
+        with self._lock:
+            self.run_id = None
+            self._known.clear()
+
+    def current(self, address: str) -> int | None:
+        """The generation this decision holds on `address` (None: none bumped, or not armed)."""
+        return self._known.get(address) if self.armed else None
+
+    def known(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._known)
+
+    def ensure(self, server: "Server") -> None:
+        """Before a statement to `server`: bump its generation once per decision (a no-op when not
+        armed, when already bumped, and for the bump's own statements)."""
+        run_id = self.run_id
+        if run_id is None or server.address in self._known or getattr(self._local, "bumping", False):
+            return
+        with self._lock:
+            per = self._per_address.setdefault(server.address, threading.Lock())
+        with per:
+            if server.address in self._known or self.run_id is None:
+                return
+            self._local.bumping = True
+            try:
+                gen = bump(server, run_id)
+            finally:
+                self._local.bumping = False
+            with self._lock:
+                if self.run_id is not None:
+                    self._known[server.address] = gen
+            log.info("%s: generation %d (run %s)", server.name, gen, run_id)
+
+
+GENERATIONS = _Generations()
+
+
+def bump(server: "Server", run_id: str) -> int:
+    """Bump `server`'s generation (the table created first when missing); returns the new one."""
+    flavor = server.flavor
+    return int(server.scalar_after(flavor.generation_bump_sql(run_id), flavor.generation_read_sql()))
+
+
+def read(server: "Server") -> int | None:
+    """The generation `server` holds now (None: never bumped)."""
+    try:
+        value = server.scalar(server.flavor.generation_read_sql())
+    except Exception as e:  # the table does not exist yet: no decision was ever made there
+        if getattr(e, "errno", None) == 1146:
+            return None
+        raise
+    return None if value is None else int(value)
+
+
+def send_guarded(server: "Server", statements: list[str], read_after: str | None = None) -> list[dict[str, Any]]:
+    """Send `statements` as one request that runs them only under this decision's generation on
+    `server` (as they are when no generation is armed). With `read_after`, its rows are returned
+    (read in the same round trip). Raises Superseded when a later decision bumped the server."""
+    gen = GENERATIONS.current(server.address)
+    if gen is None:
+        if read_after is None:
+            for sql in statements:
+                server.execute(sql)
+            return []
+        return server.query_after(statements, read_after)
+    flavor = server.flavor
+    guarded = flavor.guarded_sql(gen, statements, GUARD_LOCK_WAIT_S)
+    # Whether they ran, and the server's generation, ride along the read: one round trip still.
+    check = flavor.guard_columns_sql()
+    if read_after is None:
+        read = f"SELECT {check}"
+    else:
+        head, _, rest = read_after.partition(" ")
+        assert head.upper() == "SELECT", read_after
+        read = f"SELECT {check}, {rest}"
+    rows = server.query_after(guarded, read)
+    result = rows[0] if rows else {}
+    out = [{k: v for k, v in r.items() if k not in ("dbmigrate_ran", "dbmigrate_gen")} for r in rows] \
+        if read_after is not None else []
+    ran, now = result.get("dbmigrate_ran"), result.get("dbmigrate_gen")
+    if not ran:
+        if now is not None and int(now) != gen:
+            raise Superseded(f"{server.name}: not changed: a later decision took over there (generation {int(now)}, "
+                             f"this run holds {gen}); nothing this run sends there can change it now",
+                             hint="another process of this cluster's runs decided after this one: see dbmigrate runs")
+        raise SafetyError(f"{server.name}: not changed: the generation lock there stayed held for "
+                          f"{GUARD_LOCK_WAIT_S}s", hint=f"check who holds GET_LOCK('dbmigrate_generation') on {server.name}")
+    return out
+
