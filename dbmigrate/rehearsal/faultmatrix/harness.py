@@ -487,7 +487,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
         try:
             fault.arm(lambda: proc.poll() is None)
             if sc.pause:
-                if wait_pause(proc, marker, 60):
+                if wait_pause(proc, marker, TOOL_TIMEOUT_S):  # a loaded machine may take a minute to get there
                     fault.inject(proc, marker)
                 else:
                     res.problems.append(f"the run never reached {sc.pause}")
