@@ -36,7 +36,7 @@ from typing import Any, Iterable
 from dbmigrate.db.connection import QueryError, Server
 from dbmigrate.db.heartbeat import HeartbeatSQL, valid_table
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.clock import Clock, wait_until
 from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError, WaitTimeout
 
 log = logging.getLogger("dbmigrate.lag")

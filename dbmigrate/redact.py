@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any
+from typing import Any, overload
 
 MASK = "'***'"
 
@@ -41,6 +41,10 @@ def register_secret(value: str | None) -> None:
             _secrets.add(value)
 
 
+@overload
+def redact(text: str) -> str: ...
+@overload
+def redact(text: None) -> None: ...
 def redact(text: str | None) -> str | None:
     if not text:
         return text

@@ -59,7 +59,7 @@ def capture(inventory: Optional[Path], server: Optional[str], seconds: float, ou
         srv.close()
 
 
-def restore(inventory: Path, server: str, saved: dict, *, dry_run: bool = False) -> tuple[str, list[str], list[str]]:
+def restore(inventory: Path, server: str, saved: dict[str, Any], *, dry_run: bool = False) -> tuple[str, list[str], list[str]]:
     """Put back saved slow-log settings: (server name, what changed, statements planned in a dry run)."""
     srv = _open_server(inventory, server)
     try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dbmigrate.config import load_inventory
+from dbmigrate.config import Inventory, load_inventory
+from dbmigrate.db.connection import Server
 from dbmigrate.db.flavor import detect
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.procedures.kit.preflight_checks import global_privileges
@@ -46,7 +47,7 @@ def validate_inventory(path: Path) -> tuple[int, int]:
     return len(inv.clusters), sum(len(c.servers) for c in inv.clusters.values())
 
 
-def missing_privileges(inv, cluster: str, server) -> dict[str, list[str]]:
+def missing_privileges(inv: Inventory, cluster: str, server: Server) -> dict[str, list[str]]:
     """The least privileges (docs/operations/privileges.md) the tool's admin account (logged in
     here) and the cluster's replication account lack on this server, per account."""
     insp = Inspector(server)

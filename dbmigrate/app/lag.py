@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 from dbmigrate.config import load_inventory
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.lag import HeartbeatTable, HeartbeatWriter, LagSample, heartbeat_age_ms, read_heartbeat, sample_lag
 from dbmigrate.topology.find import discover_inventory

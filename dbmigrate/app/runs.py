@@ -32,7 +32,7 @@ from dbmigrate.engine.lease import Lease
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
 from dbmigrate.engine.step import AutoGate, ManualGate, Procedure, RunContext, RunState
-from dbmigrate.exceptions import SafetyError, UsageError
+from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
 from dbmigrate.playbook import Playbook, load_playbook
 from dbmigrate.procedures.contract import Prepared
 
@@ -162,7 +162,7 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
                              playbook=playbook)
             procedure = playbook.build(ctx)
             with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id), \
-                    _decision(journal, run_id, playbook.cluster, bus, dry_run=False):
+                    _decision(journal, run_id, playbook.cluster, bus, dry_run=False, servers=_servers(prepared)):
                 sentence = action(ctx)
             ctx.log(sentence)
             return sentence
@@ -292,35 +292,40 @@ class _JournalIntents:
         self.journal.intent_outcome(intent_id, outcome)
 
 
+# How long the bump of each of the cluster's servers may take when a process's decision begins; a
+# server that does not answer then is bumped on its first statement instead.
+EAGER_BUMP_S = 2.0
+
+
+def _servers(prepared: Prepared) -> list[Any]:
+    return list(prepared.lease_servers.servers.values()) if prepared.lease_servers is not None else []
+
+
 @contextmanager
-def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry_run: bool) -> Iterator[None]:
+def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry_run: bool,
+              servers: Iterable[Any] = ()) -> Iterator[None]:
     """What this process decides, it decides after every earlier one, once it holds the cluster
     lock (so that no process still alive is superseded):
     - changes of this cluster's runs journaled as sent and never answered (a process killed with
       them in flight) are in doubt: each server's is settled before it is read or changed;
-    - every server is bumped to a new fencing generation on its first statement, and every role
-      change carries it (db/generation.py); the first undo of this process is a new decision;
+    - every server is bumped to a new fencing generation before anything else is read of it (the
+      cluster's servers at once, before the first step, so that the cost stays out of the steps;
+      any other, or one that did not answer then, on its first statement), and every role change
+      carries it (db/generation.py); the first undo of this process is a new decision;
     - every change is journaled before it is sent (db/intent.py)."""
     if dry_run:
         yield
         return
-    loaded: dict[tuple[str, int, str], int] = {}
     doubts = []
     for row in journal.open_intents(cluster):
         if row["session_id"] is None:
             continue
         d = InDoubt(server=row["server"], address=row["address"], session_id=int(row["session_id"]),
                     user=row["user"] or "", statement=row["statement"], at=float(row["sent_at"]))
-        loaded[(d.address, d.session_id, d.statement)] = int(row["id"])
+        INTENTS.in_doubt(int(row["id"]), d.address, d.session_id, d.statement)
         doubts.append(d)
+    INTENTS.arm(_JournalIntents(journal, run_id, cluster))
     IN_DOUBT.load(doubts)
-
-    def settled(pending: list[InDoubt]) -> None:
-        left = {(d.address, d.session_id, d.statement) for d in pending}
-        for key, intent_id in list(loaded.items()):
-            if key not in left:
-                journal.intent_outcome(intent_id, "settled: its session was ended or gone")
-                del loaded[key]
 
     undoing = False
 
@@ -330,17 +335,20 @@ def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry
             undoing = True
             GENERATIONS.new_decision()
 
-    stop_settled = IN_DOUBT.add_listener(settled)
     unsubscribe = bus.subscribe(on_event)
     GENERATIONS.arm(run_id)
-    INTENTS.arm(_JournalIntents(journal, run_id, cluster))
     try:
+        for server in servers:
+            try:
+                with server.bounded(EAGER_BUMP_S):
+                    GENERATIONS.ensure(server)
+            except DbmigrateError:
+                pass  # unreachable, or a statement there still in doubt: bumped on its first statement
         yield
     finally:
         INTENTS.disarm()
         GENERATIONS.disarm()
         unsubscribe()
-        stop_settled()
 
 
 def _drive_prepared(
@@ -368,7 +376,8 @@ def _drive_prepared(
         procedure = playbook.build(ctx)
         runner = Runner(approver=approver, assume_yes=assume_yes, hooks=playbook.hook_runner(), cancel=cancel)
         with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id, run["dry_run"]) as lock, \
-                _decision(journal, run_id, playbook.cluster, bus, dry_run=bool(run["dry_run"])):
+                _decision(journal, run_id, playbook.cluster, bus, dry_run=bool(run["dry_run"]),
+                          servers=_servers(prepared)):
             runner.stop_check = getattr(lock, "stop_reason", None)
             if mode == "rollback":
                 return runner.rollback(procedure, ctx)

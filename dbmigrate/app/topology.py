@@ -4,7 +4,7 @@ address), draw it, and wire fresh servers into one."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from dbmigrate.config import load_inventory
 from dbmigrate.db import credentials as creds_mod
@@ -36,7 +36,8 @@ def discover_cluster(inventory: Optional[Path], cluster: Optional[str], seed: Op
                     raise UsageError(f"{seed} is not in {inventory} and it has no defaults.credentials",
                                      hint="add defaults.credentials to the inventory") from None
                 credentials = inv.defaults.credentials.resolve(inv.base)
-            timeouts = dict(connect_timeout=inv.defaults.connect_timeout, read_timeout=inv.defaults.read_timeout)
+            timeouts: dict[str, Any] = dict(connect_timeout=inv.defaults.connect_timeout,
+                                            read_timeout=inv.defaults.read_timeout)
             names = {normalize_address(s.host, s.port): n for c in inv.clusters.values() for n, s in c.servers.items()}
         else:
             credentials = creds_mod.from_option_file(None)

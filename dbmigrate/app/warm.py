@@ -11,6 +11,7 @@ from dbmigrate.config import Inventory, load_inventory
 from dbmigrate.exceptions import UsageError
 from dbmigrate.warm import methods
 from dbmigrate.warm.copier import HostCopier
+from dbmigrate.warm.digest import ReplayPlan
 from dbmigrate.warm.dispatch import warm_by
 from dbmigrate.warm.measure import fmt_ratio
 from dbmigrate.warm.methods import METHODS, WarmResult
@@ -53,7 +54,8 @@ def _check_request(req: WarmRequest) -> None:
         raise UsageError("--from and --target name the same server")
 
 
-def _replay_plan(inv: Inventory, slow_log: Optional[Path], source_name: Optional[str], required: bool):
+def _replay_plan(inv: Inventory, slow_log: Optional[Path], source_name: Optional[str],
+                 required: bool) -> ReplayPlan | None:
     if slow_log:
         return methods.replay_plan_from_file(slow_log)
     if source_name:
@@ -99,6 +101,7 @@ def prepare_warm(req: WarmRequest) -> Callable[[Callable[[float, str], None] | N
     def run(on_progress: Callable[[float, str], None] | None = None) -> WarmResult:
         with inv.open(req.target) as tgt:
             if method == "dump-load":
+                assert req.source is not None and sspec is not None  # _check_request: dump-load needs --from
                 with inv.open(req.source) as src:
                     return warm_by(method, tgt, source=src, plan=plan, seconds=req.seconds, threads=req.threads,
                                    per_table=req.per_table, on_progress=on_progress,

@@ -6,7 +6,7 @@ plan can be reviewed statement by statement.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials, native_password_hash
@@ -26,7 +26,7 @@ class Applier:
         self.planned: list[str] = []
         self._on_planned = on_planned
 
-    def _send(self, sql: str, params: tuple | None = None) -> int:
+    def _send(self, sql: str, params: tuple[Any, ...] | None = None) -> int:
         if self.dry_run:
             shown = redact(sql if params is None else f"{sql} -- {params!r}")
             self.planned.append(shown)
@@ -189,7 +189,7 @@ class Applier:
         for sql in self.flavor.ddl_without_binlog_sql(statement):
             self._send(sql)
 
-    def sql(self, statement: str, params: tuple | None = None) -> int:
+    def sql(self, statement: str, params: tuple[Any, ...] | None = None) -> int:
         """An arbitrary statement from a procedure (DDL, seeding). Still tagged, logged, dry-run aware."""
         return self._send(statement, params)
 

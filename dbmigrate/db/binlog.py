@@ -113,7 +113,7 @@ def _stream_reader_class() -> type:
     from pymysqlreplication import BinLogStreamReader
     from pymysql.constants.COMMAND import COM_BINLOG_DUMP
 
-    class Reader(BinLogStreamReader):
+    class Reader(BinLogStreamReader):  # type: ignore[misc]  # the library has no type hints
         def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:  # overrides the library's private method
             cur = self._stream_connection.cursor()
             if self.auto_position is not None:
@@ -146,7 +146,7 @@ class BinlogReader:
     """Reads transactions from one server's binlog. `stream_factory` (tests) builds the event
     stream from the reader's arguments instead of python-mysql-replication."""
 
-    def __init__(self, server: Server, timeout_s: float = 5.0, stream_factory=None):
+    def __init__(self, server: Server, timeout_s: float = 5.0, stream_factory: Callable[..., Any] | None = None) -> None:
         self.server, self.timeout_s = server, timeout_s
         self._factory = stream_factory or self._stream
 
@@ -163,7 +163,7 @@ class BinlogReader:
                          UpdateRowsEvent, DeleteRowsEvent],
             enable_logging=False, **kw)
 
-    def after(self, position: str, includes) -> list[BinlogTransaction]:
+    def after(self, position: str, includes: Callable[[str, str], bool]) -> list[BinlogTransaction]:
         """Every transaction logged after GTID position `position`, to the end of the binlog:
         what the server wrote since. `includes(pos, gtid)` is the flavor's GTID arithmetic."""
         if self.server.flavor.name != "mariadb":

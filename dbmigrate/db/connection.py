@@ -24,7 +24,7 @@ from dbmigrate.db.flavor import Flavor, for_server
 from dbmigrate.db.generation import GENERATIONS
 from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, SETTLE_GONE_S, InDoubt, settle_on
 from dbmigrate.db.intent import INTENTS, Intent
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact
 
@@ -271,7 +271,7 @@ class Server:
                     INTENTS.done(intent, f"failed [{errno}]")  # answered: it did not happen
                 if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
                                                           mysql.connector.errors.WriteTimeoutError)):
-                    doubt = self._give_up(conn, sql, shown)
+                    doubt = self._give_up(conn, sql, shown, intent)
                     self.close()  # the answer may still come: never read it as another statement's
                     waited = bound if bound is not None else self.read_timeout
                     err = Unresponsive(f"{self.name} ({self.address}) did not answer within {waited:.1f}s in: {shown}"
@@ -287,7 +287,7 @@ class Server:
                     retried = True
                     self.close()
                     continue
-                doubt = self._give_up(conn, sql, shown) if lost else None
+                doubt = self._give_up(conn, sql, shown, intent) if lost else None
                 if lost:
                     self.close()
                 err = QueryError(f"{self.name} ({self.address}): {redact(getattr(e, 'msg', str(e)))} [{errno}] in: {shown}"
@@ -324,7 +324,7 @@ class Server:
                               statement=shown, generation=GENERATIONS.current(self.address))
 
     # -- statements in doubt (see db/in_doubt.py) ------------------------------
-    def _give_up(self, conn: Any, sql: str, shown: str) -> InDoubt | None:
+    def _give_up(self, conn: Any, sql: str, shown: str, intent: Intent | None = None) -> InDoubt | None:
         """A change sent on `conn` got no answer: record it as in doubt (reads are not)."""
         if self._is_read(sql) or self._settling:
             return None
@@ -335,6 +335,8 @@ class Server:
         doubt = InDoubt(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
                         statement=shown, at=time.time())
         IN_DOUBT.add(doubt)
+        if intent is not None:
+            INTENTS.in_doubt(intent.id, doubt.address, doubt.session_id, doubt.statement)
         log.warning("%s: gave up on %s: in doubt until session %d is ended", self.name, shown, session)
         return doubt
 
@@ -358,6 +360,7 @@ class Server:
                 for doubt in IN_DOUBT.pending(self.address):
                     said = settle_on(twin, doubt)
                     IN_DOUBT.settled(doubt)
+                    INTENTS.settled(doubt.address, doubt.session_id, doubt.statement, said)
                     log.warning("%s: %s; %s is no longer in doubt", self.name, said, doubt.statement)
         except DbmigrateError as e:
             assert doubt is not None

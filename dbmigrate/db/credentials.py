@@ -159,7 +159,7 @@ def native_password_hash(password: str) -> str:
     return "*" + hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest().upper()
 
 
-def from_option_file(path: str | os.PathLike | None, group: str | None = None) -> Credentials:
+def from_option_file(path: str | os.PathLike[str] | None, group: str | None = None) -> Credentials:
     """Read credentials from an option file; later groups override earlier ones, as mysql does."""
     p = Path(path).expanduser() if path else Path("~/.my.cnf").expanduser()
     groups = parse_option_file(p)

@@ -324,7 +324,7 @@ class MariaDB(Flavor):
     lock_holders_source = "information_schema.METADATA_LOCK_INFO"
     disk_wait_states = ("Waiting for someone to free space",)  # measured on 10.11, binlog on a full disk
 
-    def change_source_sql(self, host, port, user, password, *, connect_retry=1, ssl=False) -> str:
+    def change_source_sql(self, host: str, port: int, user: str, password: str | None, *, connect_retry: int=1, ssl: bool=False) -> str:
         parts = [f"MASTER_HOST={sql_quote(host)}", f"MASTER_PORT={int(port)}", f"MASTER_USER={sql_quote(user)}"]
         if password is not None:
             parts.append(f"MASTER_PASSWORD={sql_quote(password)}")
@@ -349,7 +349,7 @@ class MariaDB(Flavor):
         # Returns 0 when reached, -1 on timeout.
         return "SELECT MASTER_GTID_WAIT(%s, %s) AS r"
 
-    def wait_for_gtid_reached(self, result) -> bool:
+    def wait_for_gtid_reached(self, result: Any) -> bool:
         return result is not None and int(result) == 0
 
     def set_read_only_sql(self, on: bool, lock_wait_timeout: float | None = None) -> list[str]:
@@ -461,17 +461,17 @@ class MariaDB(Flavor):
             "long_query_time": 0,
         }
 
-    def behind(self, source_pos, replica_pos):
+    def behind(self, source_pos: str, replica_pos: str) -> dict[str, int]:
         return {str(d): n for d, n in gtid.mariadb_behind(source_pos, replica_pos).items()}
 
-    def errant(self, candidate_state, source_state):
+    def errant(self, candidate_state: str, source_state: str) -> list[str]:
         return [str(g) for g in gtid.mariadb_errant(candidate_state, source_state)]
 
-    def includes(self, pos, target):
+    def includes(self, pos: str, target: str) -> bool:
         return gtid.mariadb_includes(pos, target)
 
     # -- named connections: CHANGE MASTER 'name', one per source (multi-source replication) --
-    def named_source_sql(self, conn, host, port, user, password, log_file, log_pos) -> str:
+    def named_source_sql(self, conn: str, host: str, port: int, user: str, password: str | None, log_file: str, log_pos: int) -> str:
         parts = [f"MASTER_HOST={sql_quote(host)}", f"MASTER_PORT={int(port)}", f"MASTER_USER={sql_quote(user)}"]
         if password is not None:
             parts.append(f"MASTER_PASSWORD={sql_quote(password)}")
@@ -479,7 +479,7 @@ class MariaDB(Flavor):
                   "MASTER_CONNECT_RETRY=1"]
         return f"CHANGE MASTER {sql_quote(_conn(conn))} TO " + ", ".join(parts)
 
-    def named_source_gtid_sql(self, conn, host, port, user, password) -> str:
+    def named_source_gtid_sql(self, conn: str, host: str, port: int, user: str, password: str | None) -> str:
         # Starts from @@gtid_slave_pos, which the caller sets first (a physical copy's position).
         parts = [f"MASTER_HOST={sql_quote(host)}", f"MASTER_PORT={int(port)}", f"MASTER_USER={sql_quote(user)}"]
         if password is not None:
@@ -487,26 +487,26 @@ class MariaDB(Flavor):
         parts += ["MASTER_USE_GTID=slave_pos", "MASTER_CONNECT_RETRY=1"]
         return f"CHANGE MASTER {sql_quote(_conn(conn))} TO " + ", ".join(parts)
 
-    def named_filter_sql(self, conn, wild_do_tables) -> str:
+    def named_filter_sql(self, conn: str, wild_do_tables: list[str]) -> str:
         # Per-connection filter; the connection must exist and be stopped.
         return f"SET GLOBAL `{_conn(conn)}`.replicate_wild_do_table={sql_quote(','.join(wild_do_tables))}"
 
-    def start_named_sql(self, conn) -> str:
+    def start_named_sql(self, conn: str) -> str:
         return f"START SLAVE {sql_quote(_conn(conn))}"
 
-    def stop_named_sql(self, conn) -> str:
+    def stop_named_sql(self, conn: str) -> str:
         return f"STOP SLAVE {sql_quote(_conn(conn))}"
 
-    def reset_named_all_sql(self, conn) -> str:
+    def reset_named_all_sql(self, conn: str) -> str:
         return f"RESET SLAVE {sql_quote(_conn(conn))} ALL"
 
-    def named_status_sql(self, conn) -> str:
+    def named_status_sql(self, conn: str) -> str:
         return f"SHOW SLAVE {sql_quote(_conn(conn))} STATUS"
 
     def all_connections_sql(self) -> str:
         return "SHOW ALL SLAVES STATUS"
 
-    def wait_for_position_sql(self, conn) -> str:
+    def wait_for_position_sql(self, conn: str) -> str:
         # (file, pos, timeout): >= 0 reached, -1 timed out, NULL not running
         return f"SELECT MASTER_POS_WAIT(%s, %s, %s, {sql_quote(_conn(conn))}) AS r"
 
@@ -533,12 +533,12 @@ class MariaDB(Flavor):
             ("BINLOG MONITOR", ("SUPER",), "SHOW MASTER STATUS, the binlog position"),
             ("REPLICATION MASTER ADMIN", (), "SHOW SLAVE HOSTS (topology discovery)"),
             ("BINLOG ADMIN", ("SUPER",), "sql_log_bin=0 for DDL that must not replicate (schema swap, grants)"),
-            ("CREATE", (), "heartbeat, lease and scratch schemas; CREATE TABLE and CREATE INDEX of a schema swap"),
+            ("CREATE", (), "heartbeat, lease and scratch schemas; the fencing generation table; CREATE TABLE and CREATE INDEX of a schema swap"),
             ("DROP", (), "the scratch schema of the DDL check; DROP INDEX of a schema swap"),
             ("ALTER", (), "ALTER TABLE of a schema swap"),
             ("INDEX", (), "CREATE INDEX and DROP INDEX of a schema swap"),
-            ("INSERT", (), "heartbeat and cluster lease rows"),
-            ("UPDATE", (), "heartbeat and cluster lease rows"),
+            ("INSERT", (), "heartbeat and cluster lease rows, the fencing generation"),
+            ("UPDATE", (), "heartbeat and cluster lease rows, the fencing generation"),
             ("DELETE", (), "heartbeat and cluster lease rows"),
             ("EVENT", (), "the fence's server-side expiry"),
             ("RELOAD", (), "mariadb-backup and pt-table-checksum (per their manuals)"),
@@ -561,7 +561,7 @@ class MariaDB(Flavor):
     def gtid_mode_required(self) -> bool:
         return False  # MariaDB always writes GTIDs
 
-    def written_by(self, gtid_text, server_id) -> bool:
+    def written_by(self, gtid_text: str, server_id: int | str) -> bool:
         # domain-server_id-sequence: the middle part names the server that wrote it.
         parts = str(gtid_text).split("-")
         return len(parts) == 3 and parts[1] == str(server_id)
@@ -721,14 +721,14 @@ class MySQL(Flavor):
     lock_holders_source = "performance_schema.metadata_locks"
     disk_wait_states = ("Waiting for disk space",)
 
-    def _source_parts(self, host, port, user, password) -> list[str]:
+    def _source_parts(self, host: str, port: int, user: str, password: str | None) -> list[str]:
         x = self._source
         parts = [f"{x}_HOST={sql_quote(host)}", f"{x}_PORT={int(port)}", f"{x}_USER={sql_quote(user)}"]
         if password is not None:
             parts.append(f"{x}_PASSWORD={sql_quote(password)}")
         return parts
 
-    def change_source_sql(self, host, port, user, password, *, connect_retry=1, ssl=False) -> str:
+    def change_source_sql(self, host: str, port: int, user: str, password: str | None, *, connect_retry: int=1, ssl: bool=False) -> str:
         x = self._source
         parts = self._source_parts(host, port, user, password)
         parts += [f"{x}_AUTO_POSITION=1", f"{x}_CONNECT_RETRY={int(connect_retry)}", f"GET_{x}_PUBLIC_KEY=1"]
@@ -752,7 +752,7 @@ class MySQL(Flavor):
         # Returns 0 when reached, 1 on timeout.
         return "SELECT WAIT_FOR_EXECUTED_GTID_SET(%s, %s) AS r"
 
-    def wait_for_gtid_reached(self, result) -> bool:
+    def wait_for_gtid_reached(self, result: Any) -> bool:
         return result is not None and int(result) == 0
 
     def set_read_only_sql(self, on: bool, lock_wait_timeout: float | None = None) -> list[str]:
@@ -858,50 +858,50 @@ class MySQL(Flavor):
             "long_query_time": 0,
         }
 
-    def behind(self, source_pos, replica_pos):
+    def behind(self, source_pos: str, replica_pos: str) -> dict[str, int]:
         missing = gtid.mysql_subtract(gtid.parse_mysql_set(source_pos), gtid.parse_mysql_set(replica_pos))
         return {u: gtid.mysql_count({u: iv}) for u, iv in missing.items()}
 
-    def errant(self, candidate_state, source_state):
+    def errant(self, candidate_state: str, source_state: str) -> list[str]:
         extra = gtid.mysql_subtract(gtid.parse_mysql_set(candidate_state), gtid.parse_mysql_set(source_state))
         return [gtid.mysql_format({u: iv}) for u, iv in sorted(extra.items())]
 
-    def includes(self, pos, target):
+    def includes(self, pos: str, target: str) -> bool:
         return not gtid.mysql_subtract(gtid.parse_mysql_set(target), gtid.parse_mysql_set(pos))
 
-    def received(self, st, target):
+    def received(self, st: ReplicaStatus, target: str) -> bool:
         # Retrieved_Gtid_Set holds only what this connection received: joined with what was executed.
         both = ",".join(x for x in (st.retrieved_gtid, st.executed_gtid) if x)
         return self.includes(both, target)
 
     # -- named connections: replication channels --
-    def named_source_sql(self, conn, host, port, user, password, log_file, log_pos) -> str:
+    def named_source_sql(self, conn: str, host: str, port: int, user: str, password: str | None, log_file: str, log_pos: int) -> str:
         x = self._source
         parts = self._source_parts(host, port, user, password)
         parts += [f"{x}_AUTO_POSITION=0", f"{x}_LOG_FILE={sql_quote(log_file)}", f"{x}_LOG_POS={int(log_pos)}",
                   f"{x}_CONNECT_RETRY=1", f"GET_{x}_PUBLIC_KEY=1"]
         return self._change_source_head() + ", ".join(parts) + f" FOR CHANNEL {sql_quote(_conn(conn))}"
 
-    def named_filter_sql(self, conn, wild_do_tables) -> str:
+    def named_filter_sql(self, conn: str, wild_do_tables: list[str]) -> str:
         patterns = ", ".join(sql_quote(p) for p in wild_do_tables)
         return f"CHANGE REPLICATION FILTER REPLICATE_WILD_DO_TABLE=({patterns}) FOR CHANNEL {sql_quote(_conn(conn))}"
 
-    def start_named_sql(self, conn) -> str:
+    def start_named_sql(self, conn: str) -> str:
         return f"START {self._replica} FOR CHANNEL {sql_quote(_conn(conn))}"
 
-    def stop_named_sql(self, conn) -> str:
+    def stop_named_sql(self, conn: str) -> str:
         return f"STOP {self._replica} FOR CHANNEL {sql_quote(_conn(conn))}"
 
-    def reset_named_all_sql(self, conn) -> str:
+    def reset_named_all_sql(self, conn: str) -> str:
         return f"RESET {self._replica} ALL FOR CHANNEL {sql_quote(_conn(conn))}"
 
-    def named_status_sql(self, conn) -> str:
+    def named_status_sql(self, conn: str) -> str:
         return f"SHOW {self._replica} STATUS FOR CHANNEL {sql_quote(_conn(conn))}"
 
     def all_connections_sql(self) -> str:
         return self.replica_status_sql()  # one row per channel
 
-    def wait_for_position_sql(self, conn) -> str:
+    def wait_for_position_sql(self, conn: str) -> str:
         fn = "SOURCE_POS_WAIT" if self._since(self.SOURCE_POS_WAIT) else "MASTER_POS_WAIT"
         return f"SELECT {fn}(%s, %s, %s, {sql_quote(_conn(conn))}) AS r"
 
@@ -927,16 +927,18 @@ class MySQL(Flavor):
             ("REPLICATION SLAVE", ("REPLICATION REPLICA",), "SHOW REPLICAS (topology discovery); read a binlog"),
             ("SESSION_VARIABLES_ADMIN", ("SYSTEM_VARIABLES_ADMIN", "SUPER"),
              "sql_log_bin=0 for DDL that must not replicate"),
-            ("CREATE", (), "heartbeat, lease and scratch schemas; CREATE TABLE and CREATE INDEX of a schema swap"),
+            ("CREATE", (), "heartbeat, lease and scratch schemas; the fencing generation table; CREATE TABLE and CREATE INDEX of a schema swap"),
             ("DROP", (), "the scratch schema of the DDL check; DROP INDEX of a schema swap"),
             ("ALTER", (), "ALTER TABLE of a schema swap"),
             ("INDEX", (), "CREATE INDEX and DROP INDEX of a schema swap"),
-            ("INSERT", (), "heartbeat and cluster lease rows"),
-            ("UPDATE", (), "heartbeat and cluster lease rows"),
+            ("INSERT", (), "heartbeat and cluster lease rows, the fencing generation"),
+            ("UPDATE", (), "heartbeat and cluster lease rows, the fencing generation"),
             ("DELETE", (), "heartbeat and cluster lease rows"),
             ("EVENT", (), "the fence's server-side expiry"),
             ("RELOAD", (), "pt-table-checksum (per its manual)"),
             ("LOCK TABLES", (), "backups (per their manuals)"),
+            ("CREATE ROUTINE", (), "the fencing generations' guard procedure (dbmigrate.guarded), created once"),
+            ("EXECUTE", (), "CALL of the fencing generations' guard procedure"),
         ),
         "replication": (
             ("REPLICATION SLAVE", ("REPLICATION REPLICA",), "replicas read the binlog (the login check only logs in)"),
@@ -953,7 +955,7 @@ class MySQL(Flavor):
     def gtid_mode_required(self) -> bool:
         return True  # GTID switchover needs gtid_mode=ON
 
-    def written_by(self, gtid_text, server_id) -> bool:
+    def written_by(self, gtid_text: str, server_id: int | str) -> bool:
         return False  # MySQL GTIDs name a server_uuid, not a server_id
 
 

@@ -23,7 +23,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from dbmigrate.exceptions import SafetyError
+from dbmigrate.exceptions import DbmigrateError, SafetyError
 
 if TYPE_CHECKING:
     from dbmigrate.db.connection import Server
@@ -33,6 +33,7 @@ log = logging.getLogger("dbmigrate.sql")
 # How long a guarded statement waits on the server for a bump in progress (a bump takes
 # milliseconds; the statement's own bound cuts this shorter).
 GUARD_LOCK_WAIT_S = 10
+NO_SUCH_TABLE = 1146
 
 
 class Superseded(SafetyError):
@@ -115,8 +116,8 @@ def read(server: "Server") -> int | None:
     """The generation `server` holds now (None: never bumped)."""
     try:
         value = server.scalar(server.flavor.generation_read_sql())
-    except Exception as e:  # the table does not exist yet: no decision was ever made there
-        if getattr(e, "errno", None) == 1146:
+    except DbmigrateError as e:  # the table does not exist yet: no decision was ever made there
+        if getattr(e, "errno", None) == NO_SUCH_TABLE:
             return None
         raise
     return None if value is None else int(value)

@@ -125,8 +125,9 @@ class Inspector:
         return self.flavor.includes(self.gtid_executed(), position)
 
     def missing_from(self, position: str) -> str:
-        """The part of `position` this server has not applied yet."""
-        return self.flavor.behind(position, self.gtid_executed())
+        """The part of `position` this server has not applied yet, as text (transactions per domain)."""
+        behind = self.flavor.behind(position, self.gtid_executed())
+        return ", ".join(f"{n} transaction(s) of {d}" for d, n in sorted(behind.items())) or "nothing"
 
     def trx_behind(self, position: str) -> dict[str, int]:
         """Transactions of `position` this server has not applied yet, per domain (or server uuid)."""
@@ -532,7 +533,7 @@ class Inspector:
             return []
         edges = [(str(r["user"]), str(r["host"]), str(r["role"]))
                  for r in self.server.query("SELECT User AS user, Host AS host, Role AS role FROM mysql.roles_mapping")]
-        wanted, out = set(roles), []
+        wanted, out = set(roles), list[tuple[str, str, str]]()
         while True:
             more = [e for e in edges if e[2] in wanted and e not in out]
             if not more:

@@ -67,6 +67,7 @@ class _Intents:
     def __init__(self) -> None:
         self.sink: IntentSink | None = None
         self._lock = threading.Lock()
+        self._doubts: dict[tuple[str, int, str], int] = {}  # (address, session, statement) -> intent id
 
     @property
     def armed(self) -> bool:
@@ -77,6 +78,7 @@ class _Intents:
 
     def disarm(self) -> None:
         self.sink = None
+        self._doubts.clear()
 
     def record(self, *, server: str, address: str, session_id: int | None, user: str, statement: str,
                generation: int | None, kind: str | None = None) -> Intent | None:
@@ -97,6 +99,19 @@ class _Intents:
             return
         with self._lock:
             sink.intent_outcome(intent.id, outcome)
+
+    def in_doubt(self, intent_id: int, address: str, session_id: int, statement: str) -> None:
+        """The intent's statement is in doubt (given up on here, or left by a dead process): its
+        outcome is written once the doubt is settled."""
+        self._doubts[(address, session_id, statement)] = intent_id
+
+    def settled(self, address: str, session_id: int, statement: str, said: str) -> None:
+        """A doubt was settled (its session ended or gone): the intent gets that outcome."""
+        intent_id = self._doubts.pop((address, session_id, statement), None)
+        sink = self.sink
+        if intent_id is not None and sink is not None:
+            with self._lock:
+                sink.intent_outcome(intent_id, f"settled: {said}")
 
 
 INTENTS = _Intents()

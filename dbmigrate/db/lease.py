@@ -92,6 +92,7 @@ class SqlLease:
         return self._take_on(target, cluster, run_id, ttl_s)
 
     def _take_on(self, name: str, cluster: str, run_id: str, ttl_s: float) -> tuple[bool, LeaseRow | None]:
+        assert self._identity is not None, "take() sets the identity first"
         holder, host, pid = self._identity
         s = self._session(name)
         with s.bounded(self.bound_s + ttl_s / 3):

@@ -36,9 +36,13 @@ class SqlNamedLocks:
         return _scalar(self.session.query("SELECT IS_USED_LOCK(%s) AS conn", (name,)))
 
     def lock_is_free(self, name: str) -> bool:
-        return _scalar(self.session.query("SELECT IS_FREE_LOCK(%s) AS free", (name,))) == 1
+        return bool(_scalar(self.session.query("SELECT IS_FREE_LOCK(%s) AS free", (name,))) == 1)
 
     def close(self) -> None:
         close = getattr(self.session, "close", None)
         if callable(close):
             close()
+
+    def end_session(self, connection_id: int) -> None:
+        """End another session (a dead process's, kept open by a partition) and the locks it holds."""
+        self.session.query(f"KILL CONNECTION {int(connection_id)}")

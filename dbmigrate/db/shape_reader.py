@@ -124,7 +124,7 @@ class ShapeReader:
         return [str(r["n"]) for r in rows]
 
     def sample(self, schema: str, table: str, rows: int, batch: int = SAMPLE_BATCH
-               ) -> Iterator[tuple[list[str], list[tuple]]]:
+               ) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
         """At most `rows` rows, `batch` at a time: primary-key range reads (`pk > last ORDER BY pk
         LIMIT batch`) where the key is one column, else one bounded read in the table's own order.
         Long values (BLOB, TEXT, JSON) come back as Measured(length, CRC32): the server sends a

@@ -47,7 +47,7 @@ class ShapeWriter:
         self.applier.sql(f"USE {_ident(schema)}")
         self.applier.sql(statement)
 
-    def insert_rows(self, schema: str, table: str, columns: Sequence[str], rows: Sequence[tuple]) -> int:
+    def insert_rows(self, schema: str, table: str, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> int:
         """Multi-row INSERTs of at most BATCH_BYTES each; the number of rows inserted."""
         head = f"INSERT INTO {_ident(schema)}.{_ident(table)} ({', '.join(_ident(c) for c in columns)}) VALUES "
         one = "(" + ", ".join(["%s"] * len(columns)) + ")"
@@ -64,7 +64,7 @@ class ShapeWriter:
             done += self._insert(head, one, batch)
         return done
 
-    def _insert(self, head: str, one: str, batch: list[tuple]) -> int:
+    def _insert(self, head: str, one: str, batch: list[tuple[Any, ...]]) -> int:
         params: list[Any] = [v for row in batch for v in row]
         self.applier.sql(head + ", ".join([one] * len(batch)), tuple(params))
         return len(batch)

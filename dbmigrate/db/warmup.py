@@ -8,7 +8,10 @@ and a ReadSession runs them as they are (they were checked to be plain reads).
 
 from __future__ import annotations
 
+from typing import Any
+
 from dbmigrate.db.connection import QueryError, Server
+from dbmigrate.db.flavor import Flavor
 
 
 def qident(name: str) -> str:
@@ -52,7 +55,7 @@ class ReadSession:
         self.schema: str | None = None
 
     @property
-    def flavor(self):
+    def flavor(self) -> Flavor:
         return self.server.flavor
 
     def use(self, schema: str) -> None:
@@ -61,7 +64,7 @@ class ReadSession:
             self.server.execute(f"USE {qident(schema)}")
             self.schema = schema
 
-    def read(self, sql: str, params: tuple | None = None, time_limit_s: float | None = None) -> int:
+    def read(self, sql: str, params: tuple[Any, ...] | None = None, time_limit_s: float | None = None) -> int:
         """Run one read and discard its rows; returns how many there were. With a time
         limit the server stops a SELECT itself (see timed_out)."""
         if time_limit_s is not None and sql.lstrip()[:6].upper() == "SELECT":

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from dbmigrate.db.connection import Server
 from dbmigrate.db.statement_digest import StatementDigests
 from dbmigrate.digest.model import Digest, QueryClass
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 
 PICO = 1e-12
 PERCENTILES = "none: performance_schema's digest summary has counts and totals only"

@@ -29,7 +29,7 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.db import slow_log_table
 from dbmigrate.digest import slowlog_text
 from dbmigrate.digest.model import Digest
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
 from dbmigrate.hosts import Host, LocalHost
 from dbmigrate.tools import percona

@@ -24,7 +24,7 @@ from dbmigrate.redact import redact, register_secret
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Runner, RunOutcome, StepFailed
 from dbmigrate.engine.step import AutoGate, FunctionStep, ManualGate, Phase, Procedure, RunContext, Step
-from dbmigrate.engine.wait import Clock, FakeClock, retry, throttle, wait_until
+from dbmigrate.clock import Clock, FakeClock, retry, throttle, wait_until
 
 __all__ = [
     "AutoGate", "Clock", "ClusterLock", "collector", "EventBus", "FakeClock", "FunctionStep", "GateDecided", "GateWaiting",

@@ -119,7 +119,7 @@ FINISHED_OK = ("done", "skipped")
 class Journal:
     """One SQLite journal. Thread-safe: a TUI worker may write while the UI reads."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], synchronous: str = "NORMAL") -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +132,8 @@ class Journal:
             self._db.execute("PRAGMA journal_mode=WAL")
             # WAL + NORMAL survives a crash of the tool (SIGKILL) without an fsync per
             # write; those fsyncs sat inside the fenced window, between cutover steps.
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            # (`synchronous` is for bench/intent_cost.py's comparison: FULL fsyncs every commit.)
+            self._db.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
             self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
@@ -206,7 +207,7 @@ class Journal:
         else:
             rows = self._rows("SELECT id FROM runs WHERE id LIKE ? ORDER BY id", (ref.replace("%", "") + "%",))
         if len(rows) == 1:
-            return rows[0]["id"]
+            return str(rows[0]["id"])
         if not rows:
             raise UsageError(
                 f"no run {ref!r} in journal {self.path}",

@@ -11,6 +11,7 @@ someone we cannot see (another journal, another tool) is at work.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any, Protocol
 
 from dbmigrate.engine.journal import Journal
@@ -28,6 +29,7 @@ class NamedLocks(Protocol):
     def release_lock(self, name: str) -> None: ...
     def lock_holder(self, name: str) -> Any: ...  # connection id, or None
     def lock_is_free(self, name: str) -> bool: ...
+    def end_session(self, connection_id: int) -> None: ...  # KILL CONNECTION
 
 
 def lock_name(cluster: str) -> str:
@@ -53,6 +55,28 @@ def _alive_here(entry: dict[str, Any]) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _dead_here(entry: dict[str, Any]) -> bool:
+    """Is the journaled lock holder provably gone: a process of this machine, not this one, that
+    no longer exists? (A holder on another machine cannot be proven gone from here.)"""
+    import os
+    import socket
+
+    holder, pid = str(entry.get("holder") or ""), entry.get("pid")
+    if not pid or holder.rpartition("@")[2] != socket.gethostname() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+# How long the lock may take to be freed once a dead holder's session was ended.
+DEAD_HOLDER_GONE_S = 5.0
 
 
 class ClusterLock:
@@ -108,6 +132,8 @@ class ClusterLock:
                 hint="the server could not create the lock (out of memory or killed); check the primary",
             )
         if got != 1:
+            got = self._take_from_dead_process(entry)
+        if got != 1:
             self._refuse(entry)
         if entry is not None and entry["run_id"] != self.run_id and _alive_here(entry):
             # The database lock was free *here*, but the run the journal names is alive: it
@@ -128,14 +154,38 @@ class ClusterLock:
         if entry is None or entry["run_id"] != self.run_id:
             self.journal.take_lock(self.cluster, self.run_id)
 
+    def _take_from_dead_process(self, entry: dict[str, Any] | None) -> int:
+        """The lock is held by an earlier process of this run that is provably gone (a process of
+        this machine that no longer exists) and whose session a partition kept open: that session
+        is ended and the lock taken. Returns GET_LOCK's answer (1: taken)."""
+        if entry is None or entry["run_id"] != self.run_id or not _dead_here(entry):
+            return 0
+        connection = self.session.lock_holder(self.name)
+        if connection is None:
+            return int(self.session.try_lock(self.name) or 0)
+        self.session.end_session(int(connection))
+        deadline = time.monotonic() + DEAD_HOLDER_GONE_S
+        while True:
+            got = int(self.session.try_lock(self.name) or 0)
+            if got == 1 or time.monotonic() >= deadline:
+                return got
+            time.sleep(0.05)
+
     def _refuse(self, entry: dict[str, Any] | None) -> None:
         connection = self.session.lock_holder(self.name)
         by_connection = f" (MySQL connection {connection})" if connection is not None else ""
         if entry is not None and entry["run_id"] == self.run_id:
+            import socket
+
+            here = str(entry.get("holder") or "").rpartition("@")[2] == socket.gethostname()
+            end_it = (f"if it is gone (a partition can keep its session open), end its session on the primary: "
+                      f"KILL CONNECTION {connection}; then run the command again") if connection is not None else ""
             raise LockHeld(
                 f"run {self.run_id} is still active on cluster '{self.cluster}': "
                 f"{entry['holder']} pid {entry['pid']} holds the lock{by_connection}",
-                hint="the earlier process of this run is alive; stop it before resuming",
+                hint=("the earlier process of this run is alive; stop it before resuming" if here else
+                      f"the earlier process of this run may be alive (it is not on this machine, so this cannot "
+                      f"tell); {end_it or 'stop it before resuming'}"),
             )
         if entry is not None:
             raise LockHeld(

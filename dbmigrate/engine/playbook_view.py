@@ -7,7 +7,7 @@ read it without importing the playbook module (which imports the procedures' reg
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -46,3 +46,14 @@ class PlaybookView(Protocol):
     def line_of(self, loc: tuple[str | int, ...]) -> int:
         """The playbook line a field was written on, for errors that name it (0: unknown)."""
         ...
+
+
+P = TypeVar("P", bound=BaseModel)
+
+
+def typed_params(playbook: PlaybookView, kind: type[P]) -> P:
+    """The playbook's params as its procedure's model (the registry validated them with it)."""
+    params = playbook.params
+    if not isinstance(params, kind):
+        raise TypeError(f"playbook params are {type(params).__name__}, not {kind.__name__}")
+    return params

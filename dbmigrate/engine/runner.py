@@ -223,12 +223,11 @@ class Runner:
     def _execute(self, index: int, phase: Phase, step: Step, ctx: RunContext, prior: str | None) -> str:
         """Run one step; return its final status or raise StepFailed."""
         # The run id given here spares each event a copy made to add it (ctx.emit).
-        where = dict(index=index, phase=phase.name, name=step.name, run_id=ctx.run_id)
         started = time.perf_counter()
 
         def finish(status: str, sentence: str = "", error: str | None = None) -> str:
-            ctx.emit(StepFinished(**where, status=status, sentence=sentence, error=error,
-                                  duration_ms=_elapsed_ms(started)))
+            ctx.emit(StepFinished(index=index, phase=phase.name, name=step.name, run_id=ctx.run_id, status=status,
+                                  sentence=sentence, error=error, duration_ms=_elapsed_ms(started)))
             return status
 
         if prior in FINISHED_OK and step.check is None:
@@ -248,7 +247,8 @@ class Runner:
         if ctx.dry_run and step.mutating:
             return finish("dry-run", self._describe(step, ctx))
 
-        ctx.emit(StepStarted(**where, mutating=step.mutating))
+        ctx.emit(StepStarted(index=index, phase=phase.name, name=step.name, run_id=ctx.run_id,
+                             mutating=step.mutating))
         self.current = step.name
         try:
             sentence = step.run(ctx)
@@ -345,7 +345,7 @@ class Runner:
                                  reason=f"continued by the operator despite: {reason}", details={}))
         return ok
 
-    def _decide(self, gate: Gate, phase: str, ctx: RunContext) -> tuple[bool, str, dict, str]:
+    def _decide(self, gate: Gate, phase: str, ctx: RunContext) -> tuple[bool, str, dict[str, Any], str]:
         if isinstance(gate, AutoGate):
             ctx.emit(GateWaiting(phase=phase, gate=gate.name, kind="auto"))
             try:
@@ -367,7 +367,7 @@ class Runner:
         ok, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
         return ok, reason or ("approved by operator" if ok else "declined by operator"), {}, "operator"
 
-    def _phase_hooks(self, kind: str, ctx: RunContext, phase: str, hooks_done: set) -> None:
+    def _phase_hooks(self, kind: str, ctx: RunContext, phase: str, hooks_done: set[tuple[str, str | None, str]]) -> None:
         skip = {command for (k, p, command) in hooks_done if k == kind and p == phase}
         self.hooks.run(kind, ctx, phase, skip=skip)
 
@@ -410,9 +410,9 @@ class Runner:
         pending = list(reversed(self._to_undo(procedure, ctx)))
         missing = [r for r in pending if procedure.find_step(r["phase"], r["name"]) is None]
         if missing:
-            names = ", ".join(f"{r['phase']}/{r['name']}" for r in missing)
+            gone = ", ".join(f"{r['phase']}/{r['name']}" for r in missing)
             raise SafetyError(
-                f"cannot roll back run {ctx.run_id}: step(s) {names} are journaled but no longer in "
+                f"cannot roll back run {ctx.run_id}: step(s) {gone} are journaled but no longer in "
                 f"procedure '{procedure.name}'",
                 hint="the playbook or the tool changed since the run; restore the version used for the run",
             )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
 from dbmigrate import priority
 from dbmigrate.engine import collector
 from dbmigrate.engine.events import Event, Log, Metric
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 
 if TYPE_CHECKING:
     from dbmigrate.engine.events import EventBus
@@ -79,7 +79,7 @@ class FunctionStep(Step):
         if not name:
             raise ValueError("a step needs a name")
         self.name = name
-        self.run = run  # type: ignore[method-assign]  # instance callable replaces the method
+        self.run = run  # type: ignore[method-assign,assignment]  # instance callable replaces the method
         self.check = check
         self.verify = verify
         self.undo = undo

@@ -61,7 +61,7 @@ class Preparer(Protocol):
     old primary died after the fence; only procedures registered with `takeover=True`
     are asked that."""
 
-    def __call__(self, playbook: PlaybookView, state: RunState, *, old_gone: bool = False) -> Prepared: ...
+    def __call__(self, playbook: PlaybookView, state: RunState, /, *, old_gone: bool = False) -> Prepared: ...
 
 
 def no_resources(playbook: PlaybookView, state: RunState, *, old_gone: bool = False) -> Prepared:

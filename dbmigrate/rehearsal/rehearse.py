@@ -23,7 +23,7 @@ from dbmigrate.rehearsal.playbook_defaults import REHEARSAL_FENCE
 from dbmigrate.config import load_inventory
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.procedures.kit.cutover import CutoverState
 from dbmigrate.procedures.kit.guard import GuardState
 from dbmigrate.home import home

@@ -19,7 +19,7 @@ import yaml
 
 from dbmigrate.rehearsal.playbook_defaults import REHEARSAL_FENCE
 from dbmigrate.config import load_inventory
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.rehearsal.rehearse import (
     Progress, check_shape_options, finish_shape, replication_shape, start_shape, start_workload, stop_workload,
     tear_down, wait_applied,

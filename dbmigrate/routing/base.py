@@ -31,6 +31,11 @@ class RouterNoAnswer(RouterError):
     router shows it ran or can no longer run (`Router.settled`): never "not changed"."""
 
 
+class RouterGone(RouterError):
+    """Nothing listens where the router's process was (its socket refuses, or is gone): a change
+    sent to that process can no longer run; a restarted router loads its saved route."""
+
+
 @dataclass(frozen=True)
 class RouteIntent:
     """A change about to be sent to the router, journaled before it is sent.

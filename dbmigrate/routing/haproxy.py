@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from dbmigrate import faultpoint
-from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.clock import Clock, wait_until
 from dbmigrate.exceptions import WaitTimeout
-from dbmigrate.routing.base import RouteLog, Gate, RouteIntent, RouterError, RouterNoAnswer, RouteState, Router, \
+from dbmigrate.routing.base import RouteLog, Gate, RouteIntent, RouterError, RouterGone, RouterNoAnswer, RouteState, Router, \
     ServerLike, ServerRef, as_ref, same_address, split_address
 from dbmigrate.routing.dsn_file import write_atomically
 
@@ -183,13 +183,13 @@ class AdminSocket:
                         break
                     chunks.append(b)
         except FileNotFoundError:
-            raise RouterError(f"HAProxy admin socket {self.path} does not exist",
+            raise RouterGone(f"HAProxy admin socket {self.path} does not exist",
                               hint="is HAProxy running, with 'stats socket PATH mode 600 level admin' in its global section?") from None
         except PermissionError:
             raise RouterError(f"no permission on HAProxy admin socket {self.path}",
                               hint="run dbmigrate as the user that owns the socket (mode 600) or adjust 'stats socket ... user/group'") from None
         except ConnectionRefusedError:
-            raise RouterError(f"HAProxy admin socket {self.path} refused the connection (HAProxy not running?)",
+            raise RouterGone(f"HAProxy admin socket {self.path} refused the connection (HAProxy not running?)",
                               hint="start or reload HAProxy; the writer flip has not been sent") from None
         except socket.timeout:
             if sent:

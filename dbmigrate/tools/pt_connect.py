@@ -19,7 +19,7 @@ from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import private_defaults_file
 from dbmigrate.db.heartbeat import HeartbeatSQL
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.clock import Clock, wait_until
 from dbmigrate.exceptions import DbmigrateError, WaitTimeout
 from dbmigrate.redact import redact
 from dbmigrate.tools.percona import ToolFailed, ToolMissing

@@ -57,6 +57,13 @@ class Node:
     server: Server | None = field(default=None, repr=False)
 
     @property
+    def live(self) -> Server:
+        """The connection discovery opened to this node; only a reachable node has one."""
+        if self.server is None:
+            raise RuntimeError(f"{self.address} was not reached by discovery: no connection to use")
+        return self.server
+
+    @property
     def source(self) -> str | None:
         return self.facts.source
 

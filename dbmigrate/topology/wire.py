@@ -17,7 +17,7 @@ from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import MARIADB, Flavor
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.clock import Clock, wait_until
 from dbmigrate.exceptions import DbmigrateError, UsageError, WaitTimeout
 
 

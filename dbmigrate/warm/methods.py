@@ -31,7 +31,7 @@ from typing import Any, Callable
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.clock import Clock, wait_until
 from dbmigrate.exceptions import DbmigrateError, UsageError, WaitTimeout
 from dbmigrate.warm import dumpfile
 from dbmigrate.warm.copier import Copier, LocalCopier

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from dbmigrate.db.connection import QueryError, Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.db.warmup import ReadSession, clustered_scan_sql, index_scan_sql, key_lookup_sql
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import UsageError
 from dbmigrate.warm.measure import HitRatio, hit_ratio_between, snapshot
 

@@ -407,3 +407,88 @@ def fence_violations(modules: dict[str, Module], fence_fields: set[str]) -> list
                         out.append(f"{mod.path}:{item.lineno} {node.name} declares the fence setting "
                                    f"{item.target.id} again; inherit FenceParams")
     return sorted(out)
+
+
+# -- module-level state ---------------------------------------------------------------------
+
+# Calls whose result cannot change: a module-level name bound to one of them is a constant.
+IMMUTABLE_CALLS = {"frozenset", "tuple", "re.compile", "TypeVar", "ParamSpec", "NewType", "Path", "object",
+                   "namedtuple", "float", "int", "str", "bytes", "Field", "ConfigDict"}
+
+
+def _call_name(node: ast.expr) -> str:
+    return ast.unparse(node.func) if isinstance(node, ast.Call) else ""
+
+
+def _is_state(value: ast.expr) -> bool:
+    """A container that starts empty (filled while the process runs) or an object made by a call
+    that may change: what a test would have to patch, and what two runs in one process share."""
+    if isinstance(value, (ast.Dict, ast.List, ast.Set)):
+        return not (value.keys if isinstance(value, ast.Dict) else value.elts)
+    if isinstance(value, ast.Call):
+        return _call_name(value) not in IMMUTABLE_CALLS
+    return False
+
+
+def module_state(modules: dict[str, Module], under: str, allowed: list["StateAllowed"]) -> list[str]:
+    """Module-level mutable state in `under`, except the named allowances."""
+    ok = {(a.path, a.name) for a in allowed}
+    out = []
+    for mod in modules.values():
+        if not _under(mod.name, under):
+            continue
+        for node in mod.tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, ast.AnnAssign) and node.value is not None else []
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id != "__all__" and value is not None and _is_state(value) \
+                        and (mod.path, t.id) not in ok:
+                    out.append(f"{mod.path}:{node.lineno} {t.id} is module-level state (pass an object in instead)")
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class StateAllowed:
+    path: str
+    name: str
+    reason: str
+
+
+# -- the layers docs/architecture.md draws ---------------------------------------------------
+
+def documented_layers(text: str) -> list[tuple[str, list[str]]]:
+    """(layer, top-level names) from the table between the layers markers, top first."""
+    body = text.split("<!-- layers: begin -->", 1)[1].split("<!-- layers: end -->", 1)[0]
+    out = []
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and "`" in cells[1]:
+            out.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
+    return out
+
+
+def _top_name(dotted: str) -> str:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_order_violations(modules: dict[str, Module], layers: list[tuple[str, list[str]]],
+                           allowed: list[Reached]) -> list[str]:
+    """Imports of a layer above the importer's own; `allowed` names (importer path, imported module)."""
+    rank = {name: i for i, (_, names) in enumerate(layers) for name in names}
+    ok = {(a.path, a.attribute) for a in allowed}
+    out = []
+    for mod in modules.values():
+        mine = _top_name(mod.name)
+        if mine not in rank:
+            out.append(f"{mod.path}: {mine} is in no layer of docs/architecture.md")
+            continue
+        for target, line, _top in mod.imports:
+            if target != "dbmigrate" and not target.startswith("dbmigrate."):
+                continue
+            theirs = "__init__" if _of_root_package(target, modules) else _top_name(target)
+            if theirs in rank and rank[theirs] < rank[mine] and (mod.path, ".".join(target.split(".")[:3])) not in ok:
+                out.append(f"{mod.path}:{line} imports {target}, a layer above ({layers[rank[theirs]][0]} over "
+                           f"{layers[rank[mine]][0]})")
+    return sorted(set(out))

@@ -31,10 +31,10 @@ from dbmigrate.db.flavor import Flavor, MariaDB, ReplicaStatus
 from dbmigrate.db.gtid import MariaGtid
 from dbmigrate.db.binlog import BinlogReadError, BinlogTransaction
 from dbmigrate.db.inspector import HeavyWork, Session
-from dbmigrate.engine.wait import FakeClock
+from dbmigrate.clock import FakeClock
 from dbmigrate.exceptions import ConnectionFailed
 from dbmigrate.procedures.kit.switchover import SwitchoverServers
-from dbmigrate.routing.base import RouteIntent, RouterError, RouterNoAnswer, RouteState
+from dbmigrate.routing.base import RouteIntent, RouterError, RouterGone, RouterNoAnswer, RouteState
 
 DOMAIN = 0
 TOOL_USER = "dbmigrate"
@@ -656,6 +656,7 @@ class FakeRouter:
         self.writer = None if writer is None else "%s:%d" % topo.address(writer)
         self.switches: list[tuple[str, str | None]] = []
         self.frozen = False
+        self.dead = False  # killed: nothing listens, what was in its buffer is gone
         self.buffered: list[tuple[object, object, int | None]] = []
         self.marker = 0
 
@@ -672,7 +673,12 @@ class FakeRouter:
             self._switch(new, None, seq)  # checked when planned, not when it runs (as HAProxy's commands)
         self.buffered = []
 
+    def kill(self) -> None:
+        self.dead, self.frozen, self.buffered = True, False, []
+
     def current(self) -> RouteState:
+        if self.dead:
+            raise RouterGone("the fake router's socket refused the connection")
         if self.frozen:
             raise RouterError("the fake router did not answer within 3s")
         return RouteState(writer=self.writer, writers=[self.writer] if self.writer else [])

@@ -42,6 +42,20 @@ ALLOWED_REACHES = [
             "the connector's public timeout setters take whole seconds; a statement's bound needs fractions"),
 ]
 
+# Module-level state left in procedures/: each kept on purpose, and why.
+ALLOWED_STATE = [
+    rules.StateAllowed("dbmigrate/procedures/registry.py", "_REGISTRY",
+                       "procedures register themselves when imported (@register); it is only read afterwards"),
+    rules.StateAllowed("dbmigrate/procedures/consolidate/provision.py", "_PROVISIONERS",
+                       "instance provisioners register by kind when imported, as procedures do"),
+    rules.StateAllowed("dbmigrate/procedures/consolidate/windows.py", "WINDOWS",
+                       "one per process on purpose: every fleet in the process shares the same cores"),
+    rules.StateAllowed("dbmigrate/procedures/consolidate/context.py", "_STATE_LOCK",
+                       "the run state is one journal row that fleet threads of the process edit in turn"),
+    rules.StateAllowed("dbmigrate/procedures/kit/fence_watch.py", "_not_waited_for",
+                       "a watchdog that outlives its fence is joined by the next fence of the process"),
+]
+
 
 @functools.cache
 def tree() -> dict[str, rules.Module]:
@@ -103,6 +117,62 @@ def test_programs_are_started_in_hosts_and_tools_only():
 
 def test_no_private_attribute_is_reached_through_an_object():
     assert rules.private_attribute_violations(tree(), ALLOWED_REACHES) == []
+
+
+def test_procedures_hold_no_module_level_state_but_the_named_allowances():
+    assert rules.module_state(tree(), "dbmigrate.procedures", ALLOWED_STATE) == []
+    for entry in ALLOWED_STATE:
+        assert entry.reason
+        others = [a for a in ALLOWED_STATE if a is not entry]
+        assert rules.module_state(tree(), "dbmigrate.procedures", others), f"{entry.path} no longer holds {entry.name}"
+
+
+def test_module_level_state_in_procedures_is_caught():
+    modules = fake(**{"dbmigrate.procedures.kit.cache": (
+        "import threading\nimport re\nSEEN = {}\nLOCK = threading.Lock()\nPENDING: list[str] = []\n"
+        "UNITS = {'disk': 'GB'}\nNAMES = frozenset({'a'})\n_RE = re.compile('x')\n__all__ = []\n")})
+    found = rules.module_state(modules, "dbmigrate.procedures", [])
+    assert [v.split(" ")[1] for v in found] == ["SEEN", "LOCK", "PENDING"], found
+
+
+# Imports that cross a documented layer upward, each on purpose (docs/architecture.md says why).
+ALLOWED_UPWARD = [
+    Reached("dbmigrate/db/lease.py", "dbmigrate.engine.lease",
+            "db/ reads and writes the cluster lease row; the engine's lease module holds its rules"),
+]
+
+
+def layers() -> list[tuple[str, list[str]]]:
+    return rules.documented_layers((ROOT / "docs" / "architecture.md").read_text())
+
+
+def test_the_layers_docs_architecture_draws_hold_in_the_import_graph():
+    assert [name for name, _ in layers()][:3] == ["front ends", "rehearsal", "use cases"]
+    assert rules.layer_order_violations(tree(), layers(), ALLOWED_UPWARD) == []
+    for entry in ALLOWED_UPWARD:
+        assert entry.reason
+        assert rules.layer_order_violations(tree(), layers(), []), f"{entry.path} no longer imports {entry.attribute}"
+
+
+def test_an_import_of_a_layer_above_or_a_module_in_no_layer_is_caught():
+    modules = fake(**{
+        "dbmigrate.engine.runner": "from dbmigrate.procedures.kit import fence\nfrom dbmigrate.clock import Clock\n",
+        "dbmigrate.db.inspector": "import dbmigrate.app.runs\nfrom dbmigrate import __version__\n",
+        "dbmigrate.newthing": "",
+    })
+    found = rules.layer_order_violations(modules, layers(), [])
+    assert sorted({v.split(" ")[0] for v in found}) == ["dbmigrate/db/inspector.py:1", "dbmigrate/engine/runner.py:1",
+                                                         "dbmigrate/newthing.py:"], found
+
+
+def test_use_cases_importing_a_front_end_are_caught():
+    modules = fake(**{"dbmigrate.app.runs": ("from dbmigrate.cli.render import table\n"
+                                             "def f():\n    import dbmigrate.tui.session\n"),
+                      "dbmigrate.app.lag": "from dbmigrate.lag import sample_lag\n"})
+    found = rules.layer_violations(modules)
+    assert sorted({v.split(" imports")[0] for v in found if "dbmigrate.cli" in v or "dbmigrate.tui" in v}) \
+        == ["dbmigrate/app/runs.py:1", "dbmigrate/app/runs.py:3"], found
+    assert not any(v.startswith("dbmigrate/app/lag.py") for v in found)
 
 
 def fence_fields() -> set[str]:

@@ -12,7 +12,7 @@ from dbmigrate.db.flavor import MARIADB
 from dbmigrate.engine.events import EventBus
 from dbmigrate.engine.journal import Journal
 from dbmigrate.engine.step import RunContext
-from dbmigrate.engine.wait import FakeClock
+from dbmigrate.clock import FakeClock
 from dbmigrate.procedures.kit import cutover as kit
 from dbmigrate.procedures.kit.cutover import CutoverState
 

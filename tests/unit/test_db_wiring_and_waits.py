@@ -13,7 +13,7 @@ from dbmigrate.db.flavor import MARIADB, ReplicaStatus
 from dbmigrate.db.heartbeat import HeartbeatSQL
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.db.warmup import ReadSession, clustered_scan_sql, index_scan_sql, key_lookup_sql
-from dbmigrate.engine.wait import FakeClock
+from dbmigrate.clock import FakeClock
 from dbmigrate.exceptions import DbmigrateError, WaitTimeout
 
 

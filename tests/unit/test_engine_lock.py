@@ -118,3 +118,43 @@ def test_a_live_run_whose_lock_is_on_the_former_primary_is_not_taken_over(journa
 
 def _lock(session, *args):
     return ClusterLock(SqlNamedLocks(session), *args)
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
+
+
+def test_resume_ends_the_session_a_dead_process_of_this_run_left_open_and_takes_the_lock(journal):
+    """The earlier process was killed while a partition kept its lock session open on the server:
+    its pid is gone on this machine, so resume ends that session instead of refusing."""
+    from dbmigrate.engine.journal import current_holder, utc_now_iso
+
+    server = FakeLockServer()
+    kept_open = server.connect()
+    assert SqlNamedLocks(kept_open).try_lock(lock_name("main")) == 1
+    journal._write("INSERT INTO locks (cluster, run_id, holder, pid, since, status) VALUES (?,?,?,?,?, 'held')",
+                   ("main", "20261122-180000-beef", current_holder(), _dead_pid(), utc_now_iso()))
+    resumed = server.connect()
+    _lock(resumed, "main", journal, "20261122-180000-beef").acquire()
+    assert f"KILL CONNECTION {kept_open.connection_id}" in resumed.sent
+    assert server.owners == {lock_name("main"): resumed.connection_id}
+
+
+def test_a_holder_on_another_machine_is_named_with_the_session_to_end(journal):
+    from dbmigrate.engine.journal import utc_now_iso
+
+    server = FakeLockServer()
+    kept_open = server.connect()
+    SqlNamedLocks(kept_open).try_lock(lock_name("main"))
+    journal._write("INSERT INTO locks (cluster, run_id, holder, pid, since, status) VALUES (?,?,?,?,?, 'held')",
+                   ("main", "20261122-180000-beef", "ops@elsewhere", 4242, utc_now_iso()))
+    resumed = server.connect()
+    with pytest.raises(LockHeld) as refused:
+        _lock(resumed, "main", journal, "20261122-180000-beef").acquire()
+    assert f"KILL CONNECTION {kept_open.connection_id}" in refused.value.hint
+    assert not any(s.startswith("KILL") for s in resumed.sent)  # not proven gone: not ended

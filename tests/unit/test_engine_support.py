@@ -93,6 +93,12 @@ class FakeSession:
 
     def query(self, sql: str, params: tuple | None = None) -> list[dict[str, Any]]:
         self.sent.append(sql)
+        killed = re.fullmatch(r"KILL CONNECTION (\d+)", sql)
+        if killed:  # the session ends, and the locks it held with it
+            for name, owner in list(self.server.owners.items()):
+                if owner == int(killed.group(1)):
+                    del self.server.owners[name]
+            return []
         match = self._CALL.fullmatch(sql)
         assert match and params, f"unexpected SQL {sql!r}"
         function, column = match.groups()

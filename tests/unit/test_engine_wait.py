@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dbmigrate.engine import FakeClock, retry, throttle, wait_until
-from dbmigrate.engine.wait import RetryExhausted
+from dbmigrate.clock import RetryExhausted
 from dbmigrate.exceptions import WaitTimeout
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dbmigrate.db.connection import QueryError
 from dbmigrate.db.inspector import Session
-from dbmigrate.engine.wait import FakeClock
+from dbmigrate.clock import FakeClock
 from dbmigrate.procedures.kit.drain import SERVER_THREADS, drain, protected_users
 
 

@@ -129,3 +129,14 @@ def test_resume_after_a_flip_in_doubt_waits_for_it_before_switching():
     later = make(topo, raw, journal)
     later.switch_router(persist=False)  # the forward step again: a no-op once the late flip ran
     assert raw.switches == [("db2", None)] and journal.change is None
+
+
+def test_a_change_in_doubt_goes_with_a_killed_router_and_the_undo_says_not_changed():
+    topo, raw, journal, sw = setup(wait_s=10)
+    flip_in_doubt(topo, raw, sw)
+    raw.kill()  # its process gone: the buffered flip with it
+    started = topo.clock.monotonic()
+    assert sw.router.change_gone() and journal.change is None
+    sentence = switch_back(sw, candidate_opened=False, router_switched=False)
+    assert "router not changed" in sentence and topo.clock.monotonic() - started < 1
+    assert topo.writable() == ["db1"] and raw.switches == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dbmigrate.digest.statement_window import capture_statement_window
-from dbmigrate.engine.wait import FakeClock
+from dbmigrate.clock import FakeClock
 
 
 class CountingServer:

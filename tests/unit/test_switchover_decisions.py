@@ -904,3 +904,23 @@ def test_a_stopped_replication_back_pauses_the_run_and_names_the_error():
     db1.sql_running, db1.last_sql_error = False, "Duplicate entry '7' for key 'PRIMARY'"
     with pytest.raises(RunPaused, match="its replication from db2 stopped with an error"):
         switchover(topo, router).require_old_wrote_nothing("r1")
+
+
+def test_switch_back_sends_the_router_back_when_the_old_primary_does_not_answer_and_the_candidate_never_opened():
+    topo, router = fenced()
+    router.writer = "127.0.0.1:3302"  # the flip went through; the candidate was never opened
+    topo.servers["db1"].up = False
+    with pytest.raises(SafetyError) as stopped:
+        switch_back(switchover(topo, router), candidate_opened=False, router_switched=True)
+    assert "the router sends writes to db1 again (db2 never took writes)" in stopped.value.message
+    assert router.writer == "127.0.0.1:3301" and topo.writable() == []
+
+
+def test_switch_back_leaves_the_router_on_a_writable_candidate_when_the_old_primary_does_not_answer():
+    topo, router = opened()
+    router.writer = "127.0.0.1:3302"
+    topo.servers["db1"].up = False
+    with pytest.raises(SafetyError) as stopped:
+        switch_back(switchover(topo, router), candidate_opened=True, router_switched=True)
+    assert "router sends writes" not in stopped.value.message
+    assert router.writer == "127.0.0.1:3302"

@@ -45,12 +45,14 @@ class FleetLayout:
 
 def fleet_layout(playbook_path: Path) -> FleetLayout | None:
     """The board's layout for a consolidate playbook; None for any other procedure."""
+    from dbmigrate.engine.playbook_view import typed_params
+    from dbmigrate.procedures.consolidate.context import ConsolidateParams
     from dbmigrate.procedures.consolidate.resources import load_plan, plan_path
 
     playbook = load_playbook(playbook_path)
     if playbook.procedure != "consolidate":
         return None
-    params = playbook.params
+    params = typed_params(playbook, ConsolidateParams)
     plan = load_plan(plan_path(playbook, params))
     instances = {i.name: TargetInstance(i.name, i.host, f"{i.address}:{i.port}", round(i.demand.memory, 2),
                                         round(i.demand.disk, 2), i.buffer_pool_mb) for i in plan.instances}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from dbmigrate.config import HostSpec, PlanningSpec, load_hosts, load_inventory
+from dbmigrate.config import HostSpec, Inventory, PlanningSpec, load_hosts, load_inventory
 from dbmigrate.exceptions import UsageError
 from dbmigrate.procedures.consolidate.demand import ShardDemand
 from dbmigrate.procedures.consolidate.measure import measure_shards
@@ -49,7 +49,7 @@ class PlanResult:
         return doc
 
 
-def _targets(req: PlanRequest, inv) -> tuple[dict[str, HostSpec], PlanningSpec]:
+def _targets(req: PlanRequest, inv: Inventory | None) -> tuple[dict[str, HostSpec], PlanningSpec]:
     if bool(req.hosts) == req.from_inventory:
         raise UsageError("give exactly one of --hosts FILE and --from-inventory",
                          hint="target hosts: cores, memory_gb, disk_gb, max_instances per host")
@@ -63,7 +63,7 @@ def _targets(req: PlanRequest, inv) -> tuple[dict[str, HostSpec], PlanningSpec]:
     return inv.hosts, inv.planning
 
 
-def _demands(req: PlanRequest, inv, settings: PlanningSpec, log: Callable[[str], None]) -> list[ShardDemand]:
+def _demands(req: PlanRequest, inv: Inventory | None, settings: PlanningSpec, log: Callable[[str], None]) -> list[ShardDemand]:
     if req.sizes:
         return load_sizes(req.sizes, settings.working_set_fraction)
     if inv is None:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import yaml
 
-from dbmigrate.config import load_inventory
+from dbmigrate.config import Access, DockerAccess, Inventory, SshAccess, load_inventory
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.inspector import Inspector
@@ -28,7 +28,7 @@ from dbmigrate.exceptions import DbmigrateError, UsageError
 from dbmigrate.hosts.ansible import Recap, private_vars_file, run_playbook
 from dbmigrate.hosts.resolve import is_this_machine
 from dbmigrate.procedures.consolidate import ansible_files as files
-from dbmigrate.procedures.consolidate.model import ConsolidationPlan
+from dbmigrate.procedures.consolidate.model import ConsolidationPlan, PlannedInstance
 from dbmigrate.procedures.consolidate.resources import load_plan
 from dbmigrate.redact import register_secret
 
@@ -45,7 +45,7 @@ class ProvisionRequest:
     inventory: Path
     cluster: str | None = None
     out_dir: Path | None = None
-    start: str | None = None  # systemd | direct | None: direct for local hosts without systemd
+    start: files.StartMode | None = None  # systemd | direct | None: direct for local hosts without systemd
     conf_dir: str = files.CONF_DIR
     mariadbd_user: str = "mysql"
     install_packages: bool = True
@@ -65,11 +65,11 @@ class ProvisionResult:
                 "recap": self.recap.hosts if self.recap else None, "instances": self.instances}
 
 
-def _cluster_of(inv, plan: ConsolidationPlan, cluster: str | None) -> str:
+def _cluster_of(inv: Inventory, plan: ConsolidationPlan, cluster: str | None) -> str:
     if cluster:
         inv.cluster(cluster)
         return cluster
-    found = set()
+    found: set[str] = set()
     for src in sorted({s.source for s in plan.shards}):
         try:
             found.add(inv.find_server(src)[0])
@@ -81,7 +81,7 @@ def _cluster_of(inv, plan: ConsolidationPlan, cluster: str | None) -> str:
     return found.pop()
 
 
-def _access(inv, host: str, address: str):
+def _access(inv: Inventory, host: str, address: str) -> Access | None:
     spec = inv.hosts.get(host)
     if spec is not None and spec.access is not None:
         return spec.access
@@ -91,7 +91,7 @@ def _access(inv, host: str, address: str):
     return inv.defaults.access
 
 
-def connection_for(inv, host: str, address: str, start: str | None) -> files.HostConnection:
+def connection_for(inv: Inventory, host: str, address: str, start: files.StartMode | None) -> files.HostConnection:
     access = _access(inv, host, address)
     if access is None and is_this_machine(address):
         access_kind = "local"
@@ -106,13 +106,15 @@ def connection_for(inv, host: str, address: str, start: str | None) -> files.Hos
     if access_kind == "local":
         mode = start or ("systemd" if SYSTEMD_MARK.exists() else "direct")
         return files.HostConnection(host, {"ansible_connection": "local"}, mode, become=os.geteuid() != 0)
-    if access_kind == "docker":
+    if isinstance(access, DockerAccess):
         # A container: `docker exec` as root (nothing to become), and no systemd runs in it.
         dv: dict[str, Any] = {"ansible_connection": "dbmigrate_docker", "ansible_host": access.container,
                               "ansible_pipelining": True}  # each module in one exec, no temp file copied first
         if access.engine:
             dv["ansible_docker_engine"] = access.engine
         return files.HostConnection(host, dv, start or "direct", become=False)
+    if not isinstance(access, SshAccess):
+        raise UsageError(f"host {host}: access kind {access_kind} cannot provision instances")
     v: dict[str, Any] = {"ansible_connection": "ssh", "ansible_host": access.address or address}
     if access.user:
         v["ansible_user"] = access.user
@@ -135,7 +137,7 @@ def connection_for(inv, host: str, address: str, start: str | None) -> files.Hos
     return files.HostConnection(host, v, start or "systemd", become=access.user != "root")
 
 
-def _admin(inv) -> Credentials:
+def _admin(inv: Inventory) -> Credentials:
     ref = inv.defaults.credentials
     if ref is None:
         raise UsageError(f"{inv.path}: defaults.credentials is needed: the new instances get that account")
@@ -187,7 +189,7 @@ def provision(req: ProvisionRequest, log: Callable[[str], None] = lambda m: None
     return result
 
 
-def check_instance(inst, admin: Credentials, connect_timeout: float) -> dict[str, Any]:
+def check_instance(inst: PlannedInstance, admin: Credentials, connect_timeout: float) -> dict[str, Any]:
     """The instance answers SQL at the plan's address and port, with the plan's server_id."""
     out: dict[str, Any] = {"name": inst.name, "host": inst.host, "address": f"{inst.address}:{inst.port}",
                            "server_id": inst.server_id}

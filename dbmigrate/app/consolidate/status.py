@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dbmigrate.config import load_inventory
+from dbmigrate.config import Inventory, load_inventory
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError, UsageError
@@ -51,7 +51,7 @@ def _probe(server: Server) -> Probe:
     return p
 
 
-def _routes(inv, cluster: str | None, routes: Path | None) -> Path | None:
+def _routes(inv: Inventory, cluster: str | None, routes: Path | None) -> Path | None:
     if routes:
         return routes
     for cname, c in inv.clusters.items():

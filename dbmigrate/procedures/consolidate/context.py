@@ -151,4 +151,7 @@ def wild_patterns(shards: list[str]) -> list[str]:
 
 
 def params_of(ctx: RunContext) -> ConsolidateParams:
-    return ctx.params
+    params = ctx.params
+    if not isinstance(params, ConsolidateParams):
+        raise TypeError(f"a consolidation's steps run with {type(params).__name__} params")
+    return params

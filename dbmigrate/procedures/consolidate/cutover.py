@@ -8,6 +8,7 @@ from typing import Any
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError
+from dbmigrate.procedures.consolidate.model import PlannedInstance
 from dbmigrate.procedures.consolidate.plan import connection_name
 from dbmigrate.procedures.consolidate.resources import CutRecord
 from dbmigrate.procedures.consolidate.context import (
@@ -166,7 +167,7 @@ def cutover(ctx: RunContext, source: str) -> str:
 BUDGET_POLL_S = 0.002
 
 
-def start_reverse(ctx: RunContext, source: str, reverse: dict[str, list], *, fresh: bool) -> None:
+def start_reverse(ctx: RunContext, source: str, reverse: dict[str, list[Any]], *, fresh: bool) -> None:
     """The old server replicates, on a named connection per instance, what each instance wrote
     after its position in `reverse` (filtered to the shards it took from this server). `fresh`:
     the cutover sets the connections up anew; else (putting a half-done cutover back) a
@@ -207,7 +208,7 @@ class CatchUpTimeout(ConsolidateError):
     """An instance did not apply the fenced server's final position in time."""
 
 
-def fence(ctx: RunContext, source: str, targets: list) -> tuple[Fence, Fenced]:
+def fence(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> tuple[Fence[tuple[str, int]], Fenced[tuple[str, int]]]:
     """The kit fence on the old server (calm wait, watchdog with its timeline, fenced catch-up
     budget and attempts); its final position is a binlog (file, pos): replication here is by
     file and position on named connections."""
@@ -240,7 +241,7 @@ def fence(ctx: RunContext, source: str, targets: list) -> tuple[Fence, Fenced]:
     return kit, kit.fence(applied_within=applied_within, before_retry=converge_again)
 
 
-def require_accounts(ctx: RunContext, source: str, targets: list) -> Accounts:
+def require_accounts(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> Accounts:
     """Before the fence: every account with a privilege on the moved shards exists on its
     instance, authenticates the same and holds the same grants there, and every one that writes
     them is stopped by read_only on the old server; else nothing is fenced."""
@@ -263,7 +264,7 @@ def require_accounts(ctx: RunContext, source: str, targets: list) -> Accounts:
     return everyone
 
 
-def verify_copies(ctx: RunContext, source: str, targets: list) -> dict[str, CopyCheck]:
+def verify_copies(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> dict[str, CopyCheck]:
     """Before the fence, while replicating: each instance's copy compared range by range."""
     plan, p = plan_of(ctx), params_of(ctx)
     src = Inspector(server_of(ctx, source))
@@ -287,7 +288,7 @@ def verify_copies(ctx: RunContext, source: str, targets: list) -> dict[str, Copy
     return found
 
 
-def check_in_window(ctx: RunContext, source: str, targets: list, copies: dict[str, CopyCheck]) -> int:
+def check_in_window(ctx: RunContext, source: str, targets: list[PlannedInstance], copies: dict[str, CopyCheck]) -> int:
     """Inside the fence: the ranges left by the check before it, compared exactly (bounded by
     fenced_check_max_chunks, whatever the shard's size)."""
     if not params_of(ctx).checksum:
@@ -318,7 +319,7 @@ def record_fence_checks(ctx: RunContext, copies: dict[str, CopyCheck]) -> None:
     save_checksums(ctx, sums)
 
 
-def try_app_login(ctx: RunContext, source: str, targets: list, accounts: Accounts | None = None) -> str:
+def try_app_login(ctx: RunContext, source: str, targets: list[PlannedInstance], accounts: Accounts | None = None) -> str:
     """After the switch: every account that writes the moved shards holds its write grants on
     the instance, which takes writes (read as the tool: their passwords are not ours), and the
     inventory's app account logs in where each route now points, finds it writable and reaches
@@ -340,7 +341,8 @@ def try_app_login(ctx: RunContext, source: str, targets: list, accounts: Account
         return "; ".join(said + ["no app account in the inventory to log in with"])
     for t in targets:
         shards = shards_of(plan, t.name, source)
-        writer = route_of(ctx, shards[0]).current().writer if shards else address_of(ctx, t.name)
+        # A route with no writer yet (every server fenced): log in at the instance itself.
+        writer = (route_of(ctx, shards[0]).current().writer if shards else None) or address_of(ctx, t.name)
         try:
             said.append(try_login(f"{t.name} as {app.user}", writer, app, shards))
         except DbmigrateError as e:
@@ -349,7 +351,7 @@ def try_app_login(ctx: RunContext, source: str, targets: list, accounts: Account
     return "; ".join(said)
 
 
-def wait_accounts_reach(ctx: RunContext, source: str, targets: list, seen: set[str]) -> str:
+def wait_accounts_reach(ctx: RunContext, source: str, targets: list[PlannedInstance], seen: set[str]) -> str:
     """After the switch (bounded, outside the window): every account that had sessions on the
     old server has one on an instance. A warning past the bound: an idle pool may come later."""
     if not seen:

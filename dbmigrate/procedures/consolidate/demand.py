@@ -7,6 +7,7 @@ which becomes buffer pool) and CPU (queries per second over what one core serves
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from dbmigrate.config import HostSpec, PlanningSpec
 from dbmigrate.exceptions import DbmigrateError
@@ -58,7 +59,7 @@ class Demand:
         return Demand(self.disk * factor, self.memory * factor, self.cpu * factor)
 
 
-def total(demands) -> Demand:
+def total(demands: Iterable[Demand]) -> Demand:
     out = Demand()
     for d in demands:
         out = out + d

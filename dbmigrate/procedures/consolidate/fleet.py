@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from dbmigrate.engine.runner import explain
 from dbmigrate.engine.step import FunctionStep, RunContext
@@ -113,7 +113,7 @@ def server_event(ctx: RunContext, server: str, stage: str, status: str, text: st
 
 def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[RunContext, str], str], *,
                done: Callable[[RunContext, str], bool], blocked: Callable[[RunContext, str], str | None],
-               undo: Callable[[RunContext], str], describe: Callable[[RunContext], list],
+               undo: Callable[[RunContext], str], describe: Callable[[RunContext], list[Any]],
                defer_failures: bool = False, undo_if_started: bool = False,
                stop_between_servers: bool = False) -> FunctionStep:
     """One engine step that runs `work` for every old server of the plan as a fleet.

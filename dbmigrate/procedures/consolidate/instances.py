@@ -66,7 +66,7 @@ def provisioned(ctx: RunContext, inst: PlannedInstance) -> bool:
     return (inst.name in state_of(ctx).instances or not inst.sandbox) and answers(ctx, inst.name)
 
 
-def provision_instances(instances: list[PlannedInstance]):
+def provision_instances(instances: list[PlannedInstance]) -> FunctionStep:
     """One step for every planned instance, `fleet.concurrency` of them at a time (creating a
     sandbox instance takes about a second, most of it mariadb-install-db). Each instance that
     is ready is journaled as it ends (metric `instance_provisioned_s`); one that fails leaves

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.wait import Clock as EngineClock
+from dbmigrate.clock import Clock as EngineClock
 from dbmigrate.exceptions import DbmigrateError, UsageError
 from dbmigrate.procedures.consolidate.demand import GB, ShardDemand
+
+if TYPE_CHECKING:
+    from dbmigrate.config import Inventory
 
 DEFAULT_PARALLEL = 8
 
 
-def measure_shards(inventory, *, sample_s: float = 5.0, max_scan_pool_gb: float = 8.0,
+def measure_shards(inventory: Inventory, *, sample_s: float = 5.0, max_scan_pool_gb: float = 8.0,
                    working_set_fraction: float | None = None, sleep: Callable[[float], None] = EngineClock().sleep,
                    log: Callable[[str], None] = lambda m: None, parallel: int = DEFAULT_PARALLEL) -> list[ShardDemand]:
     """Measure every shard listed under `shards:` of the inventory's servers, `parallel` servers at a time."""
@@ -63,7 +66,7 @@ def measure_shards(inventory, *, sample_s: float = 5.0, max_scan_pool_gb: float 
     return [s for name, _ in listed for s in results[name]]  # inventory order, whatever finished first
 
 
-def measure_server(insp, source: str, shards: list[str], *, sample_s: float, max_scan_pool_gb: float,
+def measure_server(insp: Inspector, source: str, shards: list[str], *, sample_s: float, max_scan_pool_gb: float,
                    fraction: float, sleep: Callable[[float], None], log: Callable[[str], None]) -> list[ShardDemand]:
     sizes = insp.schema_sizes(shards)
     missing = [s for s in shards if s not in sizes]
@@ -97,7 +100,7 @@ def measure_server(insp, source: str, shards: list[str], *, sample_s: float, max
 QUERY_COUNTERS = ("Com_select", "Com_insert", "Com_update", "Com_delete", "Com_replace")
 
 
-def split_query_rate(insp, shards: list[str], sizes: dict[str, int], sample_s: float,
+def split_query_rate(insp: Inspector, shards: list[str], sizes: dict[str, int], sample_s: float,
                      sleep: Callable[[float], None]) -> tuple[dict[str, float], str]:
     """(queries per second per shard, how it was split) from one sampling window."""
     userstat = insp.userstat_enabled()

@@ -19,8 +19,18 @@ cannot fit everything, first-fit decreasing is tried before giving up.
 from __future__ import annotations
 
 import heapq
+from typing import Iterable, Protocol, Sequence
 
 from dbmigrate.procedures.consolidate.demand import Demand, dominant
+
+
+class PlacedShard(Protocol):
+    """What placement reads of a shard: its name and the old server it comes from."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def source(self) -> str: ...
 
 Named = tuple[list[str], Demand]  # (member names, summed demand)
 
@@ -40,7 +50,7 @@ def first_fit_decreasing(items: list[tuple[str, Demand]], cap: Demand) -> list[l
     return [sorted(names) for names, _ in bins]
 
 
-def total_of(demands) -> Demand:
+def total_of(demands: Iterable[Demand]) -> Demand:
     disk = memory = cpu = 0.0
     for d in demands:
         disk, memory, cpu = disk + d.disk, memory + d.memory, cpu + d.cpu
@@ -62,7 +72,7 @@ def _halve(names: list[str], demands: dict[str, Demand], ref: Demand) -> tuple[l
     return sorted(halves[0]), sorted(halves[1])
 
 
-def group_by_source(shards, demands: dict[str, Demand], cap: Demand) -> list[list[str]]:
+def group_by_source(shards: Iterable[PlacedShard], demands: dict[str, Demand], cap: Demand) -> list[list[str]]:
     by_source: dict[str, list[tuple[str, Demand]]] = {}
     for s in shards:
         by_source.setdefault(s.source, []).append((s.name, demands[s.name]))
@@ -75,7 +85,7 @@ def group_by_source(shards, demands: dict[str, Demand], cap: Demand) -> list[lis
     return out
 
 
-def merge_to_count(shards, demands: dict[str, Demand], cap: Demand, count: int) -> list[list[str]]:
+def merge_to_count(shards: Sequence[PlacedShard], demands: dict[str, Demand], cap: Demand, count: int) -> list[list[str]]:
     """About `count` equal instances, keeping each old server's shards together where possible."""
     count = max(1, min(count, len(shards)))
     # Units, heaviest first out of the heap; too few of them: halve the heaviest splittable one.

@@ -10,6 +10,7 @@ plan holds (names, ports, server ids, settings): `model.py`.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterable, Literal
 
 from dbmigrate.config import HostSpec, PlanningSpec
@@ -71,8 +72,8 @@ def validate_inputs(shards: list[ShardDemand], hosts: dict[str, HostSpec], strat
         raise UsageError("no shards to place", hint="list each old server's schemas under `shards:` in the inventory")
     if instances_per_host is not None and not 1 <= instances_per_host <= 64:
         raise UsageError(f"--instances-per-host {instances_per_host}: give 1 to 64")
-    seen: set[str] = set()
-    dup = sorted({s.name for s in shards if s.name in seen or seen.add(s.name)})
+    counts = Counter(s.name for s in shards)
+    dup = sorted(name for name, n in counts.items() if n > 1)
     if dup:
         raise UsageError(f"shard names must be unique across old servers: {', '.join(dup)}")
 
@@ -139,7 +140,7 @@ def _assemble(strategy: str, settings: PlanningSpec, shards: list[ShardDemand], 
     usage: list[HostUsage] = []
     for h in sorted(hosts):
         spec = hosts[h]
-        host_instances = []
+        host_instances: list[PlannedInstance] = []
         for slot, (g, d) in enumerate(sorted(placed[h], key=lambda gd: gd[0]), 1):
             name = instance_name(h, slot)
             host_instances.append(PlannedInstance(

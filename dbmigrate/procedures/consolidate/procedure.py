@@ -35,13 +35,16 @@ changed, so nothing acknowledged is lost.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext
+from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext, Step
 from dbmigrate.exceptions import SafetyError, UsageError
 from dbmigrate.procedures.consolidate.cutover import cutover, describe_cutover, undo_cutover, verify_cutover
 from dbmigrate.procedures.consolidate.fleet import failed_at, fleet_step
 from dbmigrate.procedures.consolidate.readiness import evaluate_caught_up, evaluate_preflight, source_caught_up
 from dbmigrate.procedures.consolidate.instances import provision_instances
+from dbmigrate.procedures.consolidate.model import ConsolidationPlan
 from dbmigrate.procedures.consolidate.provision import sandbox_extra
 from dbmigrate.procedures.consolidate.windows import WINDOWS
 from dbmigrate.procedures.consolidate.resources import ConsolidateResources, load_plan, plan_path, prepare
@@ -60,13 +63,8 @@ from dbmigrate.procedures.consolidate.context import (
     state_of,
     targets_of,
 )
-from dbmigrate.procedures.consolidate.seed import (
-    dump_command,
-    dump_coordinates,
-    grants_for_shards,
-    import_command,
-    seed_step,
-)
+from dbmigrate.procedures.consolidate.seed import dump_coordinates, grants_for_shards, seed_step
+from dbmigrate.tools.dump import dump_command, import_command
 from dbmigrate.procedures.kit.drain import protected_users
 from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.registry import register
@@ -124,23 +122,35 @@ def stuck_sessions(ctx: RunContext) -> list[str]:
     return out
 
 
-def seed_fleet(plan):
+def _done(step: Step, ctx: RunContext) -> bool:
+    return step.check is not None and bool(step.check(ctx))
+
+
+def _undone(step: Step, ctx: RunContext) -> str:
+    return (step.undo(ctx) if step.undo is not None else None) or ""
+
+
+def _described(step: Step, ctx: RunContext) -> list[Any]:
+    return list(step.describe(ctx)) if step.describe is not None else []
+
+
+def seed_fleet(plan: ConsolidationPlan) -> Step:
     sources = sorted({s.source for s in plan.shards})
     seeds = {src: [seed_step(inst, src) for inst in targets_of(plan, src)] for src in sources}
 
     def work(ctx: RunContext, src: str) -> str:
-        return "; ".join(step.run(ctx) for step in seeds[src] if not step.check(ctx)) or "already seeded"
+        return "; ".join(step.run(ctx) for step in seeds[src] if not _done(step, ctx)) or "already seeded"
 
     def undo(ctx: RunContext) -> str:
-        return "; ".join(step.undo(ctx) for src in reversed(sources) for step in reversed(seeds[src]))
+        return "; ".join(_undone(step, ctx) for src in reversed(sources) for step in reversed(seeds[src]))
 
     return fleet_step(f"seed {len(plan.instances)} instance(s) from {len(sources)} old server(s)", "seed", plan,
-                      work, done=lambda c, src: all(step.check(c) for step in seeds[src]),
+                      work, done=lambda c, src: all(_done(step, c) for step in seeds[src]),
                       blocked=lambda c, src: None, undo=undo, defer_failures=True,
-                      describe=lambda c: [line for src in sources for step in seeds[src] for line in step.describe(c)])
+                      describe=lambda c: [line for src in sources for step in seeds[src] for line in _described(step, c)])
 
 
-def cutover_fleet(plan, params: ConsolidateParams):
+def cutover_fleet(plan: ConsolidationPlan, params: ConsolidateParams) -> Step:
     sources = sorted({s.source for s in plan.shards})
 
     def work(ctx: RunContext, src: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, Field
 
+from dbmigrate.config import Inventory
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.engine.playbook_view import PlaybookView
@@ -66,7 +67,7 @@ class Servers:
     Sessions are per thread: fleet workers talk to their servers in parallel, and a
     client session must never be shared between threads."""
 
-    def __init__(self, inventory: Any, plan: ConsolidationPlan, created: Callable[[], dict[str, str]]) -> None:
+    def __init__(self, inventory: Inventory, plan: ConsolidationPlan, created: Callable[[], dict[str, str]]) -> None:
         self.inventory = inventory
         self.plan = plan
         self._created = created  # instances created by this run: name -> host:port

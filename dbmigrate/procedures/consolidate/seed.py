@@ -120,7 +120,7 @@ def seed_logically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
             f"from {log_file}:{log_pos}")
 
 
-def seed_step(inst: PlannedInstance, source: str):
+def seed_step(inst: PlannedInstance, source: str) -> FunctionStep:
     conn = connection_name(source)
 
     def run(ctx: RunContext) -> str:
@@ -152,7 +152,7 @@ def seed_step(inst: PlannedInstance, source: str):
             a.drop_schema_without_binlog(s)
         return f"{inst.name}: connection '{conn}' removed, copies of {', '.join(shards)} dropped"
 
-    def describe(ctx: RunContext):
+    def describe(ctx: RunContext) -> list[tuple[str, str]]:
         shards = shards_of(plan_of(ctx), inst.name, source)
         method = params_of(ctx).seed.method
         if method == "physical" or (method == "auto" and len(inst.sources) == 1):

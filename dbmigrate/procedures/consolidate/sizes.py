@@ -22,7 +22,7 @@ import csv
 import io
 import re
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Mapping, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -61,7 +61,7 @@ class SizeRow(BaseModel):
     qps: float = Field(ge=0)  # required: a plan for 0 qps sizes no CPU at all
 
 
-def _rows_from_yaml(path: Path, text: str) -> list[tuple[int | None, dict]]:
+def _rows_from_yaml(path: Path, text: str) -> list[tuple[int | None, dict[str, Any]]]:
     data, locate = load_yaml_with_lines(path, text)
     rows = data.get("shards") if isinstance(data, dict) else data
     if not isinstance(rows, list):
@@ -71,7 +71,7 @@ def _rows_from_yaml(path: Path, text: str) -> list[tuple[int | None, dict]]:
     return [(locate((*prefix, i)), row) for i, row in enumerate(rows)]
 
 
-def _rows_from_csv(path: Path, text: str) -> list[tuple[int | None, dict]]:
+def _rows_from_csv(path: Path, text: str) -> list[tuple[int | None, dict[str, Any]]]:
     reader = csv.reader(io.StringIO(text))
     lines = [(n, row) for n, row in enumerate(reader, 1) if any(c.strip() for c in row) and not row[0].startswith("#")]
     if not lines:
@@ -84,7 +84,7 @@ def _rows_from_csv(path: Path, text: str) -> list[tuple[int | None, dict]]:
         raise ConfigError(f"{path}:{header_line}: the header names no column {', '.join(missing)}",
                           hint="first line: server,shard,bytes,working_set,qps (qps: the shard's measured queries "
                                "per second, 0 for an idle one)")
-    out = []
+    out: list[tuple[int | None, dict[str, Any]]] = []
     for n, row in lines[1:]:
         if len(row) != len(columns):
             raise ConfigError(f"{path}:{n}: {len(row)} values for {len(columns)} columns ({', '.join(columns)})")
@@ -140,7 +140,7 @@ def load_sizes(path: str | Path, working_set_fraction: float = 0.25) -> list[Sha
     return out
 
 
-def _explain(field: str, err: dict) -> str:
+def _explain(field: str, err: Mapping[str, Any]) -> str:
     kind = err.get("type", "")
     if kind == "missing":
         return "missing" + (" (the shard's measured queries per second; 0 for an idle one)" if field == "qps" else "")

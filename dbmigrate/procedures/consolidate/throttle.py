@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Optional
+from typing import Any, BinaryIO, Callable, Optional
 
 CHUNK = 1 << 20
 MB = 1_000_000
@@ -198,7 +198,7 @@ class Watcher(threading.Thread):
     def __init__(self, valve: Valve, meter: Meter, *, probe: Callable[[], None],
                  lag: Callable[[], Optional[float]], cap: Callable[[], Optional[float]], limits: Limits,
                  total_bytes: Optional[int], probe_per_s: float, window_s: float, progress_every_s: float,
-                 report: Callable[[str, dict], None], clock: Callable[[], float] = time.monotonic,
+                 report: Callable[[str, dict[str, Any]], None], clock: Callable[[], float] = time.monotonic,
                  held: Callable[[], bool] = lambda: False):
         super().__init__(daemon=True, name="seed-watcher")
         self.valve, self.meter, self.probe, self.lag, self.cap = valve, meter, probe, lag, cap
@@ -284,7 +284,7 @@ class Watcher(threading.Thread):
         self.decision = Decision(rate, d.reason)
         self.valve.set(rate)
 
-    def progress(self) -> tuple[str, dict]:
+    def progress(self) -> tuple[str, dict[str, Any]]:
         done, rate = self.meter.bytes, self.meter.recent_rate()
         eta = eta_s(done, self.total, rate)
         share = f" of ~{self.total / MB:,.0f} MB ({min(100.0, 100 * done / self.total):.0f}%)" if self.total else ""

@@ -118,7 +118,10 @@ def fence(cut: Cutover, ctx: RunContext, sw: Switchover | None = None,
           before_retry: Callable[[], object] | None = None) -> str:
     """read_only on the old primary (see Switchover.fence for `before_retry`)."""
     sw = sw or cut.sw(ctx)
-    sentence, pos = sw.fence(before_retry)
+    try:
+        sentence, pos = sw.fence(before_retry)
+    except DbmigrateError as e:
+        raise sw.name_fence_blocker(e) from e.__cause__
     with CutoverState.edit(ctx.state) as s:
         s.fence_pos, s.applied_pos, s.fence_expires_at = pos, sw.applied_at_fence, sw.fence_expires_at
     ctx.set_hook_env("FENCE_POSITION", pos)
@@ -161,9 +164,13 @@ def is_fenced(cut: Cutover, ctx: RunContext) -> bool:
 def undo_switchover(cut: Cutover, ctx: RunContext) -> str:
     """The undo of every cutover step: back to the old primary, whatever was done."""
     st = state(ctx)
-    # A router change in doubt may have switched it: the router must then answer before the undo ends.
-    return switch_back(cut.sw(ctx), candidate_opened=st.candidate_opened,
-                       router_switched=st.switched_at is not None or st.router_change is not None)
+    sw = cut.sw(ctx)
+    # A router change in doubt may have switched it: the router must then answer before the undo
+    # ends, unless the change went with the router's process (nothing listens there any more).
+    in_doubt = st.router_change is not None and not (isinstance(sw.router, JournaledRouter)
+                                                      and sw.router.change_gone())
+    return switch_back(sw, candidate_opened=st.candidate_opened,
+                       router_switched=st.switched_at is not None or in_doubt)
 
 
 def catch_up(cut: Cutover, ctx: RunContext) -> str:

@@ -14,7 +14,7 @@ from typing import Iterable, Literal
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError
 from dbmigrate.db.inspector import Inspector, Session
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 
 SERVER_THREADS = frozenset({"system user", "event_scheduler"})
 UNKNOWN_THREAD = 1094  # KILL of a session that ended by itself

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError, Server
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import RefusedWait, SafetyError
 from dbmigrate.procedures.kit.fence_watch import FenceWatch
 
@@ -136,7 +136,7 @@ class FencedServer:
 
     inspector: Callable[[], Inspector]
     applier: Callable[[], Applier]
-    bounded: Callable[[float], ContextManager[None]]
+    bounded: Callable[[float], ContextManager[object]]
     side_session: Callable[[float], "tuple[Inspector, Applier] | None"]
 
     @classmethod

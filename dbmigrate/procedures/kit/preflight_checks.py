@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.flavor import Flavor, detect
@@ -25,6 +25,10 @@ from dbmigrate.topology.discovery import Cluster, Node, normalize_address
 from dbmigrate.topology.find import discover_inventory
 from dbmigrate.topology.probe import ServerFacts
 
+if TYPE_CHECKING:
+    from dbmigrate.config import Inventory, ServerSpec
+    from dbmigrate.routing.base import Router
+
 MIB = 1024 * 1024
 
 
@@ -35,7 +39,7 @@ class GateResult:
     details: dict[str, Any] = field(default_factory=dict)
     name: str = ""
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter((self.ok, self.reason, self.details))
 
     def named(self, name: str) -> "GateResult":
@@ -403,7 +407,7 @@ def _answers(server: Server) -> str | None:
         probe.close()
 
 
-def servers_answer_gate(inventory, cluster: str) -> GateResult:
+def servers_answer_gate(inventory: Inventory, cluster: str) -> GateResult:
     """Every server of the inventory answers: a replica that is down would fail the repoint after the flip."""
     names = list(inventory.cluster(cluster).servers)
     failures = {}
@@ -414,7 +418,7 @@ def servers_answer_gate(inventory, cluster: str) -> GateResult:
     return answers_rule("every server answers", failures, names)
 
 
-def replication_login_gate(inventory, cluster: str, sources: list[str]) -> GateResult:
+def replication_login_gate(inventory: Inventory, cluster: str, sources: list[str]) -> GateResult:
     """Log in with the replication credentials at the address replicas use, on each source they
     will use (the old primary now, the candidate after the flip): proves the password, not a grant."""
     creds = inventory.replication_credentials(cluster)
@@ -429,7 +433,7 @@ def replication_login_gate(inventory, cluster: str, sources: list[str]) -> GateR
     return answers_rule("replication login works", failures, checked)
 
 
-def router_gate(router, candidate: Server, primary: Server) -> GateResult:
+def router_gate(router: Router, candidate: Server, primary: Server) -> GateResult:
     """The router answers and can move the writer from the primary to the candidate: a missing
     admin socket or an unknown writer backend is found now, not at the flip."""
     try:
@@ -446,7 +450,7 @@ def _guard(name: str, fn: Callable[[], GateResult]) -> GateResult:
         return GateResult(False, f"could not check: {e.message}", {"error": e.message}, name)
 
 
-def resolve_candidate(inventory, cluster: str, candidate: str) -> tuple[str, Any]:
+def resolve_candidate(inventory: Inventory, cluster: str, candidate: str) -> tuple[str, ServerSpec]:
     """(address, ServerSpec) of the candidate; UsageError when it is not a server of that cluster."""
     cname, spec = inventory.find_server(candidate)
     if cname != cluster:
@@ -455,14 +459,14 @@ def resolve_candidate(inventory, cluster: str, candidate: str) -> tuple[str, Any
     return normalize_address(spec.host, spec.port), spec
 
 
-def run_preflight(inventory, cluster: str, candidate: str, limits: Limits = Limits()) -> list[GateResult]:
+def run_preflight(inventory: Inventory, cluster: str, candidate: str, limits: Limits = Limits()) -> list[GateResult]:
     """Every preflight gate for promoting `candidate` (inventory name or host:port) in `cluster`."""
     cand_addr, cand_spec = resolve_candidate(inventory, cluster, candidate)
     with discover_inventory(inventory, cluster, use_orchestrator=False) as cl:
         return _preflight(inventory, cluster, cl, cand_addr, cand_spec, limits)
 
 
-def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, limits: Limits) -> list[GateResult]:
+def _preflight(inventory: Inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec: ServerSpec, limits: Limits) -> list[GateResult]:
     primary = cl.primary
     if primary is None:
         return [GateResult(False, "no single primary: " + ("; ".join(cl.problems) or "none found"),
@@ -501,31 +505,31 @@ def _preflight(inventory, cluster: str, cl: Cluster, cand_addr: str, cand_spec, 
         return creds.user
 
     def need_bytes() -> int:
-        missing = max(0, Inspector(primary.server).data_size_bytes() - Inspector(cand.server).data_size_bytes())
+        missing = max(0, Inspector(primary.live).data_size_bytes() - Inspector(cand.live).data_size_bytes())
         return limits.min_free_mb * MIB + missing
 
     def router() -> GateResult:
-        return router_gate(router_for(inventory, cluster), cand.server, primary.server)
+        return router_gate(router_for(inventory, cluster), cand.live, primary.live)
 
     gates: list[tuple[str, Callable[[], GateResult]]] = [
         ("replication_running", lambda: replication_running_rule([cand, *others])),
-        ("lag", lambda: lag_gate(primary.server, [n.server for n in reachable], limits.max_lag_ms,
+        ("lag", lambda: lag_gate(primary.live, [n.live for n in reachable], limits.max_lag_ms,
                                        limits.write_heartbeat)),
-        ("errant_gtids", lambda: errant_rule(cand.server.flavor, *fresh_states(cand.server, primary.server), cand.address)),
+        ("errant_gtids", lambda: errant_rule(cand.live.flavor, *fresh_states(cand.live, primary.live), cand.address)),
         ("candidate_binlog", lambda: binlog_rule(cand.facts)),
         ("versions", lambda: versions_rule(cand.facts.version, primary.facts.version)),
         ("replication_filters", lambda: filters_rule([cand, *others])),
         ("read_only", lambda: read_only_rule(primary, replicas)),
-        ("long_transactions", lambda: long_trx_gate(primary.server, limits.max_trx_age_s)),
-        ("reverse_path", lambda: reverse_path_gate(cand.server, repl_user())),
-        ("read_only_bypass", lambda: bypass_sessions_gate(primary.server, repl_user(),
+        ("long_transactions", lambda: long_trx_gate(primary.live, limits.max_trx_age_s)),
+        ("reverse_path", lambda: reverse_path_gate(cand.live, repl_user())),
+        ("read_only_bypass", lambda: bypass_sessions_gate(primary.live, repl_user(),
                                                            limits.allow_read_only_bypass)),
         ("app_user_fenced", lambda: app_fence_gate(
-            [(n.address, Inspector(n.server)) for n in (primary, cand)], app_user(), repl_user(),
+            [(n.address, Inspector(n.live)) for n in (primary, cand)], app_user(), repl_user(),
             limits.allow_read_only_bypass)),
         ("fence_expiry", lambda: fence_expiry_rule(limits.fence_expiry, {
-            primary.address: Inspector(primary.server).event_scheduler_on(),
-            cand.address: Inspector(cand.server).event_scheduler_on()})),
+            primary.address: Inspector(primary.live).event_scheduler_on(),
+            cand.address: Inspector(cand.live).event_scheduler_on()})),
         ("disk", lambda: disk_gate(host_for(inventory, inventory.server_name(cand_spec)), cand_spec.datadir,
                                    need_bytes())),
         # The path, not the config: what a run will use, tried now.

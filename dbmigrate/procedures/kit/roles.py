@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import AuthFailed, DbmigrateError
@@ -50,7 +50,7 @@ def find_primary(names: Iterable[str], inspector: Callable[[str], Inspector],
                          hint="set read_only=ON on the one that must not take writes before any switchover")
 
 
-def find_primary_of(servers: dict) -> str:
+def find_primary_of(servers: dict[str, Any]) -> str:
     """find_primary over open Server objects by name."""
     return find_primary(servers, lambda name: Inspector(servers[name]),
                         lambda name: (servers[name].host, int(servers[name].port)))

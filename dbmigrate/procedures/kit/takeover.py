@@ -12,7 +12,7 @@ verify a write reaches them. Each step is checked first, so the command can be r
 
 from __future__ import annotations
 
-from dbmigrate.engine.step import AutoGate, FunctionStep, ManualGate, Phase, Procedure, RunContext
+from dbmigrate.engine.step import AutoGate, FunctionStep, ManualGate, Phase, Procedure, RunContext, Step
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.cutover import CutoverState, Cutover, state, switch_router
 
@@ -53,7 +53,7 @@ def open_without_old(cut: Cutover, ctx: RunContext) -> str:
 
 
 def takeover_procedure(name: str, cut: Cutover) -> Procedure:
-    steps = [
+    steps: list[Step] = [
         FunctionStep(f"open {cut.new} for writes", lambda c: open_without_old(cut, c),
                      check=lambda c: state(c).candidate_opened and cut.sw(c).is_open()),
         FunctionStep("switch router", lambda c: switch_router(cut, c),

@@ -78,7 +78,7 @@ def warm_step(spec: WarmSpec) -> FunctionStep:
 def warm_gate(spec: WarmSpec) -> AutoGate:
     """Before the cutover: the candidate's measured hit ratio reaches the target (or its load completed)."""
 
-    def check(c: RunContext):
+    def check(c: RunContext) -> Any:
         res = _res(c)
         return warm_ready(res.topology.servers[res.new], spec.method, target_hit_ratio=spec.target_hit_ratio,
                           tables=spec.tables)
@@ -91,7 +91,7 @@ def warm_gate(spec: WarmSpec) -> AutoGate:
 def checksum_gate(databases: list[str]) -> AutoGate:
     """Before the cutover: pt-table-checksum finds no chunk of the candidate that differs."""
 
-    def check(c: RunContext):
+    def check(c: RunContext) -> Any:
         from dbmigrate.tools.pt_connect import table_checksum
 
         if c.dry_run:  # pt-table-checksum writes its checksums through the primary

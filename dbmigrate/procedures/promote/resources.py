@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 
 from dbmigrate.engine.playbook_view import PlaybookView
 from dbmigrate.engine.state import TypedState
@@ -12,6 +12,13 @@ from dbmigrate.exceptions import UsageError
 from dbmigrate.procedures.contract import Prepared
 from dbmigrate.procedures.kit.resources import ClusterResources, OnCluster, handed_over, inventory_of, open_cluster
 from dbmigrate.procedures.kit.switchover import SwitchoverServers
+
+
+@runtime_checkable
+class NamesCandidate(Protocol):
+    """What prepare reads of promote's params (PromoteParams imports this module: no cycle)."""
+
+    candidate: str
 
 
 class PromoteState(TypedState):
@@ -41,11 +48,15 @@ def prepare(playbook: PlaybookView, store: RunState | None, *, old_gone: bool = 
     mid-change and discovery could not tell them apart). With `old_gone` the lock
     and the lease go to the candidate, and the old primary is never asked.
     """
+    params = playbook.params
+    if not isinstance(params, NamesCandidate):
+        raise TypeError(f"promote's resources need params that name a candidate, not {type(params).__name__}")
     inv = inventory_of(playbook)
-    cand_cluster, cand_spec = inv.find_server(playbook.params.candidate)
+    candidate = params.candidate
+    cand_cluster, cand_spec = inv.find_server(candidate)
     new = inv.server_name(cand_spec)
     if cand_cluster != playbook.cluster:
-        raise UsageError(f"candidate {playbook.params.candidate} belongs to cluster '{cand_cluster}', "
+        raise UsageError(f"candidate {candidate} belongs to cluster '{cand_cluster}', "
                          f"not '{playbook.cluster}'")
     state = PromoteState.load(store) if store is not None else PromoteState()
     if old_gone and (state.old is None or state.new is None):
@@ -53,6 +64,9 @@ def prepare(playbook: PlaybookView, store: RunState | None, *, old_gone: bool = 
                          hint="start a new run")
     cluster = open_cluster(playbook, primary=state.new if old_gone else state.old)
     old = state.old if old_gone else cluster.primary
+    if old is None:
+        cluster.close_all()
+        raise UsageError(f"cluster '{playbook.cluster}' has no primary to promote from")
     if state.old is None:
         if old == new:
             cluster.close_all()

@@ -46,4 +46,7 @@ def current_primary(ctx: RunContext, side: str) -> str:
 
 
 def params_of(ctx: RunContext) -> SchemaSwapParams:
-    return ctx.params
+    params = ctx.params
+    if not isinstance(params, SchemaSwapParams):
+        raise TypeError(f"a schema swap's steps run with {type(params).__name__} params")
+    return params

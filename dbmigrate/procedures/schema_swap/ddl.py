@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, TypeGuard
 
 from dbmigrate.exceptions import UsageError
 
@@ -229,7 +229,7 @@ def split_top_level(tokens: list[Token], sep: str = ",") -> list[list[Token]]:
     return parts
 
 
-def _is_ident(t: Token | None) -> bool:
+def _is_ident(t: Token | None) -> TypeGuard[Token]:
     return t is not None and t.kind in ("word", "ident")
 
 
@@ -254,6 +254,11 @@ class _Cursor:
 
     def peek(self, k: int = 0) -> Token | None:
         return self.t[self.i + k] if self.i + k < len(self.t) else None
+
+    def peek_upper(self, k: int = 0) -> str:
+        """The next token's upper-case text, "" at the end."""
+        t = self.peek(k)
+        return t.upper if t is not None else ""
 
     def take(self) -> Token | None:
         tok = self.peek()
@@ -322,7 +327,7 @@ def classify(statement: str) -> Ddl:
             return _create_table(cur, text)
         if cur.accept("UNIQUE"):
             raise _unique_refused(text)
-        kind = cur.peek().upper if cur.peek() is not None else ""
+        kind = cur.peek_upper()
         declared = kind if cur.accept("FULLTEXT", "SPATIAL") else None
         if cur.accept("INDEX"):
             return _create_index(cur, text, declared)
@@ -527,11 +532,11 @@ def _alter_spec(spec: list[Token], table: str, text: str, added: list[str]) -> l
             raise _unique_refused(text)
         if c.accept("PRIMARY"):
             raise _primary_refused(text)
-        if c.peek() is not None and c.peek().upper in ("CONSTRAINT", "FOREIGN", "CHECK", "PARTITION", "PERIOD",
+        if c.peek_upper() in ("CONSTRAINT", "FOREIGN", "CHECK", "PARTITION", "PERIOD",
                                                        "SYSTEM"):
-            raise c.refuse(f"ADD {c.peek().upper} is not supported by a schema swap (constraints and partitions "
+            raise c.refuse(f"ADD {c.peek_upper()} is not supported by a schema swap (constraints and partitions "
                            f"change what the replica accepts from the unaltered primary)")
-        kind = c.peek().upper if c.peek() is not None else ""
+        kind = c.peek_upper()
         if c.accept("FULLTEXT", "SPATIAL"):
             c.accept("INDEX", "KEY")
             return [_added_index(c, table, kind)]
@@ -574,9 +579,9 @@ def _alter_spec(spec: list[Token], table: str, text: str, added: list[str]) -> l
             return [Expectation(table, index=name.name, absent=True)]
         if c.accept("PRIMARY"):
             raise _primary_refused(text)
-        if c.peek() is not None and c.peek().upper in ("FOREIGN", "CONSTRAINT", "CHECK", "PARTITION", "PERIOD",
+        if c.peek_upper() in ("FOREIGN", "CONSTRAINT", "CHECK", "PARTITION", "PERIOD",
                                                        "SYSTEM"):
-            raise c.refuse(f"DROP {c.peek().upper} is not supported by a schema swap")
+            raise c.refuse(f"DROP {c.peek_upper()} is not supported by a schema swap")
         c.accept("COLUMN")
         col = c.peek()
         raise DdlRefused(f"DROP COLUMN {col.name if col else ''} shifts the columns after it: ROW events from the "
@@ -617,7 +622,8 @@ def _added_index(c: _Cursor, table: str, declared: str | None = None) -> Expecta
     nxt = c.peek()
     name = None
     if _is_ident(nxt) and nxt.upper not in ("USING",):
-        name = c.take().name
+        c.take()
+        name = nxt.name
     parts = _index_parts(c.rest())
     if not parts:
         raise c.refuse("expected the index's column list")

@@ -27,7 +27,9 @@ the schema stays (replication tolerates it).
 
 from __future__ import annotations
 
-from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext, Step
+from typing import Any
+
+from dbmigrate.engine.step import AutoGate, FunctionStep, Gate, Phase, Procedure, RunContext, Step
 from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.registry import register
 from dbmigrate.procedures.schema_swap.expect import expectation_holds
@@ -68,7 +70,7 @@ from dbmigrate.procedures.schema_swap.sides import (
     warm_side,
 )
 
-def replay_gate(ctx: RunContext, side: str):
+def replay_gate(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
     r = resources_of(ctx)
     primary = current_primary(ctx, side)
     return replay_ready(ctx, side, r.replay, r.servers[side], r.servers[primary] if primary != side else None)
@@ -92,7 +94,7 @@ __all__ = ["SchemaSwapParams", "SwapWarmSpec", "VerifySpec", "build", "expectati
 def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary_side: bool = False,
                 closing_steps: list[Step] | None = None, closing_name: str | None = None) -> list[Phase]:
     label = f"{side} (old primary)" if primary_side else side
-    alter = [
+    alter: list[Step] = [
         FunctionStep(f"take {side} out of the reader pool", lambda c: take_out(c, side),
                      check=lambda c: router_of(c) is not None and not c.dry_run and not in_readers(c, side),
                      undo=lambda c: put_back(c, side), describe=lambda c: describe_take_out(c, side)),
@@ -104,20 +106,21 @@ def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary
                      describe=lambda c: describe_ddl(c, side)),
         FunctionStep(f"verify the change on {side}", lambda c: verify_side(c, side), mutating=False),
     ]
-    back_gates = [AutoGate(f"{side} ready", lambda c: side_ready(c, side))]
+    back_gates: list[Gate] = [AutoGate(f"{side} ready", lambda c: side_ready(c, side))]
     if params.replay_digest:
         # A side whose queries fail is already altered: the run pauses for a decision, undoing nothing.
         back_gates.append(AutoGate(f"{side} answers the application's queries", lambda c: replay_gate(c, side),
                                    pause_on_refusal=True))
     if params.warm is not None:
-        if params.warm.method != "none":
-            alter.append(FunctionStep(f"warm {side} ({params.warm.method})", lambda c: warm_side(c, side),
-                                      describe=lambda c: [(side, f"warm by {params.warm.method}: "
+        warm_method = params.warm.method
+        if warm_method != "none":
+            alter.append(FunctionStep(f"warm {side} ({warm_method})", lambda c: warm_side(c, side),
+                                      describe=lambda c: [(side, f"warm by {warm_method}: "
                                                                  f"{', '.join(params.warm_tables())}")]))
         # Every server of the side is already changed here: a cold side is re-warmed
         # (bounded), then the run pauses for a decision instead of undoing the change.
         back_gates.append(AutoGate("warm-up", lambda c: warm_ready(c, side, rewarm=True), pause_on_refusal=True))
-    closing = closing_steps if closing_steps is not None else [
+    closing: list[Step] = closing_steps if closing_steps is not None else [
         FunctionStep(f"put {side} back in the reader pool", lambda c: put_back(c, side),
                      check=lambda c: not c.dry_run and is_back(c, side),
                      describe=lambda c: [("router", f"readers: add {side} back")])]
@@ -143,7 +146,7 @@ def build(ctx: RunContext, params: SchemaSwapParams) -> Procedure:
     elif params.primary == "switchover":
         phases.append(switchover_phase(ctx, params, primary, candidate))
         if params.switch_back:
-            closing = [FunctionStep(f"switch back to {primary}", switch_back_to_primary, check=is_switched_back,
+            closing: list[Step] = [FunctionStep(f"switch back to {primary}", switch_back_to_primary, check=is_switched_back,
                                     describe=describe_switch_back),
                        FunctionStep(f"verify writes flow to {primary}", verify_after_switch_back,
                                     describe=lambda c: [(primary, "probe write, then wait for it on every replica")])]

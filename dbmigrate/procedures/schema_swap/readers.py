@@ -8,7 +8,7 @@ from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, SchemaSwapState
 from dbmigrate.procedures.schema_swap.context import current_primary, params_of, resources_of, server_of
-from dbmigrate.routing.base import same_address
+from dbmigrate.routing.base import Router, same_address
 
 
 def address_of(ctx: RunContext, name: str) -> str:
@@ -20,13 +20,16 @@ def same(a: str, b: str) -> bool:
     return same_address(a, b)
 
 
-def router_of(ctx: RunContext):
+def router_of(ctx: RunContext) -> Router | None:
     r = typed(ctx, SchemaSwapResources)
     return r.router if r is not None else None
 
 
 def readers_now(ctx: RunContext) -> list[str]:
-    return list(router_of(ctx).current().readers)
+    router = router_of(ctx)
+    if router is None:
+        raise SafetyError("the readers cannot be read: the inventory names no router for this cluster")
+    return list(router.current().readers)
 
 
 def in_readers(ctx: RunContext, side: str) -> bool:

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.digest.model import Digest
-from dbmigrate.engine.playbook_view import PlaybookView
+from dbmigrate.engine.playbook_view import PlaybookView, typed_params
 from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import RunState
 from dbmigrate.exceptions import UsageError
@@ -64,7 +64,7 @@ def candidate_of(inv: Any, params: SchemaSwapParams, sides: list[str]) -> str:
     if not params.candidate:
         return sides[0]
     _, spec = inv.find_server(params.candidate)
-    name = inv.server_name(spec)
+    name = str(inv.server_name(spec))
     if name not in sides:
         raise UsageError(f"candidate {params.candidate} is not a replica of this cluster",
                          hint=f"replicas: {', '.join(sides)}")
@@ -87,7 +87,7 @@ def replay_digest(playbook: PlaybookView, params: SchemaSwapParams) -> Digest | 
 def prepare(playbook: PlaybookView, store: RunState, *, old_gone: bool = False) -> Prepared:
     """Open the cluster's servers; decide primary, sides and candidate (journaled, so that a
     resumed run keeps them although the topology is mid-change)."""
-    params: SchemaSwapParams = playbook.params
+    params = typed_params(playbook, SchemaSwapParams)
     replay = replay_digest(playbook, params)  # a file: read before any server is opened
     state = SchemaSwapState.load(store)
     cluster = open_cluster(playbook, primary=state.primary)

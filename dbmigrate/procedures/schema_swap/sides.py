@@ -9,11 +9,12 @@ from dbmigrate.procedures.kit import preflight_checks
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import RunContext
-from dbmigrate.exceptions import DbmigrateError, NotUndone, SafetyError
+from dbmigrate.exceptions import DbmigrateError, NotUndone, SafetyError, UsageError
 from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.procedures.kit.warmup import warm, warm_ready as kit_warm_ready
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied, expectation_holds
+from dbmigrate.procedures.schema_swap.params import SwapWarmSpec
 from dbmigrate.procedures.schema_swap.context import current_primary, params_of, plan_names, resources_of, server_of
 
 
@@ -154,8 +155,16 @@ def passed_sentence(side: str, checks: list[str]) -> str:
     return f"{side}: {len(unique)} check(s) passed (" + "; ".join(unique) + ")"
 
 
-def warm_side(ctx: RunContext, side: str, seconds: float | None = None) -> str:
+def warm_spec(ctx: RunContext) -> SwapWarmSpec:
+    """The playbook's warm-up; its steps and gates exist only when it has one."""
     spec = params_of(ctx).warm
+    if spec is None:
+        raise UsageError("this schema swap has no warm: section")
+    return spec
+
+
+def warm_side(ctx: RunContext, side: str, seconds: float | None = None) -> str:
+    spec = warm_spec(ctx)
     oversized = pool_overflow(ctx, side)
     if oversized:
         ctx.log(oversized, "warning")
@@ -206,7 +215,7 @@ def warm_ready(ctx: RunContext, side: str, rewarm: bool = False) -> tuple[bool, 
     """The warm-up gate. With `rewarm`, a cold side is warmed again and probed again until
     it is warm or warm.seconds have passed (a scan of a big table, the DDL's own table
     rebuild, or reads elsewhere may have evicted pages since the warm-up step)."""
-    spec = params_of(ctx).warm
+    spec = warm_spec(ctx)
     if ctx.dry_run:
         return True, f"dry-run: {side} would be probed for a hit ratio of {spec.target_hit_ratio:g}", {}
 

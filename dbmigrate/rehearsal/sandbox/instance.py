@@ -11,7 +11,7 @@ from pathlib import Path
 
 import mysql.connector
 
-from dbmigrate.engine.wait import Clock, wait_until
+from dbmigrate.clock import Clock, wait_until
 from dbmigrate.exceptions import SandboxError, WaitTimeout
 
 SERVER_BINARIES = ("mariadbd", "mysqld")

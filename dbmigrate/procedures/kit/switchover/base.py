@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.db.in_doubt import SETTLE_GONE_S
+from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.inspector import Inspector, Session
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.kit.fence import Fence, FencedServer
 from dbmigrate.procedures.kit.switchover.servers import Notify, Record, SwitchoverServers
@@ -52,6 +53,15 @@ class SwitchoverBase:
             dry_run=dry_run)
         # Sessions of accounts that bypass read_only that seal_old ended: who may have written after the fence.
         self.sealed_sessions: list[Session] = []
+
+    if TYPE_CHECKING:
+        # Defined by one step's file and called from another's: declared here so that each file is
+        # checked on its own (only the composed Switchover holds them all).
+        def bypass_users(self) -> set[str]: ...  # fence.py
+        def _require_gtid_mode(self) -> None: ...  # fence.py
+        def _require_applying(self, insp: Inspector) -> ReplicaStatus: ...  # converge.py
+        def wait_replica_running(self, name: str, timeout: float = 10) -> None: ...  # reverse.py
+        def stopped_with_error(self, name: str) -> ReplicaStatus | None: ...  # reverse.py
 
     @property
     def fence_expires_at(self) -> float | None:

@@ -56,9 +56,10 @@ class CatchUpSteps(SwitchoverBase):
                 return True
             if renewed:
                 return False
-            st = insp.replica_status()
-            if st is None:
+            now = insp.replica_status()
+            if now is None:
                 return False
+            st = now
             if insp.flavor.received(st, position) or st.retrieved_gtid != seen:
                 seen = st.retrieved_gtid  # it receives: the SQL thread is what it waits for
                 continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Callable
 
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
-from dbmigrate.exceptions import SafetyError
+from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, protected_users
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 
@@ -28,6 +28,32 @@ class FenceSteps(SwitchoverBase):
             self._require_gtid_mode()
         fenced = self.old_fence.fence(self._applied_within, before_retry, calm=False)
         return fenced.sentence, fenced.position
+
+    def name_fence_blocker(self, error: DbmigrateError) -> DbmigrateError:
+        """A fence that gave up: a lock held on the old primary (FLUSH TABLES WITH READ LOCK, a
+        table write lock) is its cause, and the headline says so, not the clean-up that waited
+        behind the same lock (the expiry's DROP EVENT). Asked within probe_timeout_s; the error
+        is returned as it was when no holder is seen."""
+        if self.dry_run or " could not be fenced: " in error.message:
+            return error
+        try:
+            with self.topo.bounded(self.s.probe_timeout_s, self.old):
+                insp = self.insp(self.old)
+                holders, _ = insp.lock_holders(insp.connection_id())
+        except DbmigrateError:
+            return error
+        own = self.topo.own_sessions(self.old)
+        holders = [h for h in holders if h.id not in own]
+        # The global read lock first: the fence's own statements wait behind it whatever else is held.
+        holders.sort(key=lambda h: not any(lock.endswith("WITH READ LOCK") for lock in h.locks))
+        if not holders:
+            return error
+        named = "; ".join(h.describe() for h in holders)
+        error.message = (f"{self.old} could not be fenced: {named}, and the fence (read_only=ON, its expiry "
+                         f"event) waits behind it ({error.message})")
+        error.hint = (f"nothing was opened; release that lock (a backup tool's FLUSH TABLES WITH READ LOCK ends with "
+                      f"its backup; or KILL the session on {self.old}), then run again")
+        return error
 
     def _applied_within(self, position: str, budget_s: float) -> bool:
         """Inside the fenced window: has the candidate applied the final position within the budget?"""

@@ -9,12 +9,12 @@ change may still overwrite; past the wait the run stops with the request that fi
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
-from dbmigrate.engine.wait import Clock
+from dbmigrate.clock import Clock
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
-from dbmigrate.routing.base import RouteIntent, RouterError
+from dbmigrate.routing.base import RouteIntent, RouterError, RouterGone
 
 SETTLE_POLL_S = 0.2
 
@@ -37,12 +37,30 @@ class JournaledRouter:
     """The run's router (any Router): each change journaled before it is sent, its answer
     after; an earlier change in doubt is settled before any read or change."""
 
-    def __init__(self, router: Any, journal: RouteJournal, clock: Clock, wait_s: float, log=None):
+    def __init__(self, router: Any, journal: RouteJournal, clock: Clock, wait_s: float,
+                 log: Callable[..., None] | None = None):
         self.router, self.journal, self.clock, self.wait_s = router, journal, clock, wait_s
         self.log = log or (lambda message, level="info": None)
 
     def __getattr__(self, name: str) -> Any:  # kind, describe, verify, prepare_switch, ...
         return getattr(self.router, name)
+
+    def change_gone(self) -> bool:
+        """Is the change in doubt gone with the router's process (nothing listens there now)? Then
+        it can never run, and the router counts as not changed by it. Asked once, at once."""
+        change = self.journal.pending()
+        if change is None:
+            return False
+        try:
+            self.router.settled(int(change["seq"]))
+        except RouterGone as e:
+            self.journal.answered(int(change["seq"]))
+            self.log(f"the router change in doubt ({change['request']}) is gone with the router's process "
+                     f"({e.message}): it can no longer run", "warning")
+            return True
+        except RouterError:
+            return False
+        return False
 
     def settle(self) -> None:
         """Wait, up to wait_s, for the change in doubt (if any) to be seen run, or gone with a
@@ -60,6 +78,10 @@ class JournaledRouter:
                              f"restarted since; the route is read from the router", "warning")
                     return
                 last = "it answers, but has not run it yet"
+            except RouterGone:
+                if self.change_gone():
+                    return
+                last = "it does not answer"
             except RouterError as e:
                 last = f"it does not answer: {e.message}"
             if self.clock.monotonic() >= deadline:
@@ -105,7 +127,7 @@ class JournaledRouter:
         self.router.prepare_switch(new, old)
 
     def describe_switch(self, new: Any, old: Any = None) -> list[str]:
-        return self.router.describe_switch(new, old)
+        return list(self.router.describe_switch(new, old))
 
 
 class RouterSteps(SwitchoverBase):

@@ -28,7 +28,8 @@ def switch_back(sw: Switchover, candidate_opened: bool = True, router_switched: 
     try:
         old_writable = sw.writable(sw.old)
     except DbmigrateError as e:
-        raise SafetyError(f"cannot switch back to {sw.old}: {e.message}",
+        routed = _route_back_without_old(back, sw, new_writable, candidate_opened)
+        raise SafetyError(f"cannot switch back to {sw.old}: {e.message}{routed}",
                           hint=f"{sw.old} must answer to take writes again; if it is gone for good and {sw.new} has "
                                f"its final position: dbmigrate resume RUN --without-old-primary") from None
     if new_writable and old_writable:
@@ -98,6 +99,22 @@ def _route_back(back: Switchover, sw: Switchover, router_switched: bool) -> list
         sw.log(f"the router did not answer ({e.message}); this run never switched it, so it still sends "
                f"writes to {sw.old}", "warning")
         return [f"router not changed (it did not answer: {e.message}); it still sends writes to {sw.old}"]
+
+
+def _route_back_without_old(back: Switchover, sw: Switchover, new_writable: bool | None,
+                            candidate_opened: bool) -> str:
+    """`sw.old` does not answer: when `sw.new` cannot take writes (read-only, or never opened
+    and silent), writes go back to `sw.old` at the router anyway, so that they flow again as
+    soon as it answers (its fence expires by itself) instead of waiting for an operator."""
+    if new_writable or (new_writable is None and candidate_opened) or sw.router is None or sw.dry_run:
+        return ""
+    try:
+        if back.router_points_to(sw.old):
+            return ""
+        back.switch_router()
+    except DbmigrateError as e:
+        return f"; the router could not be sent back to it either ({e.message})"
+    return f"; the router sends writes to {sw.old} again ({sw.new} never took writes)"
 
 
 def _follow(back: Switchover, sw: Switchover) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
+from dbmigrate.db.inspector import Session
 from dbmigrate.exceptions import DbmigrateError, WaitTimeout
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 from dbmigrate.procedures.kit.switchover.errors import (DISK_FULL_ERRNOS, ReplicationStopped, disk_full,
@@ -71,7 +72,7 @@ class VerifySteps(SwitchoverBase):
     def _probe_not_written(self, e: QueryError, timeout: float, run_id: str) -> DbmigrateError:
         """What a probe write that failed or did not return within `timeout` means: a full disk
         (the server shows the write waiting for space, or says so) is named as such."""
-        waiting: list = []
+        waiting: list[Session] = []
         try:
             with self.topo.bounded(self.s.probe_timeout_s, self.new):
                 waiting = self.insp(self.new).disk_full_waits()

@@ -1,4 +1,4 @@
-"""Bounded waiting: wait_until, retry and throttle, plus the clock they use.
+"""The clock and bounded waiting: wait_until, retry and throttle. A leaf every layer may use.
 
 Every wait has a bound and names what it waited for, so a timeout at 3 a.m.
 reads as "timed out after 30s waiting for replica db-2 to apply GTID ...",
