@@ -171,8 +171,9 @@ class HAProxyRouterSpec(Strict):
     admin_socket: str
     writer_backend: str = "writer"
     reader_backend: Optional[str] = "readers"
-    writer_port: Optional[int] = None
-    reader_port: Optional[int] = None
+    # Strict: a port written as "3306", 3306.0 or true is a typo, not a port.
+    writer_port: Optional[int] = Field(None, ge=1, le=65535, strict=True)
+    reader_port: Optional[int] = Field(None, ge=1, le=65535, strict=True)
     address: str = Field("127.0.0.1", description="where applications reach the writer and reader ports")
     state_file: Optional[str] = Field(None, description="HAProxy's server-state-file: dumped after every route change")
 

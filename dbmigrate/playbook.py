@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 
 from dbmigrate.engine.hooks import HOOK_KINDS, HookRunner
 from dbmigrate.engine.step import AutoGate, ManualGate, Procedure, RunContext
@@ -72,6 +72,17 @@ class PlaybookSpec(_Strict):
     hooks: HooksSpec = HooksSpec()
     journal: str | None = Field(None, min_length=1)
     dry_run: bool = False
+
+    @field_validator("inventory", "journal")
+    @classmethod
+    def _path_fits(cls, v: str | None) -> str | None:
+        # Refused here, with the field's line, rather than as an OSError from the first open.
+        if v is not None:
+            longest = max(len(part.encode()) for part in v.split("/"))
+            if longest > 255 or len(v.encode()) > 4095:
+                raise ValueError(f"a path of {len(v)} characters (a file name is at most 255 bytes, "
+                                 f"a path at most 4095)")
+        return v
 
 
 @dataclass
@@ -126,7 +137,12 @@ class Playbook:
         path = self.inventory_path
         if path is None:
             return None
-        if not path.exists():
+        try:
+            found = path.exists()
+        except OSError as e:
+            raise self.error_at(("inventory",), f"cannot be read: {e.strerror}",
+                                hint="give the inventory's path, relative to the playbook's directory") from None
+        if not found:
             raise self.error_at(("inventory",), f"{path}: no such file",
                                 hint=f"a relative path in a playbook is from the playbook's directory "
                                      f"({self.base_dir.resolve()}), not from the current directory")

@@ -230,6 +230,12 @@ def _model_at(model: type[BaseModel] | None, loc: Loc) -> type[BaseModel] | None
     return None
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """repr of a value, cut in the middle when long: an error stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 4:]}"
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
@@ -237,7 +243,7 @@ def _kind(value: Any) -> str:
         return "a list"
     if value is None:
         return "nothing (empty value)"
-    return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} {_shown(value)}"
 
 
 def _explain(error: dict[str, Any], model_here: type[BaseModel] | None) -> str:
@@ -250,7 +256,7 @@ def _explain(error: dict[str, Any], model_here: type[BaseModel] | None) -> str:
         return f"required key '{key}' is missing"
     if kind in ("literal_error", "enum"):
         choices = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
-        return f"{value!r} is not valid; expected one of {choices}"
+        return f"{_shown(value)} is not valid; expected one of {choices}"
     if kind in ("model_type", "dict_type", "model_attributes_type"):
         return f"expected a mapping (key: value), got {_kind(value)}"
     if kind in ("list_type", "tuple_type"):
@@ -262,7 +268,7 @@ def _explain(error: dict[str, Any], model_here: type[BaseModel] | None) -> str:
     message = message[:1].lower() + message[1:]
     if isinstance(value, (dict, list)) or value is None:
         return message
-    return f"{value!r} is not valid: {message}"
+    return f"{_shown(value)} is not valid: {message}"
 
 
 _TYPE_EXPECTED = {

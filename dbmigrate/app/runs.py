@@ -32,7 +32,8 @@ from dbmigrate.engine.lease import Lease
 from dbmigrate.engine.lock import ClusterLock
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
 from dbmigrate.engine.step import AutoGate, ManualGate, Procedure, RunContext, RunState
-from dbmigrate.exceptions import DbmigrateError, SafetyError, UsageError
+from dbmigrate.app.errors import REFUSED
+from dbmigrate.exceptions import CommandFailed, DbmigrateError, SafetyError, UsageError
 from dbmigrate.playbook import Playbook, load_playbook
 from dbmigrate.procedures.contract import Prepared
 
@@ -108,8 +109,9 @@ def start_run(
     dry_run: bool = False,
     journal_path: Path | None = None,
     cancel: threading.Event | None = None,
+    rehearsal: bool = False,
 ) -> RunOutcome:
-    """Start a new run of a playbook; `cancel`, once set, stops it before its next gate or step.
+    """Start a new run of a playbook; a rehearsal's run is marked so (`last` never means it); `cancel`, once set, stops it before its next gate or step.
     `params_update` overrides the playbook's params for this run (nested dicts merge)."""
     playbook = load_playbook(playbook_path)
     if params_update:
@@ -129,6 +131,8 @@ def start_run(
             params=playbook.params.model_dump(mode="json"), playbook=str(playbook.path.resolve()),
             playbook_sha=playbook.sha256, dry_run=dry_run or playbook.spec.dry_run,
         )
+        if rehearsal:
+            journal.mark_rehearsal(run_id)
         return _drive(playbook, journal, run_id, "run", subscribers, approver, assume_yes, cancel=cancel)
 
 
@@ -171,6 +175,55 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
             _close(prepared)
 
 
+# Given the candidates for `last` (newest first, each with cluster, procedure, status, age_s),
+# the operator's choice: a run id, or None for none of them.
+Chooser = Callable[[list[dict[str, Any]]], "str | None"]
+
+
+def age_seconds(started_at: str, now: float | None = None) -> float:
+    from datetime import datetime
+
+    started = datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp()
+    return max(0.0, (time.time() if now is None else now) - started)
+
+
+def pick_last(journal: Journal, cluster: str | None = None, choose: Chooser | None = None,
+              *, rehearsals: bool = False) -> str:
+    """What `last` means to resume and rollback: the newest run of the cluster named (or of the only
+    cluster the journal has runs of); with runs of several clusters, the operator chooses. Rehearsal
+    runs never match outside a rehearsal (give their id)."""
+    candidates = journal.newest_runs(cluster, rehearsals=rehearsals)
+    if not candidates:
+        others = journal.newest_runs(None, rehearsals=rehearsals)
+        if cluster is not None:
+            raise UsageError(f"no run of cluster {cluster!r} in journal {journal.path}",
+                             hint=("clusters with runs: " + ", ".join(r["cluster"] for r in others)) if others
+                             else "list runs with: dbmigrate runs ls (rehearsal runs are named by their id)")
+        raise UsageError(f"no run in journal {journal.path} that 'last' can mean",
+                         hint="list runs with: dbmigrate runs ls (rehearsal runs are named by their id)")
+    for c in candidates:
+        c["age_s"] = age_seconds(c["started_at"])
+    if len(candidates) == 1:
+        return str(candidates[0]["id"])
+    listed = "; ".join(f"{c['cluster']}: {c['procedure']} {c['id']} {c['status']}, {age_text(c['age_s'])} ago"
+                       for c in candidates)
+    picked = choose(candidates) if choose is not None else None
+    if picked is None:  # nobody to ask, or no answer: nothing is done
+        raise UsageError(f"'last' is ambiguous: the journal has runs of {len(candidates)} clusters ({listed})",
+                         hint="name the cluster: --cluster NAME, or give the run id")
+    return picked
+
+
+def age_text(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
 def resume_run(run_ref: str, *, without_old_primary: bool = False, **kwargs: Any) -> RunOutcome:
     """Continue a run; `without_old_primary` completes a cutover whose old primary died after
     the fence (promote runs), once the facts show the candidate holds everything known."""
@@ -190,11 +243,16 @@ def _continue_run(
     assume_yes: bool = False,
     journal_path: Path | None = None,
     cancel: threading.Event | None = None,
+    cluster: str | None = None,
+    choose: Chooser | None = None,
 ) -> RunOutcome:
     with Journal(resolve_journal_path(journal_path)) as journal:
-        run_id = journal.resolve_run_id(run_ref)
+        run_id = pick_last(journal, cluster, choose) if run_ref == "last" else journal.resolve_run_id(run_ref)
         run = journal.get_run(run_id)
         assert run is not None  # resolve_run_id found it
+        if cluster is not None and run["cluster"] != cluster:
+            raise UsageError(f"run {run_id} is a run of cluster {run['cluster']!r}, not {cluster!r}",
+                             hint="give the run id alone, or the cluster it ran on")
         if mode in ("resume", "takeover") and run["status"] == "rolled_back":
             raise UsageError(f"run {run_id} was rolled back; there is nothing to resume",
                              hint=f"start a new run: dbmigrate run {run['playbook']}")
@@ -236,9 +294,22 @@ def _drive(
         # bad gate) must not stay "running" in the journal. Resumed runs keep
         # their status: the lock may be refused because their process is alive.
         current = journal.get_run(run_id)
-        if mode == "run" and current is not None and current["status"] == "running":
+        if mode != "run" or current is None or current["status"] != "running":
+            raise
+        if journal.step_rows(run_id):
             journal.finish_run(run_id, "failed", f"did not start: {explain(exc)}")
-        raise
+            raise
+        if current["dry_run"]:
+            journal.forget_run(run_id)  # a dry run that never started leaves no record
+            raise
+        if isinstance(exc, UsageError) or not isinstance(exc, DbmigrateError):
+            journal.finish_run(run_id, "failed", f"did not start: {explain(exc)}")
+            raise  # bad input stays exit 2; a bug shows its traceback
+        # Nothing was sent to any server that changes it (a refused login, a lock held, a router
+        # not there): the same exit as any refusal before a change.
+        summary = f"refused before any change: {exc.message}"
+        journal.finish_run(run_id, "refused", summary)
+        raise CommandFailed(REFUSED, f"run {run_id} {summary}", exc.hint) from None
 
 
 def _drive_with_resources(

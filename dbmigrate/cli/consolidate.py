@@ -228,8 +228,20 @@ def _gb(v: float) -> str:
 SHARD_ROWS = 60  # above this many shards, one line per old server instead of one per shard
 
 
+def planned_memory(doc: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """GB each instance will take once started (its buffer pool as planned plus the per-instance
+    overhead, or its demand when that is larger), and their sum per host: the figures the tables show
+    side by side must be the same memory (a pool of 33 GB beside an instance of 989 MB was not)."""
+    overhead_gb = doc["settings"].get("instance_overhead_mb", 0) / 1024
+    per_instance = {i["name"]: max(i["demand"]["memory"], i["buffer_pool_mb"] / 1024 + overhead_gb)
+                    for i in doc["instances"]}
+    per_host = {h["name"]: sum(per_instance.get(n, 0.0) for n in h["instances"]) for h in doc["hosts"]}
+    return per_instance, per_host
+
+
 def render(doc: dict) -> None:
     s = doc["settings"]
+    memory, host_memory = planned_memory(doc)
     if len(doc["shards"]) <= SHARD_ROWS:
         render_shards(doc)
     else:
@@ -241,15 +253,18 @@ def render(doc: dict) -> None:
         shards = ", ".join(i["shards"]) if len(i["shards"]) <= 6 else f"{len(i['shards'])} shards"
         sources = ", ".join(i["sources"]) if len(i["sources"]) <= 3 else f"{len(i['sources'])} servers"
         rows.append([i["name"], i["host"], f"{i['address']}:{i['port']}", str(i.get("server_id") or "-"), shards,
-                     sources, _gb(d["disk"]), _gb(d["memory"]), f"{d['cpu']:.2f}", str(i["buffer_pool_mb"])])
+                     sources, _gb(d["disk"]), _gb(i.get("working_set_gb", d["memory"])), _gb(memory[i["name"]]),
+                     f"{d['cpu']:.2f}", str(i["buffer_pool_mb"])])
     show(console, [Col("instance", keep=True), Col("host", keep=True), Col("address", keep=True),
                    Col("server_id", keep=True, right=True), Col("shards"), Col("sources"),
-                   Col("disk", keep=True, right=True), Col("memory", keep=True, right=True),
+                   Col("disk", keep=True, right=True), Col("working set", keep=True, right=True),
+                   Col("memory (pool + overhead)", keep=True, right=True),
                    Col("cpu cores", keep=True, right=True), Col("buffer pool MB", keep=True, right=True)],
          rows, title=f"instances (strategy {doc['strategy']})")
     rows = []
     for h in doc["hosts"]:
-        cells = [" / ".join(_gb(h[k][r]) for k in ("used", "usable", "capacity")) for r in ("disk", "memory")]
+        cells = [" / ".join(_gb(h[k]["disk"]) for k in ("used", "usable", "capacity")),
+                 " / ".join(_gb(v) for v in (host_memory[h["name"]], h["usable"]["memory"], h["capacity"]["memory"]))]
         cells.append(" / ".join(f"{h[k]['cpu']:.2f}" for k in ("used", "usable", "capacity")))
         rows.append([h["name"], f"{len(h['instances'])} of {h['max_instances']}", *cells])
     show(console, [Col("host", keep=True), Col("instances", keep=True), Col("disk used/usable/total", keep=True),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.markup import escape
@@ -33,6 +34,48 @@ def register(app: typer.Typer) -> None:
     app.add_typer(cmd, name="rehearse")
 
 
+GONE = "the rehearsal removed its topology: nothing is left to roll back or resume"
+
+
+def renderers(json_out: bool, keep: bool) -> list:
+    """The run's console lines; without --keep an interrupted run's "undo with: dbmigrate rollback RUN"
+    would name a topology the rehearsal is about to remove, so it says that instead."""
+    if json_out:
+        return []
+    from dataclasses import replace
+
+    from dbmigrate.cli.render import ConsoleRenderer
+    from dbmigrate.engine.events import RunFinished
+
+    shown = ConsoleRenderer(console)
+    if keep:
+        return [shown]
+
+    def render(event):
+        if isinstance(event, RunFinished) and event.status == "interrupted":
+            event = replace(event, summary=event.summary.split("; undo with:")[0].split("; run again:")[0]
+                            + f"; {GONE}")
+        shown(event)
+
+    render.deferrable = True  # type: ignore[attr-defined]
+    return [render]
+
+
+@contextmanager
+def removed_on_interrupt(keep: bool) -> Iterator[None]:
+    """Ctrl-C (or SIGTERM) in a rehearsal without --keep: its topology is removed on the way out."""
+    from dbmigrate.app.errors import INTERRUPTED, Terminated
+
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if keep:
+            raise
+        code = 128 + exc.signum if isinstance(exc, Terminated) else INTERRUPTED
+        raise CommandFailed(code, f"interrupted: {GONE}",
+                            hint="rehearse again; --keep leaves the topology for inspection") from None
+
+
 @cmd.command("promote")
 def promote(
     json_out: bool = typer.Option(False, "--json", help="JSON lines: the report as one result record, then a summary record."),
@@ -57,7 +100,6 @@ def promote(
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
     from dbmigrate.app.reports import all_tables, check_report_path, model_of_run, write_report
-    from dbmigrate.cli.render import ConsoleRenderer
     from dbmigrate.rehearsal.rehearse import rehearse_promote
 
     if report_file is not None:
@@ -72,10 +114,10 @@ def promote(
         raise UsageError("--compose and --remote are two ways to give every server a host of its own: choose one")
 
     say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else (lambda m: console.print(f"[dim]… {m}[/]"))
-    subscribers = [] if json_out else [ConsoleRenderer(console)]
-    report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep, subscribers=subscribers,
-                              regress=regress, guard=guard or regress, remote=remote, name=name, compose=compose,
-                              shape=shape, scale=scale)
+    with removed_on_interrupt(keep):
+        report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep,
+                                  subscribers=renderers(json_out, keep), regress=regress, guard=guard or regress,
+                                  remote=remote, name=name, compose=compose, shape=shape, scale=scale)
     model = model_of_run(report["run_id"])
     tables = all_tables(model)
     report["tables"] = [t.to_dict() for t in tables]
@@ -227,7 +269,6 @@ def schema_swap(
     """The weekly A/B schema change under live reads and writes: each replica altered out of the reader
     pool with the binlog off, a switchover to an altered replica, the old primary altered, then back."""
     from dbmigrate.cli.common import guarded
-    from dbmigrate.cli.render import ConsoleRenderer
     from dbmigrate.exceptions import UsageError
     from dbmigrate.rehearsal.rehearse_swap import rehearse_schema_swap, succeeded
 
@@ -245,9 +286,9 @@ def schema_swap(
             checked_report = check_report_path(report_file)  # before anything is started
         say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
             (lambda m: console.print(f"[dim]… {m}[/]"))
-        report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
-                                      shape=shape, scale=scale,
-                                      subscribers=[] if json_out else [ConsoleRenderer(console)])
+        with removed_on_interrupt(keep):
+            report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
+                                          shape=shape, scale=scale, subscribers=renderers(json_out, keep))
         if checked_report is not None:
             from dbmigrate.app.reports import model_of_run, write_report
 
@@ -283,8 +324,10 @@ def render_swap(r: dict) -> None:
                   ("ro" if s["read_only"] else "rw") + (f" <- {s['source']}" if s["source"] else ""))
     console.print(t)
     console.print(f"DDL: {r['ddl']}", markup=False)
-    console.print(f"original primary takes writes again: {'yes' if r['primary_back'] else 'NO'}; longest gap "
-                  f"between acknowledged writes {r['longest_write_gap_ms']} ms; reads {r['reads'].get('queries', 0)}",
+    fenced = r.get("fenced_ms")
+    console.print(f"original primary takes writes again: {'yes' if r['primary_back'] else 'NO'}; fenced window "
+                  f"{'not measured' if fenced is None else f'{fenced} ms'}; other gaps between acknowledged writes: "
+                  f"{other_gaps_sentence(r.get('other_write_gaps') or [])}; reads {r['reads'].get('queries', 0)}",
                   markup=False)
     console.print(f"acknowledged writes: {r['acknowledged_writes']}, lost: {r['lost_writes']}; run {r['run_id']} "
                   f"{r['run_status']} ({r['elapsed_s']} s)", markup=False)
@@ -310,7 +353,6 @@ def consolidate(
     """4 old servers (10 shards, a writer on each) onto 2 hosts x 2 instances: plan, provision, physical
     seeding, fleet cutover, DSN routes, one server rolled back; reports loss, checksums and reverse replication."""
     from dbmigrate.cli.common import guarded
-    from dbmigrate.cli.render import ConsoleRenderer
     from dbmigrate.exceptions import UsageError
     from dbmigrate.rehearsal.consolidate import rehearse_consolidate
 
@@ -327,9 +369,10 @@ def consolidate(
             check_name(name)
         say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
             (lambda m: console.print(f"[dim]… {m}[/]"))
-        report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle, keep=keep,
-                                      subscribers=[] if json_out else [ConsoleRenderer(console)], name=name,
-                                      compose=compose, shape=shape, scale=scale)
+        with removed_on_interrupt(keep):
+            report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle,
+                                          keep=keep, subscribers=renderers(json_out, keep), name=name,
+                                          compose=compose, shape=shape, scale=scale)
         if json_out:
             print_json(report)
         else:

@@ -124,13 +124,40 @@ def console_approver(console: Console | None = None, stdin: IO[str] | None = Non
     def approve(waiting: GateWaiting) -> tuple[bool, str]:
         if not stdin.isatty():
             return False, "no terminal to ask the operator; pass --yes to approve in scripted runs"
-        console.print(f"[bold yellow]{escape(waiting.prompt)}[/] [y/N] ", end="")
+        where = f"cluster {waiting.cluster}: " if waiting.cluster else ""
+        # `\[`: a bare [y/N] is read as rich markup and vanishes.
+        console.print(f"[bold yellow]{escape(where + waiting.prompt)}[/] \\[y/N] ", end="")
         answer = stdin.readline().strip().lower()
         if answer in ("y", "yes"):
             return True, "approved by operator"
         return False, "declined by operator"
 
+    approve.can_ask = stdin.isatty  # type: ignore[attr-defined]
     return approve
+
+
+def console_chooser(console: Console | None = None, stdin: IO[str] | None = None):
+    """`last` with runs of several clusters: the operator picks one at the terminal; with no
+    terminal to ask, None (the command then asks for --cluster)."""
+    from dbmigrate.app.runs import age_text
+
+    console = console or Console(stderr=True)
+    stdin = stdin or sys.stdin
+
+    def choose(candidates: list[dict[str, Any]]) -> str | None:
+        if not stdin.isatty():
+            return None
+        console.print("'last' could mean the newest run of any of these clusters:", markup=False)
+        for i, c in enumerate(candidates, 1):
+            console.print(f"  {i}. cluster {c['cluster']}: {c['procedure']} run {c['id']}, {c['status']}, "
+                          f"started {age_text(c['age_s'])} ago", markup=False)
+        console.print(f"[bold yellow]which one? (1-{len(candidates)}, empty: none)[/] ", end="")
+        answer = stdin.readline().strip()
+        if answer.isdigit() and 1 <= int(answer) <= len(candidates):
+            return candidates[int(answer) - 1]["id"]
+        return None
+
+    return choose
 
 
 def render_plan(procedure: Procedure, console: Console) -> None:

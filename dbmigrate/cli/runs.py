@@ -31,6 +31,7 @@ from dbmigrate.cli.render import (
     ConsoleRenderer,
     JsonLinesRenderer,
     console_approver,
+    console_chooser,
     plan_to_dict,
     render_plan,
     render_run_detail,
@@ -60,6 +61,9 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve manual gates 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Emit one JSON object per event/record.")]
 ReportOpt = Annotated[Optional[Path], typer.Option("--report", help="Write an HTML report of the run (timeline, "
                                                   "digest, guard) to this file and its numbers as JSON beside it.")]
+ClusterOpt = Annotated[Optional[str], typer.Option(
+    "--cluster", help="With 'last': the newest run of this cluster (default: the only cluster the journal has "
+                      "runs of; with several, you are asked). Rehearsal runs are named by their id.")]
 JournalOpt = Annotated[Optional[Path], typer.Option("--journal", help="Journal file (default: $DBMIGRATE_JOURNAL "
                                                                         "or $DBMIGRATE_HOME/journal.sqlite).")]
 
@@ -103,10 +107,11 @@ def plan_command(
 
 @guarded
 def resume_command(
-    run: Annotated[str, typer.Argument(help="Run id (a unique prefix or 'last' works).")],
+    run: Annotated[str, typer.Argument(help="Run id (a unique prefix, or 'last': the cluster's newest run).")],
     yes: YesOpt = False,
     json_lines: JsonOpt = False,
     journal: JournalOpt = None,
+    cluster: ClusterOpt = None,
     without_old_primary: Annotated[bool, typer.Option(
         "--without-old-primary", help="The old primary died after the fence: promote the candidate without it, "
                                       "once the facts show it holds the old primary's final position.")] = False,
@@ -115,21 +120,22 @@ def resume_command(
     with _signals() as stop:
         outcome = resume_run(run, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
                              assume_yes=yes, journal_path=journal, cancel=stop.cancel,
-                             without_old_primary=without_old_primary)
+                             without_old_primary=without_old_primary, cluster=cluster, choose=console_chooser())
     _finish(outcome)
 
 
 @guarded
 def rollback_command(
-    run: Annotated[str, typer.Argument(help="Run id (a unique prefix or 'last' works).")],
+    run: Annotated[str, typer.Argument(help="Run id (a unique prefix, or 'last': the cluster's newest run).")],
     yes: YesOpt = False,
     json_lines: JsonOpt = False,
     journal: JournalOpt = None,
+    cluster: ClusterOpt = None,
 ) -> None:
     """Undo the completed steps of a run, newest first."""
     with _signals(rollback=True) as stop:
         outcome = rollback_run(run, subscribers=_subscribers(json_lines, stop), approver=console_approver(),
-                               assume_yes=yes, journal_path=journal)
+                               assume_yes=yes, journal_path=journal, cluster=cluster, choose=console_chooser())
     _finish(outcome)
 
 

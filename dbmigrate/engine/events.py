@@ -73,6 +73,7 @@ class GateWaiting(Event):
     gate: str
     kind: str
     prompt: str = ""
+    cluster: str = ""  # every confirmation names the cluster it acts on
 
 
 @dataclass(frozen=True, kw_only=True)

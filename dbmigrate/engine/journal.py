@@ -191,6 +191,14 @@ class Journal:
             (status, redact(summary), utc_now_iso(), run_id),
         )
 
+    def forget_run(self, run_id: str) -> None:
+        """Remove a run that never started (a dry run refused while opening its resources):
+        nothing was done, so there is nothing to keep a record of."""
+        with self._lock:
+            for table in ("steps", "gates", "hooks", "statements", "metrics", "logs", "state", "evidence"):
+                self._write(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+            self._write("DELETE FROM runs WHERE id=?", (run_id,))
+
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         rows = self._rows("SELECT * FROM runs WHERE id=?", (run_id,))
         if not rows:
@@ -215,6 +223,30 @@ class Journal:
             )
         ids = ", ".join(r["id"] for r in rows[:5])
         raise UsageError(f"run {ref!r} is ambiguous: {ids}", hint="give more characters of the run id")
+
+    REHEARSAL_KEY = "rehearsal"
+
+    def mark_rehearsal(self, run_id: str) -> None:
+        """A rehearsal's run: `last` outside a rehearsal never means it."""
+        self.set_state(run_id, self.REHEARSAL_KEY, True)
+
+    def newest_runs(self, cluster: str | None = None, *, rehearsals: bool = False) -> list[dict[str, Any]]:
+        """The newest run of each cluster (or of the one named), newest first; rehearsal runs only
+        when asked for."""
+        where, args = [], []
+        if cluster is not None:
+            where.append("cluster=?")
+            args.append(cluster)
+        if not rehearsals:
+            where.append("id NOT IN (SELECT run_id FROM state WHERE key=?)")
+            args.append(self.REHEARSAL_KEY)
+        rows = self._rows("SELECT id, procedure, cluster, status, dry_run, started_at FROM runs"
+                          + (" WHERE " + " AND ".join(where) if where else "")
+                          + " ORDER BY started_at DESC, id DESC", args)
+        newest: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            newest.setdefault(row["cluster"], row)
+        return list(newest.values())
 
     def list_runs(self, limit: int = 50) -> list[dict[str, Any]]:
         runs = self._rows("SELECT * FROM runs ORDER BY started_at DESC, id DESC LIMIT ?", (limit,))

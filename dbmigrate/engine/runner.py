@@ -133,6 +133,8 @@ class Runner:
         counts: Counter[str] = Counter()
         ctx.emit(RunStarted(procedure=procedure.name, cluster=ctx.cluster, dry_run=ctx.dry_run, resumed=resume))
         try:
+            if not resume:
+                self._refuse_unanswerable_gates(procedure, ctx)
             index = 0
             for phase in procedure.phases:
                 self._stop_if_cancelled(ctx, f"the gates of phase '{phase.name}'")
@@ -159,6 +161,25 @@ class Runner:
         ctx.emit(RunFinished(status="done", summary=summary))
         return RunOutcome(ctx.run_id, "done", summary)
 
+    def can_ask(self) -> bool:
+        """Is there an operator to answer a manual gate (a terminal, the TUI)?"""
+        if self.assume_yes:
+            return True
+        if self.approver is None:
+            return False
+        return bool(getattr(self.approver, "can_ask", lambda: True)())
+
+    def _refuse_unanswerable_gates(self, procedure: Procedure, ctx: RunContext) -> None:
+        """A manual gate with nobody to ask would refuse when reached: refuse before the first step,
+        so that nothing is changed only to be undone."""
+        if ctx.dry_run or self.can_ask():
+            return
+        manual = [f"'{g.name}' before phase '{p.name}'" for p in procedure.phases for g in p.gates
+                  if isinstance(g, ManualGate)]
+        if manual:
+            raise GateFailed(f"manual gate {manual[0]} needs an operator's approval: no terminal to ask the "
+                             f"operator; pass --yes to approve in scripted runs")
+
     def _fail(self, procedure: Procedure, ctx: RunContext, exc: Exception) -> RunOutcome:
         # The operator sees the failure and the undo as they happen, not when the run ends.
         ctx.release_fenced_window()
@@ -171,6 +192,16 @@ class Runner:
             self._final_hooks("on_failure", ctx)
             ctx.emit(RunFinished(status="paused", summary=summary))
             return RunOutcome(ctx.run_id, "paused", summary, error)
+        if not ctx.dry_run and status in ("refused", "cancelled") and not self._changed_anything(procedure, ctx) \
+                and self._observing(procedure, ctx):
+            # Only observation windows were opened: put them back; then nothing has changed.
+            put_back, how = self._undo_completed(procedure, ctx)
+            if not put_back:
+                error.hint = f"fix the failing undo, then: dbmigrate rollback {ctx.run_id}"
+                summary = f"{summary}; rollback: {how}"
+                self._final_hooks("on_failure", ctx)
+                ctx.emit(RunFinished(status="rollback_failed", summary=summary))
+                return RunOutcome(ctx.run_id, "rollback_failed", summary, error)
         if ctx.dry_run or (status in ("refused", "cancelled") and not self._changed_anything(procedure, ctx)):
             # Nothing to undo (a dry run changes nothing): saying "rolled back" would
             # suggest something had changed.
@@ -332,7 +363,7 @@ class Runner:
         scripted run (--yes, no terminal) pauses, it never overrides an automatic check."""
         if self.approver is None or self.assume_yes:
             return False
-        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual",
+        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual", cluster=ctx.cluster,
                               prompt=f"{reason}. Continue anyway? (no: the run pauses, nothing is undone)")
         ctx.emit(waiting)
         try:
@@ -358,7 +389,8 @@ class Runner:
             return True, "approved by --yes", {}, "--yes"
         if self.approver is None:
             return False, "needs an operator's approval: run in a terminal or pass --yes", {}, "auto"
-        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual", prompt=prompt)
+        waiting = GateWaiting(run_id=ctx.run_id, phase=phase, gate=gate.name, kind="manual", prompt=prompt,
+                              cluster=ctx.cluster)
         ctx.emit(waiting)
         try:
             answer = self.approver(waiting)
@@ -393,9 +425,14 @@ class Runner:
         """Did a mutating step of this run complete (or start and ask to be undone)?"""
         for row in self._to_undo(procedure, ctx):
             found = procedure.find_step(row["phase"], row["name"])
-            if found is None or found[1].mutating:
+            if found is None or (found[1].mutating and not found[1].observes_only):
                 return True
         return False
+
+    def _observing(self, procedure: Procedure, ctx: RunContext) -> bool:
+        """Does an observation window of this run stay open (to be put back)?"""
+        return any(found is not None and found[1].observes_only
+                   for found in (procedure.find_step(r["phase"], r["name"]) for r in self._to_undo(procedure, ctx)))
 
     def _to_undo(self, procedure: Procedure, ctx: RunContext) -> list[dict[str, Any]]:
         """Completed steps, plus unfinished ones that ask to be undone anyway, oldest first."""
@@ -417,8 +454,10 @@ class Runner:
                 hint="the playbook or the tool changed since the run; restore the version used for the run",
             )
         names = [r["name"] for r in pending]
-        gate = ManualGate("rollback", f"Undo {len(names)} step(s) of run {ctx.run_id}, newest first: "
-                                      + (", ".join(names) or "nothing"))
+        run = ctx.journal.get_run(ctx.run_id) or {}
+        gate = ManualGate("rollback", f"Undo {len(names)} step(s) of {procedure.name} run {ctx.run_id} on cluster "
+                                      f"{ctx.cluster} ({run.get('status', '?')}, started {run.get('started_at', '?')}),"
+                                      f" newest first: " + (", ".join(names) or "nothing"))
         if pending:
             ok, reason, _, by = self._decide(gate, "rollback", ctx)
             ctx.emit(GateDecided(phase="rollback", gate="rollback", kind="manual", ok=ok, reason=reason, by=by))

@@ -42,6 +42,9 @@ class Step:
 
     name: str = ""
     mutating: bool = True
+    # A change that only observes (a slow-log window) and is put back on any exit: a run refused
+    # after it has still changed nothing (exit 5), once it is put back.
+    observes_only: bool = False
     # Undo this step on rollback even when it did not finish (killed or failed half-way):
     # for steps whose partial effect must not outlive the run, like a fence.
     undo_if_started: bool = False
@@ -75,6 +78,7 @@ class FunctionStep(Step):
         describe: Callable[["RunContext"], Sequence[Described]] | None = None,
         mutating: bool = True,
         undo_if_started: bool = False,
+        observes_only: bool = False,
     ) -> None:
         if not name:
             raise ValueError("a step needs a name")
@@ -86,6 +90,7 @@ class FunctionStep(Step):
         self.describe = describe
         self.mutating = mutating
         self.undo_if_started = undo_if_started
+        self.observes_only = observes_only
 
 
 # Every field a step carries, derived from the class so that a field added to Step

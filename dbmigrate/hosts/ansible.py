@@ -64,7 +64,7 @@ def ansible_playbook() -> str:
     found = str(here) if here.exists() else shutil.which("ansible-playbook")
     if not found:
         raise UsageError("ansible-playbook is not installed",
-                         hint="pip install 'ansible-core>=2.19,<2.20' (scripts/setup installs it into .venv)")
+                         hint="pip install 'ansible-core>=2.19,<2.20' (scripts/setup --provision installs it into .venv)")
     return found
 
 

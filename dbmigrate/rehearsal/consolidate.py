@@ -79,7 +79,7 @@ class DirectDriver:
     def run(self, playbook: Path) -> Any:
         from dbmigrate.app.runs import start_run
 
-        return start_run(playbook, subscribers=self.subscribers, assume_yes=True)
+        return start_run(playbook, subscribers=self.subscribers, assume_yes=True, rehearsal=True)
 
     def roll_back(self, run_id: str, server: str) -> str:
         from dbmigrate.app.consolidate.control import rollback_server

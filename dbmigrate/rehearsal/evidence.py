@@ -16,18 +16,41 @@ from dbmigrate.rehearsal.verify.report import Ack, VerifyReport
 READS = "point lookups by a secondary index through the router (the rehearsal's read workload)"
 
 
+def write_evidence(*, acks: Sequence[Ack], verify: VerifyReport, gaps: dict[str, Any] | None = None,
+                   read_samples: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
+    """What every rehearsal's report carries: acknowledged writes over time (the timeline), acknowledged
+    and lost writes, and the fenced window with the other gaps of the writes named by their step."""
+    out: dict[str, Any] = {
+        m.ACKS: {**bin_counts([a.wall for a in acks], 10.0), "source": "zero-loss verifier through the router"},
+        m.VERIFIER: {"acknowledged": verify.acknowledged, "lost_total": verify.lost_total,
+                     "max_gap_ms": verify.max_gap_ms, "errors": dict(verify.errors)},
+    }
+    if gaps is not None:
+        out[m.WRITE_GAPS] = gaps
+    if read_samples:
+        out[m.LATENCY] = {"source": READS, "points": per_second_latency(read_samples)}
+    return out
+
+
+def record_evidence(run_id: str, evidence: dict[str, Any], journal_path=None) -> None:
+    from dbmigrate.app.runs import resolve_journal_path
+
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        for name, value in evidence.items():
+            journal.record_evidence(run_id, name, value)
+
+
 def promote_evidence(*, acks: Sequence[Ack], verify: VerifyReport, read_samples: Sequence[tuple[float, float]],
-                     switched_at: float | None, load: dict[str, Any], cpu: dict[str, Any]) -> dict[str, Any]:
+                     switched_at: float | None, load: dict[str, Any], cpu: dict[str, Any],
+                     gaps: dict[str, Any] | None = None) -> dict[str, Any]:
     before, after = split_at(read_samples, switched_at)
     return {
-        m.ACKS: {**bin_counts([a.wall for a in acks], 10.0), "source": "zero-loss verifier through the router"},
+        **write_evidence(acks=acks, verify=verify, gaps=gaps),
         m.LATENCY: {"source": READS, "points": per_second_latency(read_samples)},
         m.CLIENT_LATENCY: {"source": READS + ("; before and after the router flip" if switched_at else ""),
                            "split_at": switched_at, "before": summarize_ms(before), "after": summarize_ms(after)},
         m.LOAD: load,
         m.CPU: {k: v for k, v in cpu.items() if v},
-        m.VERIFIER: {"acknowledged": verify.acknowledged, "lost_total": verify.lost_total,
-                     "max_gap_ms": verify.max_gap_ms, "errors": dict(verify.errors)},
     }
 
 

@@ -111,7 +111,7 @@ def wait_applied(inv, cluster: str, replica: str, timeout: float = 30) -> None:
             raise RuntimeError(f"{replica} did not apply {pos} within {timeout}s")
 
 
-def _write_gaps(run_id: str, acks) -> dict[str, Any]:
+def run_write_gaps(run_id: str, acks) -> dict[str, Any]:
     """The fenced window from the cutover's own window, other write gaps apart with their step."""
     from dbmigrate.app.runs import resolve_journal_path
     from dbmigrate.engine.journal import Journal
@@ -357,7 +357,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             sampler = ClusterSampler(state.inventory_file, name).start()
             shaped["cutover_began"] = time.time()
             try:
-                outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+                outcome = start_run(playbook, subscribers=subscribers, assume_yes=True, rehearsal=True)
             finally:
                 sampler.stop()
         finished = time.time()
@@ -392,10 +392,11 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             pid_of(primary), primary,
             lambda: Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000,
                                          threads=2).run(time_s=load_seconds))
+        gaps = run_write_gaps(outcome.run_id, acks)
         record_promote_evidence(outcome.run_id, acks=acks, verify=report, read_samples=read_samples,
                                 sampler=sampler, switched_at=guard_info.get("switched_at"),
                                 load={"before": load_before.to_dict(), "after": load_after.to_dict()},
-                                cpu={"before": cpu_before, "after": cpu_after})
+                                cpu={"before": cpu_before, "after": cpu_after}, gaps=gaps)
         old = next(s for s in shape_after if s["name"] == f"{name}-1")
         rolled_back = primary == f"{name}-1"
         return {
@@ -408,7 +409,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             "old_primary_replicating": bool(not rolled_back and old["replicating"] and old["source"] == candidate),
             "lost_writes": report.lost_total,
             "acknowledged_writes": report.acknowledged,
-            **_write_gaps(outcome.run_id, acks),
+            **gaps,
             "verifier": report.to_dict(),
             "topology_before": shape_before,
             "topology_after": shape_after,

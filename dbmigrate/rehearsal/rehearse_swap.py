@@ -20,9 +20,10 @@ import yaml
 from dbmigrate.rehearsal.playbook_defaults import REHEARSAL_FENCE
 from dbmigrate.config import load_inventory
 from dbmigrate.clock import Clock
+from dbmigrate.rehearsal.evidence import record_evidence, write_evidence
 from dbmigrate.rehearsal.rehearse import (
-    Progress, check_shape_options, finish_shape, replication_shape, start_shape, start_workload, stop_workload,
-    tear_down, wait_applied,
+    Progress, check_shape_options, finish_shape, replication_shape, run_write_gaps, start_shape, start_workload,
+    stop_workload, tear_down, wait_applied,
 )
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
@@ -96,7 +97,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
         playbook = swap_playbook(state.path / "schema-swap.yaml", state.inventory_file, name, candidate)
         say(f"running playbook {playbook.name}: {DDL} on each side, one at a time, then back to {primary}")
         shaped["cutover_began"] = time.time()
-        outcome = start_run(playbook, subscribers=subscribers, assume_yes=True)
+        outcome = start_run(playbook, subscribers=subscribers, assume_yes=True, rehearsal=True)
         if replay is not None:
             finish_shape(replay, shaped, time.time(), 2)
             replay = None
@@ -107,8 +108,10 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             pass  # it may have died at a flip (see above)
         background = None
         verifier.stop()
+        acks = verifier.acks
         reads.stop()
         reads_summary = reads.summary()
+        read_samples = reads.samples_wall()
         reads = None
 
         shape_after = replication_shape(inv, name)
@@ -120,6 +123,10 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             for s in servers:
                 s.close()
         verifier = None
+        gaps = run_write_gaps(outcome.run_id, acks)
+        # The report (`--report`, `runs report RUN`) carries what the console shows.
+        record_evidence(outcome.run_id, write_evidence(acks=acks, verify=report, gaps=gaps,
+                                                       read_samples=read_samples))
         return {
             "sandbox": name,
             "run_id": outcome.run_id,
@@ -131,7 +138,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             "primary_back": writable == [primary],
             "lost_writes": report.lost_total,
             "acknowledged_writes": report.acknowledged,
-            "longest_write_gap_ms": round(report.max_gap_ms or 0.0, 1),
+            **gaps,
             "reads": reads_summary,
             "topology_before": shape_before,
             "topology_after": shape_after,

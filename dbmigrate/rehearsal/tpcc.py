@@ -32,7 +32,7 @@ def find_go_tpc() -> str:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     raise TpccError("go-tpc is not installed",
-                    hint=f"install Go and run scripts/setup (it builds go-tpc {GO_TPC_VERSION} into .venv/bin), "
+                    hint=f"install Go and run scripts/setup --bench (it builds go-tpc {GO_TPC_VERSION} into .venv/bin), "
                          "or point DBMIGRATE_GO_TPC at a go-tpc binary")
 
 

@@ -42,18 +42,27 @@ def _wall(iso: str | None) -> float | None:
 
 
 def cutover_window(steps: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
-    """(start, end) wall times of the cutover: the fence step's start to the router switch's end
+    """(start, end) wall times of the first cutover: the fence step's start to the router switch's end
     (the last finished step of the fence's phase when there is no router). None without a fence."""
+    windows = cutover_windows(steps)
+    return windows[0] if windows else None
+
+
+def cutover_windows(steps: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """Every cutover of the run (a schema swap has two: to the altered replica and back), each from
+    its fence step's start to the end of the router switch of its phase (else the phase's last step)."""
     forward = [s for s in steps if s.get("action", "run") == "run" and s.get("started_at")]
-    fence = next((s for s in forward if s["name"].startswith("fence ")), None)
-    if fence is None:
-        return None
-    start = _wall(fence["started_at"])
-    switch = [s for s in forward if s["name"] == "switch router" and s.get("finished_at")]
-    same_phase = [s for s in forward if s["phase"] == fence["phase"] and s.get("finished_at")]
-    last = switch[-1] if switch else (same_phase[-1] if same_phase else fence)
-    end = _wall(last.get("finished_at")) or start
-    return (start, end) if start is not None else None
+    windows = []
+    for fence in (s for s in forward if s["name"].startswith("fence ")):
+        start = _wall(fence["started_at"])
+        if start is None:
+            continue
+        same_phase = [s for s in forward if s["phase"] == fence["phase"] and s.get("finished_at")
+                      and (_wall(s["started_at"]) or 0) >= start]
+        switch = [s for s in same_phase if s["name"] == "switch router"]
+        last = switch[0] if switch else (same_phase[-1] if same_phase else fence)
+        windows.append((start, _wall(last.get("finished_at")) or start))
+    return windows
 
 
 def _running(steps: Sequence[dict[str, Any]], start: float, end: float) -> tuple[str, ...]:
@@ -78,9 +87,10 @@ def write_gaps(acks: Sequence[Ack], steps: Sequence[dict[str, Any]], *,
                min_other_ms: float = OTHER_GAP_MIN_MS) -> dict[str, Any]:
     """The fenced window (the longest gap overlapping the cutover window) and, apart from it,
     the other gaps of at least `min_other_ms`, longest first, each with its steps."""
-    window = cutover_window(steps)
+    windows = cutover_windows(steps)
+    window = windows[0] if windows else None
     gaps = gaps_between(acks)
-    inside = [window is not None and g.start <= window[1] and g.end >= window[0] for g in gaps]
+    inside = [any(g.start <= w[1] and g.end >= w[0] for w in windows) for g in gaps]
     fenced = max((g for g, i in zip(gaps, inside) if i), key=lambda g: g.ms, default=None)
     others = sorted((g for g, i in zip(gaps, inside) if not i and g.ms >= min_other_ms), key=lambda g: -g.ms)
     others = [WriteGap(g.ms, g.start, g.end, _running(steps, g.start, g.end) or ("between steps",))

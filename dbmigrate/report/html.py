@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Any
 
@@ -51,11 +52,14 @@ def _header(model: m.ReportModel) -> str:
                    f'<span class="{cls}" data-status="{_e(r.get("status"))}">{_e(r.get("status"))}</span>, '
                    f'{_e(r.get("started_at"))} to {_e(r.get("finished_at") or "…")}<br>{_e(r.get("summary") or "")}')
     v = model.evidence.get(m.VERIFIER)
+    gaps = model.evidence.get(m.WRITE_GAPS)
+    if gaps:
+        out.append("<br>" + headline(gaps))
     if v:
         lost = v.get("lost_total", 0)
         out.append(f'<br>acknowledged writes: {v.get("acknowledged", 0):,}, lost: '
-                   f'<span class="{"ok" if not lost else "bad"}" data-lost="{lost}">{lost}</span>; '
-                   f'longest gap between acknowledged writes: {v.get("max_gap_ms")} ms')
+                   f'<span class="{"ok" if not lost else "bad"}" data-lost="{lost}">{lost}</span>'
+                   + ("" if gaps else f'; longest gap between acknowledged writes: {v.get("max_gap_ms")} ms'))
     sampler = model.evidence.get(m.SAMPLER)
     if sampler and sampler.get("failed"):
         out.append(f'<br>the lag sampler failed {sampler["failed"]} of {sampler["failed"] + sampler["samples"]} '
@@ -63,6 +67,22 @@ def _header(model: m.ReportModel) -> str:
     out.append(f"<br>report generated {_e(model.generated_at)}</div>")
     out.extend(f'<p class="note">{_e(n)}</p>' for n in model.notes)
     return "\n".join(out)
+
+
+def headline(gaps: dict[str, Any]) -> str:
+    """The outage the cutover caused first (the fenced window), then the longest other gap of the
+    application's writes with the step it fell in: a figure never blames the fence for a stall elsewhere."""
+    fenced = gaps.get("fenced_ms")
+    out = (f'<b>fenced window: <span data-fenced-ms="{fenced}">{fenced} ms</span></b>' if fenced is not None
+           else "<b>fenced window: not measured</b> (no fence in this run, or no write acknowledged across it)")
+    others = gaps.get("other_write_gaps") or []
+    if others:
+        o = others[0]
+        out += (f'; longest other gap between acknowledged writes: <span data-other-gap-ms="{o["ms"]}">{o["ms"]} ms'
+                f'</span> during {_e(", ".join(o.get("steps") or ["between steps"]))}')
+    else:
+        out += "; no other gap of the writes of 100 ms or more"
+    return out
 
 
 def _table_html(t: SeedTable) -> str:
@@ -156,10 +176,30 @@ def _timeline(model: m.ReportModel) -> str:
 
 # -- digest ---------------------------------------------------------------------------
 
+# What the tool itself and replication send (session set-up, probes, locks, waits, replica
+# control, binlog dumps): never the application's, so never in its before/after charts.
+NOT_THE_APPLICATIONS = re.compile(
+    r"^(administrator command|binlog dump|set (names|autocommit|session|global|sql_log_bin|statement|@@)|"
+    r"select @@|show |select (connection_id|master_gtid_wait|get_lock|release_lock|is_used_lock|"
+    r"is_free_lock|gtid_|timestampdiff)|change master|(start|stop|reset) (slave|replica)|flush |kill |"
+    r"do |begin not atomic|commit$|rollback$|use )", re.I)
+
+
+def application_class(c: dict[str, Any]) -> bool:
+    text = (c.get("fingerprint") or c.get("label") or "").strip()
+    return not NOT_THE_APPLICATIONS.match(text) and "dbmigrate" not in text.lower()
+
+
 def _digest(model: m.ReportModel) -> str:
     out = ["<h2>pt-query-digest before and after, per query class</h2>"]
     d = model.digest
-    classes = [c for c in (d or {}).get("classes") or [] if c.get("before") or c.get("after")]
+    every = [c for c in (d or {}).get("classes") or [] if c.get("before") or c.get("after")]
+    classes = [c for c in every if application_class(c)]
+    left_out = len(every) - len(classes)
+    if left_out:
+        out.append(f'<p class="note" data-left-out="{left_out}">{left_out} class(es) of the tool\'s own and '
+                   f"replication's statements (session set-up, probes, locks, replica control) left out of the "
+                   f"charts: they are not the application's</p>")
     if not classes:
         out.append(empty_chart("pt-query-digest before/after", "digest-avg", NOT_RECORDED))
         return "\n".join(out)

@@ -34,6 +34,7 @@ BACKGROUND_COPY = "background_copy"  # {"copy", "without": summarize_ms, "with":
 DIGEST = "digest"                  # a Comparison.to_dict(), when not derived from the guard's files
 SAMPLER = "sampler"                # {"interval_s", "samples", "failed"}: how well the lag sampler kept up
 VERIFIER = "verifier"              # the zero-loss verifier's summary (acknowledged, lost, longest gap)
+WRITE_GAPS = "write_gaps"          # {"fenced_ms", "fenced_window", "other_write_gaps": [{"ms", "steps"}, ...]}
 
 
 @dataclass

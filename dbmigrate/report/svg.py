@@ -84,6 +84,17 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return ticks
 
 
+def fmt_tick(v: float, ticks: Sequence[float]) -> str:
+    """A tick's label with as many decimals as the ticks' spacing needs: 18, 18.2, 18.4 (never 18 18 18)."""
+    if len(ticks) < 2:
+        return fmt_num(v)
+    step = min(abs(b - a) for a, b in zip(ticks, ticks[1:]) if b != a) if len(set(ticks)) > 1 else 1.0
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    if decimals == 0:
+        return fmt_num(v)
+    return f"{v:,.{decimals}f}"
+
+
 def fmt_num(v: float) -> str:
     if v == 0:
         return "0"
@@ -140,6 +151,7 @@ def line_chart(title: str, chart_id: str, lines: Sequence[Line], *, x_label: str
         return f.top + f.plot_h - (y - y0) / (y1 - y0) * f.plot_h
 
     out = _open(f, title, chart_id)
+    label_rows: list[float] = [-1e9, -1e9, -1e9]  # x of the last label in each of three rows
     for i, b in enumerate(bands):
         bx0, bx1 = max(px(b.start), f.left), min(px(b.end), f.left + f.plot_w)
         if bx1 < bx0:
@@ -149,21 +161,27 @@ def line_chart(title: str, chart_id: str, lines: Sequence[Line], *, x_label: str
                    f'data-end="{b.end:.3f}" x="{bx0:.1f}" y="{f.top}" width="{max(bx1 - bx0, 1.0):.1f}" '
                    f'height="{f.plot_h:.1f}" fill="{fill}"><title>{escape(b.label)} '
                    f'({b.start:.2f} s to {b.end:.2f} s)</title></rect>')
-        out.append(f'<text class="band-label" x="{bx0 + 2:.1f}" y="{f.top + 10}" font-size="9" fill="#555">'
-                   f'{i + 1}</text>')
+        # Short steps side by side (the cutover's) would print their numbers on top of each other:
+        # each number goes to the first of three rows with room for it, else only in the band's title.
+        row = next((r for r, last in enumerate(label_rows) if bx0 + 2 - last >= 6 + 5 * len(str(i + 1))), None)
+        if row is not None:
+            label_rows[row] = bx0 + 2
+            out.append(f'<text class="band-label" x="{bx0 + 2:.1f}" y="{f.top + 10 + 10 * row}" font-size="9" '
+                       f'fill="#555">{i + 1}</text>')
     # axes and grid
     for t in yt:
         y = py(t)
         out.append(f'<line x1="{f.left}" x2="{f.left + f.plot_w:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
-        out.append(f'<text x="{f.left - 6}" y="{y + 4:.1f}" font-size="10" text-anchor="end">{fmt_num(t)}</text>')
-    for t in nice_ticks(x0, x1, 8):
+        out.append(f'<text x="{f.left - 6}" y="{y + 4:.1f}" font-size="10" text-anchor="end">{fmt_tick(t, yt)}</text>')
+    xt = nice_ticks(x0, x1, 8)
+    for t in xt:
         if t < x0 - 1e-9 or t > x1 + 1e-9:
             continue
         x = px(t)
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{f.top + f.plot_h:.1f}" y2="{f.top + f.plot_h + 4:.1f}" '
                    f'stroke="#444"/>')
         out.append(f'<text x="{x:.1f}" y="{f.top + f.plot_h + 15:.1f}" font-size="10" text-anchor="middle">'
-                   f'{fmt_num(t)}</text>')
+                   f'{fmt_tick(t, xt)}</text>')
     out.append(f'<rect x="{f.left}" y="{f.top}" width="{f.plot_w:.1f}" height="{f.plot_h:.1f}" fill="none" '
                f'stroke="#444"/>')
     out.append(f'<text x="{f.left + f.plot_w / 2:.1f}" y="{f.height - 6}" font-size="11" text-anchor="middle">'
@@ -250,7 +268,7 @@ def bar_chart(title: str, chart_id: str, groups: Sequence[BarGroup], *, unit: st
     for t in ticks:
         x = px(t)
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{f.top}" y2="{f.top + f.plot_h:.1f}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{x:.1f}" y="{f.top - 4}" font-size="10" text-anchor="middle">{fmt_num(t)}</text>')
+        out.append(f'<text x="{x:.1f}" y="{f.top - 4}" font-size="10" text-anchor="middle">{fmt_tick(t, ticks)}</text>')
     out.append(f'<text x="{f.left + f.plot_w:.1f}" y="{f.top - 16}" font-size="10" text-anchor="end">'
                f'{escape(unit)}</text>')
     y = f.top + 4

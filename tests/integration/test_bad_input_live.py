@@ -61,11 +61,17 @@ def test_a_wrong_admin_password_in_run_says_so_and_names_the_credentials(demo, c
     pb.write_text(yaml.safe_dump({"procedure": "promote", "inventory": str(inv), "cluster": demo.name,
                                   "params": {"candidate": f"{demo.name}-2"}}))
     r = cli("run", str(pb), "--yes")
-    assert r.returncode != 0, r.stdout + r.stderr
+    assert r.returncode == 5, r.stdout + r.stderr  # nothing changed: refused, like any refusal before a change
     err = " ".join(r.stderr.split())
     assert "the tool could not log in" in err and "access denied" in err, err
+    assert "refused before any change" in err and "error: run 20" in err, err  # the run id, its status
     assert "hint: check the password in" in err and "client-admin" in err, err
     assert "no writable primary found in the cluster" not in err
+
+    r = cli("check", "-i", str(inv), "-c", demo.name, "--candidate", f"{demo.name}-2")
+    err = " ".join(r.stderr.split())
+    assert r.returncode != 0 and "refused the tool's login" in err and "access denied" in err, err
+    assert "answered" not in err.replace("refused the tool's login", ""), err
 
 
 def test_check_with_a_wrong_primary_port_says_where_the_replicas_replicate_from(demo, cli):

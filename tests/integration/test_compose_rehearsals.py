@@ -29,9 +29,9 @@ pytestmark = pytest.mark.integration
 
 def _engine_can_run() -> str | None:
     if not (shutil.which("dockerd") or os.path.exists("/usr/sbin/dockerd")) or not shutil.which("docker"):
-        return "docker.io is not installed (./scripts/setup installs it)"
+        return "docker.io is not installed (./scripts/setup --compose installs it)"
     if not shutil.which("debootstrap") and not os.path.exists("/usr/sbin/debootstrap"):
-        return "debootstrap is not installed (./scripts/setup installs it)"
+        return "debootstrap is not installed (./scripts/setup --compose installs it)"
     if os.geteuid() != 0 and not os.environ.get("DOCKER_HOST"):
         return "no DOCKER_HOST and not root: no engine can be started"
     return None
@@ -304,7 +304,7 @@ def _ci_commands(path: Path) -> list[str]:
 def test_the_ci_files_run_one_command_list():
     gh = _ci_commands(ROOT / "docs/ci/github-actions.yml")
     gl = _ci_commands(ROOT / "docs/ci/gitlab-ci.yml")
-    assert gh == gl and gh[0] == "./scripts/setup"
+    assert gh == gl and gh[0] == "./scripts/setup --compose"
     assert any("rehearse schema-swap --compose --yes --json --report" in c for c in gh)
 
 

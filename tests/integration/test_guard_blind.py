@@ -84,7 +84,7 @@ def test_a_blind_guard_refuses_silence(boxes, cli):
             with inv.open(f"{name}-1") as p:
                 assert float(p.scalar("SELECT @@GLOBAL.long_query_time")) > 0  # the baseline window closed
             before = app.writes
-            r = cli("rollback", "last", "--yes", timeout=120)
+            r = cli("rollback", "last", "--cluster", name, "--yes", timeout=120)
             assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
             # blind: warn cuts over, and says so on the way and at the end.

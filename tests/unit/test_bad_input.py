@@ -252,3 +252,30 @@ def test_empty_path_in_a_playbook_names_the_field(tmp_path, inventory, field):
                   .replace(f"{field}: {inventory}", f"{field}: ''") + ("journal: ''\n" if field == "journal" else ""))
     line = refused(run("plan", str(pb)), str(pb), field)
     assert "Is a directory" not in line
+
+
+@pytest.mark.parametrize("field", ["inventory", "journal"])
+@pytest.mark.parametrize("command", [["plan"], ["run", "--dry-run"]])
+def test_path_too_long_in_a_playbook_is_one_line(tmp_path, inventory, field, command):
+    pb = tmp_path / "pb.yaml"
+    long_path = "a" * 5000
+    pb.write_text(f"procedure: promote\ncluster: c\ninventory: {inventory}\nparams: {{candidate: s2}}\n"
+                  .replace(f"inventory: {inventory}", f"inventory: {long_path}" if field == "inventory"
+                           else f"inventory: {inventory}\njournal: {long_path}"))
+    line = refused(run(*command, str(pb), env={"DBMIGRATE_HOME": str(tmp_path / "home")}), field)
+    assert len(line) < 400, line
+
+
+def test_dry_run_that_cannot_read_its_option_file_journals_no_run(tmp_path, inventory):
+    (tmp_path / "creds.cnf").unlink()
+    pb = tmp_path / "pb.yaml"
+    pb.write_text(f"procedure: promote\ncluster: c\ninventory: {inventory}\nparams: {{candidate: s2}}\n")
+    env = {"DBMIGRATE_HOME": str(tmp_path / "home")}
+    r = run("run", str(pb), "--dry-run", env=env)
+    assert r.exit_code != 0 and "creds.cnf" in r.stderr, (r.exit_code, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    listed = run("runs", "ls", "--json", env=env)
+    assert listed.exit_code == 0, listed.stderr
+    records = [json.loads(line) for line in listed.stdout.splitlines() if line.strip()]
+    runs = [run for rec in records if rec.get("record") == "result" for run in rec["result"]]
+    assert runs == [], runs

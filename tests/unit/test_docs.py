@@ -103,7 +103,7 @@ def test_the_readme_is_a_front_page():
     assert len(readme.splitlines()) <= 250
     first_screen = "\n".join(readme.splitlines()[:30])
     assert "./scripts/setup && .venv/bin/dbmigrate rehearse promote" in first_screen
-    assert "./scripts/setup && .venv/bin/python -m pytest" in first_screen
+    assert "./scripts/setup --test && .venv/bin/python -m pytest" in first_screen
 
 
 @pytest.mark.parametrize("name", ["promote", "schema-swap"])

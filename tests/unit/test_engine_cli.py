@@ -140,7 +140,7 @@ def test_manual_gate_without_terminal_or_yes_is_refused(app, tmp_path, world):
     result = invoke(app, "run", playbook(tmp_path))
     assert result.exit_code == 5  # refused before any change
     assert "no terminal to ask the operator; pass --yes" in result.stdout
-    assert world.runs() == ["run:inspect"]
+    assert world.runs() == []  # known before the first step: not even the read-only one ran
 
 
 def test_config_error_exits_2_with_file_line_and_field(app, tmp_path):
@@ -155,10 +155,12 @@ def test_second_run_on_a_locked_cluster_is_refused(app, tmp_path, lock_server):
     holder = lock_server.connect()
     holder.query("SELECT GET_LOCK(%s, 0) AS got", ("dbmigrate:main",))
     result = invoke(app, "run", playbook(tmp_path), "--yes")
-    assert result.exit_code == 1
+    assert result.exit_code == 5  # nothing changed: the same exit as any refusal before a change
     assert f"database lock 'dbmigrate:main' is held (MySQL connection {holder.connection_id})" in result.stderr
     listed = jsonlines.result(invoke(app, "runs", "ls", "--json").stdout)
-    assert listed[0]["status"] == "failed" and listed[0]["summary"].startswith("did not start: cluster 'main'")
+    assert f"error: run {listed[0]['id']} refused before any change: cluster 'main'" in result.stderr
+    assert listed[0]["status"] == "refused" and \
+        listed[0]["summary"].startswith("refused before any change: cluster 'main'")
 
 
 def test_dry_run_takes_the_lock_and_changes_nothing(app, tmp_path, world):

@@ -94,3 +94,22 @@ def test_unknown_server_lists_known(tmp_path):
     with pytest.raises(Exception) as ei:
         inv.find_server("nope")
     assert "unknown server 'nope'" in str(ei.value) and "s1" in ei.value.hint
+
+
+ROUTER = ("clusters:\n  a:\n    servers:\n      s1: {host: h, port: 1}\n"
+          "    router: {kind: haproxy, admin_socket: /run/h.sock, %s: %s}\n")
+
+
+@pytest.mark.parametrize("key", ["writer_port", "reader_port"])
+@pytest.mark.parametrize("value", ["-1", "0", "70000", "1e20", "1.0e+20", "'3306'", "3306.0", "true"])
+def test_router_port_out_of_range_refused(key, value):
+    with pytest.raises(ConfigError) as ei:
+        load_inventory("inv.yaml", CREDS + ROUTER % (key, value))
+    assert f"clusters.a.router.haproxy.{key}" in ei.value.message or f"clusters.a.router.{key}" in ei.value.message, \
+        ei.value.message
+    assert ei.value.exit_code == 2
+
+
+def test_router_port_in_range_accepted():
+    inv = load_inventory("inv.yaml", CREDS + ROUTER % ("writer_port", "65535"))
+    assert inv.cluster("a").router.writer_port == 65535

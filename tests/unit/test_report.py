@@ -241,3 +241,45 @@ def test_the_sampler_turns_cluster_samples_into_lag_and_latency_series():
     assert [(r, v) for _, r, v in ev[m.LAG]["points"]] == [("db-2", 3.0), ("db-3", None), ("db-2", 1.0)]
     assert sum(p[3] for p in ev[m.LATENCY]["points"]) == 2
     assert ev[m.SAMPLER] == {"interval_s": 0.25, "samples": 3, "failed": 1}
+
+
+def test_the_headline_is_the_fenced_window_with_the_longest_other_gap_by_step():
+    model = _model()
+    model.evidence[m.WRITE_GAPS] = {"fenced_ms": 101.6, "other_write_gaps": [
+        {"ms": 575.9, "steps": ["latency guard"]}, {"ms": 120.0, "steps": ["repoint replicas"]}]}
+    model.evidence[m.VERIFIER] = {"acknowledged": 9128, "lost_total": 0, "max_gap_ms": 575.9}
+    page = html.render(model)
+    header = page[page.index('<div class="meta">'):page.index("report generated")]
+    assert header.index("fenced window: ") < header.index("575.9 ms")
+    assert 'data-fenced-ms="101.6"' in header and "longest other gap" in header and "during latency guard" in header
+    assert "acknowledged writes: 9,128, lost:" in header and 'data-lost="0"' in header
+    assert "longest gap between acknowledged writes: 575.9" not in header  # no longer the headline
+
+
+def test_ticks_of_a_narrow_range_never_repeat_and_cutover_step_numbers_never_overlap():
+    bands = [svg.Band(f"step {i}", 18.0 + i * 0.01, 18.0 + (i + 1) * 0.01) for i in range(8)]
+    page = svg.line_chart("t", "t", [svg.Line("acks", [(17.8, 1.0), (18.5, 2.0), (20.1, 3.0)])], x_label="s",
+                          y_label="n", bands=bands, x_range=(17.8, 20.1))
+    labels = re.findall(r'text-anchor="middle">([^<]+)</text>', page)
+    x_ticks = [t for t in labels if t not in ("s",)]
+    assert len(x_ticks) == len(set(x_ticks)) > 3, x_ticks  # 17.8 18.0 18.2 ..., not 18 18 18 19
+    placed = [(float(x), float(y)) for x, y in re.findall(r'class="band-label" x="([\d.]+)" y="([\d.]+)"', page)]
+    for i, (x, y) in enumerate(placed):
+        for x2, y2 in placed[i + 1:]:
+            assert not (abs(x - x2) < 10 and y == y2), placed  # no two numbers on top of each other
+    assert len(re.findall(r'class="band" data-step=', page)) == 8  # every step still drawn, named in its title
+
+
+def test_digest_charts_leave_out_the_tools_own_and_replications_classes():
+    model = _model()
+    app_class = model.digest["classes"][0]
+    noise = [{**app_class, "key": k, "fingerprint": fp, "label": fp}
+             for k, fp in (("a", "select @@global.read_only"), ("b", "administrator command: binlog dump"),
+                           ("c", "show slave status"), ("d", "select master_gtid_wait(?, ?)"),
+                           ("e", "set names utf8mb4"), ("f", "select * from dbmigrate.cluster_lease where id=?"))]
+    model.digest = {**model.digest, "classes": [*model.digest["classes"], *noise]}
+    page = html.render(model)
+    section = page[page.index("pt-query-digest before and after"):]
+    for c in noise:
+        assert c["fingerprint"] not in section, c["fingerprint"]
+    assert app_class["label"] in section and 'data-left-out="6"' in section

@@ -370,3 +370,18 @@ def test_rename_index_is_accepted_and_leaves_the_old_name_absent():
     # A column or the table is still refused, with a reason about what it renames.
     with pytest.raises(schema_ddl.DdlRefused, match="renames a column or the table"):
         schema_ddl.classify("ALTER TABLE app.t RENAME COLUMN a TO b")
+
+
+def test_the_verify_list_and_the_ddls_own_checks_say_one_check_once():
+    from pathlib import Path
+
+    from dbmigrate.playbook import load_playbook
+    from dbmigrate.procedures.schema_swap.sides import without_covered
+
+    p = load_playbook(Path(__file__).resolve().parents[2] / "playbooks" / "schema-ab-swap.yaml").params
+    checks = without_covered([*(e for d in p.statements() for e in d.expectations),
+                              *(v.expectation() for v in p.verify)])
+    said = [c.describe() for c in checks]
+    assert said.count("orders.orders has column gift_note varchar(255)") == 1
+    assert "orders.orders has column gift_note" not in said  # the verify list's same, vaguer check
+    assert len(said) == 3, said

@@ -40,14 +40,17 @@ def test_shipped_playbook_loads_and_plans(path):
 def test_promote_replica_playbook_is_what_the_comments_say():
     playbook = load_playbook(ROOT / "playbooks" / "promote-replica.yaml")
     procedure = plan_playbook(playbook.path)
-    assert [p.name for p in procedure.phases] == ["preflight", "prepare", "cutover", "verify"]
+    assert [p.name for p in procedure.phases] == ["preflight", "prepare", "cutover", "verify", "guard"]
     # the manual go-ahead sits before the cutover, after the automatic preflight
-    assert [(g.name, g.kind) for g in procedure.phase("cutover").gates] == [("go-ahead", "manual")]
+    assert ("go-ahead", "manual") in [(g.name, g.kind) for g in procedure.phase("cutover").gates]
     assert [g.name for g in procedure.phase("preflight").gates] == ["preflight"]
     cutover = [s.name for s in procedure.phase("cutover").steps]
     assert cutover[0].startswith("fence ") and cutover[-1].startswith("reverse replication ")
-    # hooks and guard are shipped commented out
-    assert playbook.spec.guard is None
+    # a complete template: the warm-up and its gate, the latency guard (hooks are commented out)
+    assert playbook.params.warm is not None and playbook.params.warm.method == "dump-load"
+    assert [g.name for g in procedure.phase("cutover").gates] == ["warm-up", "go-ahead"]
+    assert playbook.spec.guard is not None and playbook.spec.guard.rules
+    assert [p.name for p in procedure.phases][-1] == "guard"
     assert not any(getattr(playbook.spec.hooks, k) for k in ("before_phase", "after_phase", "on_success", "on_failure"))
 
 

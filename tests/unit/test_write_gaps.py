@@ -67,3 +67,19 @@ def test_the_cutover_window_ends_at_the_router_switch():
     assert cutover_window(STEPS) == (T0 + 8.6, T0 + 8.75)
     no_router = [s for s in STEPS if s["name"] != "switch router"]
     assert cutover_window(no_router) == (T0 + 8.6, T0 + 9.5)  # the fence's phase's last step
+
+
+def test_a_swap_has_two_cutovers_and_the_alter_between_them_is_not_the_fenced_window():
+    from dbmigrate.rehearsal.write_gaps import cutover_windows
+
+    swap = [step("switchover", "fence db-1", 2.0, 2.01), step("switchover", "switch router", 2.01, 2.05),
+            step("alter db-1", "apply DDL on db-1 (binlog off)", 3.0, 6.0),
+            step("finish", "fence db-2", 7.0, 7.01), step("finish", "switch router", 7.01, 7.04)]
+    assert cutover_windows(swap) == [(T0 + 2.0, T0 + 2.05), (T0 + 7.0, T0 + 7.04)]
+    # writes every 10 ms; 100 and 90 ms gaps at the cutovers, a 410 ms stall during the DDL
+    times = ([t / 100 for t in range(0, 199)] + [t / 100 for t in range(208, 400)] + [t / 100 for t in range(440, 699)]
+             + [t / 100 for t in range(707, 800)])
+    out = write_gaps(acks(times), swap)
+    assert out["fenced_ms"] == 100.0  # the longer of the two cutovers (1.98 s -> 2.08 s)
+    assert out["other_write_gaps"][0]["ms"] == 410.0
+    assert out["other_write_gaps"][0]["steps"] == ["apply DDL on db-1 (binlog off)"]

@@ -182,7 +182,8 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
         return close_window(ctx, role, key)
 
     where = "old primary" if role == "old" else "candidate"
-    return FunctionStep(f"open {label} window on the {where}", run, check=is_open, undo=undo)
+    # Slow-log settings, put back on any exit: a run refused after them has changed nothing.
+    return FunctionStep(f"open {label} window on the {where}", run, check=is_open, undo=undo, observes_only=True)
 
 
 def close_window(ctx: RunContext, role: str, key: WindowKey) -> str:
@@ -231,7 +232,7 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
 
     return FunctionStep("collect baseline digest", run,
                         check=_baseline_collected,
-                        undo=lambda c: close_window(c, "old", "baseline_window"))
+                        undo=lambda c: close_window(c, "old", "baseline_window"), observes_only=True)
 
 
 def _baseline_collected(ctx: RunContext) -> bool:

@@ -72,7 +72,8 @@ def warm_step(spec: WarmSpec) -> FunctionStep:
         return warm(c, source, target, spec.method, tables=spec.tables, seconds=spec.seconds,
                     target_hit_ratio=spec.target_hit_ratio)
 
-    return FunctionStep(f"warm the candidate ({spec.method})", run)
+    # Reads only (a scan, replayed SELECTs, a buffer pool load): a run refused after it changed nothing.
+    return FunctionStep(f"warm the candidate ({spec.method})", run, mutating=False)
 
 
 def warm_gate(spec: WarmSpec) -> AutoGate:

@@ -2,7 +2,7 @@
 
 Order: DBMIGRATE_COMPOSE (a command line, e.g. "docker compose"), then the
 `docker compose` plugin, then a `docker-compose` next to the Python that runs
-dbmigrate (scripts/setup builds Compose v2 there from its Go module), then
+dbmigrate (scripts/setup --compose builds Compose v2 there from its Go module), then
 Debian's `docker-compose` 1.29. The file is valid for both.
 """
 
@@ -43,7 +43,7 @@ class ComposeCli:
                 return cls(argv, version)
             tried.append(" ".join(argv))
         raise SandboxError("no Docker Compose found (tried: " + "; ".join(tried) + ")",
-                           hint="run ./scripts/setup (builds Compose v2, or installs Debian's docker-compose)")
+                           hint="run ./scripts/setup --compose (builds Compose v2, or installs Debian's docker-compose)")
 
     def command(self, project: str, args: list[str]) -> list[str]:
         root = project_root()

@@ -38,7 +38,7 @@ def docker_binary() -> str:
     found = shutil.which("docker")
     if not found:
         raise SandboxError("the Docker CLI (`docker`) is not installed",
-                           hint="run ./scripts/setup, or apt-get install docker.io")
+                           hint="run ./scripts/setup --compose, or apt-get install docker.io")
     return found
 
 
@@ -162,7 +162,7 @@ def start_own(say: Progress) -> Engine:
     dockerd = shutil.which("dockerd") or shutil.which("dockerd", path="/usr/sbin:/usr/bin:/usr/local/bin")
     if not dockerd:
         raise SandboxError("no Docker Engine answers and dockerd is not installed",
-                           hint="run ./scripts/setup (installs docker.io), or point DOCKER_HOST at a running engine")
+                           hint="run ./scripts/setup --compose (installs docker.io), or point DOCKER_HOST at a running engine")
     if os.geteuid() != 0:
         raise SandboxError("no Docker Engine answers and only root may start one (this user is not root)",
                            hint="start an engine (sudo systemctl start docker) and give this user access to its "

@@ -94,7 +94,7 @@ def _debootstrap(tarball: Path, say: Progress) -> None:
     debootstrap = shutil.which("debootstrap") or shutil.which("debootstrap", path="/usr/sbin")
     if not debootstrap:
         raise SandboxError("debootstrap is not installed: it makes the base image from Debian's packages",
-                           hint="run ./scripts/setup (or apt-get install debootstrap)")
+                           hint="run ./scripts/setup --compose (or apt-get install debootstrap)")
     if os.geteuid() != 0:
         raise SandboxError("making the base image with debootstrap needs root",
                            hint="run the first compose rehearsal as root, or import a Debian base image as "
