@@ -15,13 +15,16 @@ each instance's own sshd with --remote):
 2. seeding copy: `mariadb-backup --backup --stream=xbstream | mbstream -x`, the
    command physical seeding runs (prepare timed apart, it is not a copy);
    ratio = seeding MB/s / raw MB/s (target >= 0.8);
-3. under load (a writer and an application reader on the old server): the
-   reader's p99.9 point-read latency with no copy, during an unthrottled copy,
-   and during a copy paced by the seeding watcher with the playbook's limit
-   (`seed.max_source_p999_ms`, default 50 ms; --limit-ms to change it), side by
-   side, and whether the throttled copy stayed within it. On a shared machine the
-   quiet figure alone can exceed a limit, and no throttle can go below it: the
-   output says so when that happens.
+3. under load (a writer committing every 5 ms and an application reader on the
+   old server): the reader's p99.9 point-read latency and the writer's longest
+   stall (its longest gap between two acknowledged commits) with no copy, during an
+   unthrottled copy, and during a copy paced by the seeding watcher with the
+   playbook's limit (`seed.max_source_p999_ms`, default 50 ms; --limit-ms to change
+   it) and --cap-mb-s (default 20), side by side, with how long the backup held the
+   source's commits (BACKUP STAGE BLOCK_COMMIT, read from its stderr), and whether
+   the throttled copy stayed within the limit and the stall within 100 ms. On a
+   shared machine the quiet figure alone can exceed a limit, and no throttle can go
+   below it: the output says so when that happens.
 
 The reader that measures is not the watcher's probe: it is a separate
 connection doing what an application does.
@@ -46,10 +49,11 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.hosts import stream
 from dbmigrate.hosts.resolve import host_for
 from dbmigrate.procedures.consolidate.context import SeedSettings
+from dbmigrate.procedures.consolidate.backup_phases import BackupPhases
 from dbmigrate.procedures.consolidate.physical_seed import backup_command, extract_command, prepare_command
 from dbmigrate.procedures.consolidate.throttle import MB, Limits, Meter, Valve, Watcher, percentile, relay
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
-from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, create_shard
+from dbmigrate.rehearsal.verify.shard_writer import ShardWriterProcess, create_shard
 
 
 class Reader(threading.Thread):
@@ -83,6 +87,8 @@ def main() -> None:
     ap.add_argument("--remote", action="store_true", help="both instances behind their own sshd")
     ap.add_argument("--limit-ms", type=float, default=SeedSettings().max_source_p999_ms,
                     help="throttle's p99.9 limit (default: the playbook's seed.max_source_p999_ms default)")
+    ap.add_argument("--cap-mb-s", type=float, default=20, help="the throttled copy's cap (MB/s): the relay is "
+                    "pacing when the backup reaches its locking stages")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -131,13 +137,39 @@ def main() -> None:
                    dst, ["tar", "-C", target, "-xf", "-"], timeout=1800, relay=relay(Valve(None), meter))
             return meter.bytes, time.monotonic() - t
 
-        def seed(valve: Valve | None = None, meter: Meter | None = None) -> tuple[int, float]:
+        def seed(valve: Valve | None = None, meter: Meter | None = None,
+                 phases: BackupPhases | None = None, lock_aware: bool = True) -> tuple[int, float]:
             fresh()
             uncache()
             meter, t = meter or Meter(), time.monotonic()
-            stream(src, backup_command(cnf, f"{work}/target", datadir), dst, extract_command(target),
-                   timeout=1800, relay=relay(valve or Valve(None), meter))
+            valve = valve or Valve(None)
+            phases = phases or BackupPhases()
+            argv = backup_command(cnf, f"{work}/target", datadir)
+            if lock_aware:
+                phases.on_change = lambda ph: valve.set(None) if ph.locking else None  # as physical seeding does
+            else:  # as it was: paced through the locks, the redo copy polled once a second
+                argv = [a for a in argv if not a.startswith("--log-copy-interval")]
+            copy_wall[0] = time.time()  # after the page cache was dropped (its sync is no part of the copy)
+            stream(src, argv, dst, extract_command(target), timeout=1800, relay=relay(valve, meter),
+                   on_stderr_line=phases.feed)
+            copy_wall[1] = time.time()
             return meter.bytes, time.monotonic() - t
+
+        copy_wall = [0.0, 0.0]
+
+        def stall_ms(t0: float | None = None, t1: float | None = None) -> float | None:
+            """The writer's longest gap between commits from t0 to t1 (default: the last copy)."""
+            t0, t1 = (copy_wall[0], copy_wall[1]) if t0 is None else (t0, t1)
+            writer.refresh()
+            times = [t for _, _, t in list(writer.acks) if t0 <= t <= t1]
+            gaps = [((b - a) * 1000, a - t0) for a, b in zip(times, times[1:])]
+            if not gaps:
+                return None
+            worst, at = max(gaps)
+            stall_at.append(round(at, 2))
+            return round(worst, 1)
+
+        stall_at: list[float] = []
 
         raws, seeds = [], []
         for _ in range(max(1, args.rounds)):
@@ -158,33 +190,45 @@ def main() -> None:
         from dbmigrate.routing.dsn_file import DsnFileRouter
 
         DsnFileRouter("bench_writes", routes).switch_writer(f"{spec.host}:{spec.port}")
-        writer = ShardWriter(routes, "bench_writes", app, interval_s=0.005)
+        writer = ShardWriterProcess(routes, "bench_writes", app, interval_s=0.005)
         reader.start()
-        writer.start()
         time.sleep(10)
         quiet = reader.p999_between(time.monotonic() - 10, time.monotonic())
+        quiet_stall = stall_ms(time.time() - 10, time.time())
         limit = args.limit_ms
 
         t0 = time.monotonic()
-        unthrottled_bytes, unthrottled_s = seed()
+        free_phases = BackupPhases()
+        unthrottled_bytes, unthrottled_s = seed(phases=free_phases)
         during_free = reader.p999_between(t0, time.monotonic())
         samples_free = reader.count_between(t0, time.monotonic())
+        stall_free = stall_ms()
+        time.sleep(2)
+
+        cap = args.cap_mb_s * MB if args.cap_mb_s else None
+        unaware = BackupPhases()
+        seed(Valve(cap), phases=unaware, lock_aware=False)
+        stall_unaware = stall_ms()
         time.sleep(2)
 
         valve, meter = Valve(), Meter()
-        probe_srv = inv.open(src_name)
+        probe_srv, write_srv = inv.open(src_name), inv.open(src_name)
+        from dbmigrate.lag import write_heartbeat
+
+        phases = BackupPhases()
         watcher = Watcher(valve, meter, probe=lambda: Inspector(probe_srv).point_read(
-            "bench_data", "items", "id", random.randint(int(lo), int(hi))), lag=lambda: None, cap=lambda: None,
-            limits=Limits(None, limit, None), total_bytes=size, probe_per_s=100, window_s=2, progress_every_s=3600,
-            report=lambda text, fig: None)
+            "bench_data", "items", "id", random.randint(int(lo), int(hi))), lag=lambda: None, cap=lambda: cap,
+            limits=Limits(cap, limit, None), total_bytes=size, probe_per_s=100, window_s=2, progress_every_s=3600,
+            report=lambda text, fig: None, write_probe=lambda: write_heartbeat(write_srv), locked=phases.reason)
         watcher.start()
         t0 = time.monotonic()
         try:
-            throttled_bytes, throttled_s = seed(valve, meter)
+            throttled_bytes, throttled_s = seed(valve, meter, phases)
         finally:
             watcher.stop()
         during_throttled = reader.p999_between(t0, time.monotonic())
         samples_throttled = reader.count_between(t0, time.monotonic())
+        stall_throttled = stall_ms()
         src.run(["rm", "-rf", "--", work])
         dst.run(["rm", "-rf", "--", target])
 
@@ -202,11 +246,22 @@ def main() -> None:
                                "limit": limit, "samples": {"unthrottled": samples_free, "throttled": samples_throttled},
                                "throttled_within_limit": during_throttled is not None and during_throttled <= limit,
                                "quiet_above_limit": quiet is not None and quiet > limit},
+            "writer_stall_ms": {"quiet": quiet_stall, "unthrottled_copy": stall_free,
+                                "capped_copy_paced_through_the_locks": stall_unaware,
+                                "commit_lock_ms_paced_through_the_locks": round(unaware.commit_lock_s * 1000, 1),
+                                "throttled_copy": stall_throttled, "bound": 100,
+                                "worst_at_s": dict(zip(("quiet", "unthrottled", "paced_through_the_locks",
+                                                        "throttled"), stall_at)),
+                                "throttled_within_bound": stall_throttled is not None and stall_throttled <= 100},
             "unthrottled_copy_under_load": {"s": round(unthrottled_s, 2),
-                                            "mb_s": round(unthrottled_bytes / unthrottled_s / MB, 1)},
+                                            "mb_s": round(unthrottled_bytes / unthrottled_s / MB, 1),
+                                            "commit_lock_ms": round(free_phases.commit_lock_s * 1000, 1)},
             "throttled_copy_under_load": {"s": round(throttled_s, 2), "mb_s": round(throttled_bytes / throttled_s / MB, 1),
-                                          "pauses": watcher.pauses, "paused_s": round(valve.paused_s, 1),
-                                          "watcher_worst_p999_ms": watcher.worst_p999_ms},
+                                          "cap_mb_s": args.cap_mb_s, "pauses": watcher.pauses,
+                                          "paused_s": round(valve.paused_s, 1),
+                                          "commit_lock_ms": round(phases.commit_lock_s * 1000, 1),
+                                          "watcher_worst_p999_ms": watcher.worst_p999_ms,
+                                          "watcher_worst_write_p999_ms": watcher.worst_write_p999_ms},
         }
         if args.json:
             print(json.dumps(out, indent=2))
@@ -231,6 +286,14 @@ def main() -> None:
               f"{f['throttled_copy_under_load']['s']} s, paused {f['throttled_copy_under_load']['pauses']}x for "
               f"{f['throttled_copy_under_load']['paused_s']} s); limit {ms(p['limit'])}; "
               f"throttled/limit {p['throttled_copy'] / p['limit']:.2f}" if p["throttled_copy"] else "")
+        st, u, th = f["writer_stall_ms"], f["unthrottled_copy_under_load"], f["throttled_copy_under_load"]
+        print(f"writer's longest stall (gap between commits every 5 ms): quiet {ms(st['quiet'])} | unthrottled copy "
+              f"{ms(st['unthrottled_copy'])} (commits held by the backup {u['commit_lock_ms']} ms) | capped copy paced "
+              f"through the backup's locks, as before {ms(st['capped_copy_paced_through_the_locks'])} (commits held "
+              f"{st['commit_lock_ms_paced_through_the_locks']} ms) | throttled copy "
+              f"{ms(st['throttled_copy'])} (cap {th['cap_mb_s']:g} MB/s; commits held by the backup "
+              f"{th['commit_lock_ms']} ms); bound 100 ms: {'within' if st['throttled_within_bound'] else 'OVER'}; "
+              f"each longest stall at (s into the window): {st['worst_at_s']}")
         print(f"throttled copy within the limit: {'yes' if p['throttled_within_limit'] else 'NO'}"
               + ("; the source is above the limit with no copy at all (other load sets it)"
                  if p["quiet_above_limit"] else ""))

@@ -91,7 +91,8 @@ def register(app: typer.Typer) -> None:
         result = provision(ProvisionRequest(plan=plan_file, inventory=inventory, cluster=cluster, out_dir=out_dir,
                                             start=start, conf_dir=conf_dir, mariadbd_user=mariadbd_user,
                                             install_packages=packages, dry_run=dry_run),
-                           log=lambda m: err_console.print(escape(m)) if not as_json else None)
+                           log=lambda m: err_console.print(escape(m)) if not as_json else None,
+                           progress=(lambda m: err_console.print(f"[dim]… {escape(m)}[/]")) if as_json else None)
         if as_json:
             print_json(result.to_dict())
             return

@@ -284,8 +284,8 @@ def schema_swap(
             from dbmigrate.app.reports import check_report_path
 
             checked_report = check_report_path(report_file)  # before anything is started
-        say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
-            (lambda m: console.print(f"[dim]… {m}[/]"))
+        say = (lambda m: err_console.print(f"[dim]… {escape(m)}[/]")) if json_out else \
+            (lambda m: console.print(f"[dim]… {escape(m)}[/]"))
         with removed_on_interrupt(keep):
             report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
                                           shape=shape, scale=scale, subscribers=renderers(json_out, keep))
@@ -340,7 +340,8 @@ def consolidate(
                                 "files and programs only over ssh."),
     rows: int = typer.Option(2000, "--rows", help="Rows per shard (small data keeps it quick)."),
     throttle: float = typer.Option(0, "--throttle", help="Cap each copy at this many MB/s (0: no cap)."),
-    keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running for inspection."),
+    keep: bool = typer.Option(False, "--keep", help="Leave the sandbox running for inspection, the provisioned "
+                              "instances included; remove it with: dbmigrate sandbox down NAME."),
     name: Optional[str] = typer.Option(None, "--name", help="Name the sandbox (also the prefix of its old "
                                        "servers and instances); default consol-XXXX."),
     compose: bool = typer.Option(False, "--compose", help=COMPOSE_HELP + " The target hosts are containers too: "
@@ -349,6 +350,8 @@ def consolidate(
                                          "old server, and the pool follows the DSN file when it opens a connection."),
     scale: float = typer.Option(0.01, "--scale", help="With --shape: generate this share of each captured "
                                 "table's rows (at least one row for a table that had rows)."),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report (charts, tables) "
+                                               "to this file and the same numbers as JSON beside it."),
 ):
     """4 old servers (10 shards, a writer on each) onto 2 hosts x 2 instances: plan, provision, physical
     seeding, fleet cutover, DSN routes, one server rolled back; reports loss, checksums and reverse replication."""
@@ -367,20 +370,36 @@ def consolidate(
             from dbmigrate.rehearsal.sandbox.manager import check_name
 
             check_name(name)
-        say = (lambda m: err_console.print(f"[dim]… {m}[/]")) if json_out else \
-            (lambda m: console.print(f"[dim]… {m}[/]"))
+        checked_report = None
+        if report_file is not None:
+            from dbmigrate.app.reports import check_report_path
+
+            checked_report = check_report_path(report_file)  # before anything is started
+        say = (lambda m: err_console.print(f"[dim]… {escape(m)}[/]")) if json_out else \
+            (lambda m: console.print(f"[dim]… {escape(m)}[/]"))
         with removed_on_interrupt(keep):
             report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle,
                                           keep=keep, subscribers=renderers(json_out, keep), name=name,
                                           compose=compose, shape=shape, scale=scale)
+        if checked_report is not None and report.get("run_id"):
+            from dbmigrate.app.reports import model_of_run, write_report
+
+            report["report_files"] = [str(p) for p in write_report(model_of_run(report["run_id"]), checked_report)]
         if json_out:
             print_json(report)
         else:
             render_consolidation(report)
             render_shape(report)
             render_compose(report)
+            if report.get("report_files"):
+                console.print(f"report: {report['report_files'][0]} (numbers: {report['report_files'][1]})",
+                              markup=False)
             if keep and compose:
                 print_kept_compose(report)
+            elif keep:
+                console.print(f"sandbox {report['sandbox']} kept as the run left it (its old servers and the "
+                              f"{len(report['instances'])} provisioned instances running): {report['remove_with']} "
+                              "removes it whole", markup=False)
         if not report["ok"]:
             raise CommandFailed(1, "the consolidation rehearsal failed: " + consolidation_failure(report),
                                 hint="rehearse again with --keep to inspect the sandbox")
@@ -462,10 +481,18 @@ def other_gaps_sentence(gaps: list) -> str:
 
 
 @cmd.command("down")
-def down(name: str = typer.Argument(..., help="The topology's name (as printed by --keep).")):
-    """Remove a compose topology left by `rehearse ... --compose --keep`: its containers, volumes and
-    files, and the Docker Engine the rehearsal started for it."""
+def down(name: str = typer.Argument(..., help="The sandbox's or topology's name (as printed by --keep).")):
+    """Remove what `rehearse ... --keep` left: a sandbox (its servers, the instances a consolidation
+    provisioned, their sshd hosts and files, as `sandbox down` does), or a compose topology (its
+    containers, volumes and files, and the Docker Engine the rehearsal started for it)."""
     from dbmigrate.rehearsal.compose.run import teardown
+    from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
+    boxes = Sandboxes()
+    if name in {s.name for s in boxes.list()}:
+        stopped = boxes.down(name)
+        console.print(f"removed sandbox {name} (stopped: {', '.join(stopped) or 'nothing was running'})",
+                      markup=False)
+        return
     teardown(name, progress=lambda m: console.print(f"[dim]… {m}[/]"))
     console.print(f"removed compose topology {name}", markup=False)

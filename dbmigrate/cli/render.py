@@ -108,6 +108,8 @@ class ConsoleRenderer:
                 c.print(f"    [red]{escape(event.stderr_tail)}[/]")
         elif isinstance(event, Metric) and self.verbose:
             c.print(f"  [dim]{escape(event.name)} = {event.value:g} {escape(event.unit)}[/]")
+        elif isinstance(event, Log) and event.level == "progress":
+            c.print(f"  [dim]… {escape(event.message)}[/]")  # a long step's progress: always shown
         elif isinstance(event, Log) and (self.verbose or event.level in ("warning", "error")):
             style = "yellow" if event.level == "warning" else "red" if event.level == "error" else "dim"
             c.print(f"  [{style}]{event.level}: {escape(event.message)}[/]")

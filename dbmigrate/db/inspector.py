@@ -801,6 +801,11 @@ class Inspector:
     def datadir(self) -> str:
         return str(self.server.scalar("SELECT @@GLOBAL.datadir AS d"))
 
+    def log_basenames(self) -> list[str]:
+        """File names (no directory) the binary and relay logs start with; empty when unset."""
+        row = self.server.query("SELECT @@GLOBAL.log_bin_basename AS b, @@GLOBAL.relay_log_basename AS r")[0]
+        return [str(v).rstrip("/").rsplit("/", 1)[-1] for v in (row["b"], row["r"]) if v]
+
     def tables_in(self, schemas: list[str]) -> int:
         """How many base tables the given schemas hold (0 when none exists)."""
         if not schemas:

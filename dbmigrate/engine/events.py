@@ -109,7 +109,7 @@ class Metric(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Log(Event):
-    level: str  # debug, info, warning, error
+    level: str  # debug, info, progress (a long step, always shown), warning, error
     message: str
 
 

@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -77,8 +79,58 @@ def private_vars_file(directory: Path, text: str) -> Path:
     return path
 
 
+_TASK = re.compile(r"^TASK \[(?P<name>.*)\]")
+_ITEM = re.compile(r"^(?P<status>ok|changed|skipping|failed|fatal): \[(?P<host>[^\]]+)\](?: => \(item=(?P<item>[^)]*)\))?")
+
+
+class AnsibleProgress:
+    """One line per task as it starts, and while a task runs longer than `every_s`, a line at
+    least every `every_s` saying which hosts and items (instances) it has finished: a
+    provisioning that takes minutes is never silent."""
+
+    def __init__(self, say: Callable[[str], None], every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.say, self.every_s, self.clock = say, every_s, clock
+        self.started = clock()
+        self.task: str | None = None
+        self.task_started = self.started
+        self.done: list[str] = []
+        self.last_said = self.started
+        self._lock = threading.Lock()
+
+    def feed(self, line: str) -> None:
+        m = _TASK.match(line)
+        with self._lock:
+            if m:
+                self.task, self.task_started, self.done = m.group("name"), self.clock(), []
+                self._say(f"provisioning ({self.clock() - self.started:.0f} s): {self.task}")
+                return
+            m = _ITEM.match(line)
+            if m and self.task is not None:
+                # An item is an instance's name, or a path of its (its last component names it).
+                item = (m.group("item") or m.group("host")).rstrip("/").rsplit("/", 1)[-1]
+                if item not in self.done:
+                    self.done.append(item)
+
+    def tick(self) -> None:
+        with self._lock:
+            now = self.clock()
+            # Said a little early rather than late: the ticker itself runs late on a busy host.
+            if self.task is None or now - self.last_said < 0.8 * self.every_s:
+                return
+            shown = self.done[:8] + ([f"{len(self.done) - 8} more"] if len(self.done) > 8 else [])
+            done = f"; done for {', '.join(shown)}" if self.done else ""
+            self._say(f"provisioning ({now - self.started:.0f} s): {self.task} running for "
+                      f"{now - self.task_started:.0f} s{done}")
+
+    def _say(self, text: str) -> None:
+        self.last_said = self.clock()
+        self.say(text)
+
+
 def run_playbook(workdir: Path, inventory: Path, playbook: Path, vars_file: Path | None,
-                 log: Callable[[str], None] = lambda m: None, timeout_s: float = 3600) -> Recap:
+                 log: Callable[[str], None] = lambda m: None, timeout_s: float = 3600,
+                 progress: Callable[[str], None] | None = None, progress_every_s: float = 10.0) -> Recap:
     argv = [ansible_playbook(), "-i", str(inventory), str(playbook)]
     if vars_file is not None:
         argv += ["-e", f"@{vars_file}"]
@@ -95,16 +147,29 @@ def run_playbook(workdir: Path, inventory: Path, playbook: Path, vars_file: Path
     except OSError as e:
         raise UsageError(f"cannot run ansible-playbook: {e.strerror or e}") from None
     assert proc.stdout is not None
+    tracker = AnsibleProgress(progress, progress_every_s) if progress is not None else None
+    ticking = threading.Event()
+
+    def tick(t: AnsibleProgress) -> None:
+        while not ticking.wait(0.5):
+            t.tick()
+
+    if tracker is not None:
+        threading.Thread(target=tick, args=(tracker,), daemon=True, name="ansible-progress").start()
     try:
         for line in proc.stdout:
             line = redact(line.rstrip("\n"))
             lines.append(line)
             if line.strip():
                 log(line)
+                if tracker is not None:
+                    tracker.feed(line)
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         raise AnsibleFailed(f"ansible-playbook did not finish within {timeout_s:g}s") from None
+    finally:
+        ticking.set()
     output = "\n".join(lines)
     recap = parse_recap(output)
     if proc.returncode != 0 or recap.total("failed") or recap.total("unreachable"):

@@ -17,7 +17,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterator, Sequence
 
 from dbmigrate.hosts.errors import HostError, HostTimeout, ProgramMissing, classify_program_failure
 
@@ -184,10 +184,24 @@ class Host:
     def exists(self, path: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
         return self.run(["test", "-e", path], timeout=timeout, what=f"look for {path}", check=False).returncode == 0
 
+    def tree_bytes(self, path: str, exclude: Sequence[str] = (), *, timeout: float = DEFAULT_TIMEOUT) -> int:
+        """Bytes of the files under `path` (their apparent sizes, GNU `du -sb`), leaving out names
+        that match the `exclude` shell patterns."""
+        out = self.run(["du", "-sb", *(f"--exclude={p}" for p in exclude), "--", path], timeout=timeout,
+                       what=f"measure the size of {path}").text
+        return parse_du_bytes(out, self.name, path)
+
     def free_bytes(self, path: str, *, timeout: float = DEFAULT_TIMEOUT) -> int:
         """Bytes available to unprivileged users on the file system holding `path` (POSIX `df -P`)."""
         out = self.run(["df", "-P", "-k", "--", path], timeout=timeout, what=f"measure free space of {path}").text
         return parse_df_available(out, self.name, path)
+
+
+def parse_du_bytes(out: str, host: str, path: str) -> int:
+    try:
+        return int(out.split()[0])
+    except (IndexError, ValueError):
+        raise HostError(f"{host}: could not read the size of {path} from du's output: {out.strip()[:200]!r}") from None
 
 
 def parse_df_available(out: str, host: str, path: str) -> int:
@@ -224,15 +238,25 @@ class _Watchdog:
 class Drain:
     """Reads a pipe to the end in a thread (stderr must not fill up and block the program)."""
 
-    def __init__(self, pipe):
+    def __init__(self, pipe, on_line: Callable[[str], None] | None = None):
         self._buf = bytearray()
         self._pipe = pipe
+        self._on_line = on_line
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        for chunk in iter(lambda: self._pipe.read(4096), b""):
-            self._buf += chunk
+        if self._on_line is None:
+            for chunk in iter(lambda: self._pipe.read(4096), b""):
+                self._buf += chunk
+            return
+        # Line by line as the program writes them: a watcher reacts to a line when it is written.
+        for line in iter(self._pipe.readline, b""):
+            self._buf += line
+            try:
+                self._on_line(line.decode(errors="replace").rstrip("\n"))
+            except Exception:  # noqa: BLE001 - a failing watcher must not stop the drain (the program would block)
+                pass
 
     def text(self) -> str:
         return self.data().decode(errors="replace")

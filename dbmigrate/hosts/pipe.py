@@ -18,16 +18,19 @@ Relay = Callable[[BinaryIO, BinaryIO], None]  # copies producer output into cons
 
 
 def stream(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str], *,
-           timeout: float = DEFAULT_TIMEOUT, what: str | None = None, relay: Relay | None = None) -> bytes:
+           timeout: float = DEFAULT_TIMEOUT, what: str | None = None, relay: Relay | None = None,
+           on_stderr_line: Callable[[str], None] | None = None) -> bytes:
     """Run `src_argv` on `src` piped into `dst_argv` on `dst`; returns dst's stdout.
 
     A failure on either side stops both and raises the first side's error, so a
     dying reader does not leave the writer blocked and vice versa. With `relay`,
     the bytes pass through it in this process (to count, pace or pause them).
+    With `on_stderr_line`, each line the producer writes to stderr is passed on as it
+    is written (what phase a backup is in), and still reported on failure.
     """
     what = what or f"stream `{src_argv[0]}` on {src.name} into `{dst_argv[0]}` on {dst.name}"
     if relay is not None:
-        return _relayed(src, src_argv, dst, dst_argv, timeout, what, relay)
+        return _relayed(src, src_argv, dst, dst_argv, timeout, what, relay, on_stderr_line)
     producer = src.popen(src_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         consumer = dst.popen(dst_argv, stdin=producer.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -36,7 +39,7 @@ def stream(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str
         producer.wait()
         raise
     producer.stdout.close()  # the consumer holds it now; the producer sees SIGPIPE if the consumer dies
-    perr = Drain(producer.stderr)
+    perr = Drain(producer.stderr, on_stderr_line)
     try:
         out, cerr = consumer.communicate(timeout=timeout)
         producer.wait(timeout=max(1.0, timeout / 10))
@@ -51,7 +54,7 @@ def stream(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str
 
 
 def _relayed(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str], timeout: float, what: str,
-             relay: Relay) -> bytes:
+             relay: Relay, on_stderr_line: Callable[[str], None] | None = None) -> bytes:
     producer = src.popen(src_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         consumer = dst.popen(dst_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -59,7 +62,7 @@ def _relayed(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[s
         producer.kill()
         producer.wait()
         raise
-    perr, cout, cerr = Drain(producer.stderr), Drain(consumer.stdout), Drain(consumer.stderr)
+    perr, cout, cerr = Drain(producer.stderr, on_stderr_line), Drain(consumer.stdout), Drain(consumer.stderr)
     failed: list[BaseException] = []
 
     def pump() -> None:

@@ -38,8 +38,6 @@ from dbmigrate.config import load_inventory
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError, SandboxError
-from dbmigrate.hosts import LocalHost
-from dbmigrate.hosts.services import InstanceService
 from dbmigrate.procedures.consolidate.plan import connection_name, measure_shards, plan
 from dbmigrate.procedures.consolidate.provision import pid_file
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
@@ -150,6 +148,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                 daemon = sshd.Sshd(sshd.sandbox_ssh_dir(name) / f"host-{h}")
                 daemon.start()
                 host_sshd.append(daemon)
+                boxes.adopt_sshd(name, f"host-{h}", {"pid": daemon.proc.pid, "config": str(daemon.dir / "sshd_config"),
+                                                    "dir": str(daemon.dir)})
             say("every old server and target host reached over its own sshd")
             state = boxes.find(name)
         inv_path, routes = _legacy_inventory(state, name, shards, host_sshd, topo)
@@ -159,6 +159,9 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         measured = measure_shards(inv, sample_s=0.3)
         placed = plan(measured, inv.hosts, inv.planning, "instance-per-group")
         plan_file.write_text(json.dumps(placed.to_dict(), indent=2))
+        if not compose:  # from now on the sandbox owns the instances Ansible creates: `sandbox down` stops them
+            boxes.adopt(name, {i.name: {"pid_file": pid_file(i), "port": i.port, "datadir": i.datadir}
+                               for i in placed.instances})
         say("plan: " + "; ".join(f"{i.name} <- {', '.join(i.shards)} at port {i.port}" for i in placed.instances))
         t1 = time.monotonic()
         if compose:  # in the host containers: their own /etc, and the image's mysql user
@@ -168,7 +171,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             request = ProvisionRequest(plan=plan_file, inventory=inv_path, cluster=name, start="direct",
                                        conf_dir=str(state.path / "etc"), mariadbd_user=pwd.getpwuid(os.getuid()).pw_name,
                                        install_packages=False)
-        provisioned = provision(request)
+        provisioned = provision(request, progress=say)
         how = "docker exec into the host containers" if compose else "ssh" if remote else "connection=local"
         say(f"provisioned {len(provisioned.instances)} instances through ansible-playbook "
             f"({how}, mariadbd started directly) in {time.monotonic() - t1:.1f}s")
@@ -226,6 +229,9 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             st = ConsolidateState.load(j.all_state(outcome.run_id))
         report = _check(inv, name, placed, new_addr, shards, writers, rolled if rollback_sentence else None, routes,
                         cut=set(st.cut))
+        from dbmigrate.rehearsal.evidence import record_consolidation_evidence
+
+        record_consolidation_evidence(outcome.run_id, writers, report["lost_writes"])  # for --report / runs report
         report["status"] = consolidation_status(plan_file, inv_path, routes).to_dict()
         report["provision"] = {"by": "ansible-playbook", "files": sorted(provisioned.files),
                                "recap": provisioned.recap.hosts if provisioned.recap else None,
@@ -236,7 +242,8 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         if shape_files is not None:
             report.update(shape=shaped["summary"], classes=shaped["classes"])
         report.update({
-            "sandbox": name, "remote": remote, "run_id": outcome.run_id, "run_status": outcome.status,
+            "sandbox": name, "remove_with": removal_command(name, compose) if keep else None,
+            "remote": remote, "run_id": outcome.run_id, "run_status": outcome.status,
             "summary": outcome.summary, "rolled_back_server": rolled if rollback_sentence else None,
             "rollback": rollback_sentence, "seeds": st.seeds, "fleet": st.servers,
             "fenced_checksums_equal": all(v["old"] == v["new"] for v in st.checksums.values()),
@@ -261,22 +268,14 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                 raise SandboxError(f"the compose rehearsal left {', '.join(left)} behind",
                                    hint="remove them with docker rm -f / docker network rm")
         elif not keep:
-            if placed is not None:
-                _stop_instances(placed)
-            for d in host_sshd:  # before the sandbox goes: it removes their directory
+            for d in host_sshd:  # stopped (and reaped) by this process, which started them
                 d.stop()
-            boxes.down(name)
+            boxes.down(name)  # its old servers, the provisioned instances it adopted, their sshd
 
 
-def _stop_instances(placed) -> None:
-    """The provisioned instances are no sandbox processes: stop each by its pid file."""
-    for i in placed.instances:
-        svc = InstanceService(LocalHost(i.name), i.name, i.socket, pid_file(i))
-        try:
-            if svc.live_pid() is not None:
-                svc.stop(timeout=120)
-        except DbmigrateError:
-            continue
+def removal_command(name: str, compose: bool = False) -> str:
+    """What removes a kept rehearsal whole."""
+    return f"dbmigrate rehearse down {name}" if compose else f"dbmigrate sandbox down {name}"
 
 
 def _ports_not_as_planned(inv, placed) -> list[str]:

@@ -66,3 +66,27 @@ def record_promote_evidence(run_id: str, *, sampler: Any, journal_path=None, **k
         for name in (m.LAG, m.SAMPLER):
             if sampled.get(name):
                 journal.record_evidence(run_id, name, sampled[name])
+
+
+def consolidation_evidence(writers: dict[str, Any], lost: int) -> dict[str, Any]:
+    """The shard writers' acknowledgements (one per shard, each through the DSN file) as the
+    verifier's series and summary: the same timeline and counts as a promote's report."""
+    walls = [t for w in writers.values() for _, _, t in list(w.acks)]
+    errors: dict[str, int] = {}
+    for w in writers.values():
+        for code, n in w.errors.items():
+            errors[code] = errors.get(code, 0) + n
+    return {
+        m.ACKS: {**bin_counts(walls, 10.0), "source": f"{len(writers)} shard writers through the DSN file"},
+        m.VERIFIER: {"acknowledged": len(walls), "lost_total": lost,
+                     "max_gap_ms": round(max((w.longest_gap_ms() for w in writers.values()), default=0.0), 1),
+                     "errors": errors},
+    }
+
+
+def record_consolidation_evidence(run_id: str, writers: dict[str, Any], lost: int, journal_path=None) -> None:
+    from dbmigrate.app.runs import resolve_journal_path
+
+    with Journal(resolve_journal_path(journal_path)) as journal:
+        for name, value in consolidation_evidence(writers, lost).items():
+            journal.record_evidence(run_id, name, value)

@@ -18,10 +18,62 @@ CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "shapes" / "ca-capt
 pytestmark = pytest.mark.integration
 
 
-def test_rehearse_consolidate_remote_moves_every_shard_physically_and_loses_nothing(cli):
-    r = cli("rehearse", "consolidate", "--remote", "--shape", str(CAPTURE), "--scale", "0.02", "--json", timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rep = jsonlines.result(r.stdout)
+NAME = "consolkeep"
+
+
+def _processes_naming(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd and "pytest" not in cmd:
+            found.append(f"{proc.name} {cmd.strip()[:200]}")
+    return found
+
+
+def test_rehearse_consolidate_remote_moves_every_shard_physically_and_loses_nothing(cli, tmp_path):
+    from dbmigrate.rehearsal.sandbox.manager import Sandboxes
+    from dbmigrate.rehearsal.sandbox.ports import port_in_use
+
+    report = tmp_path / "consolidate.html"
+    r = cli("rehearse", "consolidate", "--remote", "--shape", str(CAPTURE), "--scale", "0.02", "--json",
+            "--keep", "--name", NAME, "--report", str(report), timeout=600)
+    try:
+        kept = Sandboxes().find(NAME)
+    except Exception:
+        kept = None
+    try:
+        assert r.returncode == 0, r.stderr[-3000:]
+        rep = jsonlines.result(r.stdout)
+        _check_rehearsal(rep)
+        # Ansible's provisioning is never silent: a line per task (and one at least every 10 s).
+        assert "… provisioning (" in r.stderr and "option group [mariadbd.NAME] of each instance" in r.stderr, \
+            r.stderr[-2000:]
+        # The same evidence as a promote's report: acknowledged and lost writes, the timeline.
+        html = report.read_text()
+        assert f'data-lost="0"' in html and "acknowledged writes: " in html and "Cutover timeline" in html
+        assert "Acknowledged writes per 10 ms" in html and "not recorded" not in html.split("Replica lag")[0]
+        # --keep: the sandbox is left as the run left it, and the output names what removes it.
+        assert rep["remove_with"] == f"dbmigrate sandbox down {NAME}"
+        ports = [i["planned_port"] for i in rep["instances"].values()]
+        assert all(port_in_use(p) for p in ports), ports  # the provisioned instances still serve
+    finally:
+        if kept is not None:
+            down = cli("sandbox", "down", NAME)
+            assert down.returncode == 0, down.stderr
+    # Removed whole: no process of the sandbox left (its servers, the provisioned instances and
+    # every sshd, each named by its directory), and nothing listens at the instances' ports.
+    assert kept is not None
+    assert _processes_naming(str(kept.path)) == [] and _processes_naming(f"sandbox-ssh/{NAME}") == []
+    assert not any(port_in_use(p) for p in ports), ports
+    assert not kept.path.exists()
+
+
+def _check_rehearsal(rep: dict) -> None:
     assert rep["ok"] and rep["remote"] and rep["run_status"] == "done", rep["summary"]
     # 4 old servers, 10 shards and the shape's, 2 hosts x 2 instances.
     assert len(rep["shards"]) == 11 and "ca" in rep["shards"] and len(rep["instances"]) == 4

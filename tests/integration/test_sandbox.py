@@ -103,6 +103,16 @@ def test_add_instances_status_and_down_leave_no_process(boxes, cli):
     assert "lifecycle" not in [s["name"] for s in jsonlines.result(r.stdout)]
 
 
+def test_rehearse_down_knows_a_kept_sandbox_by_its_name(boxes, cli):
+    boxes.up("keptbox", 0)
+    pids = boxes.pids("keptbox")
+    r = cli("rehearse", "down", "keptbox")
+    assert r.returncode == 0 and "removed sandbox keptbox" in r.stdout, r.stdout + r.stderr
+    assert pids and not any(pid_alive(p) for p in pids)
+    r = cli("rehearse", "down", "keptbox")  # gone: named as neither a sandbox nor a topology
+    assert r.returncode != 0 and "no compose topology named keptbox" in r.stderr, r.stderr
+
+
 def _inventory_text(port: int, extra: str = "", creds: str = "defaults_file: credentials.cnf, group: client-admin") -> str:
     return ("defaults:\n  connect_timeout: 1\n" + (f"  credentials: {{{creds}}}\n" if creds else "") +
             f"clusters:\n  c:\n    servers:\n      s1: {{host: {extra or '127.0.0.1'}, port: {port}}}\n")

@@ -144,7 +144,9 @@ def _admin(inv: Inventory) -> Credentials:
     return ref.resolve(inv.base)
 
 
-def provision(req: ProvisionRequest, log: Callable[[str], None] = lambda m: None) -> ProvisionResult:
+def provision(req: ProvisionRequest, log: Callable[[str], None] = lambda m: None,
+              progress: Callable[[str], None] | None = None) -> ProvisionResult:
+    """`log` gets Ansible's every line; `progress` a line per task and at least one every 10 s."""
     if req.start not in (None, "systemd", "direct"):
         raise UsageError(f"--start {req.start}: give systemd or direct")
     plan = load_plan(req.plan)
@@ -178,7 +180,8 @@ def provision(req: ProvisionRequest, log: Callable[[str], None] = lambda m: None
     private = Path(tempfile.mkdtemp(prefix="dbm-ansible-"))
     try:
         vars_file = private_vars_file(private, yaml.safe_dump({"dbmigrate_accounts_sql": accounts_script(accounts)}))
-        result.recap = run_playbook(out_dir, out_dir / "inventory.yml", out_dir / "provision.yml", vars_file, log=log)
+        result.recap = run_playbook(out_dir, out_dir / "inventory.yml", out_dir / "provision.yml", vars_file, log=log,
+                                    progress=progress)
     finally:
         shutil.rmtree(private, ignore_errors=True)
     result.instances = [check_instance(i, admin, inv.defaults.connect_timeout) for i in plan.instances]

@@ -47,6 +47,8 @@ class SeedSettings(BaseModel):
     max_source_lag_s: Optional[float] = Field(10, ge=0, le=86_400, description="pause the copy while a replica "
                                               "of the old server is further behind than this (s); null: never")
     probe_per_s: float = Field(100, gt=0, le=1000, description="latency probes per second on the old server")
+    write_probe_per_s: float = Field(10, ge=0, le=100, description="heartbeat writes per second on the old server "
+                                     "(the tool's own row): a commit's wait counts in the p99.9 like a read's (0: none)")
     window_s: float = Field(5, gt=0, le=600, description="the probe window p99.9 is computed over (s)")
     progress_every_s: float = Field(10, gt=0, le=3600, description="how often the copy reports rate and ETA (s)")
     global_grants: bool = Field(False, description="a logical copy also copies the global grants (ON *.*) of the "

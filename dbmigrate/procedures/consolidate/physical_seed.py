@@ -21,8 +21,10 @@ when one of these is missing, and says why.
 from __future__ import annotations
 
 import shlex
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from dbmigrate.db.credentials import option_file_text
 from dbmigrate.db.inspector import Inspector
@@ -44,6 +46,7 @@ from dbmigrate.procedures.consolidate.context import (
     shards_of,
     wild_patterns,
 )
+from dbmigrate.procedures.consolidate.backup_phases import COMMIT_LOCKS, LOG_COPY_INTERVAL_MS, BackupPhases
 from dbmigrate.procedures.consolidate.throttle import MB, Limits, Meter, Valve, Watcher, random_key, relay
 
 # MariaDB 10.11's mariadb-backup writes the first; later releases the second.
@@ -70,8 +73,26 @@ def parse_binlog_info(text: str, source_name: str = "the backup") -> BackupPosit
 
 def backup_command(defaults_file: str, target_dir: str, datadir: str) -> list[str]:
     # --defaults-file must come first; the password is in that file, never in argv.
+    # --log-copy-interval: under its commit lock the backup waits for one poll of its redo
+    # copy thread (1 s by default), a stall every commit on the source feels (backup_phases.py).
     return ["mariadb-backup", f"--defaults-file={defaults_file}", "--backup", "--stream=xbstream",
-            f"--target-dir={target_dir}", f"--datadir={datadir}"]
+            f"--target-dir={target_dir}", f"--datadir={datadir}", f"--log-copy-interval={LOG_COPY_INTERVAL_MS}"]
+
+
+# What mariadb-backup does not stream out of a datadir: binary and relay logs, the redo log
+# itself (it streams the redo written during the copy instead), temporary and runtime files.
+NOT_COPIED = ("ib_logfile*", "ibtmp*", "ib_buffer_pool", "*.pid", "*.err", "*.sock", "#sql*", "*.dbmigrate-*")
+
+
+def copy_estimate(host: Host, datadir: str, log_basenames: list[str]) -> Optional[int]:
+    """Bytes a physical copy of this datadir will stream, measured before it starts (its files,
+    without logs and runtime files); None when the host cannot tell. The redo written during
+    the copy comes on top: a copy that outgrows this says so."""
+    excludes = list(NOT_COPIED) + [f"{b}.*" for b in log_basenames if b]
+    try:
+        return host.tree_bytes(datadir, excludes)
+    except HostError:
+        return None
 
 
 def extract_command(staging: str) -> list[str]:
@@ -152,19 +173,36 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
         src_host.write_bytes(cnf, option_file_text(server_of(ctx, source).credentials, spec.host, spec.port).encode(),
                              mode=0o600)
         valve, meter = Valve(), Meter(ctx.clock.monotonic)
-        watcher = _watcher(ctx, inst, source, shards, valve, meter, total=src.data_size_bytes())
+        source_datadir = src.datadir()
+        estimate = copy_estimate(src_host, source_datadir, src.log_basenames())
+        under_lock: dict[str, int] = {}
+
+        def on_phase(ph: BackupPhases) -> None:
+            if ph.locking:
+                valve.set(None)  # at once, not at the watcher's next turn
+            if ph.phase in COMMIT_LOCKS:
+                under_lock.setdefault("from", meter.bytes)
+            elif not ph.locking and "from" in under_lock:
+                under_lock.setdefault("to", meter.bytes)
+
+        phases = BackupPhases(ctx.clock.monotonic, on_change=on_phase)
+        watcher = _watcher(ctx, inst, source, shards, valve, meter, total=estimate, phases=phases)
         watcher.start()
-        stream(src_host, backup_command(cnf, f"{workdir}/target", src.datadir()), dst_host, extract_command(staging),
+        stream(src_host, backup_command(cnf, f"{workdir}/target", source_datadir), dst_host, extract_command(staging),
                timeout=p.seed_timeout_s, what=f"stream a physical backup of {source} to {inst.name}",
-               relay=relay(valve, meter))
+               relay=relay(valve, meter), on_stderr_line=phases.feed)
         copied = meter.bytes
     finally:
         if watcher is not None:
             watcher.stop()
         src_host.run(["rm", "-rf", "--", workdir], what=f"remove {workdir}", check=False)
+    _report(ctx, inst, source, *watcher.progress(finished=True))
     copy_s = ctx.clock.monotonic() - started
-    dst_host.run(prepare_command(staging), timeout=p.seed_timeout_s, what=f"prepare the copy of {source}")
+    with ticking(ctx, f"seed {inst.name} from {source}: preparing the copy (mariadb-backup --prepare)"):
+        dst_host.run(prepare_command(staging), timeout=p.seed_timeout_s, what=f"prepare the copy of {source}")
     pos = read_position(dst_host, staging, source)
+    ctx.log(f"seed {inst.name} from {source}: prepared; {inst.name} is stopped, the copy swapped in, started again",
+            level="progress")
     control.stop(inst)
     res.servers.forget(inst.name)
     try:
@@ -198,15 +236,50 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
                              "total_s": round(total_s, 2), "rate_mb_s": round(rate, 2), "gtid": pos.gtid,
                              "log_file": pos.log_file, "log_pos": pos.log_pos, "dropped": dropped,
                              "pauses": watcher.pauses, "paused_s": round(watcher.valve.paused_s, 1),
-                             "worst_source_p999_ms": watcher.worst_p999_ms, "address": address}
+                             "worst_source_p999_ms": watcher.worst_p999_ms,
+                             "worst_source_write_p999_ms": watcher.worst_write_p999_ms,
+                             "longest_source_write_ms": watcher.longest_write_ms,
+                             "backup_lock_s": round(phases.locked_s, 3), "commit_lock_s": round(phases.commit_lock_s, 3),
+                             # what crossed while the source's commits waited (mostly the redo tail)
+                             "bytes_under_commit_lock": under_lock.get("to", copied) - under_lock.get("from", copied),
+                             "estimate_bytes": estimate, "address": address}
     with edit_state(ctx) as st:
         st.seeds[f"{inst.name}<-{source}"] = facts
     ctx.metric("seed_rate_mb_s", rate, "MB/s", instance=inst.name, source=source)
     paused = f", paused {watcher.pauses}x for {watcher.valve.paused_s:.0f}s" if watcher.pauses else ""
+    lock = (f"; the source's commits waited on the backup's lock {phases.commit_lock_s * 1000:.0f} ms "
+            f"({facts['bytes_under_commit_lock'] / MB:,.1f} MB crossed meanwhile)")
     return (f"copied {source} physically to {inst.name} ({copied / MB:,.1f} MB in {copy_s:.1f}s, {rate:.1f} MB/s"
-            f"{paused}; prepared and started in {total_s:.1f}s), kept {', '.join(shards)}"
+            f"{paused}{lock}; prepared and started in {total_s:.1f}s), kept {', '.join(shards)}"
             f"{'; dropped ' + ', '.join(dropped) if dropped else ''}; connection '{conn}' replicates them from "
             f"{start_at}")
+
+
+@contextmanager
+def ticking(ctx: RunContext, what: str, every_s: float = 10.0,
+            detail: Optional[Callable[[], str]] = None) -> Iterator[None]:
+    """Say `what` now, then again every `every_s` while the block runs (with `detail()`, e.g. the
+    bytes so far): no long wait is silent."""
+    ctx.log(what, level="progress")
+    done, began = threading.Event(), ctx.clock.monotonic()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            more = ""
+            if detail is not None:
+                try:
+                    more = f", {detail()}"
+                except Exception:  # noqa: BLE001 - a figure that cannot be read now is left out
+                    more = ""
+            ctx.log(f"{what}: {ctx.clock.monotonic() - began:.0f} s{more}", level="progress")
+
+    t = threading.Thread(target=tick, daemon=True, name="seed-ticker")
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join(1)
 
 
 def read_position(host: Host, staging: str, source: str) -> BackupPosition:
@@ -230,7 +303,7 @@ def keep_only_shards(ctx: RunContext, inst: PlannedInstance, shards: list[str]) 
 
 
 def _watcher(ctx: RunContext, inst: PlannedInstance, source: str, shards: list[str], valve: Valve, meter: Meter,
-             total: Optional[int]) -> Watcher:
+             total: Optional[int], phases: BackupPhases) -> Watcher:
     seed = params_of(ctx).seed
 
     live = {"mb_s": None, "held": False, "read": 0.0}
@@ -255,18 +328,36 @@ def _watcher(ctx: RunContext, inst: PlannedInstance, source: str, shards: list[s
                    cap=cap, limits=Limits(cap(), seed.max_source_p999_ms, seed.max_source_lag_s), total_bytes=total,
                    probe_per_s=seed.probe_per_s, window_s=seed.window_s, progress_every_s=seed.progress_every_s,
                    report=lambda text, figures: _report(ctx, inst, source, text, figures), clock=ctx.clock.monotonic,
-                   held=held)
+                   held=held, write_probe=write_probe_for(ctx, source) if seed.write_probe_per_s else None,
+                   write_probe_per_s=seed.write_probe_per_s or 1,
+                   locked=phases.reason)
 
 
 def _report(ctx: RunContext, inst: PlannedInstance, source: str, text: str, figures: dict) -> None:
-    ctx.log(f"seed {inst.name} from {source}: {text}")
+    ctx.log(f"seed {inst.name} from {source}: {text}", level="progress")
     # The figures ride along as labels: a live board shows % done, ETA and the source's p99.9.
-    total = figures.get("total_bytes")
-    labels = {"bytes": str(figures["bytes"]), "total_bytes": "" if total is None else str(total),
-              "eta_s": "" if figures["eta_s"] is None else str(figures["eta_s"]),
-              "source_p999_ms": "" if figures["source_p999_ms"] is None else f"{figures['source_p999_ms']:.1f}",
+    # total_bytes is never below bytes and pct never 100 before the end (throttle.progress_of).
+    def num(key: str, fmt: str = "{}") -> str:
+        v = figures.get(key)
+        return "" if v is None else fmt.format(v)
+
+    labels = {"bytes": str(figures["bytes"]), "total_bytes": num("total_bytes"), "pct": num("pct"),
+              "estimate_bytes": num("estimate_bytes"), "estimate_grown": "1" if figures.get("estimate_grown") else "",
+              "eta_s": num("eta_s"), "source_p999_ms": num("source_p999_ms", "{:.1f}"),
+              "source_write_p999_ms": num("source_write_p999_ms", "{:.1f}"),
+              "longest_write_ms": num("longest_write_ms", "{:.1f}"),
               "throttle": str(figures["throttle"]), "paused_s": str(figures["paused_s"])}
     ctx.metric("seed_rate_mb_s", figures["rate_mb_s"], "MB/s", instance=inst.name, source=source, **labels)
+
+
+def write_probe_for(ctx: RunContext, source: str):
+    """One heartbeat written on the old server (`dbmigrate.heartbeat`, the tool's own row; nothing
+    where it is read-only): how long a commit waits there. The instance's filter keeps the row
+    out of the copy's replication, and the copy's own dbmigrate schema is dropped with the
+    other schemas it does not hold."""
+    from dbmigrate.lag import write_heartbeat
+
+    return lambda: write_heartbeat(server_of(ctx, source))
 
 
 def probe_for(ctx: RunContext, source: str, shards: list[str]):
@@ -308,5 +399,5 @@ def describe_physical(inst: PlannedInstance, source: str, shards: list[str]) -> 
                         f"START SLAVE '{connection_name(source)}'")]
 
 
-__all__ = ["BINLOG_INFO_FILES", "BackupPosition", "InstanceControl", "backup_command", "describe_physical",
+__all__ = ["BINLOG_INFO_FILES", "ticking", "BackupPosition", "InstanceControl", "backup_command", "describe_physical",
            "parse_binlog_info", "physical_blockers", "seed_physically"]

@@ -16,7 +16,8 @@ from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
 from dbmigrate.procedures.consolidate.accounts import copy_accounts, differences, shard_accounts, try_login
-from dbmigrate.procedures.consolidate.physical_seed import describe_physical, physical_blockers, seed_physically
+from dbmigrate.procedures.consolidate.physical_seed import describe_physical, physical_blockers, seed_physically, ticking
+from dbmigrate.procedures.consolidate.throttle import mb_text
 from dbmigrate.procedures.consolidate.context import (
     ConsolidateError,
     address_of,
@@ -97,11 +98,15 @@ def seed_logically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
             private_defaults_file(src_srv.credentials, src_srv.host, src_srv.port) as src_cnf, \
             private_defaults_file(dst_srv.credentials, dst_srv.host, dst_srv.port) as dst_cnf:
         dump = Path(tmp) / "seed.sql"
+        said = f"seed {inst.name} from {source}"
         try:
-            dump_schemas(src_cnf, shards, dump, params_of(ctx).seed_timeout_s, source)
+            with ticking(ctx, f"{said}: dumping {', '.join(shards)} (mariadb-dump)",
+                         detail=lambda: f"{mb_text(dump.stat().st_size)} dumped"):
+                dump_schemas(src_cnf, shards, dump, params_of(ctx).seed_timeout_s, source)
             with open(dump, "rb") as f:
                 log_file, log_pos = dump_coordinates(f.read(64 * 1024).decode(errors="replace"))
-            load_dump(dst_cnf, dump, params_of(ctx).seed_timeout_s, inst.name)
+            with ticking(ctx, f"{said}: loading the dump ({mb_text(dump.stat().st_size)}) into {inst.name}"):
+                load_dump(dst_cnf, dump, params_of(ctx).seed_timeout_s, inst.name)
         except DumpFailed as e:
             raise ConsolidateError(e.message) from None
         size = dump.stat().st_size

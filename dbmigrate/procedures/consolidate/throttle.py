@@ -89,6 +89,61 @@ def eta_s(done: int, total: Optional[int], rate_bps: float) -> Optional[float]:
     return (total - done) / rate_bps
 
 
+# Shown before the copy ends: at most this share of the total (never "100%").
+MAX_RUNNING_SHARE = 0.99
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a copy's progress may honestly say while it runs.
+
+    `total` is the estimate of what will be copied, grown when the copy outgrows it (then
+    `grown` is set and the ETA is unknown: nothing says how much more comes); `pct` stays
+    at most 99 until the copy has ended, and `eta_s` at least 1 s; no estimate (or one
+    of 0 bytes) gives no share and no ETA, never "of ~0 MB"."""
+
+    done: int
+    total: Optional[int]
+    estimate: Optional[int]
+    pct: Optional[float]
+    eta_s: Optional[float]
+    grown: bool
+    finished: bool
+
+    def share_text(self) -> str:
+        if self.finished:
+            return f"{mb_text(self.done)} copied (done)"
+        if self.total is None or self.pct is None:
+            return f"{mb_text(self.done)} copied"
+        past = f", past the estimate of {mb_text(self.estimate or 0)}" if self.grown else ""
+        return f"{mb_text(self.done)} of ~{mb_text(self.total)} ({math.floor(self.pct + 1e-6):.0f}%{past})"
+
+    def eta_text(self) -> str:
+        return "?" if self.eta_s is None else f"{self.eta_s:.0f} s"
+
+
+def mb_text(n: float) -> str:
+    """Megabytes with enough digits that a non-zero amount never reads as 0 MB."""
+    v = n / MB
+    if v >= 10 or v == 0:
+        return f"{v:,.0f} MB"
+    return f"{v:.1f} MB" if v >= 0.1 else f"{v:.2f} MB" if v >= 0.01 else f"{n / 1000:,.0f} kB"
+
+
+def progress_of(done: int, estimate: Optional[int], rate_bps: float, finished: bool = False) -> Progress:
+    if finished:
+        return Progress(done, done, estimate, 100.0, 0.0, bool(estimate and done > estimate), True)
+    if not estimate or estimate <= 0:
+        return Progress(done, None, None, None, None, False, False)
+    grown = done >= estimate
+    # Past 99% of the estimate the total shown grows with the copy, so that no share computed
+    # from these bytes (here or on a board) reads 100% before the end.
+    total = estimate if done <= MAX_RUNNING_SHARE * estimate else math.ceil(done / MAX_RUNNING_SHARE)
+    pct = min(100 * MAX_RUNNING_SHARE, 100 * done / total)
+    eta = None if grown or rate_bps <= 0 else max(1.0, (estimate - done) / rate_bps)
+    return Progress(done, total, estimate, pct, eta, grown, False)
+
+
 class Valve:
     """A token bucket whose rate can change (or drop to 0: paused) while bytes flow."""
 
@@ -199,14 +254,26 @@ class Watcher(threading.Thread):
                  lag: Callable[[], Optional[float]], cap: Callable[[], Optional[float]], limits: Limits,
                  total_bytes: Optional[int], probe_per_s: float, window_s: float, progress_every_s: float,
                  report: Callable[[str, dict[str, Any]], None], clock: Callable[[], float] = time.monotonic,
-                 held: Callable[[], bool] = lambda: False):
+                 held: Callable[[], bool] = lambda: False,
+                 write_probe: Optional[Callable[[], None]] = None, write_probe_per_s: float = 10,
+                 locked: Callable[[], Optional[str]] = lambda: None):
         super().__init__(daemon=True, name="seed-watcher")
         self.valve, self.meter, self.probe, self.lag, self.cap = valve, meter, probe, lag, cap
         self.limits, self.total = limits, total_bytes
         self.interval = 1 / probe_per_s
         self.window_s, self.progress_every_s = window_s, progress_every_s
         self.report, self.clock, self.held = report, clock, held
+        self.locked = locked
         self.samples: deque[tuple[float, float]] = deque()
+        # Writes: (start, ms, under the backup's lock). A commit that waited on the backup's own
+        # lock says nothing pacing can change (the copy is never paced then): kept for the
+        # record (longest_write_ms), left out of decisions.
+        self.write_probe = write_probe
+        self.write_interval = 1 / write_probe_per_s
+        self.write_samples: deque[tuple[float, float, bool]] = deque()
+        self.longest_write_ms: Optional[float] = None
+        self.longest_write_under_lock_ms: Optional[float] = None
+        self.worst_write_p999_ms: Optional[float] = None
         self.stop_flag = threading.Event()
         self.decision = Decision(limits.cap_bps, "starting")
         self.pauses = 0
@@ -214,14 +281,20 @@ class Watcher(threading.Thread):
         self.probe_errors = 0
         self.lag_s: Optional[float] = None
         self._in_flight_since: Optional[float] = None
+        self._write_in_flight: Optional[tuple[float, bool]] = None
 
     def p999_ms(self) -> Optional[float]:
         return percentile(self.window_ms(), 99.9)
+
+    def write_p999_ms(self) -> Optional[float]:
+        return percentile(self.write_window_ms(), 99.9)
 
     def run(self) -> None:
         prober = threading.Thread(target=self._probe_loop, daemon=True, name="seed-probe")
         if self.limits.max_p999_ms is not None:
             prober.start()
+            if self.write_probe is not None:
+                threading.Thread(target=self._write_probe_loop, daemon=True, name="seed-write-probe").start()
         next_lag = 0.0
         next_report = self.clock() + self.progress_every_s
         while not self.stop_flag.is_set():
@@ -256,6 +329,34 @@ class Watcher(threading.Thread):
                 self.samples.popleft()
             self.stop_flag.wait(self.interval)
 
+    def _write_probe_loop(self) -> None:
+        """One small committed write on the source at a time (the tool's heartbeat row): how long
+        a commit takes there now, which a read cannot see (a commit lock lets reads through)."""
+        assert self.write_probe is not None
+        while not self.stop_flag.is_set():
+            started = self.clock()
+            under_lock = self.locked() is not None
+            self._write_in_flight = (started, under_lock)
+            try:
+                t = time.perf_counter()
+                self.write_probe()
+                ms = (time.perf_counter() - t) * 1000
+                under_lock = under_lock or self.locked() is not None
+                self.write_samples.append((started, ms, under_lock))
+                self._note_write(ms, under_lock)
+            except Exception:
+                self.probe_errors += 1
+            finally:
+                self._write_in_flight = None
+            while self.write_samples and self.clock() - self.write_samples[0][0] > self.window_s:
+                self.write_samples.popleft()
+            self.stop_flag.wait(self.write_interval)
+
+    def _note_write(self, ms: float, under_lock: bool) -> None:
+        self.longest_write_ms = max(self.longest_write_ms or 0.0, ms)
+        if under_lock:
+            self.longest_write_under_lock_ms = max(self.longest_write_under_lock_ms or 0.0, ms)
+
     def window_ms(self) -> list[float]:
         out = [ms for _, ms in list(self.samples)]
         since = self._in_flight_since
@@ -263,17 +364,39 @@ class Watcher(threading.Thread):
             out.append((self.clock() - since) * 1000)
         return out
 
+    def write_window_ms(self) -> list[float]:
+        """The writes of the window that pacing answers for (not those under the backup's lock)."""
+        out = [ms for _, ms, under_lock in list(self.write_samples) if not under_lock]
+        flight = self._write_in_flight
+        if flight is not None and not flight[1] and self.locked() is None:
+            out.append((self.clock() - flight[0]) * 1000)
+        return out
+
     def _decide(self) -> None:
         limits = Limits(self.cap(), self.limits.max_p999_ms, self.limits.max_lag_s)
-        window = self.window_ms()
-        p999 = percentile(window, 99.9)
-        # A p99.9 of a few samples says little, except that it is past the limit: slow probes
-        # (a hurting source) are exactly when samples are few.
-        over = p999 is not None and self.limits.max_p999_ms is not None and p999 > self.limits.max_p999_ms
-        trusted = p999 if (len(window) >= 20 or over) else None
-        if trusted is not None:
-            self.worst_p999_ms = max(self.worst_p999_ms or 0.0, trusted)
-        d = decide(limits, trusted, self.lag_s)
+        lock = self.locked()
+        if lock is not None:
+            # The backup holds a lock on the source: every byte held back here stretches it.
+            self.decision = Decision(None, lock)
+            self.valve.set(None)
+            return
+        limit = self.limits.max_p999_ms
+
+        def trusted(window: list[float]) -> Optional[float]:
+            # A p99.9 of a few samples says little, except that it is past the limit: slow probes
+            # (a hurting source) are exactly when samples are few.
+            p = percentile(window, 99.9)
+            over = p is not None and limit is not None and p > limit
+            return p if (len(window) >= 20 or over) else None
+
+        reads, writes = trusted(self.window_ms()), trusted(self.write_window_ms())
+        if writes is not None:
+            self.worst_write_p999_ms = max(self.worst_write_p999_ms or 0.0, writes)
+        known = [v for v in (reads, writes) if v is not None]
+        trusted_p999 = max(known) if known else None
+        if trusted_p999 is not None:
+            self.worst_p999_ms = max(self.worst_p999_ms or 0.0, trusted_p999)
+        d = decide(limits, trusted_p999, self.lag_s)
         if self.held():
             d = Decision(0, "paused by the operator (consolidate throttle RUN --resume lets it go on)")
         rate = d.rate_bps
@@ -284,17 +407,22 @@ class Watcher(threading.Thread):
         self.decision = Decision(rate, d.reason)
         self.valve.set(rate)
 
-    def progress(self) -> tuple[str, dict[str, Any]]:
-        done, rate = self.meter.bytes, self.meter.recent_rate()
-        eta = eta_s(done, self.total, rate)
-        share = f" of ~{self.total / MB:,.0f} MB ({min(100.0, 100 * done / self.total):.0f}%)" if self.total else ""
-        p999 = self.p999_ms()
-        figures = {"bytes": done, "total_bytes": self.total, "rate_mb_s": round(rate / MB, 2),
-                   "eta_s": None if eta is None else round(eta), "source_p999_ms": p999, "lag_s": self.lag_s,
+    def progress(self, finished: bool = False) -> tuple[str, dict[str, Any]]:
+        done = self.meter.bytes
+        rate = self.meter.average_rate() if finished else self.meter.recent_rate()
+        pr = progress_of(done, self.total, rate, finished)
+        reads, writes = self.p999_ms(), self.write_p999_ms()
+        p999 = max((v for v in (reads, writes) if v is not None), default=None)
+        figures = {"bytes": done, "total_bytes": pr.total, "estimate_bytes": pr.estimate,
+                   "pct": None if pr.pct is None else round(pr.pct, 1), "estimate_grown": pr.grown,
+                   "rate_mb_s": round(rate / MB, 2), "eta_s": None if pr.eta_s is None else round(pr.eta_s),
+                   "source_p999_ms": p999, "source_read_p999_ms": reads, "source_write_p999_ms": writes,
+                   "longest_write_ms": self.longest_write_ms, "lag_s": self.lag_s,
                    "throttle": self.decision.reason, "paused_s": round(self.valve.paused_s, 1)}
-        text = (f"{done / MB:,.0f} MB{share} at {rate / MB:.1f} MB/s, ETA "
-                f"{'?' if eta is None else f'{eta:.0f} s'}; {self.decision.reason}"
-                + (f"; source p99.9 {p999:.1f} ms" if p999 is not None else ""))
+        eta = "" if finished else f", ETA {pr.eta_text()}"
+        text = (f"{pr.share_text()} at {rate / MB:.1f} MB/s{eta}; {self.decision.reason}"
+                + (f"; source p99.9 reads {reads:.1f} ms" if reads is not None else "")
+                + (f", writes {writes:.1f} ms" if writes is not None else ""))
         return text, figures
 
     def stop(self) -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import threading
 import time
 from contextlib import contextmanager
@@ -41,6 +42,20 @@ def check_name(name: str) -> str:
     return name
 
 
+
+
+def _adopted_pid(name: str, rec: dict[str, Any]) -> int | None:
+    """The live mariadbd of an adopted instance: its pid file's pid, if that process is a mariadbd
+    started with this instance's option group (never another process that reused the pid)."""
+    try:
+        pid = int(Path(rec["pid_file"]).read_text().split()[0])
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
+    args = [a.decode(errors="replace") for a in argv if a]
+    ours = any(a.endswith(f"--defaults-group-suffix=.{name}") for a in args) or \
+        any(rec.get("datadir") and a == f"--datadir={rec['datadir']}" for a in args)
+    return pid if args and args[0].rsplit("/", 1)[-1] in ("mariadbd", "mysqld") and ours else None
 
 
 def _index_path() -> Path:
@@ -83,6 +98,9 @@ class SandboxState:
     haproxy: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
     ssh: dict[str, Any] | None = None  # instance -> its sshd (pid, config, access block)
+    # mariadbd processes created for this sandbox by other means (a consolidation rehearsal's
+    # instances, provisioned by Ansible): name -> pid_file, port, datadir. `down` stops them too.
+    adopted: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -376,6 +394,38 @@ class Sandboxes:
     def pids(self, name: str) -> list[int]:
         return [s["pid"] for s in self.status(name) if s["pid"] and s["running"]]
 
+    def adopt(self, sandbox: str, processes: dict[str, dict[str, Any]]) -> None:
+        """Record mariadbd processes this sandbox did not start but owns from now on (each with
+        `pid_file`, `port`, `datadir`): `down` stops them with its own instances."""
+        with self._edit(sandbox) as state:
+            state.adopted.update(processes)
+
+    def adopt_sshd(self, sandbox: str, key: str, record: dict[str, Any]) -> None:
+        """An sshd started for the sandbox beside its instances' (a target host's): `down` stops it."""
+        with self._edit(sandbox) as state:
+            state.ssh = {**(state.ssh or {}), key: record}
+
+    def _stop_adopted(self, state: SandboxState, timeout_s: float = 120) -> list[str]:
+        stopped = []
+        for name, rec in state.adopted.items():
+            pid = _adopted_pid(name, rec)
+            if pid is None:
+                continue
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            deadline = time.monotonic() + timeout_s
+            while pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if pid_alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            stopped.append(name)
+        return stopped
+
     def stop_instance(self, sandbox: str, instance: str) -> None:
         self._stop_instance(self.find(sandbox), instance)
 
@@ -407,6 +457,7 @@ class Sandboxes:
             from dbmigrate.rehearsal.sandbox import sshd  # optional component
 
             sshd.stop_for_sandbox(state)
+        stopped += self._stop_adopted(state)
         for iname in state.instances:
             inst = self._instance(state, iname)
             if inst.is_running():

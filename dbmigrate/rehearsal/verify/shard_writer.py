@@ -117,3 +117,56 @@ class ShardWriter(AckedWrites, threading.Thread):
         times = [t for _, _, t in list(self.acks)]
         return max(((b - a) * 1000 for a, b in zip(times, times[1:])), default=0.0)
 
+
+
+def _serve_writer(conn, routes: str, shard: str, user: str, password: str, interval_s: float) -> None:
+    import gc
+
+    gc.disable()  # a full collection over many acks would be a stall of the writer's own
+    w = ShardWriter(Path(routes), shard, Credentials(user, password), interval_s=interval_s)
+    w.start()
+    while True:
+        cmd = conn.recv()
+        if cmd == "stop":
+            w.stop()
+        conn.send(([(i, a, t) for i, a, t in list(w.acks)], dict(w.errors)))
+        if cmd == "stop":
+            return
+
+
+class ShardWriterProcess:
+    """A ShardWriter in a process of its own, as an application is: in the tool's process it would
+    share the interpreter lock with the copy's relay and watcher, and time their turns as stalls.
+    `refresh()` fetches its acknowledgements so far; `stop()` ends it and fetches them all."""
+
+    def __init__(self, routes: Path, shard: str, creds: Credentials, interval_s: float = 0.01):
+        import multiprocessing as mp
+
+        self.conn, child = mp.Pipe()
+        self.proc = mp.get_context("fork").Process(
+            target=_serve_writer, args=(child, str(routes), shard, creds.user, creds.password or "", interval_s),
+            daemon=True)
+        self.proc.start()
+        self.acks: list[tuple[int, str, float]] = []
+        self.errors: dict[str, int] = {}
+
+    def refresh(self) -> None:
+        if self.proc.is_alive():
+            self.conn.send("acks")
+            self.acks, self.errors = self.conn.recv()
+
+    def wait_acks_on(self, address: str, n: int, timeout_s: float = 30) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.refresh()
+            if sum(1 for _, a, _ in self.acks if a == address) >= n:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            self.conn.send("stop")
+            self.acks, self.errors = self.conn.recv()
+        self.proc.join(10)
