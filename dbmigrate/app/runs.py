@@ -470,9 +470,11 @@ def _fault_injection(bus: EventBus) -> Iterator[None]:
     unsubscribe = bus.subscribe(pauser.on_event)
     connection.add_statement_listener(pauser.on_sent)
     faultpoint.add_router_listener(pauser.on_sent)
+    faultpoint.add_sending_listener(pauser.on_sending)
     try:
         yield
     finally:
+        faultpoint.remove_sending_listener(pauser.on_sending)
         faultpoint.remove_router_listener(pauser.on_sent)
         connection.remove_statement_listener(pauser.on_sent)
         unsubscribe()

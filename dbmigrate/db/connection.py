@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import mysql.connector
 from mysql.connector import errorcode
 
+from dbmigrate import faultpoint
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, for_server
 from dbmigrate.db.generation import GENERATIONS
@@ -255,6 +256,7 @@ class Server:
                     self._cursor = conn.cursor(dictionary=True)
                 cur = self._cursor
                 self._socket_timeouts(cur, bound if bound is not None else self.read_timeout)
+                faultpoint.sending(self.name, shown)  # no-op unless a fault-injection pause listens
                 cur.execute(text, params)
                 if fetch == "count":
                     result: Any = sum(1 for _ in cur) if cur.with_rows else 0
