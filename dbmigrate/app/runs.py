@@ -125,6 +125,8 @@ def start_run(
             raise UsageError(f"{playbook.path}: the {playbook.procedure} procedure does not take "
                              f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     with Journal(resolve_journal_path(journal_path, playbook)) as journal:
+        if not (dry_run or playbook.spec.dry_run):
+            refuse_beside_unfinished(journal, playbook.cluster)
         run_id = new_run_id()
         journal.create_run(
             run_id, procedure=playbook.procedure, cluster=playbook.cluster,
@@ -134,6 +136,27 @@ def start_run(
         if rehearsal:
             journal.mark_rehearsal(run_id)
         return _drive(playbook, journal, run_id, "run", subscribers, approver, assume_yes, cancel=cancel)
+
+
+def refuse_beside_unfinished(journal: Journal, cluster: str) -> None:
+    """A new run never starts on a cluster whose last run stopped mid-change: its process died (kill -9,
+    power loss) with steps done or a statement on the wire, or its rollback failed. A new run would read
+    a half-done topology and decide without settling what the dead process sent; the operator finishes
+    or undoes that run first, with the command named here."""
+    for newest in journal.newest_runs(cluster, rehearsals=True):
+        run = journal.get_run(newest["id"])
+        if run is None or run.get("dry_run"):
+            continue
+        began = bool(journal.completed_steps(run["id"]) or journal.unfinished_steps(run["id"]))
+        if process_gone(run) and began:
+            why = f"its process {run['pid']} is gone with steps done or in flight"
+        elif run.get("status") == "rollback_failed":
+            why = "its rollback failed"
+        else:
+            continue
+        raise CommandFailed(REFUSED, f"refused before any change: run {run['id']} of cluster {cluster} stopped "
+                                     f"mid-change ({why}); a new run would decide on a half-done cutover",
+                            hint=f"finish it: dbmigrate resume {run['id']}, or undo it: dbmigrate rollback {run['id']}")
 
 
 def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
