@@ -73,6 +73,13 @@ class _Generations:
             self._previous = {**self._previous, **self._known}
             self._known.clear()
 
+    def forget(self, address: str) -> None:
+        """The server at `address` was replaced (a physical copy brought another server's counter
+        with its datadir): the next statement there bumps again, above whatever it holds now."""
+        with self._lock:
+            self._known.pop(address, None)
+            self._previous.pop(address, None)
+
     def disarm(self) -> None:
         with self._lock:
             self.run_id = None
