@@ -24,11 +24,17 @@ old server's port, the instance's port or only the tool's connection dropped for
 statement's bound, the tool frozen right after it for 2x; old servers built once and reused, each row
 on fresh instances and ended rolled back. `promote/disk-full-candidate/after-open/rollback`: the
 candidate's datadir on a tmpfs of its own, filled right after the open.
+kill -9 with a statement in flight (`*/kill9-in-flight/*`): at every mutating step of promote (fence,
+open, router flip, reset, repoint, reverse), the schema swap (DDL, fence, open, the switch back's fence
+and open) and consolidation's per-server cutover (fence, route change, open, reverse), the run paused
+right before the step's statement, its target cut off (port dropped both ways; HAProxy frozen for the
+flip), the statement sent into the cut, the tool killed 1.5 s later, the cut healed 7 s after the send,
+then `rollback`, `resume` or a new `run` of the same playbook.
 The watcher reads @@read_only every 10 ms over unix sockets (a partition does not blind it)
 and every row is judged until --after-exit seconds after the tool and the operator's
 command exited (default 30): a statement given up on may still land.
 
-    python bench/faults.py [--list] [--only PATTERNS] [--fast] [--json] [--after-exit S]
+    python bench/faults.py [--list] [--only PATTERNS] [--fast] [--json] [--rows-file F] [--after-exit S]
 
 --only takes comma-separated ids or globs: `--only 'promote/kill9/*'`, `--only '*/in-fence/*'`,
 `--only '*/partition-*,*/freeze-tool/*'`. The whole matrix takes about three hours on 2 cores
@@ -81,6 +87,8 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated scenario ids or glob patterns")
     ap.add_argument("--fast", action="store_true", help="only the subset the test suite runs")
     ap.add_argument("--json", action="store_true", help="one JSON document with every result")
+    ap.add_argument("--rows-file", help="append each row's result to this file as one JSON line as soon as it is "
+                                        "judged (kept when the matrix is stopped part way)")
     ap.add_argument("--after-exit", type=float, default=30.0,
                     help="seconds each row is still judged after the tool and the operator's command exited")
     args = ap.parse_args()
@@ -110,6 +118,9 @@ def main() -> int:
             else:
                 r = run_scenario(cluster, sc, say, after_exit_s=args.after_exit)
             results.append(r)
+            if args.rows_file:
+                with open(args.rows_file, "a") as f:
+                    f.write(json.dumps(r.to_dict()) + "\n")
             say(f"  {r.verdict} in {r.duration_s:.0f}s: lost {r.lost_total}, two-writable {r.two_writable}, "
                 f"no-writer {r.longest_no_writer_ms:.0f} ms, app gap {r.writer_gap_ms} ms, bound {r.bound_ms:.0f} ms, healthy {r.healthy}, "
                 f"operator {r.action}" + (f"; {'; '.join(r.why)[:300]}" if r.why else ""))

@@ -8,11 +8,15 @@ steps) and has no use in production.
     DBMIGRATE_FAULT_PAUSE=after:<step>         when the step has finished (journaled), before the next one
     DBMIGRATE_FAULT_PAUSE=in:<step>:<text>     right after the first statement or router command containing
                                                <text> (case-insensitive) that the tool sent during <step>
+    DBMIGRATE_FAULT_PAUSE=sending:<step>:<text> right BEFORE that statement or router command is sent (the
+                                               harness cuts its target off, then releases it into the cut)
     DBMIGRATE_FAULT_PAUSE_FILE=<path>          written when paused ("<pid> <point>"); the pause lasts until the
                                                harness removes it, at most DBMIGRATE_FAULT_PAUSE_S seconds (30)
 
 <step> is the start of a step's name ("fence", "switch router", "repoint"). Only the first
-matching point pauses, and only steps run forward (not undos).
+matching point pauses, and only steps run forward (not undos). The pause file's second line
+names the target of the statement ("target <server name>", or "target router <kind>") for
+the points that pause at a statement.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from typing import Any
 ENV_POINT = "DBMIGRATE_FAULT_PAUSE"
 ENV_FILE = "DBMIGRATE_FAULT_PAUSE_FILE"
 ENV_MAX_S = "DBMIGRATE_FAULT_PAUSE_S"
-WHENS = ("before", "after", "in")
+WHENS = ("before", "after", "in", "sending")
+AT_STATEMENT = ("in", "sending")
 
 
 @dataclass(frozen=True)
@@ -36,15 +41,17 @@ class PausePoint:
     text: str = ""  # for "in": part of a statement or router command, lower case
 
     def __str__(self) -> str:
-        return f"{self.when}:{self.step}" + (f":{self.text}" if self.when == "in" else "")
+        return f"{self.when}:{self.step}" + (f":{self.text}" if self.when in AT_STATEMENT else "")
 
 
 def parse_point(spec: str) -> PausePoint:
-    """`before:fence`, `after:switch router`, `in:fence:read_only=on` -> PausePoint (ValueError if malformed)."""
+    """`before:fence`, `after:switch router`, `in:fence:read_only=on`, `sending:open:read_only=off`
+    -> PausePoint (ValueError if malformed)."""
     when, _, rest = spec.strip().partition(":")
-    step, _, text = rest.partition(":") if when == "in" else (rest, "", "")
-    if when not in WHENS or not step.strip() or (when == "in" and not text.strip()):
-        raise ValueError(f"{ENV_POINT}={spec!r}: expected before:<step>, after:<step> or in:<step>:<text>")
+    step, _, text = rest.partition(":") if when in AT_STATEMENT else (rest, "", "")
+    if when not in WHENS or not step.strip() or (when in AT_STATEMENT and not text.strip()):
+        raise ValueError(f"{ENV_POINT}={spec!r}: expected before:<step>, after:<step>, in:<step>:<text> "
+                         f"or sending:<step>:<text>")
     return PausePoint(when, step.strip().lower(), text.strip().lower())
 
 
@@ -67,18 +74,25 @@ class Pauser:
         if self._is_our_step(name) and (kind, self.point.when) in (("StepStarted", "before"), ("StepFinished", "after")):
             self.pause()
 
-    def on_sent(self, target: str, text: str, *_: Any) -> None:
-        if self.point.when == "in" and self.step is not None and self._is_our_step(self.step) \
-                and self.point.text in text.lower():
-            self.pause()
+    def _at_our_statement(self, when: str, text: str) -> bool:
+        return self.point.when == when and self.step is not None and self._is_our_step(self.step) \
+            and self.point.text in text.lower()
 
-    def pause(self) -> None:
+    def on_sent(self, target: str, text: str, *_: Any) -> None:
+        if self._at_our_statement("in", text):
+            self.pause(target)
+
+    def on_sending(self, target: str, text: str) -> None:
+        if self._at_our_statement("sending", text):
+            self.pause(target)
+
+    def pause(self, target: str | None = None) -> None:
         if self.done:
             return
         self.done = True
         # Written aside and renamed: whoever sees the marker reads it whole, never empty.
         tmp = self.marker.with_name(self.marker.name + ".tmp")
-        tmp.write_text(f"{os.getpid()} {self.point}\n")
+        tmp.write_text(f"{os.getpid()} {self.point}\n" + (f"target {target}\n" if target else ""))
         tmp.replace(self.marker)
         deadline = time.monotonic() + self.max_s
         # Signals arrive here: SIGINT raises KeyboardInterrupt out of the sleep.
@@ -100,11 +114,29 @@ def from_environment() -> Pauser | None:
 
 # Router commands are not SQL statements: the routing layer reports them here.
 _router_listeners: list = []
+# Statements and router commands about to be sent (the `sending:` points).
+_sending_listeners: list = []
 
 
 def router_command_sent(text: str) -> None:
     for fn in list(_router_listeners):
         fn("router", text)
+
+
+def sending(target: str, text: str) -> None:
+    """Called right before a statement (target: the server's name) or a router command
+    (target: `router <kind>`) is sent; a `sending:` pause holds it there."""
+    for fn in list(_sending_listeners):
+        fn(target, text)
+
+
+def add_sending_listener(fn) -> None:
+    _sending_listeners.append(fn)
+
+
+def remove_sending_listener(fn) -> None:
+    if fn in _sending_listeners:
+        _sending_listeners.remove(fn)
 
 
 def add_router_listener(fn) -> None:

@@ -17,7 +17,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterable, Union
+from typing import Any, Callable, Iterable, Union
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -49,6 +49,10 @@ class Locator:
         return self.lines.get(loc)
 
 
+# What finds the line a data path was written on: a Locator, or a function over one.
+LineOf = Callable[[Iterable[str | int]], "int | None"]
+
+
 def format_loc(loc: Iterable[str | int]) -> str:
     """("gates", 1, "kind") -> "gates[1].kind"."""
     out = ""
@@ -57,7 +61,7 @@ def format_loc(loc: Iterable[str | int]) -> str:
     return out
 
 
-def error_at(path: str | Path, locate: Locator, loc: Loc, message: str, hint: str | None = None) -> ConfigError:
+def error_at(path: str | Path, locate: LineOf, loc: Loc, message: str, hint: str | None = None) -> ConfigError:
     """A ConfigError for one field, formatted like every other config message."""
     line = locate(loc)
     where = f"{path}:{line}" if line else f"{path}"
@@ -290,7 +294,7 @@ def _explain_union(errors: list[dict[str, Any]]) -> str:
 def format_validation_error(
     path: str | Path,
     exc: ValidationError,
-    locate: Locator,
+    locate: LineOf,
     *,
     data: Any = None,
     model: type[BaseModel] | None = None,

@@ -17,6 +17,7 @@ from dbmigrate.exceptions import UsageError
 from dbmigrate.hosts import host_for, slow_log_source
 
 if TYPE_CHECKING:
+    from dbmigrate.db.connection import Server
     from rich.console import RenderableType
     from rich.text import Text
 
@@ -25,15 +26,20 @@ if TYPE_CHECKING:
     from dbmigrate.digest.policy import Decision
 
 
-def _open_server(inventory: Optional[Path], server: Optional[str]):
+def _server_named(inventory: Optional[Path], server: Optional[str]) -> tuple[Path, str]:
     if inventory is None or server is None:
         raise UsageError("--inventory and --server are required",
                          hint="e.g. --inventory inventory.yaml --server db-1 "
                               "(or digest an existing log with --slow-log FILE)")
-    return load_inventory(inventory).open(server)
+    return inventory, server
 
 
-def _exit_on_sigterm(signum, frame) -> None:
+def _open_server(inventory: Optional[Path], server: Optional[str]) -> Server:
+    path, name = _server_named(inventory, server)
+    return load_inventory(path).open(name)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
@@ -42,11 +48,12 @@ def capture(inventory: Optional[Path], server: Optional[str], seconds: float, ou
             progress: Callable[[str], None] | None = None, sample: int = 1) -> Any:
     """Open a window (long_query_time=0 to a file of our own; 1 statement in `sample` logged),
     digest it, restore the settings."""
-    srv = _open_server(inventory, server)
+    path, name = _server_named(inventory, server)
+    srv = _open_server(path, name)
     try:
-        inv = load_inventory(inventory)
-        source = slow_log_source(inv, server)
-        reader = HostFileReader(host_for(inv, server)) if source == "file" else None
+        inv = load_inventory(path)
+        source = slow_log_source(inv, name)
+        reader = HostFileReader(host_for(inv, name)) if source == "file" else None
         # A plain `kill` should still close the window: turn SIGTERM into an exit that runs
         # the restore. SIGKILL cannot be caught; that is what `digest restore` is for.
         previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)

@@ -125,6 +125,15 @@ def start_run(
             raise UsageError(f"{playbook.path}: the {playbook.procedure} procedure does not take "
                              f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     with Journal(resolve_journal_path(journal_path, playbook)) as journal:
+        if not (dry_run or playbook.spec.dry_run):
+            dead = unfinished_run_of(journal, playbook.cluster)
+            if dead is not None:
+                take_over_or_refuse(dead, str(playbook.path.resolve()), playbook.sha256, bool(params_update))
+                _announce(subscribers, dead["id"], f"run {dead['id']} of this playbook stopped mid-change (its process "
+                                       f"{dead['pid']} is gone): this command takes it over and resumes it, "
+                                       f"settling what that process left in flight")
+                return _drive(playbook, journal, dead["id"], "resume", subscribers, approver, assume_yes,
+                              cancel=cancel)
         run_id = new_run_id()
         journal.create_run(
             run_id, procedure=playbook.procedure, cluster=playbook.cluster,
@@ -134,6 +143,44 @@ def start_run(
         if rehearsal:
             journal.mark_rehearsal(run_id)
         return _drive(playbook, journal, run_id, "run", subscribers, approver, assume_yes, cancel=cancel)
+
+
+def unfinished_run_of(journal: Journal, cluster: str) -> dict[str, Any] | None:
+    """The cluster's run that stopped mid-change, if any: its process died (kill -9, power loss) with
+    steps done or a statement on the wire, or its rollback failed. A new run never decides beside it:
+    it would read a half-done topology without settling what the dead process sent."""
+    for newest in journal.newest_runs(cluster, rehearsals=True):
+        run = journal.get_run(newest["id"])
+        if run is None or run.get("dry_run"):
+            continue
+        began = bool(journal.completed_steps(run["id"]) or journal.unfinished_steps(run["id"]))
+        if (process_gone(run) and began) or run.get("status") == "rollback_failed":
+            return run
+    return None
+
+
+def take_over_or_refuse(run: dict[str, Any], playbook_path: str, playbook_sha: str, overridden: bool) -> None:
+    """A new `run` of the very playbook a dead run ran (same file, same content, no overrides) takes
+    that run over: the operator who runs the command again after a crash means "finish it", as with
+    `resume`. Anything else (another playbook, an edited one, a failed rollback) is refused, naming
+    the run and the commands that finish or undo it."""
+    same = run.get("playbook") == playbook_path and run.get("playbook_sha") == playbook_sha and not overridden
+    if same and run.get("status") != "rollback_failed":
+        return
+    if run.get("status") == "rollback_failed":
+        why = "its rollback failed"
+    else:
+        why = f"its process {run['pid']} is gone with steps done or in flight"
+        if not same:
+            why += ", and this is not the playbook it ran (or it was edited, or params are overridden)"
+    raise CommandFailed(REFUSED, f"refused before any change: run {run['id']} of cluster {run['cluster']} "
+                                 f"stopped mid-change ({why}); a new run would decide on a half-done cutover",
+                        hint=f"finish it: dbmigrate resume {run['id']}, or undo it: dbmigrate rollback {run['id']}")
+
+
+def _announce(subscribers: Iterable[Subscriber], run_id: str, message: str) -> None:
+    for subscriber in subscribers:
+        subscriber(Log(run_id=run_id, level="warning", message=message))
 
 
 def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -470,9 +517,11 @@ def _fault_injection(bus: EventBus) -> Iterator[None]:
     unsubscribe = bus.subscribe(pauser.on_event)
     connection.add_statement_listener(pauser.on_sent)
     faultpoint.add_router_listener(pauser.on_sent)
+    faultpoint.add_sending_listener(pauser.on_sending)
     try:
         yield
     finally:
+        faultpoint.remove_sending_listener(pauser.on_sending)
         faultpoint.remove_router_listener(pauser.on_sent)
         connection.remove_statement_listener(pauser.on_sent)
         unsubscribe()

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from dbmigrate.digest.model import Digest
+    from dbmigrate.config import Inventory
+    from dbmigrate.digest.model import Digest, QueryClass
 
 from dbmigrate import priority
 from dbmigrate.config import load_inventory
@@ -107,13 +108,13 @@ def _add_wire_sessions(shape: Shape, d: "Digest") -> None:
         shape.sessions.pop("why", None)
 
 
-def _redacted(qc):
+def _redacted(qc: QueryClass) -> QueryClass:
     from dataclasses import replace
 
     return replace(qc, example=redact_literals(qc.example))
 
 
-def _unsampled(d, n: int):
+def _unsampled(d: Digest, n: int) -> Digest:
     """A window that logged 1 statement in n: counts and total times scaled back by n, so that
     a rehearsal replays each class at the rate the primary served it (latencies as measured)."""
     from dataclasses import replace
@@ -124,7 +125,7 @@ def _unsampled(d, n: int):
     return d
 
 
-def capture_window(inv, inventory: Path, primary: str, seconds: float, digest_path: Path, via: str,
+def capture_window(inv: Inventory, inventory: Path, primary: str, seconds: float, digest_path: Path, via: str,
                    progress: Callable[[str], None] | None, sample: int = 1) -> str:
     """The query window on the primary: performance_schema's statement digests where it is on
     (they see sessions that set their own long_query_time), else a slow-log window (which does

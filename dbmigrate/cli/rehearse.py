@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import typer
 from rich.markup import escape
@@ -88,6 +88,21 @@ def removed_on_interrupt(keep: bool) -> Iterator[None]:
         code = 128 + exc.signum if isinstance(exc, Terminated) else INTERRUPTED
         raise CommandFailed(code, f"interrupted: {GONE}",
                             hint="rehearse again; --keep leaves the topology for inspection") from None
+
+
+def checked_report_path(report_file: Optional[Path]) -> Optional[Path]:
+    """The `--report` path, refused before anything is started when it cannot be written."""
+    if report_file is None:
+        return None
+    from dbmigrate.app.reports import check_report_path
+
+    return check_report_path(report_file)
+
+
+def progress_printer(json_out: bool) -> Callable[[str], None]:
+    """Where a rehearsal's progress lines go: stderr beside JSON on stdout, else the console."""
+    out = err_console if json_out else console
+    return lambda m: out.print(f"[dim]… {escape(m)}[/]")
 
 
 @cmd.command("promote")
@@ -306,14 +321,9 @@ def schema_swap(
             from dbmigrate.rehearsal.sandbox.manager import check_name
 
             check_name(name)
-        checked_report = None
-        if report_file is not None:
-            from dbmigrate.app.reports import check_report_path
-
-            checked_report = check_report_path(report_file)  # before anything is started
+        checked_report = checked_report_path(report_file)  # before anything is started
         driver = session_driver(tui)
-        say = (lambda m: err_console.print(f"[dim]… {escape(m)}[/]")) if json_out else \
-            (lambda m: console.print(f"[dim]… {escape(m)}[/]"))
+        say = progress_printer(json_out)
         with removed_on_interrupt(keep):
             report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
                                           shape=shape, scale=scale, subscribers=renderers(json_out, keep),
@@ -406,14 +416,9 @@ def consolidate(
             from dbmigrate.rehearsal.sandbox.manager import check_name
 
             check_name(name)
-        checked_report = None
-        if report_file is not None:
-            from dbmigrate.app.reports import check_report_path
-
-            checked_report = check_report_path(report_file)  # before anything is started
+        checked_report = checked_report_path(report_file)  # before anything is started
         driver = session_driver(tui)
-        say = (lambda m: err_console.print(f"[dim]… {escape(m)}[/]")) if json_out else \
-            (lambda m: console.print(f"[dim]… {escape(m)}[/]"))
+        say = progress_printer(json_out)
         with removed_on_interrupt(keep):
             report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle,
                                           keep=keep, subscribers=renderers(json_out, keep), name=name,

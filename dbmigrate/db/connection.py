@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import mysql.connector
 from mysql.connector import errorcode
 
+from dbmigrate import faultpoint
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, for_server
 from dbmigrate.db.generation import GENERATIONS
@@ -100,7 +101,8 @@ class Server:
     _waiter: "Server | None" = field(default=None, init=False, repr=False)
     _watcher: "Server | None" = field(default=None, init=False, repr=False)
     _deadline: float | None = field(default=None, init=False, repr=False)  # time.monotonic()
-    _settling: bool = field(default=False, init=False, repr=False)  # the session that ends doubtful ones
+    _settling: bool = field(default=False, init=False, repr=False)
+    _twins: list["Server"] = field(default_factory=list, init=False, repr=False)  # from dedicated()  # the session that ends doubtful ones
 
     @property
     def address(self) -> str:
@@ -255,6 +257,7 @@ class Server:
                     self._cursor = conn.cursor(dictionary=True)
                 cur = self._cursor
                 self._socket_timeouts(cur, bound if bound is not None else self.read_timeout)
+                faultpoint.sending(self.name, shown)  # no-op unless a fault-injection pause listens
                 cur.execute(text, params)
                 if fetch == "count":
                     result: Any = sum(1 for _ in cur) if cur.with_rows else 0
@@ -489,7 +492,18 @@ class Server:
         twin = Server(self.name, self.host, self.port, self.credentials, self.connect_timeout,
                       self.read_timeout, self.retries, self.unix_socket)
         twin._version = self._version  # the same server: no second VERSION() round trip
+        self._twins.append(twin)  # this process's own sessions there (the seal spares them)
         return twin
+
+    @property
+    def connected(self) -> bool:
+        """Has this handle a session open (without asking the server)?"""
+        return self._conn is not None
+
+    def own_handles(self) -> list["Server"]:
+        """This handle and every session this process keeps beside it on the same server: the wait
+        and watch sessions, and the dedicated ones (the cluster lease's, a window's reader)."""
+        return [self, *(h for h in (self._waiter, self._watcher) if h is not None), *self._twins]
 
 
 def _first_value(rows: list[dict[str, Any]]) -> Any:

@@ -49,6 +49,9 @@ class _Generations:
         self._lock = threading.Lock()
         self._per_address: dict[str, threading.Lock] = {}
         self._known: dict[str, int] = {}
+        # What this process held before its latest decision: kept when a new decision cannot bump
+        # a server (a global read lock there, a server that does not answer).
+        self._previous: dict[str, int] = {}
         self.run_id: str | None = None
         self._local = threading.local()
 
@@ -61,17 +64,27 @@ class _Generations:
         with self._lock:
             self.run_id = run_id
             self._known.clear()
+            self._previous.clear()
 
     def new_decision(self) -> None:
         """A later decision in the same process (the rollback a failed run starts): every server
         is bumped again before it is next touched."""
         with self._lock:
+            self._previous = {**self._previous, **self._known}
             self._known.clear()
+
+    def forget(self, address: str) -> None:
+        """The server at `address` was replaced (a physical copy brought another server's counter
+        with its datadir): the next statement there bumps again, above whatever it holds now."""
+        with self._lock:
+            self._known.pop(address, None)
+            self._previous.pop(address, None)
 
     def disarm(self) -> None:
         with self._lock:
             self.run_id = None
             self._known.clear()
+            self._previous.clear()
 
     def current(self, address: str) -> int | None:
         """The generation this decision holds on `address` (None: none bumped, or not armed)."""
@@ -95,6 +108,18 @@ class _Generations:
             self._local.bumping = True
             try:
                 gen = bump(server, run_id)
+            except DbmigrateError as e:
+                # A later decision of this same process (its own undo) keeps the generation it
+                # holds there when the bump cannot be made (FLUSH TABLES WITH READ LOCK blocks the
+                # bump's write; a server that does not answer). That stays safe: this process's
+                # own earlier statements are in doubt and ended before anything else is sent there
+                # (db/in_doubt.py), and every other process's carry an older generation. A new
+                # process has nothing to keep: its bump must succeed.
+                kept = self._previous.get(server.address)
+                if kept is None or isinstance(e, SafetyError):
+                    raise
+                log.warning("%s: generation not bumped (%s): this process keeps %d", server.name, e.message, kept)
+                gen = kept
             finally:
                 self._local.bumping = False
             with self._lock:

@@ -152,14 +152,25 @@ class SqlLease:
 
     def release(self, cluster: str, run_id: str) -> None:
         for name in [self.primary, *[n for n in self.servers if n != self.primary]]:
-            try:
-                s = self._session(name)
-                with s.bounded(self.bound_s):
-                    if s.execute(f"UPDATE {_TABLE} SET run_id='', expires_at=NULL "
-                                 "WHERE cluster=%s AND run_id=%s AND @@GLOBAL.read_only=0", (cluster, run_id)):
-                        return
-            except DbmigrateError:
-                continue
+            # Twice: a switchover's seal ends every session on the fenced server but its own, this
+            # lease's among them, and a write is not retried on a new connection by itself. The
+            # UPDATE only clears this run's own row, so sending it again changes nothing else.
+            for _attempt in range(2):
+                try:
+                    s = self._session(name)
+                    with s.bounded(self.bound_s):
+                        if s.execute(f"UPDATE {_TABLE} SET run_id='', expires_at=NULL "
+                                     "WHERE cluster=%s AND run_id=%s AND @@GLOBAL.read_only=0", (cluster, run_id)):
+                            return
+                    break
+                except DbmigrateError:
+                    self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        """Forget `name`'s session (ended, or in doubt): the next statement there opens a new one."""
+        s = self._sessions.pop(name, None)
+        if s is not None:
+            s.close()
 
     def close(self) -> None:
         for s in self._sessions.values():

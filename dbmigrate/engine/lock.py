@@ -40,39 +40,33 @@ def lock_name(cluster: str) -> str:
     return f"{name[: _MAX_LOCK_NAME - 11]}~{digest}"
 
 
-def _alive_here(entry: dict[str, Any]) -> bool:
-    """Is the journaled lock holder a live process on this machine?"""
+def _local_holder(entry: dict[str, Any]) -> bool | None:
+    """Does the journaled lock holder's process exist? None when that cannot be told from here: a
+    holder on another machine, or this very process."""
     import os
     import socket
 
     holder, pid = str(entry.get("holder") or ""), entry.get("pid")
     if not pid or holder.rpartition("@")[2] != socket.gethostname() or int(pid) == os.getpid():
-        return False
+        return None
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        return True  # it exists, as another user's
     return True
+
+
+def _alive_here(entry: dict[str, Any]) -> bool:
+    """Is the journaled lock holder a live process on this machine?"""
+    return _local_holder(entry) is True
 
 
 def _dead_here(entry: dict[str, Any]) -> bool:
     """Is the journaled lock holder provably gone: a process of this machine, not this one, that
     no longer exists? (A holder on another machine cannot be proven gone from here.)"""
-    import os
-    import socket
-
-    holder, pid = str(entry.get("holder") or ""), entry.get("pid")
-    if not pid or holder.rpartition("@")[2] != socket.gethostname() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return _local_holder(entry) is False
 
 
 # How long the lock may take to be freed once a dead holder's session was ended.

@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from dbmigrate import faultpoint
 from dbmigrate.routing.base import RouteLog, RouterError, RouteState, Router, ServerLike, as_ref, same_address, \
     split_address
 
@@ -157,6 +158,7 @@ class DsnFileRouter(Router):
                       log: RouteLog | None = None, seq: int | None = None) -> RouteState:
         # The file is the route: the switch is its write, whatever `persist` says.
         new_ref = as_ref(new)
+        faultpoint.sending(f"router dsn-file {new_ref.address}", "switch writer")  # no-op unless a pause listens
         with self._locked() as doc:
             entry = self._entry(doc)
             writer = entry.get("writer") if entry else None

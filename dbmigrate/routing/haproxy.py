@@ -172,6 +172,7 @@ class AdminSocket:
                 target = (host, port)
             with sock:
                 sock.settimeout(self.timeout)
+                faultpoint.sending("router haproxy", line)  # no-op unless a fault-injection pause listens
                 sock.connect(target)
                 sent = True  # from here on, part of the line may be in HAProxy's buffer
                 sock.sendall(line.encode())

@@ -5,6 +5,7 @@ server, the others replicating, and no acknowledged write lost, within the run's
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -50,8 +51,10 @@ class Timeline:
 
     @staticmethod
     def _sends(sql: str, prefix: str) -> bool:
-        """Does this request carry a statement starting with `prefix` (requests carry several)?"""
-        return any(part.lstrip().startswith(prefix) for part in sql.split(";"))
+        """Does this request carry a statement starting with `prefix`? Requests carry several, and a
+        role change inside a run is one guarded compound statement (`... THEN /* dbmigrate */ SET ...`)."""
+        bare = re.sub(r"/\*.*?\*/", " ", sql)
+        return any(re.match(r"\s*(?:.*\bTHEN\s+)?" + re.escape(prefix), part) for part in bare.split(";"))
 
     def __enter__(self) -> "Timeline":
         connection.add_statement_listener(self)

@@ -210,7 +210,7 @@ def test_second_run_is_refused_while_the_first_holds_the_lock(cluster):
     finally:
         release.set()
         a.join(120)
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 5, r.stdout + r.stderr  # refused before any change
     assert f"cluster '{NAME}' is locked by run {seen['run_id']}" in r.stderr, r.stderr
     assert "hint: wait for that run to finish" in r.stderr
     outcome = result["outcome"]
@@ -233,11 +233,11 @@ def test_second_run_is_refused_while_the_first_holds_the_lock(cluster):
     assert "reached" in steps[("verify", "verify writes flow")]["sentence"]
     gates = {g["name"]: g for g in detail["gates"]}
     assert gates["go"]["decided_by"] == "operator" and gates["preflight"]["ok"]
-    # B never started anything: it failed to start and holds no step
+    # B never started anything: it was refused before any change and holds no step
     with Journal(resolve_journal_path()) as j:
         b = j.list_runs(5)
     b_run = next(x for x in b if x["playbook"] == str(pb_b.resolve()))
-    assert b_run["status"] == "failed" and "locked by run" in b_run["summary"]
+    assert b_run["status"] == "refused" and "locked by run" in b_run["summary"]
 
     back = rollback_run(outcome.run_id, assume_yes=True)
     assert back.status == "rolled_back", back.summary

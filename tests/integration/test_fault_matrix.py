@@ -1,6 +1,7 @@
 """The fault matrix's fast subset on one real sandbox under load: the tool killed (-9), told
 to stop (SIGTERM, SIGINT) inside and between the cutover's steps, the candidate frozen, the
-old primary killed, HAProxy killed, a long statement at the fence, bad settings. After at
+old primary killed, HAProxy killed, a long statement at the fence, bad settings, the tool
+killed -9 with the candidate's open in flight under a partition (then rollback). After at
 most one `resume` or `rollback`: no acknowledged write lost, never two writable servers, the
 time without a writer within the playbook's bounds, one writer and every other server
 replicating from it with equal checksums. The whole matrix: bench/faults.py."""

@@ -126,5 +126,7 @@ def _check_rehearsal(rep: dict) -> None:
     for c in rep["classes"]:
         assert c["before"]["ok"] > 0 and c["after"]["ok"] > 0 and c["before"]["errors"] == c["after"]["errors"] == 0, c
     ca = rep["shards"]["ca"]
-    opened = rep["shape"]["pools"]["ca_app"]["opened_to"]
+    # One pool per account and database, as the application's were ("ca_app@ca").
+    opened = {a: n for key, pool in rep["shape"]["pools"].items() if key.split("@")[0] == "ca_app"
+              for a, n in pool["opened_to"].items()}
     assert ca["moved"] and ca["served_by"] in opened and len(opened) >= 2, (opened, ca)  # the old server, then the instance

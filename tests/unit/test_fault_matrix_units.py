@@ -11,8 +11,8 @@ import pytest
 
 from dbmigrate import faultpoint
 from dbmigrate.engine.events import Log, StepFinished, StepStarted
-from dbmigrate.rehearsal.faultmatrix.harness import Result
-from dbmigrate.rehearsal.faultmatrix.scenarios import FAST, all_scenarios, select
+from dbmigrate.rehearsal.faultmatrix.harness import Result, paused_target
+from dbmigrate.rehearsal.faultmatrix.scenarios import FAST, INFLIGHT_FAULT, INFLIGHT_KILL_AFTER_S, all_scenarios, select
 from dbmigrate.rehearsal.writable_monitor import certain_spans, no_writer, two_writable
 
 
@@ -53,11 +53,13 @@ class Recorder:
 
     def __post_init__(self):
         self.where: list[str] = []
+        self.targets: list[str | None] = []
         original = self.pauser.pause
-        def pause():
+        def pause(target=None):
             if not self.pauser.done:
                 self.where.append(self.pauser.step or "between steps")
-            original()
+                self.targets.append(target)
+            original(target)
 
         self.pauser.pause = pause
 
@@ -92,6 +94,66 @@ def test_in_matches_a_statement_sent_during_its_step_once(tmp_path):
     r.pauser.on_sent("db-1", "SET STATEMENT lock_wait_timeout=2 FOR SET GLOBAL read_only=ON")
     r.pauser.on_sent("db-1", "SET STATEMENT lock_wait_timeout=2 FOR SET GLOBAL read_only=ON")
     assert r.where == ["fence db-1"]
+
+
+def test_sending_pauses_before_a_statement_of_its_step_and_names_its_target(tmp_path):
+    r = _recorder("sending:open:read_only=off", tmp_path)
+    r.pauser.on_event(_started("fence db-1"))
+    r.pauser.on_sending("db-1", "SET GLOBAL read_only=OFF")  # another step
+    r.pauser.on_event(_finished("fence db-1"))
+    r.pauser.on_event(_started("open db-4 for writes"))
+    r.pauser.on_sent("db-4", "SET GLOBAL read_only=OFF")  # sent already: an `in:` point's business
+    r.pauser.on_sending("db-1", "DROP EVENT IF EXISTS mysql.dbmigrate_fence_expiry")
+    assert r.where == []
+    r.pauser.on_sending("db-4", "SET GLOBAL read_only=OFF")
+    r.pauser.on_sending("db-4", "SET GLOBAL read_only=OFF")
+    assert r.where == ["open db-4 for writes"] and r.targets == ["db-4"]
+    assert str(faultpoint.parse_point("sending:open:read_only=off")) == "sending:open:read_only=off"
+    with pytest.raises(ValueError):
+        faultpoint.parse_point("sending:open")
+
+
+def test_sending_reaches_listeners_only_while_listening():
+    got = []
+    fn = lambda target, text: got.append((target, text))  # noqa: E731
+    faultpoint.add_sending_listener(fn)
+    faultpoint.sending("router haproxy", "set server writer/db-4 state ready")
+    faultpoint.remove_sending_listener(fn)
+    faultpoint.sending("db-1", "SET GLOBAL read_only=ON")
+    assert got == [("router haproxy", "set server writer/db-4 state ready")]
+
+
+def test_the_pause_file_names_the_statements_target_for_the_harness(tmp_path):
+    marker = tmp_path / "paused"
+    p = faultpoint.Pauser(faultpoint.parse_point("sending:fence:read_only=on"), marker, max_s=5)
+    seen = []
+
+    def harness():
+        while not marker.exists():
+            time.sleep(0.001)
+        seen.append(paused_target(marker))
+        marker.unlink()
+
+    t = threading.Thread(target=harness)
+    t.start()
+    p.on_event(_started("fence db-1"))
+    p.on_sending("db-1", "SET STATEMENT lock_wait_timeout=2 FOR SET GLOBAL read_only=ON")
+    t.join(5)
+    assert seen == ["db-1"]
+
+
+def test_every_in_flight_row_pauses_before_a_statement_and_has_every_operator_command():
+    rows = [s for s in all_scenarios() if s.fault == INFLIGHT_FAULT]
+    assert {s.procedure for s in rows} == {"promote", "schema-swap", "consolidate"}
+    for s in rows:
+        assert faultpoint.parse_point(s.pause).when == "sending", s.id
+        assert s.hold_s and s.hold_s > INFLIGHT_KILL_AFTER_S and s.after_exit_s >= 30, s.id
+    by_step = {}
+    for s in rows:
+        by_step.setdefault((s.procedure, s.where), set()).add(s.recovery)
+    assert all(cmds == {"rollback", "resume", "rerun"} for cmds in by_step.values())
+    assert {w for p, w in by_step if p == "promote"} == {"fence", "open", "router-flip", "reset", "repoint",
+                                                         "reverse"}
 
 
 def test_pause_writes_the_marker_and_lasts_until_it_is_removed(tmp_path):

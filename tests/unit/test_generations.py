@@ -246,3 +246,44 @@ def test_a_role_change_refused_under_a_later_generation_says_another_decision_to
             send_guarded(wire, ["SET GLOBAL read_only=OFF"])  # type: ignore[arg-type]
     finally:
         GENERATIONS.disarm()
+
+
+class _Bumps:
+    """A server whose first bump succeeds and whose next ones fail (a global read lock taken since)."""
+
+    name, address = "db-1", "127.0.0.1:3306"
+
+    def __init__(self) -> None:
+        self.bumps = 0
+
+    @property
+    def flavor(self):
+        from dbmigrate.db.flavor import MariaDB
+
+        return MariaDB()
+
+    def scalar_after(self, statements, sql):
+        from dbmigrate.db.connection import Unresponsive
+
+        self.bumps += 1
+        if self.bumps > 1:
+            raise Unresponsive("db-1 did not answer within 2.0s (Waiting for global read lock)")
+        return 7
+
+
+def test_an_undo_that_cannot_bump_keeps_its_own_generation_and_a_new_process_cannot():
+    from dbmigrate.db.connection import Unresponsive
+    from dbmigrate.db.generation import _Generations
+
+    gens, server = _Generations(), _Bumps()
+    gens.arm("r1")
+    gens.ensure(server)
+    assert gens.current(server.address) == 7
+    gens.new_decision()  # the run's own undo: bump again; the read lock stops it, 7 is kept
+    gens.ensure(server)
+    assert gens.current(server.address) == 7 and server.bumps == 2
+    fresh = _Generations()  # a resume or rollback in a new process holds nothing to keep
+    fresh.arm("r1")
+    with pytest.raises(Unresponsive):
+        fresh.ensure(server)
+    assert fresh.current(server.address) is None

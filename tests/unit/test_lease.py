@@ -109,3 +109,39 @@ def test_a_lease_whose_holder_on_this_host_is_gone_may_be_taken_another_hosts_on
     assert not may_take(held, "r1", host="elsewhere")  # another host's process cannot be asked
     alive = LeaseRow(run_id="r2", holder="ops@db1", host="here", pid=os.getppid(), expires_at=held.expires_at, now=NOW)
     assert not may_take(alive, "r1", host="here")
+
+
+class _KilledOnce:
+    """A dedicated session whose first write fails as a session the seal ended does."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def dedicated(self) -> "_KilledOnce":
+        return _KilledOnce(self.log)
+
+    def bounded(self, seconds: float):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def execute(self, sql: str, params=None) -> int:
+        from dbmigrate.exceptions import DbmigrateError
+
+        self.log.append(sql)
+        if len(self.log) == 1:
+            raise DbmigrateError("Lost connection to server during query")
+        return 1
+
+    def close(self) -> None:
+        self.log.append("close")
+
+
+def test_the_release_is_sent_again_on_a_new_session_when_the_seal_ended_the_leases_own():
+    from dbmigrate.db.lease import SqlLease
+
+    log: list[str] = []
+    lease = SqlLease({"db-1": _KilledOnce(log)}, primary="db-1")
+    lease.release("orders", "r1")
+    updates = [sql for sql in log if sql.startswith("UPDATE")]
+    assert len(updates) == 2 and "close" in log, log  # the ended session dropped, the release sent again

@@ -54,6 +54,16 @@ def test_partition_rule_is_removed_on_success_and_on_error():
     assert [c[0] for c in ipt.calls] == ["-I", "-D", "-I", "-D"]
 
 
+def test_partition_both_ways_drops_what_the_server_sends_too():
+    ipt = FakeIptables()
+    with netfault.partition(3307, both_ways=True, run=ipt):
+        assert len(ipt.chain) == 2
+        assert any(r[r.index("--dport") + 1] == "3307" for r in ipt.chain if "--dport" in r)
+        assert any(r[r.index("--sport") + 1] == "3307" for r in ipt.chain if "--sport" in r)
+        assert all(r[-2:] == ["-j", "DROP"] for r in ipt.chain)
+    assert ipt.chain == []
+
+
 def test_partition_is_undone_on_keyboard_interrupt():
     ipt = FakeIptables()
     with pytest.raises(KeyboardInterrupt):

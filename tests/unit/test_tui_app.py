@@ -254,7 +254,9 @@ async def test_a_run_that_cannot_start_says_why_and_can_be_started_again(demo):
         await pilot.press("g")
         await until(pilot, lambda: app.busy is None and app.error is not None, what="the start to fail")
         assert app.board.status == "did not start" and app.outcome is None
-        assert "did not start: db-1 (127.0.0.1:1) refused the connection" in app.query_one(StepList).plain
+        steps = app.query_one(StepList).plain
+        assert "did not start: run " in steps and "refused before any change: db-1 (127.0.0.1:1) refused the " \
+            "connection" in steps
         assert "hint: is it running?" in app.event_log
         demo.fail_prepare = None
         await pilot.press("g")

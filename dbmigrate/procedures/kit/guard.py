@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, Protocol, runtime_checkable
 
 from pydantic import Field
 
@@ -32,6 +32,11 @@ from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.procedures.kit.cutover import CutoverState
 from dbmigrate.exceptions import DbmigrateError, Refused
+
+if TYPE_CHECKING:
+    from dbmigrate.config import Inventory
+    from dbmigrate.db.connection import Server
+    from dbmigrate.procedures.kit.switchover import SwitchoverServers
 from dbmigrate.digest import sequential
 from dbmigrate.digest import window as capture
 
@@ -53,7 +58,8 @@ class GuardState(TypedState):
     guard_blind: Optional[dict[str, Any]] = None  # why the guard could not judge, and what it did
 
     def window(self, key: WindowKey) -> dict[str, Any] | None:
-        return getattr(self, key)
+        found: dict[str, Any] | None = getattr(self, key)
+        return found
 
 
 WindowKey = Literal["baseline_window", "guard_window"]
@@ -78,7 +84,7 @@ def _open_wire(ctx: RunContext, role: str, key: WindowKey, seconds: float) -> st
     from dbmigrate.digest.wire_window import WireWindow
 
     server = _server(ctx, role)
-    window = WireWindow(server, host_for(ctx.resources.inventory, server.name), max_seconds=seconds + WIRE_SLACK_S)
+    window = WireWindow(server, host_for(roles_of(ctx).inventory, server.name), max_seconds=seconds + WIRE_SLACK_S)
     window.check()
     window.open()
     _WIRE[(ctx.run_id, key)] = window
@@ -179,23 +185,46 @@ def _digest_dir(ctx: RunContext) -> Path:
     return d
 
 
+@runtime_checkable
+class CutoverRoles(Protocol):
+    """What the guard reads of a procedure's resources: who was primary (old) and who is (new),
+    their servers and the inventory that says how their hosts are reached."""
+
+    @property
+    def old(self) -> str: ...
+    @property
+    def new(self) -> str: ...
+    @property
+    def topology(self) -> SwitchoverServers: ...
+    @property
+    def inventory(self) -> Inventory: ...
+
+
+def roles_of(ctx: RunContext) -> CutoverRoles:
+    resources = ctx.resources
+    if not isinstance(resources, CutoverRoles):
+        raise TypeError(f"the latency guard needs a cutover's roles, not {type(resources).__name__}")
+    return resources
+
+
 def role_name(ctx: RunContext, role: str) -> str:
     """The server playing `role` ("old" or "new") in the run's cutover."""
-    return getattr(ctx.resources, role)
+    roles = roles_of(ctx)
+    return roles.old if role == "old" else roles.new
 
 
 def _reader(ctx: RunContext, role: str) -> HostFileReader:
     """Reads a window's slow log through the server's host (local, ssh), as the inventory declares."""
-    return HostFileReader(host_for(ctx.resources.inventory, role_name(ctx, role)))
+    return HostFileReader(host_for(roles_of(ctx).inventory, role_name(ctx, role)))
 
 
-def _server(ctx: RunContext, role: str):
-    return ctx.resources.topology.servers[role_name(ctx, role)]
+def _server(ctx: RunContext, role: str) -> Server:
+    return roles_of(ctx).topology.servers[role_name(ctx, role)]
 
 
 def _source(ctx: RunContext, role: str) -> str:
     """file (read through the host) or table (mysql.slow_log over SQL), as the inventory declares."""
-    return slow_log_source(ctx.resources.inventory, role_name(ctx, role))
+    return slow_log_source(roles_of(ctx).inventory, role_name(ctx, role))
 
 
 def _take(ctx: RunContext, role: str, saved: dict[str, Any], name: str, *, file: str | None = None,
@@ -286,10 +315,11 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
         if wire:
             local_log = _take_wire(ctx, "baseline_window", "baseline")
         else:
+            assert saved is not None, "a slow-log baseline window was opened by the step before"
             local_log = _take(ctx, "old", saved, "baseline", until=saved.get("until"))
         digest = capture.digest_slow_log(local_log, out, duration_s=seconds,
                                          source={"kind": "baseline", "server": role_name(ctx, "old")})
-        if not wire:
+        if not wire and saved is not None:
             capture.release_table_window(_server(ctx, "old"), saved)
         app = len(_app_entries(local_log, _tool_users(ctx, "old")))
         with GuardState.edit(ctx.state) as s:
@@ -313,7 +343,7 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
 
 def _baseline_collected(ctx: RunContext) -> bool:
     digest = GuardState.load(ctx.state).baseline_digest
-    return bool(digest) and Path(digest).exists()
+    return digest is not None and Path(digest).exists()
 
 
 def _iso_to_ts(text: str | None) -> float | None:
@@ -418,7 +448,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
             if not wire:
                 capture.release_table_window(server, saved)
             if rotated:  # written after the last sample was read: the tool's own file, not needed
-                host_for(ctx.resources.inventory, server.name).remove(rotated)
+                host_for(roles_of(ctx).inventory, server.name).remove(rotated)
         # The whole window, judged as one (the report's before/after comparison comes from it).
         digest = capture.digest_slow_log(whole, _digest_dir(ctx) / "guard.digest.json",
                                          duration_s=clock.monotonic() - started,
@@ -454,7 +484,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
         """A run paused because the guard was blind after the cutover: resuming it is the
         operator's decision to keep the cutover without the guard's judgement."""
         blind = GuardState.load(ctx.state).guard_blind
-        return bool(blind) and blind.get("when") == "after the cutover" and blind.get("action") == "pause"
+        return blind is not None and blind.get("when") == "after the cutover" and blind.get("action") == "pause"
 
     return FunctionStep("latency guard", run, check=accepted_blind,
                         undo=lambda c: close_window(c, "new", "guard_window"))

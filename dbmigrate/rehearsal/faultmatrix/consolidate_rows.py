@@ -27,10 +27,11 @@ from dbmigrate.faultpoint import ENV_FILE, ENV_MAX_S, ENV_POINT
 from dbmigrate.rehearsal.faultmatrix import netfault
 from dbmigrate.rehearsal.faultmatrix.consolidate_cluster import ConsolidationRun, ShardCluster
 from dbmigrate.rehearsal.faultmatrix.harness import (RECOVERY_ALLOWANCE_MS, TOOL_OVERHEAD_MS, TOOL_TIMEOUT_S,
-                                                     TERMINAL_OK, Held, Result, frozen_tool_bound_s, output_tail,
-                                                     run_status, run_summary, wait_exit, wait_pause)
-from dbmigrate.rehearsal.faultmatrix.scenarios import (CONSOLIDATE_READ_TIMEOUT_S, CONSOLIDATE_SETTINGS, Scenario,
-                                                       consolidate_settings, statement_of)
+                                                     TERMINAL_OK, Held, Result, frozen_tool_bound_s, kill_in_flight,
+                                                     output_tail, run_status, run_summary, status_of, wait_exit,
+                                                     wait_pause)
+from dbmigrate.rehearsal.faultmatrix.scenarios import (CONSOLIDATE_READ_TIMEOUT_S, CONSOLIDATE_SETTINGS, INFLIGHT_FAULT,
+                                                       Scenario, consolidate_settings, statement_of)
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
 Say = Callable[[str], None]
@@ -66,6 +67,8 @@ class _ConsolidateFault:
         self.run, self.sc = run, sc
         self.st = statement_of(sc)
         self.held: Held | None = None
+        self.problems: list[str] = []
+        self.cut_off_target: str | None = None
         c = run.cluster
         self.old = c.first
         self.new = run.new_of[c.first]
@@ -76,9 +79,27 @@ class _ConsolidateFault:
 
     @property
     def pause(self) -> str:
+        if self.sc.fault == INFLIGHT_FAULT:
+            return self.sc.pause or ""
         return self.st.after if self.sc.fault == "freeze-tool" else ARM_AT
 
-    def inject(self, proc: subprocess.Popen) -> None:
+    def _cut_off(self, target: str):
+        """The paused statement's target (an old server, an instance, or the DSN file route's
+        new writer) cut off both ways."""
+        if target.startswith("router"):
+            addr = target.split()[-1]
+        elif target in self.run.instances:
+            addr = self.run.instances[target]
+        else:
+            addr = self.run.cluster.address(target)
+        return netfault.partition(int(addr.rpartition(":")[2]), both_ways=True)
+
+    def inject(self, proc: subprocess.Popen, marker) -> None:
+        if self.sc.fault == INFLIGHT_FAULT:
+            self.held, self.cut_off_target = kill_in_flight(proc, marker, self.sc.hold_s or 0.0, self._cut_off)
+            if self.held is None:
+                self.problems.append("the pause named no target: nothing was cut off")
+            return
         assert self.st is not None and self.sc.hold_s is not None, self.sc.id
         if self.sc.fault == "freeze-tool":
             self.held = Held(netfault.freeze(proc.pid), self.sc.hold_s, None, fired=True).start()
@@ -103,6 +124,8 @@ def bound_ms(sc: Scenario, operator: bool) -> float:
     settings = consolidate_settings()
     st = statement_of(sc)
     bound = settings["catchup_timeout_s"] * 1000 + TOOL_OVERHEAD_MS
+    if sc.fault == INFLIGHT_FAULT:
+        bound += (sc.hold_s or 0.0) * 1000  # the target cut off from the statement's send until it heals
     if st is not None and sc.hold_s is not None:
         if sc.fault == "freeze-tool":
             bound += min(sc.hold_s, frozen_tool_bound_s(settings)) * 1000
@@ -135,7 +158,7 @@ def run_consolidate_scenario(cluster: ShardCluster, sc: Scenario, say: Say = lam
             if not run.start_pollers_when_fenceable(lambda: proc.poll() is None):
                 res.problems.append("the new instances never became read-only: no poller started")
             if wait_pause(proc, marker, TOOL_TIMEOUT_S):
-                fault.inject(proc)
+                fault.inject(proc, marker)
                 marker.unlink(missing_ok=True)
             else:
                 res.problems.append(f"the run never reached {fault.pause}")
@@ -149,6 +172,7 @@ def run_consolidate_scenario(cluster: ShardCluster, sc: Scenario, say: Say = lam
                 proc.wait(10)
             marker.unlink(missing_ok=True)
             fault.finish()
+            res.problems += fault.problems
         res.details["run_exit"] = rc
         run_id, res.run_status = run_status(run.journal)
         res.details["run_summary"] = run_summary(run.journal)
@@ -156,14 +180,18 @@ def run_consolidate_scenario(cluster: ShardCluster, sc: Scenario, say: Say = lam
         if run_id is None:
             res.problems.append("the run left no journal")
         elif res.run_status not in TERMINAL_OK:
-            res.action = "rollback"
-            rrc, took = _cli(run, "rollback", run_id, name="recovery")
+            res.action = sc.recovery if sc.recovery in ("resume", "rerun") else "rollback"
+            command = ("run", str(run.playbook)) if res.action == "rerun" else (res.action, run_id)
+            rrc, took = _cli(run, *command, name="recovery")
             _, res.action_status = run_status(run.journal)
             res.details.update({"recovery_exit": rrc, "recovery_wall_s": round(took, 2),
                                 "recovery_summary": run_summary(run.journal),
                                 "recovery_output_tail": output_tail(run.work / "recovery.out")})
-            if res.action_status not in ("done", "rolled_back"):
-                res.problems.append(f"`dbmigrate rollback` exited {rrc} and left the run '{res.action_status}'")
+            if res.action == "rerun":
+                res.details["first_run_status_after"] = status_of(run.journal, run_id)
+            ok_ends = ("done", "rolled_back", "refused") if res.action == "rerun" else ("done", "rolled_back")
+            if res.action_status not in ok_ends:
+                res.problems.append(f"`dbmigrate {command[0]}` exited {rrc} and left the run '{res.action_status}'")
         status = res.end
         if after_exit_s:
             time.sleep(after_exit_s)  # a statement given up on may still land
@@ -185,6 +213,8 @@ def run_consolidate_scenario(cluster: ShardCluster, sc: Scenario, say: Say = lam
         res.details["writer_errors"] = {sh: w.errors for sh, w in run.writers.items() if w.errors}
     finally:
         run.stop()
+        if fault.cut_off_target:
+            res.details["cut_off"] = fault.cut_off_target
         if fault.held is not None:
             res.details["fault_started"] = fault.held.started_at is not None
             if fault.held.started_at is not None and fault.held.healed_at is not None:

@@ -31,8 +31,8 @@ from dbmigrate.engine.journal import Journal
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.faultpoint import ENV_FILE, ENV_MAX_S, ENV_POINT
 from dbmigrate.rehearsal.faultmatrix import health, netfault
-from dbmigrate.rehearsal.faultmatrix.scenarios import (NETWORK_FAULTS, SETTINGS, Scenario, procedure_settings,
-                                                       statement_of)
+from dbmigrate.rehearsal.faultmatrix.scenarios import (INFLIGHT_FAULT, INFLIGHT_KILL_AFTER_S, NETWORK_FAULTS, SETTINGS,
+                                                       Scenario, procedure_settings, statement_of)
 from dbmigrate.rehearsal.faultmatrix.workload import BigStatement, LongStatement, swap_ddl
 from dbmigrate.rehearsal.sandbox import haproxy
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
@@ -103,10 +103,14 @@ class Result:
     @property
     def verdict(self) -> str:
         """FAIL: an invariant broke or work is left. SAFE: every invariant held, but the operator's
-        resume ended the run rolled back (the change is undone; a new run is needed). PASS otherwise."""
+        resume ended the run rolled back (the change is undone; a new run is needed), or the new
+        run was refused or rolled back. PASS otherwise."""
         if self.why:
             return "FAIL"
-        return "SAFE" if self.action == "resume" and self.end == "rolled_back" else "PASS"
+        if self.action == "resume" and self.end == "rolled_back":
+            return "SAFE"
+        # A new run that was refused or rolled itself back: every invariant held, the change is not made.
+        return "SAFE" if self.action == "rerun" and self.end in ("rolled_back", "refused") else "PASS"
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "fast": self.fast, "verdict": self.verdict, "why": self.why,
@@ -210,6 +214,12 @@ def run_status(journal: Path) -> tuple[str | None, str | None]:
     return (runs[0]["id"], runs[0]["status"]) if runs else (None, None)
 
 
+def _status_of(journal: Path, run_id: str) -> str | None:
+    with Journal(journal) as j:
+        run = j.get_run(run_id)
+    return run["status"] if run else None
+
+
 def _summary(journal: Path) -> str:
     with Journal(journal) as j:
         runs = j.list_runs(limit=1)
@@ -247,6 +257,7 @@ class _Fault:
         self.long: LongStatement | BigStatement | None = None
         self.frozen_pid: int | None = None
         self.held: _Held | None = None  # a partition or a frozen tool, undone by its own thread
+        self.cut_off_target: str | None = None  # kill9-in-flight: the paused statement's target
         self.problems: list[str] = []
 
     def port(self, role: str) -> int:
@@ -269,6 +280,11 @@ class _Fault:
 
     def inject(self, proc: subprocess.Popen, marker: Path) -> None:
         f = self.sc.fault
+        if f == INFLIGHT_FAULT:
+            self.held, self.cut_off_target = kill_in_flight(proc, marker, self.sc.hold_s or 0.0, self._cut_off)
+            if self.held is None:
+                self.problems.append("the pause named no target: nothing was cut off")
+            return
         if f == "freeze-tool":
             # Stopped at its pause, right after the statement; released while stopped, so it
             # goes on from there once continued.
@@ -291,6 +307,13 @@ class _Fault:
             self.cluster.small_disk.fill()  # right after the open: the new primary cannot commit
         self._inject_process_faults(proc)
         marker.unlink(missing_ok=True)  # release the pause
+
+    def _cut_off(self, target: str):
+        """The fault that cuts off the paused statement's target: its port both ways, or HAProxy frozen."""
+        if target.startswith("router"):
+            return netfault.freeze(self.cluster.state.haproxy["pid"])
+        return netfault.partition(self.cluster.inventory.cluster(self.cluster.name).servers[target].port,
+                                  both_ways=True)
 
     def _inject_process_faults(self, proc: subprocess.Popen) -> None:
 
@@ -393,6 +416,31 @@ class _Held:
             raise self.error
 
 
+def paused_target(marker: Path) -> str | None:
+    """The server (or `router <kind> ...`) the paused statement goes to, from the pause file."""
+    try:
+        lines = marker.read_text().splitlines()
+    except OSError:
+        return None
+    return next((ln[len("target "):].strip() for ln in lines if ln.startswith("target ")), None)
+
+
+def kill_in_flight(proc: subprocess.Popen, marker: Path, heal_after_s: float,
+                   cut_off) -> "tuple[_Held | None, str | None]":
+    """The run is paused right before a statement: cut its target off (`cut_off(target)`, a
+    context manager), let the run send the statement into the cut, kill -9 the tool
+    INFLIGHT_KILL_AFTER_S later (before its bound gives up on it: the statement stays in the
+    dead process's send queue), and heal `heal_after_s` after the send (by the returned fault's
+    own thread; repair() waits for it). Returns (that fault, the target)."""
+    target = paused_target(marker)
+    held = _Held(cut_off(target), heal_after_s, None, fired=True).start() if target else None
+    marker.unlink(missing_ok=True)  # released: the statement goes out into the cut
+    time.sleep(INFLIGHT_KILL_AFTER_S)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    return held, target
+
+
 def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
                  after_exit_s: float | None = None) -> Result:
     started = time.monotonic()
@@ -439,7 +487,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
         try:
             fault.arm(lambda: proc.poll() is None)
             if sc.pause:
-                if wait_pause(proc, marker, 60):
+                if wait_pause(proc, marker, TOOL_TIMEOUT_S):  # a loaded machine may take a minute to get there
                     fault.inject(proc, marker)
                 else:
                     res.problems.append(f"the run never reached {sc.pause}")
@@ -467,9 +515,10 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
             if sc.recovery == "none":
                 res.problems.append(f"the run ended '{res.run_status}' where nothing should be needed")
             else:
+                command = ("run", str(pb)) if sc.recovery == "rerun" else (sc.recovery, run_id)
                 with open(work / "recovery.out", "wb") as out:
                     recovering = time.monotonic()
-                    rproc = subprocess.Popen(_dbmigrate(sc.recovery, run_id, "--yes", "--json"), env={
+                    rproc = subprocess.Popen(_dbmigrate(*command, "--yes", "--json"), env={
                         k: v for k, v in env.items() if k not in (ENV_POINT, ENV_FILE, ENV_MAX_S)},
                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 rrc = wait_exit(rproc, TOOL_TIMEOUT_S)
@@ -479,10 +528,14 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
                 res.details["recovery_exit"] = rrc
                 res.details["recovery_output_tail"] = _tail(work / "recovery.out")
                 res.details["recovery_summary"] = _summary(journal)
+                if sc.recovery == "rerun":
+                    res.details["first_run_status_after"] = _status_of(journal, run_id)
                 # Rolled back is a safe end too (the run could not go on and undid itself): the
-                # table shows it; anything else leaves work for a second command.
-                if res.action_status not in ("done", "rolled_back"):
-                    res.problems.append(f"`dbmigrate {sc.recovery}` exited {rrc} and left the run "
+                # table shows it; a new run may also be refused (health says whether that is
+                # safe); anything else leaves work for a second command.
+                ok_ends = ("done", "rolled_back", "refused") if sc.recovery == "rerun" else ("done", "rolled_back")
+                if res.action_status not in ok_ends:
+                    res.problems.append(f"`dbmigrate {command[0]}` exited {rrc} and left the run "
                                         f"'{res.action_status}'")
         elif run_id is None:
             res.problems.append("the run left no journal")
@@ -493,6 +546,8 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
             res.details["status_after_exit_window"] = run_status(journal)[1]
     finally:
         _finish_load(res, load, verifier, monitor, inv, name)
+    if fault.cut_off_target:
+        res.details["cut_off"] = fault.cut_off_target
     if fault.held is not None:
         res.details["fault_started"] = fault.held.started_at is not None
         if fault.held.started_at is not None and fault.held.healed_at is not None:
@@ -514,6 +569,10 @@ def _bound_ms(res: Result, fault: _Fault) -> float:
         # The undo asks the frozen candidate once whether it is writable (never two writable
         # servers), bounded by probe_timeout_s, before the old primary takes writes again.
         bound += SETTINGS["probe_timeout_s"] * 1000
+    if fault.sc.fault == INFLIGHT_FAULT:
+        # The target cut off from the statement's send until it heals (the app through HAProxy
+        # waits that long when the target is the primary or HAProxy itself).
+        bound += (fault.sc.hold_s or 0.0) * 1000
     st = statement_of(fault.sc)
     if st is not None and fault.sc.hold_s is not None:
         settings = procedure_settings(fault.sc.procedure, {**SETTINGS, **dict(fault.sc.settings)})
@@ -527,7 +586,7 @@ def _bound_ms(res: Result, fault: _Fault) -> float:
     if fault.sc.fault == "disk-full-candidate":
         # A new primary that cannot commit: the verify step's probe write gives up after its bound.
         bound += SETTINGS["verify_timeout_s"] * 1000
-    if res.action in ("resume", "rollback"):
+    if res.action in ("resume", "rollback", "rerun"):
         bound += RECOVERY_ALLOWANCE_MS
     return float(round(bound))
 
@@ -628,4 +687,5 @@ def _tail(path: Path, lines: int = 8) -> str:
 # For the other row runners (consolidate_rows.py): the same held faults and journal readings.
 Held = _Held
 run_summary = _summary
+status_of = _status_of
 output_tail = _tail

@@ -7,7 +7,8 @@ the sender's kernel keeps retransmitting them, so a statement sent into a partit
 still reach the server after the partition heals, long after its sender gave up on it.
 That late arrival is the fault these rows exist for (netem is not available here).
 
-- `partition(port)`: every packet to the port is dropped (existing and new connections).
+- `partition(port)`: every packet to the port is dropped (existing and new connections);
+  `both_ways=True`: every packet from it too.
 - `partition_connection(port, client_port)`: one TCP connection, cut both ways.
 - `partition_at_statement(port, text, ...)`: armed now, it starts with the first packet to
   `port` carrying `text` (a statement): from then on either the whole of `drop_port` is
@@ -104,10 +105,15 @@ def _rules(run: Run) -> Iterator[Rules]:
 
 
 @contextmanager
-def partition(port: int, *, run: Run = iptables) -> Iterator[None]:
-    """Every packet to `port` dropped until the block ends."""
+def partition(port: int, *, both_ways: bool = False, run: Run = iptables) -> Iterator[None]:
+    """Every packet to `port` dropped until the block ends; `both_ways`: every packet from it
+    too (the server's replies and the binlog it streams to replicas)."""
+    name = _name()
     with _rules(run) as rules:
-        rules.add([*_to(port), "-m", "comment", "--comment", _name(), "-j", "DROP"])
+        rules.add([*_to(port), "-m", "comment", "--comment", name, "-j", "DROP"])
+        if both_ways:
+            rules.add(["INPUT", "-p", "tcp", "-s", "127.0.0.1", "--sport", _port(port),
+                       "-m", "comment", "--comment", name, "-j", "DROP"])
         yield
 
 

@@ -60,6 +60,9 @@ FAST = {
     "promote/sigterm/in-fence/resume", "promote/kill9/in-open/resume", "promote/sigint/in-repoint/rollback",
     "promote/kill9/in-reverse/resume", "promote/sigterm/after-verify/rollback",
     "schema-swap/kill9/in-fence/resume", "schema-swap/kill9/after-ddl/rollback",
+    # The open in flight at a kill -9, then rollback: two writable servers for good before
+    # fencing generations and write-ahead intents (about 55 s with its 30 s after exit).
+    "promote/kill9-in-flight/open/rollback",
     *(f"promote/bad-setting/{b}/none" for b in BAD_SETTINGS),
 }
 
@@ -68,9 +71,9 @@ FAST = {
 class Scenario:
     procedure: str
     fault: str  # kill9, sigterm, sigint, freeze-candidate, kill-old-primary, kill-haproxy, lock-at-fence, bad-setting,
-    # or one of NETWORK_FAULTS / freeze-tool / cut-repl-link / ddl-at-fence / big-trx-at-fence
+    # or one of NETWORK_FAULTS / freeze-tool / cut-repl-link / ddl-at-fence / big-trx-at-fence / kill9-in-flight
     where: str  # a key of the pause points, or the bad setting's name, or `<statement>@<length>`
-    recovery: str  # resume, rollback, none
+    recovery: str  # resume, rollback, rerun (a new `dbmigrate run` of the same playbook), none
     pause: str | None  # DBMIGRATE_FAULT_PAUSE for the run
     statement: str | None = None  # a key of ROLE_STATEMENTS[procedure]: the statement the fault is timed on
     hold_s: float | None = None  # how long a partition lasts from its statement, or the tool stays frozen
@@ -251,6 +254,53 @@ def consolidate_matrix() -> list[Scenario]:
     return out
 
 
+# kill -9 with a statement IN FLIGHT: the run pauses right before the mutating statement of a
+# step (a `sending:` point), the statement's target is cut off (both directions of its port;
+# HAProxy frozen with SIGSTOP for a router command), the run goes on and sends it into the cut,
+# the tool is killed INFLIGHT_KILL_AFTER_S later (before its bound gives up on it), the cut
+# heals INFLIGHT_HEAL_AFTER_S after the send (the statement still in the dead process's send
+# queue, retransmitted), then the operator's one command: rollback, resume, or a new run of
+# the same playbook. Judged 30 s after that command exits.
+INFLIGHT_FAULT = "kill9-in-flight"
+INFLIGHT_KILL_AFTER_S = 1.5
+INFLIGHT_HEAL_AFTER_S = 7.0
+INFLIGHT_COMMANDS = ("rollback", "resume", "rerun")
+INFLIGHT_POINTS: dict[str, dict[str, str]] = {
+    "promote": {
+        "fence": "sending:fence:read_only=on",  # to the old primary
+        "open": "sending:open:read_only=off",  # to the candidate
+        "router-flip": "sending:switch router:set server",  # to HAProxy (frozen)
+        "reset": "sending:reset replication:reset slave",  # to the new primary
+        "repoint": "sending:repoint:change master",  # to the other replica
+        "reverse": "sending:reverse:change master",  # to the old primary
+    },
+    "schema-swap": {
+        "ddl": "sending:apply ddl on:alter table",  # to the first replica altered
+        "fence": "sending:fence:read_only=on",  # to the primary (the swap's switchover)
+        "open": "sending:open:read_only=off",  # to the temporary primary
+        "switch-back-fence": "sending:switch back:read_only=on",  # to the temporary primary
+        "switch-back-open": "sending:switch back:read_only=off",  # to the original primary
+    },
+    "consolidate": {
+        "fence": "sending:cut over:read_only=on",  # to the first old server
+        # The DSN file is a local file: the new instance (the route's target) is cut off as the
+        # route moves to it, so what is in flight at the kill is that instance's open.
+        "route-change": "sending:cut over:switch writer",
+        "open": "sending:cut over:set global read_only=off",  # to the new instance
+        "reverse": "sending:cut over:change master",  # to the old server (replicates back)
+    },
+}
+
+
+def inflight_matrix() -> list[Scenario]:
+    """Every mutating step of promote, schema swap and consolidation's per-server cutover, with
+    its statement in flight at a kill -9, each followed by each operator command."""
+    return [Scenario(procedure, INFLIGHT_FAULT, key, command, point, hold_s=INFLIGHT_HEAL_AFTER_S,
+                     after_exit_s=JUDGED_AFTER_EXIT_S)
+            for procedure, points in INFLIGHT_POINTS.items() for key, point in points.items()
+            for command in INFLIGHT_COMMANDS]
+
+
 # The candidate's datadir on a small filesystem of its own, filled right after the open.
 DISK_FULL = Scenario("promote", "disk-full-candidate", "after-open", "rollback", "after:open",
                      after_exit_s=JUDGED_AFTER_EXIT_S)
@@ -258,7 +308,7 @@ DISK_FULL = Scenario("promote", "disk-full-candidate", "after-open", "rollback",
 
 def all_scenarios(settings: dict | None = None) -> list[Scenario]:
     return (promote_matrix() + swap_matrix() + network_matrix(settings or SETTINGS) + issue_reproductions()
-            + [DISK_FULL] + consolidate_matrix())
+            + [DISK_FULL] + consolidate_matrix() + inflight_matrix())
 
 
 def select(scenarios: list[Scenario], only: str | None = None, fast: bool = False) -> list[Scenario]:

@@ -57,11 +57,11 @@ class SwitchoverServers:
         beside it, and the other sessions of the tool there (the cluster lock's). Only these
         are spared by the seal, whatever account other sessions log in as."""
         main = self.servers[name]
-        handles = [main, getattr(main, "_waiter", None), getattr(main, "_watcher", None)]
-        handles += [s for s in self.tool_sessions if (s.host, s.port) == (main.host, main.port)]
+        handles = [*main.own_handles()[1:],
+                   *(s for s in self.tool_sessions if (s.host, s.port) == (main.host, main.port))]
         ids = {main.session_id}
-        for h in handles[1:]:
-            if h is not None and getattr(h, "_conn", None) is not None:
+        for h in handles:
+            if h.connected:
                 ids.add(h.session_id)
         return ids
 
