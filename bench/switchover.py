@@ -36,7 +36,7 @@ Where ORCHESTRATOR_URL is set, rounds alternate dbmigrate and orchestrator
 Targets on a quiet machine: p50 <= 10 ms, max <= 60 ms, 0 lost.
 
     python bench/switchover.py [--rounds 10] [--json] [--lagging] [--rate TPS] [--candidate-buffer-pool-mb MB]
-                               [--tool-cpus LIST] [--in-process]
+                               [--tool-cpus LIST] [--in-process] [--hold-new-connections]
 """
 
 from __future__ import annotations
@@ -216,6 +216,8 @@ class Moments:
 # How long after the fence the candidate may take to apply the final position before the
 # attempt is given up (unfenced, tried again): a guard against a candidate that stalls.
 FENCED_CATCHUP_BUDGET_S = 0.03
+# Playbook params every dbmigrate round adds (--hold-new-connections).
+EXTRA_PARAMS: dict[str, Any] = {}
 
 
 def playbook(state, name: str, candidate: str, via: str, budget_s: float | None = FENCED_CATCHUP_BUDGET_S) -> Path:
@@ -226,7 +228,7 @@ def playbook(state, name: str, candidate: str, via: str, budget_s: float | None 
                       # 100 under this load) gives up after 30 ms and is tried again, writes flowing between;
                       # so does one whose candidate has not applied the final position 30 ms after it.
                       **({"fence_block_s": 0.03, "fence_attempts": 5, "fence_retry_pause_s": 0.2,
-                          **({"fenced_catchup_budget_s": budget_s} if budget_s else {})}
+                          **({"fenced_catchup_budget_s": budget_s} if budget_s else {}), **EXTRA_PARAMS}
                          if via == "dbmigrate" else {})}}
     path = state.path / f"bench-{candidate}-{via}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -742,7 +744,12 @@ def main() -> int:
     ap.add_argument("--tool-cpus", default="",
                     help="run the tool on these cores (taskset list, e.g. 1) and everything else the bench starts "
                          "on the others: the tool as from a host of its own, as far as CPU goes")
+    ap.add_argument("--hold-new-connections", action="store_true",
+                    help="the playbook's hold_new_connections: HAProxy holds new connections while the writer "
+                         "moves, and the old writer's sessions end when idle")
     args = ap.parse_args()
+    if args.hold_new_connections:
+        EXTRA_PARAMS["hold_new_connections"] = True
     if args.tool_cpus:
         if args.in_process:
             ap.error("--tool-cpus needs the tool in a process of its own (not --in-process)")

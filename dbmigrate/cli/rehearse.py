@@ -105,6 +105,10 @@ def progress_printer(json_out: bool) -> Callable[[str], None]:
     return lambda m: out.print(f"[dim]… {escape(m)}[/]")
 
 
+HOLD_HELP = ("Set hold_new_connections in the playbook: HAProxy holds the application's new connections "
+             "while the writer moves, and the old writer's sessions end when idle.")
+
+
 @cmd.command("promote")
 def promote(
     json_out: bool = typer.Option(False, "--json", help="JSON lines: the report as one result record, then a summary record."),
@@ -127,6 +131,7 @@ def promote(
     scale: float = typer.Option(0.01, "--scale", help="With --shape: generate this share of each captured "
                                 "table's rows (at least one row for a table that had rows)."),
     tui: bool = typer.Option(False, "--tui", help=TUI_HELP),
+    hold: bool = typer.Option(False, "--hold-new-connections", help=HOLD_HELP),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
     from dbmigrate.app.reports import all_tables, check_report_path, model_of_run, write_report
@@ -149,7 +154,8 @@ def promote(
         report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep,
                                   subscribers=renderers(json_out, keep), regress=regress, guard=guard or regress,
                                   remote=remote, name=name, compose=compose, shape=shape, scale=scale,
-                                  driver=driver)
+                                  driver=driver,
+                                  playbook_extra={"params": {"hold_new_connections": True}} if hold else None)
     model = model_of_run(report["run_id"])
     tables = all_tables(model)
     report["tables"] = [t.to_dict() for t in tables]
@@ -307,6 +313,7 @@ def schema_swap(
     yes: bool = typer.Option(False, "--yes", "-y", help="Ask nothing (a rehearsal never asks: its playbook runs "
                              "with --yes); accepted so that CI jobs read like production runs."),
     tui: bool = typer.Option(False, "--tui", help=TUI_HELP),
+    hold: bool = typer.Option(False, "--hold-new-connections", help=HOLD_HELP),
 ):
     """The weekly A/B schema change under live reads and writes: each replica altered out of the reader
     pool with the binlog off, a switchover to an altered replica, the old primary altered, then back."""
@@ -327,7 +334,7 @@ def schema_swap(
         with removed_on_interrupt(keep):
             report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
                                           shape=shape, scale=scale, subscribers=renderers(json_out, keep),
-                                          driver=driver)
+                                          driver=driver, hold=hold)
         if checked_report is not None:
             from dbmigrate.app.reports import model_of_run, write_report
 

@@ -33,13 +33,14 @@ DDL = f"ALTER TABLE app.orders ADD COLUMN {COLUMN} VARCHAR(64) NULL, ADD INDEX {
 UNDO_DDL = f"ALTER TABLE app.orders DROP INDEX {INDEX}, DROP COLUMN {COLUMN}"
 
 
-def swap_playbook(path: Path, inventory: Path, cluster: str, candidate: str) -> Path:
+def swap_playbook(path: Path, inventory: Path, cluster: str, candidate: str, hold: bool = False) -> Path:
     doc = {"procedure": "schema-swap", "inventory": str(inventory), "cluster": cluster,
            "params": {"ddl": [DDL], "undo_ddl": [UNDO_DDL],
                       "verify": [{"table": "app.orders", "column": COLUMN}],
                       "warm": {"method": "scan", "tables": ["app.orders"], "target_hit_ratio": 0.9, "seconds": 30},
                       "primary": "switchover", "candidate": candidate, "switch_back": True,
-                      "drain_timeout_s": 2, "catchup_timeout_s": 3, "max_lag_ms": 5000, **REHEARSAL_FENCE}}
+                      "drain_timeout_s": 2, "catchup_timeout_s": 3, "max_lag_ms": 5000, **REHEARSAL_FENCE,
+                      **({"hold_new_connections": True} if hold else {})}}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -53,7 +54,7 @@ def altered(inv, server: str) -> bool:
 def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False, subscribers=(),
                          name: str | None = None, rows: int = 5000, compose: bool = False,
                          shape: Path | None = None, scale: float = 0.01,
-                         driver: Driver | None = None) -> dict[str, Any]:
+                         driver: Driver | None = None, hold: bool = False) -> dict[str, Any]:
     from dbmigrate.rehearsal.readload import create_orders
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
@@ -97,7 +98,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo)
             Clock().sleep(2)  # the classes' "before"
 
-        playbook = swap_playbook(state.path / "schema-swap.yaml", state.inventory_file, name, candidate)
+        playbook = swap_playbook(state.path / "schema-swap.yaml", state.inventory_file, name, candidate, hold)
         say(f"running playbook {playbook.name}: {DDL} on each side, one at a time, then back to {primary}")
         shaped["cutover_began"] = time.time()
         outcome = driver.run(playbook)

@@ -74,6 +74,36 @@ def test_a_transaction_gets_the_deadline_then_ends():
     assert done.ended_at_deadline == 1 and clock.monotonic() >= 0.5
 
 
+class Lingering(Busy):
+    """A server where a session ended stays listed as 'Killed' for a few looks before it leaves."""
+
+    def __init__(self, sessions, looks: int = 3):
+        super().__init__(sessions)
+        self.looks, self.dying = looks, {}
+
+    def sessions(self) -> list[Session]:
+        out = super().sessions()
+        for i, (host, left) in list(self.dying.items()):
+            out.append(Session(i, "app", host, None, "Killed", 0, ""))
+            self.dying[i] = (host, left - 1)
+            if left <= 1:
+                del self.dying[i]
+        return out
+
+    def kill_if_idle(self, ids: list[int]) -> bool:
+        hosts = {i: self.left[i][0] for i in ids if i in self.left}
+        super().kill_if_idle(ids)
+        self.dying.update({i: (hosts[i], self.looks) for i in self.killed if i in hosts})
+        return True
+
+
+def test_a_session_ended_and_still_listed_as_killed_counts_as_ended_once():
+    srv = Lingering({1: ("127.0.0.1:5001", 0)})
+    done = end_when_idle(srv, srv, frozenset(), timeout_s=0.5, clock=FakeClock())
+    assert srv.killed == [1]  # not ended again at the bound
+    assert done.ended_idle == 1 and done.ended_at_deadline == 0
+
+
 SESS = """0x1: [28/Nov/2026:02:23:11.546885] id=1 proto=tcpv4 source=127.0.0.1:52232
   frontend=writer (id=2 mode=tcp), listener=? (id=1) addr=127.0.0.1:27001
   backend=writer (id=3 mode=tcp) addr=127.0.0.1:54672

@@ -118,8 +118,9 @@ def end_when_idle(insp: Inspector, applier: Applier, protected: frozenset[str], 
     spare = spare_hosts() if spare_hosts is not None else set()
     result = EndedWhenIdle()
     while True:
+        # A session already ended stays listed as 'Killed' until it leaves: not ended twice.
         clients = [s for s in insp.sessions() if s.user not in protected and s.user not in NOT_YET_CLIENTS
-                   and s.command != "Connect"]
+                   and s.command not in ("Connect", "Killed")]
         if wanted is not None:
             result.spared = sum(1 for s in clients if not _from(s.host, wanted))
             clients = [s for s in clients if _from(s.host, wanted)]
@@ -141,7 +142,7 @@ def end_when_idle(insp: Inspector, applier: Applier, protected: frozenset[str], 
             # The server checks "still idle" and ends the session in one statement where it
             # can: a statement that arrived since the list was read is not cut.
             if applier.kill_if_idle([s.id for s in idle]):
-                still = {s.id for s in insp.sessions()}
+                still = {s.id for s in insp.sessions() if s.command != "Killed"}
                 result.ended_idle += sum(1 for s in idle if s.id not in still)
             else:
                 result.ended_idle += _kill(applier, idle)
