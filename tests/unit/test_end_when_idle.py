@@ -156,3 +156,15 @@ def test_a_server_without_maxconn_gets_the_held_queue_before_its_limit_goes_back
     assert restore_commands("writer", "db1", 0) == [f"set maxconn server writer/db1 {DEQUEUE_ALL}",
                                                      "set maxconn server writer/db1 0"]
     assert restore_commands("writer", "db1", 50) == ["set maxconn server writer/db1 50"]
+
+
+def test_the_pools_connections_send_without_nagle_as_the_drivers_they_stand_for():
+    import socket
+    from types import SimpleNamespace
+
+    from dbmigrate.rehearsal.clients.pools import no_delay
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        no_delay(SimpleNamespace(_socket=SimpleNamespace(sock=sock)))
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    no_delay(SimpleNamespace())  # no socket kept there: nothing to set

@@ -17,8 +17,9 @@ pool hand it, and how long one of its calls waits. Each pool here runs one appli
   error keeps the connection.
 
 Every pool uses server-side prepared statements (binary protocol, as Go's and Java's drivers
-do), mysql-connector-python in pure Python, TLS off on loopback. The statements are the
-application's workload, so they stay here, not in dbmigrate.db.
+do), mysql-connector-python in pure Python, TLS off on loopback, Nagle's algorithm off as Go's
+net package, Connector/J and the C client libraries set it (see `_open`). The statements are
+the application's workload, so they stay here, not in dbmigrate.db.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class PoolClient(threading.Thread):
                                        password=self.creds.password or "", database=self.database,
                                        connection_timeout=self.connect_timeout_s, autocommit=True,
                                        use_pure=True, ssl_disabled=True)
+        no_delay(conn)
         return Conn(conn, conn.cursor(prepared=True))
 
     def _alive(self, c: Conn) -> bool:
@@ -244,6 +246,17 @@ class NaivePool(PoolClient):
 
 
 KINDS: dict[str, type[PoolClient]] = {k.kind: k for k in (GoPool, HikariPool, NaivePool)}
+
+
+def no_delay(conn: Any) -> None:
+    """TCP_NODELAY on the connection's socket, as the drivers the pools stand for set it. The
+    pure-Python connector leaves Nagle's algorithm on: through HAProxy a prepared INSERT then
+    waited ~40 ms for a delayed ACK (measured, 44 ms p50 against 1 ms), its bytes partly sent,
+    while the server listed the session as idle."""
+    try:
+        conn._socket.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (AttributeError, OSError):
+        pass  # a unix socket, or no socket kept there: nothing to set
 
 
 def peer_closed(conn: Any) -> bool:
