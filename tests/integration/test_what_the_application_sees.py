@@ -5,9 +5,10 @@ idle), and reader connections on a server that stays a reader are never ended.
 
 The hold is opt-in; without it (the default) the readers' sessions are left alone too.
 
-What is left (measured, docs/operations/what-the-application-sees.md): a kept connection ended
-while idle can be reused before its end reaches the client through HAProxy (a few ms on these
-shared cores); the pool then sees one 2013 for that statement. At most one per switchover here."""
+What is left (measured, docs/operations/what-the-application-sees.md): a statement already sent
+when the server ends its session as idle (still on its way through HAProxy, read by no server
+thread yet) is lost, a 2013; about one switchover in three at a call every ~5 ms, at most one
+per switchover here."""
 
 from __future__ import annotations
 
