@@ -454,9 +454,10 @@ class Runner:
                 hint="the playbook or the tool changed since the run; restore the version used for the run",
             )
         names = [r["name"] for r in pending]
-        run = ctx.journal.get_run(ctx.run_id) or {}
+        run = ctx.journal.get_run(ctx.run_id)
+        status, started = (run.status, run.started_at) if run else ("?", "?")
         gate = ManualGate("rollback", f"Undo {len(names)} step(s) of {procedure.name} run {ctx.run_id} on cluster "
-                                      f"{ctx.cluster} ({run.get('status', '?')}, started {run.get('started_at', '?')}),"
+                                      f"{ctx.cluster} ({status}, started {started}),"
                                       f" newest first: " + (", ".join(names) or "nothing"))
         if pending:
             ok, reason, _, by = self._decide(gate, "rollback", ctx)

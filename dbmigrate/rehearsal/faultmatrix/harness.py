@@ -217,7 +217,7 @@ def run_status(journal: Path) -> tuple[str | None, str | None]:
 def _status_of(journal: Path, run_id: str) -> str | None:
     with Journal(journal) as j:
         run = j.get_run(run_id)
-    return run["status"] if run else None
+    return run.status if run else None
 
 
 def _summary(journal: Path) -> str:
