@@ -1,9 +1,9 @@
 """The type checker CI runs (mypy, strict, configured in pyproject.toml) catches what it is there for.
 
-`.ci/run` runs it over procedures/, engine/, db/ and app/ before the tests. These tests prove that it
-fails where it should: a call from one switchover step's file to a method another step's file
-defines, made with the wrong arguments or to a method that does not exist, and params read as the
-wrong procedure's model. Each case is a module written next to the real package (so it imports
+`.ci/run` runs it over procedures/, engine/, db/, app/ and the packages beside them before the
+tests. These tests prove that it fails where it should: a call from one switchover step's file to a
+method another step's file defines, made with the wrong arguments or to a method that does not
+exist, and params read as the wrong procedure's model. Each case is a module written next to the real package (so it imports
 the real code) and checked on its own.
 """
 
