@@ -391,7 +391,7 @@ FENCE_CALLS = ("fence_and_read_binlog_pos",)  # the fence statement (db/applier.
 def fence_violations(modules: dict[str, Module], fence_fields: set[str]) -> list[str]:
     """Every procedure fences through the kit's fence: the fence statement is sent from
     kit/fence.py alone, and no settings class (`*Params`, `*Settings`) but FenceParams declares a
-    fence setting (a procedure's params and the switchover's settings inherit them)."""
+    fence setting (every procedure's params inherit them)."""
     out = []
     for mod in modules.values():
         for node in ast.walk(mod.tree):

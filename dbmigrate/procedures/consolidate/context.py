@@ -67,9 +67,11 @@ class FleetSettings(BaseModel):
 
 
 class ConsolidateParams(FenceParams):
-    """The fence's fields come from FenceParams (the same in every procedure)."""
+    """The fence's fields come from FenceParams (the same in every procedure). Consolidation is
+    not a switchover: catchup_timeout_s and fence_drain_timeout_s mean what they mean there, with
+    defaults of their own. `drain_timeout_s` is read as `fence_drain_timeout_s`, its former name."""
 
-    model_config = ConfigDict(extra="forbid")
+    RENAMED = {"drain_timeout_s": "fence_drain_timeout_s"}
     plan: str = Field(description="plan file written by `dbmigrate consolidate plan --out` (relative to the playbook)")
     strategy: Literal["instance-per-group", "merge"] = "instance-per-group"
     routes: Optional[str] = Field(None, description="DSN file with one entry per shard; default: the cluster's "
@@ -89,7 +91,8 @@ class ConsolidateParams(FenceParams):
     app_reach_timeout_s: float = Field(10, ge=0, le=600, description="after the switch, how long to wait for every "
                                        "account seen on the old server to have a session on its instance (a "
                                        "warning past it: an idle application may just not have come back yet)")
-    drain_timeout_s: float = Field(1, ge=0, le=60)
+    fence_drain_timeout_s: float = Field(1, ge=0, le=60, description="after the fence, how long open application "
+                                                                     "transactions may take to finish")
     seed_timeout_s: float = Field(3600, gt=0, le=7 * 86400)
     seed: SeedSettings = Field(default_factory=SeedSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)

@@ -44,7 +44,7 @@ def end_app_sessions(ctx: RunContext, name: str) -> tuple[int, set[str]]:
         return 0, set()
     insp = Inspector(server_of(ctx, name))
     done = drain(insp, applier_of(ctx, name), protected_users(insp, resources_of(ctx).repl.user),
-                 timeout_s=params_of(ctx).drain_timeout_s, until="transactions",
+                 timeout_s=params_of(ctx).fence_drain_timeout_s, until="transactions",
                  end=params_of(ctx).kill_app_sessions, clock=ctx.clock)
     if done.left and not params_of(ctx).kill_app_sessions:
         ctx.log(f"{len(done.left)} application session(s) stay open on {name} (kill_app_sessions is off): a pool "

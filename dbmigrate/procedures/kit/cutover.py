@@ -77,7 +77,6 @@ class Cutover:
     old: str
     new: str
     switchover: MakeSwitchover
-    verify_timeout_s: float = 10.0
 
     def sw(self, ctx: RunContext, record: Record | None = None) -> Switchover:
         sw = self.switchover(ctx, record)
@@ -260,7 +259,7 @@ def check_shape(cut: Cutover, ctx: RunContext) -> None:
 def probe(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
     sw = sw or cut.sw(ctx)
     try:
-        said = sw.verify_writes_flow(ctx.run_id, cut.verify_timeout_s)
+        said = sw.verify_writes_flow(ctx.run_id)
     except DbmigrateError:
         sw.require_old_wrote_nothing(ctx.run_id)  # an errant write on the old primary is the cause to name
         raise

@@ -63,7 +63,7 @@ def takeover_procedure(name: str, cut: Cutover) -> Procedure:
         FunctionStep("repoint replicas", lambda c: cut.sw(c).repoint_without_old(),
                      check=lambda c: cut.sw(c).replicas_repointed()),
         FunctionStep("verify writes flow",
-                     lambda c: cut.sw(c).verify_writes_flow(c.run_id, cut.verify_timeout_s, old_gone=True)
+                     lambda c: cut.sw(c).verify_writes_flow(c.run_id, old_gone=True)
                      + f"; keep {cut.old} down: rebuild it as a replica of {cut.new} before it serves again",
                      mutating=True),
     ]

@@ -7,39 +7,28 @@ from dbmigrate.engine.step import Phase, RunContext
 from dbmigrate.procedures.kit import cutover as kit_cutover
 from dbmigrate.procedures.kit.cutover import Cutover
 from dbmigrate.procedures.kit.preflight import preflight_gate
-from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
-from dbmigrate.procedures.schema_swap.preflight import switchover_limits
 from dbmigrate.procedures.schema_swap.context import params_of, plan_names, resources_of
-
-
-def settings_of(p: SchemaSwapParams) -> SwitchoverSettings:
-    return SwitchoverSettings(**p.fence_settings(), catchup_timeout_s=p.catchup_timeout_s,
-                              drain_timeout_s=p.fence_drain_timeout_s, kill_app_sessions=p.kill_app_sessions,
-                              replica_timeout_s=p.replica_timeout_s, probe_timeout_s=p.probe_timeout_s,
-                              converge_max_trx_rows=p.converge_max_trx_rows,
-                              converge_max_backlog_bytes=p.converge_max_backlog_bytes)
 
 
 def switchover(ctx: RunContext, old: str, new: str, record: Record | None = None) -> Switchover:
     r = resources_of(ctx)
-    return Switchover(r.topology, old, new, settings_of(params_of(ctx)), r.router,
+    return Switchover(r.topology, old, new, params_of(ctx), r.router,
                       dry_run=ctx.dry_run or record is not None, log=ctx.log, record=record or ctx.record_statement,
                       clock=ctx.clock)
 
 
-def primary_cutover(params: SchemaSwapParams, primary: str, candidate: str) -> Cutover:
+def primary_cutover(primary: str, candidate: str) -> Cutover:
     """The switchover of the primary's side: to an already altered replica."""
-    return Cutover(old=primary, new=candidate, switchover=lambda c, record: switchover(c, primary, candidate, record),
-                   verify_timeout_s=params.verify_timeout_s)
+    return Cutover(old=primary, new=candidate, switchover=lambda c, record: switchover(c, primary, candidate, record))
 
 
 def switchover_phase(ctx: RunContext, params: SchemaSwapParams, primary: str, candidate: str) -> Phase:
     """The kit's cutover, as promote runs it, with an already altered replica as the candidate."""
-    cut = primary_cutover(params, primary, candidate)
+    cut = primary_cutover(primary, candidate)
     steps = [*kit_cutover.cutover_steps(cut), kit_cutover.verify_step(cut)]
-    gate = preflight_gate("promote preflight", lambda c: resources_of(c).inventory, lambda c: candidate,
-                          switchover_limits(params))
+    gate = preflight_gate("promote preflight", lambda c: resources_of(c).inventory, lambda c: candidate, params)
     return Phase("switchover", steps, gates=[gate])
 
 
@@ -66,4 +55,4 @@ def describe_switch_back(ctx: RunContext) -> list[tuple[str, str]]:
 
 def verify_after_switch_back(ctx: RunContext) -> str:
     r = resources_of(ctx)
-    return switchover(ctx, r.candidate, r.primary).verify_writes_flow(ctx.run_id, params_of(ctx).verify_timeout_s)
+    return switchover(ctx, r.candidate, r.primary).verify_writes_flow(ctx.run_id)

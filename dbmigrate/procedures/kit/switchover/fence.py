@@ -89,7 +89,7 @@ class FenceSteps(SwitchoverBase):
         if not insp.reachable():
             return 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
         protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
-        done = drain(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+        done = drain(insp, self.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
                      until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
         return done.open_at_start, done.ended
 
