@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.readers.replication import ReplicationReader
 from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.fleet import failed_at
@@ -94,7 +95,7 @@ def caught_up_once(ctx: RunContext, params: ConsolidateParams,
                 continue  # its seed failed: the fleet leaves it out (and reports it)
             conn = connection_name(src)
             try:
-                st = Inspector(server_of(ctx, inst.name)).named_replica_status(conn)
+                st = ReplicationReader(server_of(ctx, inst.name)).named_replica_status(conn)
             except DbmigrateError as e:
                 problems.append(f"{inst.name}: {e.message}")
                 continue

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from dbmigrate.home import home
 from dbmigrate.db.applier import Applier
-from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.readers.status import StatusReader
 from dbmigrate.digest.model import Digest
 from dbmigrate.digest.policy import GuardPolicy, evaluate
 from dbmigrate.digest.window import HostFileReader
@@ -252,7 +252,7 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
             return window is not None and window.alive()
         if capture.is_table_window(saved):
             return capture.table_window_is_open(_server(ctx, role))
-        current = Inspector(_server(ctx, role)).slow_query_log_file()
+        current = StatusReader(_server(ctx, role)).slow_query_log_file()
         return str(current).startswith(str(saved["window_file"]).removesuffix(".slow.log"))
 
     def run(ctx: RunContext) -> str:
@@ -408,7 +408,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                         local_log = _take(ctx, "new", saved, f"guard-{i}", since=since, until=until)
                         since = until
                     else:
-                        current = Inspector(server).slow_query_log_file()
+                        current = StatusReader(server).slow_query_log_file()
                         # Rotate: sessions keep long_query_time=0, new entries go to the next file.
                         rotated = f"{base_file.removesuffix('.slow.log')}.{i}.slow.log"
                         Applier(server).set_global("slow_query_log_file", rotated)

@@ -9,6 +9,7 @@ from dbmigrate.db.connection import Server
 from dbmigrate.db.in_doubt import SETTLE_GONE_S
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.inspector import Inspector, Session
+from dbmigrate.db.readers.replication import ReplicationReader
 from dbmigrate.clock import Clock
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.kit.fence import Fence, FencedServer
@@ -59,7 +60,7 @@ class SwitchoverBase:
         # checked on its own (only the composed Switchover holds them all).
         def bypass_users(self) -> set[str]: ...  # fence.py
         def _require_gtid_mode(self) -> None: ...  # fence.py
-        def _require_applying(self, insp: Inspector) -> ReplicaStatus: ...  # converge.py
+        def _require_applying(self, insp: ReplicationReader) -> ReplicaStatus: ...  # converge.py
         def wait_replica_running(self, name: str, timeout: float = 10) -> None: ...  # reverse.py
         def stopped_with_error(self, name: str) -> ReplicaStatus | None: ...  # reverse.py
 
