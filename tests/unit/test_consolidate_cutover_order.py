@@ -40,6 +40,7 @@ class World:
         self.events: list[str] = []
         self.fail_reverse = 0  # CHANGE MASTER on the old server fails this many times
         self.in_cutover = False
+        self.expiry: dict[str, float] = {}  # fence expiries scheduled, by server
 
     def journaled_reverse(self) -> dict:
         return ConsolidateState.load(self.ctx_box[0].state).reverse.get(OLD, {})
@@ -91,8 +92,16 @@ class FakeApplier:
         self.w.conns[self.name].pop(conn, None)
         self.w.events.append(f"{self.name} RESET SLAVE {conn} ALL")
 
+    def fence_and_read_binlog_pos(self, lock_wait_timeout: float, expiry_s: float | None = None) -> str:
+        if expiry_s:
+            self.w.expiry[self.name] = expiry_s
+            self.w.events.append(f"{self.name} fence expiry in {expiry_s:g}s")
+        self.w.set_read_only(self.name, True)
+        return ""
+
     def cancel_fence_expiry(self) -> None:
-        pass
+        if self.w.expiry.pop(self.name, None) is not None:
+            self.w.events.append(f"{self.name} fence expiry dropped")
 
 
 class FakeInspector:
@@ -105,6 +114,15 @@ class FakeInspector:
 
     def read_only(self) -> bool:
         return self.w.read_only[self.name]
+
+    def row_lock_waits(self) -> int:
+        return 0
+
+    def event_scheduler_on(self) -> bool:
+        return True
+
+    def connection_id(self) -> int:
+        return 1
 
     def connection_status(self, conn):
         return self.w.conns[self.name].get(conn)
@@ -126,9 +144,17 @@ class FakeServer:
     def __init__(self, w: World, name: str):
         self.w, self.name = w, name
 
+    flavor = None
+
     @contextmanager
     def bounded(self, seconds: float):
         yield
+
+    def watcher(self, read_timeout: int) -> "FakeServer":
+        return self  # the fence's watchdog reads here; a fake fence never blocks
+
+    def query(self, sql: str, params=None) -> list:
+        return []
 
 
 class FakeRoute:
