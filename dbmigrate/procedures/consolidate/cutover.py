@@ -3,6 +3,7 @@ end the old sessions, and its undo."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from dbmigrate.db.inspector import Inspector
@@ -33,7 +34,7 @@ from dbmigrate.procedures.consolidate.accounts import (
 )
 from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_fence, check_in_fence
 from dbmigrate.procedures.kit.drain import drain, protected_users
-from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer
+from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer, FenceParams
 from dbmigrate.procedures.consolidate.windows import WINDOWS
 
 
@@ -234,11 +235,42 @@ def fence(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> tuple
             raise ConsolidateRefused(f"not fenced again: {reason}", hint="nothing changed on it; resume once it keeps up")
 
     del plan
-    kit = Fence(source, FencedServer.of(server_of(ctx, source)), p,
-                final_position=lambda insp, read: insp.binlog_coordinates(),
-                catchup_timeout_s=p.catchup_timeout_s, targets=", ".join(t.name for t in targets),
-                log=ctx.log, clock=ctx.clock)
+    kit = server_fence(ctx, source, p, ", ".join(t.name for t in targets))
     return kit, kit.fence(applied_within=applied_within, before_retry=converge_again)
+
+
+def server_fence(ctx: RunContext, name: str, params: FenceParams, targets: str) -> Fence[tuple[str, int]]:
+    """The kit fence of one server of the run (an old server, or an instance the undo takes
+    writes from); its final position is a binlog (file, pos)."""
+    at = replace(FencedServer.of(server_of(ctx, name)), inspector=lambda: Inspector(server_of(ctx, name)),
+                 applier=lambda: applier_of(ctx, name))
+    return Fence(name, at, params, final_position=lambda insp, read: insp.binlog_coordinates(),
+                 catchup_timeout_s=params_of(ctx).catchup_timeout_s, targets=targets, log=ctx.log, clock=ctx.clock,
+                 dry_run=ctx.dry_run)
+
+
+def instance_fence(ctx: RunContext, name: str, source: str) -> Fence[tuple[str, int]]:
+    """The kit fence of an instance whose writes go back to `source`: bounded, watched, and
+    expiring by itself where its event scheduler runs (a rollback is not refused for want of
+    the expiry: it warns). Its expiry is dropped before `source` opens (`keep_closed`)."""
+    p = params_of(ctx)
+    fence_params = p.model_copy(update={"fence_expiry": "if_available"}) if p.fence_expiry == "require" else p
+    return server_fence(ctx, name, fence_params, source)
+
+
+def keep_closed(ctx: RunContext, name: str, source: str) -> None:
+    """Before `source` takes writes again: the instance, which no shard routes to, is read-only
+    with no fence expiry left (a cutover may have stopped after opening it: a writable one is
+    fenced with the kit's fence first)."""
+    held = instance_fence(ctx, name, source)
+    if not Inspector(server_of(ctx, name)).read_only():
+        held.fence()
+    held.before_open(source)
+
+
+def routed_to(ctx: RunContext, inst: PlannedInstance) -> list[str]:
+    """The instance's shards (of every old server) whose route names it."""
+    return [s for s in inst.shards if route_of(ctx, s).current().writer == address_of(ctx, inst.name)]
 
 
 def require_accounts(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> Accounts:
@@ -394,6 +426,7 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
         shards = shards_of(plan, t.name, source)
         routed_here = [s for s in shards if route_of(ctx, s).current().writer == address_of(ctx, t.name)]
         conn = connection_name(t.name)
+        held: Fence[tuple[str, int]] | None = None  # the instance's fence set here
         if t.name in reverse and routed_here and not src.connection_running(conn):
             # Stopped after the routes moved (and perhaps the open), before the old server
             # replicated back: from the journaled position, which the instance wrote nothing
@@ -401,10 +434,12 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
             start_reverse(ctx, source, {t.name: reverse[t.name]}, fresh=False)
         if t.name in reverse and src.connection_status(conn) is not None:
             if routed_here:
-                # Fences every shard on the instance for a moment; rollback undoes newest first,
-                # so the others move back right after or are reopened below.
-                applier_of(ctx, t.name).set_read_only(True)
-            t_file, t_pos = Inspector(server_of(ctx, t.name)).binlog_coordinates()
+                # Fences every shard on the instance for a moment (the kit's fence); rollback
+                # undoes newest first, so the others move back right after or are reopened below.
+                held = instance_fence(ctx, t.name, source)
+                t_file, t_pos = held.fence().position
+            else:
+                t_file, t_pos = Inspector(server_of(ctx, t.name)).binlog_coordinates()
             if not src.wait_for_position(conn, t_file, t_pos, p.catchup_timeout_s):
                 raise ConsolidateError(f"{source} did not apply {t.name}'s writes up to {t_file}:{t_pos} "
                                        f"within {p.catchup_timeout_s:g}s; the routes still point at {t.name}",
@@ -412,6 +447,9 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
             for s in routed_here:
                 route_of(ctx, s).switch_writer(old_addr, old=address_of(ctx, t.name))
                 back.append(s)
+            if held is not None and not routed_to(ctx, t):
+                # No route names the instance now: it stays read-only, its fence no longer expires.
+                held.before_open(source)
             if routed_here:  # after the routes name the old server again: pools reconnect there
                 end_app_sessions(ctx, t.name)
             applier_of(ctx, source).remove_source(conn)
@@ -422,10 +460,14 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
             # Set up by a cutover that stopped before journaling it: no route had moved, so the
             # instance took no writes and there is nothing to wait for.
             applier_of(ctx, source).remove_source(conn)
-        still_here = [s for s in t.shards if route_of(ctx, s).current().writer == address_of(ctx, t.name)]
-        # Before the old server takes writes again: an instance no shard routes to is read-only
-        # (a cutover may have stopped after opening it, before moving a route).
-        applier_of(ctx, t.name).set_read_only(not still_here)
+        # Before the old server takes writes again: an instance no shard routes to is read-only.
+        if routed_to(ctx, t):
+            if held is not None:
+                held.unfence()  # the shards of its other old servers write there again
+            else:
+                applier_of(ctx, t.name).set_read_only(False)
+        elif held is None:
+            keep_closed(ctx, t.name, source)
     if p.fence_expiry != "off":  # a fence this run set may have scheduled its expiry
         applier_of(ctx, source).cancel_fence_expiry()
     applier_of(ctx, source).set_read_only(False)
@@ -480,9 +522,7 @@ def describe_cutover(ctx: RunContext, source: str) -> list[tuple[str, str]]:
                    f"after MASTER_POS_WAIT(<{source}'s position>, '{conn}')") for t in targets]] if p.checksum else []
     return [(source, "before the fence: accounts with grants on the shards compared with each instance"),
             *check,
-            (source, f"wait up to {p.fence_calm_wait_s:g}s for no row-lock wait; SET GLOBAL read_only=ON "
-                     f"(lock_wait_timeout {p.fence_timeout_s:g}s, watchdog after {p.fence_block_s:g}s: "
-                     f"{p.on_fence_blocked}); SHOW MASTER STATUS"),
+            (source, f"{p.described()}; SHOW MASTER STATUS"),
             *[(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {p.catchup_timeout_s:g}, '{conn}')"
                   + ("; the ranges that kept changing compared again" if p.checksum else "")) for t in targets],
             *[(t, "its binlog position read and journaled (where the reverse connection will start)") for t in targets],

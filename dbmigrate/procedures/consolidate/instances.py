@@ -13,6 +13,7 @@ from dbmigrate.engine.step import FunctionStep, RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import PlannedInstance
 from dbmigrate.procedures.consolidate.provision import provisioner_for
+from dbmigrate.procedures.kit.fence import hold_read_only
 from dbmigrate.procedures.consolidate.context import (
     ConsolidateError,
     address_of,
@@ -56,7 +57,7 @@ def provision_one(ctx: RunContext, inst: PlannedInstance) -> str:
             hint=f"create it (datadir {inst.datadir}, settings: {', '.join(f'{k}={v}' for k, v in inst.config.items())}), "
                  "e.g. from a before_phase hook, then: dbmigrate resume RUN")
     # Nothing may write here but replication until the cutover opens it.
-    applier_of(ctx, inst.name).set_read_only(True)
+    hold_read_only(applier_of(ctx, inst.name))
     return (f"{inst.name} on {inst.host} answers at {address_of(ctx, inst.name)} "
             f"(buffer pool {inst.buffer_pool_mb} MB), read-only until its cutover")
 

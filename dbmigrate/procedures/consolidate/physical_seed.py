@@ -49,6 +49,7 @@ from dbmigrate.procedures.consolidate.context import (
 )
 from dbmigrate.procedures.consolidate.backup_phases import COMMIT_LOCKS, LOG_COPY_INTERVAL_MS, BackupPhases
 from dbmigrate.procedures.consolidate.throttle import MB, Limits, Meter, Valve, Watcher, random_key, relay
+from dbmigrate.procedures.kit.fence import hold_read_only
 
 # MariaDB 10.11's mariadb-backup writes the first; later releases the second.
 BINLOG_INFO_FILES = ("xtrabackup_binlog_info", "mariadb_backup_binlog_info")
@@ -223,7 +224,7 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
     dst_host.run(["rm", "-rf", "--", f"{datadir}.dbmigrate-old"], what="remove the replaced datadir", check=False)
     dropped = keep_only_shards(ctx, inst, shards)
     a = applier_of(ctx, inst.name)
-    a.set_read_only(True)
+    hold_read_only(a)  # restarted on the copy: nothing may write here but replication until its cutover
     conn = connection_name(source)
     host, _, port = address_of(ctx, source).rpartition(":")
     if pos.gtid:

@@ -98,6 +98,13 @@ class FenceParams(BaseModel):
                 data[new] = data.pop(old)
         return data
 
+    def described(self) -> str:
+        """The fence as a dry-run describes it: its calm wait, its statement and its bounds."""
+        expiry = "" if self.fence_expiry == "off" else f", expiry scheduled in the same request ({self.fence_expiry})"
+        return (f"wait up to {self.fence_calm_wait_s:g}s for no row-lock wait; SET GLOBAL read_only=ON "
+                f"(lock_wait_timeout {self.fence_timeout_s:g}s, watchdog after {self.fence_block_s:g}s: "
+                f"{self.on_fence_blocked}{expiry})")
+
     def expiry_after(self, catchup_timeout_s: float) -> float:
         """Seconds after which a fence expires on the server (0: never scheduled), the event
         scheduler permitting: fence_expiry_s, else the fence and catch-up bounds and a margin."""
@@ -142,6 +149,14 @@ class CalmWait:
         if self.started is not None:
             return f"waited {self.waited_s * 1000:.1f} ms for no row-lock wait on {name}"
         return ""
+
+
+def hold_read_only(applier: Applier) -> None:
+    """read_only=ON on a server that takes no application writes: a new instance before its
+    cutover, a server already fenced that becomes a replica. No window to bound, no watchdog,
+    no expiry: it stays read-only until a cutover opens it. A server that may take writes is
+    fenced with `Fence`. The statement carries the decision's generation like every role change."""
+    applier.set_read_only(True)
 
 
 @dataclass
