@@ -212,7 +212,7 @@ ALLOWED_FENCING = [
                        "lock is a lock's name there, as the server reports it to whoever reads its holders"),
     rules.FenceAllowed("dbmigrate/db/applier.py", ("read_only", "expiry"),
                        "one method per statement: the kit's fence sends read_only and its expiry through them"),
-    rules.FenceAllowed("dbmigrate/db/inspector.py", ("read_lock",),
+    rules.FenceAllowed("dbmigrate/db/readers/sessions.py", ("read_lock",),
                        "reads who holds what a fence waits behind, and names the global read lock in its message"),
     rules.FenceAllowed("dbmigrate/procedures/kit/switchover/fence.py", ("read_lock",),
                        "a fence that gave up names the global read lock that blocked it, in its error"),
