@@ -365,12 +365,12 @@ class Server:
         if left is not None and left <= 0:
             # The bound in force is spent (a frozen server took it): connecting to end the session
             # would cost the connector's whole-second handshake timeout beyond it.
-            doubt = pending[0]
+            first = pending[0]
             raise InDoubtUnsettled(
-                f"{doubt.said()} was given up on and may still be executed; it stays in doubt until that "
-                f"session is ended: {self.name} ({self.address}) did not answer within the bound in force", doubt,
+                f"{first.said()} was given up on and may still be executed; it stays in doubt until that "
+                f"session is ended: {self.name} ({self.address}) did not answer within the bound in force", first,
                 hint=f"when {self.name} answers again, the next command ends that session first "
-                     f"(or by hand: KILL CONNECTION {doubt.session_id} on {self.name})")
+                     f"(or by hand: KILL CONNECTION {first.session_id} on {self.name})")
         twin = self.dedicated()
         twin._settling, twin.retries = True, 0
         bound = self.connect_timeout + SETTLE_GONE_S
