@@ -92,7 +92,7 @@ class Playbook:
     path: Path
     spec: PlaybookSpec
     params: BaseModel
-    entry: registry.ProcedureEntry
+    entry: registry.ProcedureEntry[Any, Any]
     locate: Locator
     sha256: str
 
@@ -159,7 +159,7 @@ class Playbook:
         hooks = {kind: getattr(self.spec.hooks, kind) for kind in HOOK_KINDS}
         return HookRunner(hooks, timeout_s=self.spec.hooks.timeout_s, base_dir=self.base_dir)
 
-    def build(self, ctx: RunContext) -> Procedure:
+    def build(self, ctx: RunContext[Any, Any]) -> Procedure:
         """Build the procedure and attach the playbook's gates to its phases."""
         # Procedures may read playbook-level sections (e.g. the guard policy) at build time.
         if ctx.playbook is None:
@@ -178,7 +178,7 @@ class Playbook:
                 phase.gates.append(AutoGate(gate.name, self._gate(self.entry.gates[gate.name])))
         return procedure
 
-    def _gate(self, check: registry.GateCheck) -> Callable[[RunContext], GateVerdict | tuple[bool, str]]:
+    def _gate(self, check: registry.GateCheck[Any, Any]) -> Callable[[RunContext[Any, Any]], GateVerdict | tuple[bool, str]]:
         """The gate as the engine calls it: with the run context, and the params as they are then."""
         return lambda ctx: check(ctx, self.params)
 

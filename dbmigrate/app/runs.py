@@ -105,7 +105,7 @@ def plan_playbook(playbook_path: Path) -> Procedure:
     playbook = load_playbook(playbook_path)
     playbook.load_inventory()
     with Journal(":memory:") as scratch:
-        ctx = RunContext(run_id="plan", procedure=playbook.procedure, cluster=playbook.cluster,
+        ctx = RunContext[Any, Any](run_id="plan", procedure=playbook.procedure, cluster=playbook.cluster,
                          journal=scratch, bus=EventBus(), dry_run=True, params=playbook.params, playbook=playbook)
         return playbook.build(ctx)
 
@@ -201,7 +201,7 @@ def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers: Iterable[Subscriber] = (),
+def act_on_run(run_ref: str, action: Callable[[RunContext[Any, Any]], str], *, subscribers: Iterable[Subscriber] = (),
                journal_path: Path | None = None) -> str:
     """Run one procedure-specific action (e.g. roll back one old server) in an existing run's
     context: its playbook, resources, journal and cluster lock. Returns the action's sentence."""
@@ -219,7 +219,7 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
         install_provisioners(playbook.procedure)
         prepared = _prepare(playbook, RunState(journal, run_id))
         try:
-            ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
+            ctx = RunContext[Any, Any](run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
                              bus=bus, dry_run=False, resources=prepared.resources, params=playbook.params,
                              playbook=playbook)
             procedure = playbook.build(ctx)
@@ -494,7 +494,7 @@ def _drive_prepared(
     run_id = run.id
     prepared = _prepare(playbook, RunState(journal, run_id), old_gone=(mode is Mode.TAKEOVER))
     try:
-        ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
+        ctx = RunContext[Any, Any](run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
                          bus=bus, dry_run=run.dry_run, resources=prepared.resources, params=playbook.params,
                          playbook=playbook)
         if warn_changed:

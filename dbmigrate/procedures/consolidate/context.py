@@ -98,16 +98,22 @@ class ConsolidateParams(FenceParams):
     fleet: FleetSettings = Field(default_factory=FleetSettings)
 
 
-def resources_of(ctx: RunContext) -> ConsolidateResources:
+# What a consolidation's steps see: a run's resources, or the PlanOnly that `build` keeps when
+# `plan` builds without any (`resources_of` tells them apart); `build` may see none yet.
+ConsolidateContext = RunContext[ConsolidateParams, "ConsolidateResources | PlanOnly"]
+ConsolidateBuildContext = RunContext[ConsolidateParams, "ConsolidateResources | PlanOnly | None"]
+
+
+def resources_of(ctx: ConsolidateContext) -> ConsolidateResources:
     return required(ctx, ConsolidateResources)
 
 
-def plan_of(ctx: RunContext) -> ConsolidationPlan:
+def plan_of(ctx: ConsolidateContext) -> ConsolidationPlan:
     r = typed(ctx, ConsolidateResources)
     return r.plan if r is not None else required(ctx, PlanOnly).plan
 
 
-def state_of(ctx: RunContext) -> ConsolidateState:
+def state_of(ctx: ConsolidateContext) -> ConsolidateState:
     return ConsolidateState.load(ctx.state)
 
 
@@ -115,30 +121,30 @@ _STATE_LOCK = threading.RLock()  # fleet workers edit the run state from several
 
 
 @contextmanager
-def edit_state(ctx: RunContext) -> Iterator[ConsolidateState]:
+def edit_state(ctx: ConsolidateContext) -> Iterator[ConsolidateState]:
     """Load, change and save the run state as one unit, even with fleet workers in parallel."""
     with _STATE_LOCK, ConsolidateState.edit(ctx.state) as st:
         yield st
 
 
-def is_cut(ctx: RunContext, source: str) -> bool:
+def is_cut(ctx: ConsolidateContext, source: str) -> bool:
     return source in state_of(ctx).cut
 
 
-def server_of(ctx: RunContext, name: str) -> Server:
+def server_of(ctx: ConsolidateContext, name: str) -> Server:
     return resources_of(ctx).servers[name]
 
 
-def applier_of(ctx: RunContext, name: str) -> Applier:
+def applier_of(ctx: ConsolidateContext, name: str) -> Applier:
     srv = server_of(ctx, name)
     return Applier(srv, dry_run=ctx.dry_run, on_planned=lambda s, sql: ctx.record_statement(s, sql))
 
 
-def route_of(ctx: RunContext, shard: str) -> DsnFileRouter:
+def route_of(ctx: ConsolidateContext, shard: str) -> DsnFileRouter:
     return DsnFileRouter(shard, resources_of(ctx).routes)
 
 
-def address_of(ctx: RunContext, name: str) -> str:
+def address_of(ctx: ConsolidateContext, name: str) -> str:
     return resources_of(ctx).servers.address(name)
 
 
@@ -154,9 +160,3 @@ def targets_of(plan: ConsolidationPlan, source: str) -> list[PlannedInstance]:
 def wild_patterns(shards: list[str]) -> list[str]:
     return [f"{s}.%" for s in shards]
 
-
-def params_of(ctx: RunContext) -> ConsolidateParams:
-    params = ctx.params
-    if not isinstance(params, ConsolidateParams):
-        raise TypeError(f"a consolidation's steps run with {type(params).__name__} params")
-    return params

@@ -7,19 +7,19 @@ from dataclasses import replace
 from typing import Any
 
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.engine.step import FunctionStep
 from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError
 from dbmigrate.procedures.consolidate.model import PlannedInstance
 from dbmigrate.procedures.consolidate.plan import connection_name
 from dbmigrate.procedures.consolidate.resources import CutRecord
 from dbmigrate.procedures.consolidate.context import (
+    ConsolidateContext,
     ConsolidateError,
     ConsolidateRefused,
     address_of,
     applier_of,
     edit_state,
     is_cut,
-    params_of,
     plan_of,
     resources_of,
     route_of,
@@ -38,22 +38,22 @@ from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer, FencePar
 from dbmigrate.procedures.consolidate.windows import WINDOWS
 
 
-def end_app_sessions(ctx: RunContext, name: str) -> tuple[int, set[str]]:
+def end_app_sessions(ctx: ConsolidateContext, name: str) -> tuple[int, set[str]]:
     """Let in-flight transactions finish (bounded), then end the client sessions (when the
     playbook allows). Returns (sessions ended, the accounts they belonged to)."""
     if ctx.dry_run:
         return 0, set()
     insp = Inspector(server_of(ctx, name))
     done = drain(insp, applier_of(ctx, name), protected_users(insp, resources_of(ctx).repl.user),
-                 timeout_s=params_of(ctx).fence_drain_timeout_s, until="transactions",
-                 end=params_of(ctx).kill_app_sessions, clock=ctx.clock)
-    if done.left and not params_of(ctx).kill_app_sessions:
+                 timeout_s=ctx.params.fence_drain_timeout_s, until="transactions",
+                 end=ctx.params.kill_app_sessions, clock=ctx.clock)
+    if done.left and not ctx.params.kill_app_sessions:
         ctx.log(f"{len(done.left)} application session(s) stay open on {name} (kill_app_sessions is off): a pool "
                 f"that keeps them writes nowhere until it reconnects", "warning")
     return done.ended, {s.user for s in done.left}
 
 
-def cutover(ctx: RunContext, source: str) -> str:
+def cutover(ctx: ConsolidateContext, source: str) -> str:
     """Move one old server's shards to their instances, in the order that keeps every
     application writing somewhere: (before the fence) the accounts and the copy checked ->
     fence (kit fence: calm wait, watchdog, fenced catch-up budget) -> each instance applies the
@@ -63,7 +63,7 @@ def cutover(ctx: RunContext, source: str) -> str:
     the old server ended, so that pools reconnect through the new route -> every account that
     writes the shards can write there, the app account logs in there -> forward connections
     dropped."""
-    plan, p = plan_of(ctx), params_of(ctx)
+    plan, p = plan_of(ctx), ctx.params
     targets = targets_of(plan, source)
     old_addr = address_of(ctx, source)
     if ctx.dry_run:
@@ -168,7 +168,7 @@ def cutover(ctx: RunContext, source: str) -> str:
 BUDGET_POLL_S = 0.002
 
 
-def start_reverse(ctx: RunContext, source: str, reverse: dict[str, list[Any]], *, fresh: bool) -> None:
+def start_reverse(ctx: ConsolidateContext, source: str, reverse: dict[str, list[Any]], *, fresh: bool) -> None:
     """The old server replicates, on a named connection per instance, what each instance wrote
     after its position in `reverse` (filtered to the shards it took from this server). `fresh`:
     the cutover sets the connections up anew; else (putting a half-done cutover back) a
@@ -200,7 +200,7 @@ class WindowParts:
         self.parts.append((part, (now - self.last) * 1000))
         self.last = now
 
-    def journal(self, ctx: RunContext, source: str) -> None:
+    def journal(self, ctx: ConsolidateContext, source: str) -> None:
         for part, ms in self.parts:
             ctx.metric("fenced_part_ms", round(ms, 2), "ms", source=source, part=part)
 
@@ -209,11 +209,11 @@ class CatchUpTimeout(ConsolidateError):
     """An instance did not apply the fenced server's final position in time."""
 
 
-def fence(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> tuple[Fence[tuple[str, int]], Fenced[tuple[str, int]]]:
+def fence(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance]) -> tuple[Fence[tuple[str, int]], Fenced[tuple[str, int]]]:
     """The kit fence on the old server (calm wait, watchdog with its timeline, fenced catch-up
     budget and attempts); its final position is a binlog (file, pos): replication here is by
     file and position on named connections."""
-    p, plan = params_of(ctx), plan_of(ctx)
+    p, plan = ctx.params, plan_of(ctx)
 
     def applied_within(pos: tuple[str, int], budget_s: float) -> bool:
         # Polled: the server's own wait takes whole seconds, and the budget is a fraction of one.
@@ -239,26 +239,26 @@ def fence(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> tuple
     return kit, kit.fence(applied_within=applied_within, before_retry=converge_again)
 
 
-def server_fence(ctx: RunContext, name: str, params: FenceParams, targets: str) -> Fence[tuple[str, int]]:
+def server_fence(ctx: ConsolidateContext, name: str, params: FenceParams, targets: str) -> Fence[tuple[str, int]]:
     """The kit fence of one server of the run (an old server, or an instance the undo takes
     writes from); its final position is a binlog (file, pos)."""
     at = replace(FencedServer.of(server_of(ctx, name)), inspector=lambda: Inspector(server_of(ctx, name)),
                  applier=lambda: applier_of(ctx, name))
     return Fence(name, at, params, final_position=lambda insp, read: insp.binlog_coordinates(),
-                 catchup_timeout_s=params_of(ctx).catchup_timeout_s, targets=targets, log=ctx.log, clock=ctx.clock,
+                 catchup_timeout_s=ctx.params.catchup_timeout_s, targets=targets, log=ctx.log, clock=ctx.clock,
                  dry_run=ctx.dry_run)
 
 
-def instance_fence(ctx: RunContext, name: str, source: str) -> Fence[tuple[str, int]]:
+def instance_fence(ctx: ConsolidateContext, name: str, source: str) -> Fence[tuple[str, int]]:
     """The kit fence of an instance whose writes go back to `source`: bounded, watched, and
     expiring by itself where its event scheduler runs (a rollback is not refused for want of
     the expiry: it warns). Its expiry is dropped before `source` opens (`keep_closed`)."""
-    p = params_of(ctx)
+    p = ctx.params
     fence_params = p.model_copy(update={"fence_expiry": "if_available"}) if p.fence_expiry == "require" else p
     return server_fence(ctx, name, fence_params, source)
 
 
-def keep_closed(ctx: RunContext, name: str, source: str) -> None:
+def keep_closed(ctx: ConsolidateContext, name: str, source: str) -> None:
     """Before `source` takes writes again: the instance, which no shard routes to, is read-only
     with no fence expiry left (a cutover may have stopped after opening it: a writable one is
     fenced with the kit's fence first)."""
@@ -268,16 +268,16 @@ def keep_closed(ctx: RunContext, name: str, source: str) -> None:
     held.before_open(source)
 
 
-def routed_to(ctx: RunContext, inst: PlannedInstance) -> list[str]:
+def routed_to(ctx: ConsolidateContext, inst: PlannedInstance) -> list[str]:
     """The instance's shards (of every old server) whose route names it."""
     return [s for s in inst.shards if route_of(ctx, s).current().writer == address_of(ctx, inst.name)]
 
 
-def require_accounts(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> Accounts:
+def require_accounts(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance]) -> Accounts:
     """Before the fence: every account with a privilege on the moved shards exists on its
     instance, authenticates the same and holds the same grants there, and every one that writes
     them is stopped by read_only on the old server; else nothing is fenced."""
-    plan, p = plan_of(ctx), params_of(ctx)
+    plan, p = plan_of(ctx), ctx.params
     src = Inspector(server_of(ctx, source))
     exclude = {src.login_user, resources_of(ctx).repl.user}
     everyone = Accounts()
@@ -296,9 +296,9 @@ def require_accounts(ctx: RunContext, source: str, targets: list[PlannedInstance
     return everyone
 
 
-def verify_copies(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> dict[str, CopyCheck]:
+def verify_copies(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance]) -> dict[str, CopyCheck]:
     """Before the fence, while replicating: each instance's copy compared range by range."""
-    plan, p = plan_of(ctx), params_of(ctx)
+    plan, p = plan_of(ctx), ctx.params
     src = Inspector(server_of(ctx, source))
     found = {}
     for t in targets:
@@ -320,10 +320,10 @@ def verify_copies(ctx: RunContext, source: str, targets: list[PlannedInstance]) 
     return found
 
 
-def check_in_window(ctx: RunContext, source: str, targets: list[PlannedInstance], copies: dict[str, CopyCheck]) -> int:
+def check_in_window(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance], copies: dict[str, CopyCheck]) -> int:
     """Inside the fence: the ranges left by the check before it, compared exactly (bounded by
     fenced_check_max_chunks, whatever the shard's size)."""
-    if not params_of(ctx).checksum:
+    if not ctx.params.checksum:
         return 0
     plan = plan_of(ctx)
     src = Inspector(server_of(ctx, source))
@@ -340,7 +340,7 @@ def check_in_window(ctx: RunContext, source: str, targets: list[PlannedInstance]
     return n
 
 
-def record_fence_checks(ctx: RunContext, copies: dict[str, CopyCheck]) -> None:
+def record_fence_checks(ctx: ConsolidateContext, copies: dict[str, CopyCheck]) -> None:
     """Journal the ranges compared inside the window (after it: the journal is not free)."""
     sums = dict(state_of(ctx).checksums)
     for c in (c for f in copies.values() for c in f.unsettled):
@@ -351,7 +351,7 @@ def record_fence_checks(ctx: RunContext, copies: dict[str, CopyCheck]) -> None:
     save_checksums(ctx, sums)
 
 
-def try_app_login(ctx: RunContext, source: str, targets: list[PlannedInstance], accounts: Accounts | None = None) -> str:
+def try_app_login(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance], accounts: Accounts | None = None) -> str:
     """After the switch: every account that writes the moved shards holds its write grants on
     the instance, which takes writes (read as the tool: their passwords are not ours), and the
     inventory's app account logs in where each route now points, finds it writable and reaches
@@ -383,12 +383,12 @@ def try_app_login(ctx: RunContext, source: str, targets: list[PlannedInstance], 
     return "; ".join(said)
 
 
-def wait_accounts_reach(ctx: RunContext, source: str, targets: list[PlannedInstance], seen: set[str]) -> str:
+def wait_accounts_reach(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance], seen: set[str]) -> str:
     """After the switch (bounded, outside the window): every account that had sessions on the
     old server has one on an instance. A warning past the bound: an idle pool may come later."""
     if not seen:
         return ""
-    bound = params_of(ctx).app_reach_timeout_s
+    bound = ctx.params.app_reach_timeout_s
     deadline = ctx.clock.monotonic() + bound
     missing = set(seen)
     while True:
@@ -405,18 +405,18 @@ def wait_accounts_reach(ctx: RunContext, source: str, targets: list[PlannedInsta
     return f"; every account seen on {source} ({', '.join(sorted(seen))}) reconnected to the instance(s)"
 
 
-def save_checksums(ctx: RunContext, results: dict[str, Any]) -> None:
+def save_checksums(ctx: ConsolidateContext, results: dict[str, Any]) -> None:
     with edit_state(ctx) as st:
         st.checksums = results
 
 
-def undo_cutover(ctx: RunContext, source: str) -> str:
+def undo_cutover(ctx: ConsolidateContext, source: str) -> str:
     """Route the source's shards back after it applied every write its instances took.
 
     Also puts back a cutover that stopped part way (the tool killed in it): fenced only, a
     reverse connection set up but not journaled, an instance opened before any route moved,
     routes moved or the instance opened before the reverse connection was set up or started."""
-    plan, p = plan_of(ctx), params_of(ctx)
+    plan, p = plan_of(ctx), ctx.params
     targets = targets_of(plan, source)
     old_addr = address_of(ctx, source)
     reverse = state_of(ctx).reverse.get(source) or {}
@@ -480,7 +480,7 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
     return f"{routed}; {source} is writable again"
 
 
-def verify_undone(ctx: RunContext, source: str) -> None:
+def verify_undone(ctx: ConsolidateContext, source: str) -> None:
     """Postcondition of an undone cutover, read on the servers and routes (not the journal's
     word): the old server is writable and every one of its shards routes to it."""
     if ctx.dry_run:
@@ -495,7 +495,7 @@ def verify_undone(ctx: RunContext, source: str) -> None:
                           hint="fix the routes by hand (the old server holds every write), then: dbmigrate rollback RUN")
 
 
-def verify_cutover(ctx: RunContext, source: str) -> None:
+def verify_cutover(ctx: ConsolidateContext, source: str) -> None:
     """Postcondition of one old server's cutover: its shards route to writable instances; it is fenced."""
     if ctx.dry_run:
         return
@@ -514,8 +514,8 @@ def verify_cutover(ctx: RunContext, source: str) -> None:
         raise SafetyError(f"after the cutover of {source}: " + "; ".join(wrong))
 
 
-def describe_cutover(ctx: RunContext, source: str) -> list[tuple[str, str]]:
-    p = params_of(ctx)
+def describe_cutover(ctx: ConsolidateContext, source: str) -> list[tuple[str, str]]:
+    p = ctx.params
     targets = [t.name for t in targets_of(plan_of(ctx), source)]
     conn = connection_name(source)
     check = [*[(t, f"before the fence: chunked checksums of every table of its shards against {source}, each "
@@ -543,7 +543,7 @@ def cutover_step(source: str, targets: list[str]) -> FunctionStep:
                         describe=lambda c: describe_cutover(c, source))
 
 
-def rollback_one(ctx: RunContext, source: str) -> str:
+def rollback_one(ctx: ConsolidateContext, source: str) -> str:
     """Put one old server back (its shards' routes, writable) while the others stay moved.
     The run's cutover step then counts it as not done: `dbmigrate resume RUN` would move it again."""
     if source not in {s.source for s in plan_of(ctx).shards}:

@@ -12,7 +12,7 @@ from dbmigrate.engine.step import AutoGate, GateVerdict, RunContext
 from dbmigrate.procedures.kit.switchover.settings import SwitchoverParams
 
 
-def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, params: SwitchoverParams) -> GateVerdict:
+def evaluate_preflight(ctx: RunContext[Any, Any], inventory: Any, candidate: str, params: SwitchoverParams) -> GateVerdict:
     """Run every preflight check on the cluster for `candidate`, within the switchover's limits
     (max_lag_ms, lag_wait_s, max_trx_age_s, allow_read_only_bypass, fence_expiry).
 
@@ -42,7 +42,7 @@ def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, params: 
     return True, f"all {len(results)} preflight gates passed{settled}", details
 
 
-def preflight_gate(name: str, inventory: Callable[[RunContext], Any], candidate: Callable[[RunContext], str],
+def preflight_gate(name: str, inventory: Callable[[RunContext[Any, Any]], Any], candidate: Callable[[RunContext[Any, Any]], str],
                    params: SwitchoverParams) -> AutoGate:
     """The gate reads the servers when it is evaluated, not when the procedure is built."""
     return AutoGate(name, lambda c: evaluate_preflight(c, inventory(c), candidate(c), params))

@@ -24,7 +24,6 @@ from dbmigrate.procedures.kit import cutover as kit_cutover
 from dbmigrate.procedures.kit import guard
 from dbmigrate.procedures.kit.cutover import Cutover
 from dbmigrate.procedures.kit.preflight import preflight_gate
-from dbmigrate.procedures.kit.resources import required, typed
 from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverParams
 from dbmigrate.procedures.kit.takeover import takeover_procedure
 from dbmigrate.procedures.kit.warmup import WarmSpec
@@ -51,14 +50,12 @@ class PromoteParams(SwitchoverParams):
                                           description="pt-table-checksum these databases; the candidate must match")
 
 
-def params_of(ctx: RunContext) -> PromoteParams:
-    params = ctx.params
-    if not isinstance(params, PromoteParams):
-        raise TypeError(f"a promotion's steps run with {type(params).__name__} params")
-    return params
+# What a promotion's steps see; `build` sees the resources as optional (`plan` has none).
+PromoteContext = RunContext[PromoteParams, PromoteResources]
+PromoteBuildContext = RunContext[PromoteParams, "PromoteResources | None"]
 
 
-def plan_names(ctx: RunContext, params: PromoteParams) -> tuple[str, str]:
+def plan_names(ctx: PromoteBuildContext, params: PromoteParams) -> tuple[str, str]:
     """(old primary, candidate) for a plan, which connects to nothing: the candidate the playbook
     names and the primary the inventory declares (placeholders only where neither says)."""
     old = "<old primary>"
@@ -71,21 +68,21 @@ def plan_names(ctx: RunContext, params: PromoteParams) -> tuple[str, str]:
     return old, params.candidate or "<candidate>"
 
 
-def cutover_of(ctx: RunContext, params: PromoteParams) -> Cutover:
+def cutover_of(ctx: PromoteBuildContext, params: PromoteParams) -> Cutover:
     """The switchover of this run: old primary -> candidate (placeholders for `plan`)."""
-    r = typed(ctx, PromoteResources)
+    r = ctx.resources
     old, new = (r.old, r.new) if r is not None else plan_names(ctx, params)
 
-    def make(c: RunContext, record: Record | None) -> Switchover:
-        res = required(c, PromoteResources)
-        return Switchover(res.topology, res.old, res.new, params_of(c), res.router,
+    def make(c: PromoteContext, record: Record | None) -> Switchover:
+        res = c.resources
+        return Switchover(res.topology, res.old, res.new, c.params, res.router,
                           dry_run=c.dry_run or record is not None, log=c.log, record=record or c.record_statement,
                           clock=c.clock)
 
     return Cutover(old=old, new=new, switchover=make)
 
 
-def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
+def build_phases(ctx: PromoteBuildContext, params: PromoteParams) -> list[Phase]:
     cut = cutover_of(ctx, params)
     policy = guard.policy_of(ctx)
     prepare_steps = extras.prepare_steps(ctx, params)
@@ -95,8 +92,7 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
                           guard.open_window_step("new", "guard_window", "guard")]
     if params.warm is not None and params.warm.method != "none":
         prepare_steps.append(extras.warm_step(params.warm))
-    gate = preflight_gate("preflight", lambda c: required(c, PromoteResources).inventory,
-                          lambda c: required(c, PromoteResources).new, params)
+    gate = preflight_gate("preflight", lambda c: c.resources.inventory, lambda c: c.resources.new, params)
     phases = [
         Phase("preflight", [], gates=[gate]),
         Phase("prepare", prepare_steps),
@@ -117,9 +113,9 @@ def build_phases(ctx: RunContext, params: PromoteParams) -> list[Phase]:
 
 @register("promote", params=PromoteParams, prepare_resources=prepare, takeover=True,
           description="promote a replica to primary with reverse replication and a router switch")
-def build(ctx: RunContext, params: PromoteParams) -> Procedure:
+def build(ctx: PromoteBuildContext, params: PromoteParams) -> Procedure:
     """Promote a replica to primary: fence, catch up, open, switch, repoint, reverse."""
-    r = typed(ctx, PromoteResources)
+    r = ctx.resources
     if r is not None and r.old_gone:
         return takeover_procedure("promote", cutover_of(ctx, params))
     return Procedure("promote", build_phases(ctx, params), rollback_on_failure=True)
