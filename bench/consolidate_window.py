@@ -67,7 +67,7 @@ def one(boxes: Sandboxes, mb: int) -> dict:
         book = state.path / "consolidate.yaml"
         book.write_text(yaml.safe_dump({"procedure": "consolidate", "inventory": "legacy.yaml", "cluster": name,
                                         "params": {"plan": plan_file.name, "catchup_timeout_s": 10,
-                                                   "drain_timeout_s": 0.5}}))
+                                                   "fence_drain_timeout_s": 0.5}}))
         pool = PooledWriter(routes, SHARD, inv.app_credentials(name), size=4)
         pool.start()
         try:

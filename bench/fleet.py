@@ -205,7 +205,7 @@ class Fleet:
         self.book = state.path / "consolidate.yaml"
         self.book.write_text(yaml.safe_dump({
             "procedure": "consolidate", "inventory": inv_path.name, "cluster": self.name,
-            "params": {"plan": plan_file.name, "catchup_timeout_s": 10, "drain_timeout_s": 0.3, "gate_timeout_s": 120,
+            "params": {"plan": plan_file.name, "catchup_timeout_s": 10, "fence_drain_timeout_s": 0.3, "gate_timeout_s": 120,
                        **REHEARSAL_FENCE,
                        "seed": {"method": "physical", "throttle_mb_s": self.args.cap_mb_s,
                                 "max_source_p999_ms": self.args.limit_ms, "progress_every_s": 5},

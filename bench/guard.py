@@ -109,7 +109,7 @@ def run_bench(clean: int, regressed: int, say) -> dict:
             time.sleep(1.0)
             doc = {"procedure": "promote", "inventory": str(state.inventory_file), "cluster": name,
                    # A fence stuck behind the application's row-lock waits gives up and is tried again.
-                   "params": {"candidate": new, "catchup_timeout_s": 5, "drain_timeout_s": 1, "baseline_seconds": 6,
+                   "params": {"candidate": new, "catchup_timeout_s": 5, "fence_drain_timeout_s": 1, "baseline_seconds": 6,
                               "fence_attempts": 5, "fence_retry_pause_s": 0.3},
                    "guard": GUARD_POLICY}
             pb = state.path / f"guard-bench-{i}.yaml"

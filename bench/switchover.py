@@ -222,7 +222,7 @@ EXTRA_PARAMS: dict[str, Any] = {}
 
 def playbook(state, name: str, candidate: str, via: str, budget_s: float | None = FENCED_CATCHUP_BUDGET_S) -> Path:
     doc = {"procedure": "promote", "inventory": str(state.inventory_file), "cluster": name,
-           "params": {"candidate": candidate, "via": via, "catchup_timeout_s": 5, "drain_timeout_s": 0.2,
+           "params": {"candidate": candidate, "via": via, "catchup_timeout_s": 5, "fence_drain_timeout_s": 0.2,
                       "max_lag_ms": 60000, "lag_wait_s": 5, "converge_timeout_s": 10,
                       # A fence stuck behind application transactions waiting on each other (about 3 in
                       # 100 under this load) gives up after 30 ms and is tried again, writes flowing between;

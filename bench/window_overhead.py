@@ -36,7 +36,7 @@ from dbmigrate.cli.render import ConsoleRenderer  # noqa: E402
 from dbmigrate.engine import Journal, Phase, Procedure, Runner  # noqa: E402
 from dbmigrate.engine.journal import Journal as JournalClass  # noqa: E402
 from dbmigrate.procedures.kit import cutover as kit  # noqa: E402
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings  # noqa: E402
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams  # noqa: E402
 from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster  # noqa: E402
 from tests.unit.test_engine_support import new_context  # noqa: E402
 
@@ -74,7 +74,7 @@ def one_window(journal: Journal, marks: Marks, console: ConsoleRenderer) -> None
 
     topo.send = watched  # type: ignore[method-assign]
     router = FakeRouter(topo, "db1")
-    settings = SwitchoverSettings()
+    settings = SwitchoverParams()
 
     def make(ctx, record):
         return Switchover(topo, "db1", "db2", settings, router, dry_run=ctx.dry_run or record is not None,

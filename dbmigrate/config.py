@@ -17,7 +17,7 @@ from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.exceptions import ConfigError, UsageError
 from dbmigrate.hostname import check_host
-from dbmigrate.yamlload import format_validation_error, load_yaml_with_lines
+from dbmigrate.yamlload import LineOf, format_validation_error, load_yaml_with_lines
 
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
@@ -37,7 +37,7 @@ class CredentialsRef(Strict):
     password_env: Optional[str] = None
 
     @model_validator(mode="after")
-    def _one_source(self):
+    def _one_source(self) -> CredentialsRef:
         if self.password_env and (self.defaults_file or self.group):
             raise ValueError("use either defaults_file/group or password_env, not both")
         if not (self.password_env or self.defaults_file or self.group):
@@ -90,7 +90,7 @@ class SshAccess(Strict):
     options: dict[str, str] = Field(default_factory=dict, description="extra ssh -o KEY=VALUE")
 
     @model_validator(mode="after")
-    def _host_keys_checked(self):
+    def _host_keys_checked(self) -> SshAccess:
         from dbmigrate.hosts.ssh import check_ssh_options
 
         check_ssh_options(self.strict_host_key_checking, self.options)
@@ -120,7 +120,7 @@ class DockerAccess(Strict):
         return check_engine(v)
 
 
-def _access_shorthand(v):
+def _access_shorthand(v: object) -> object:
     return {"kind": v} if isinstance(v, str) else v
 
 
@@ -200,7 +200,7 @@ class ClusterSpec(Strict):
 
     @field_validator("servers")
     @classmethod
-    def _not_empty(cls, v):
+    def _not_empty(cls, v: dict[str, ServerSpec]) -> dict[str, ServerSpec]:
         if not v:
             raise ValueError("a cluster needs at least one server")
         return v
@@ -329,7 +329,7 @@ class Inventory(Strict):
                       unix_socket=spec.socket)
 
 
-def _check_unique_addresses(inv: Inventory, path: Path, locate) -> None:
+def _check_unique_addresses(inv: Inventory, path: Path, locate: LineOf) -> None:
     seen: dict[tuple[str, int], tuple[str, str]] = {}
     for cname, c in inv.clusters.items():
         for sname, s in c.servers.items():
@@ -351,7 +351,7 @@ def _check_unique_addresses(inv: Inventory, path: Path, locate) -> None:
             names[sname] = cname
 
 
-def _check_credentials_present(inv: Inventory, path: Path, locate) -> None:
+def _check_credentials_present(inv: Inventory, path: Path, locate: LineOf) -> None:
     if inv.defaults.credentials is not None:
         return
     for cname, c in inv.clusters.items():

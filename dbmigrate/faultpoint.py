@@ -25,7 +25,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ENV_POINT = "DBMIGRATE_FAULT_PAUSE"
 ENV_FILE = "DBMIGRATE_FAULT_PAUSE_FILE"
@@ -113,9 +113,10 @@ def from_environment() -> Pauser | None:
 
 
 # Router commands are not SQL statements: the routing layer reports them here.
-_router_listeners: list = []
+Listener = Callable[[str, str], None]  # (target, text)
+_router_listeners: list[Listener] = []
 # Statements and router commands about to be sent (the `sending:` points).
-_sending_listeners: list = []
+_sending_listeners: list[Listener] = []
 
 
 def router_command_sent(text: str) -> None:
@@ -130,19 +131,19 @@ def sending(target: str, text: str) -> None:
         fn(target, text)
 
 
-def add_sending_listener(fn) -> None:
+def add_sending_listener(fn: Listener) -> None:
     _sending_listeners.append(fn)
 
 
-def remove_sending_listener(fn) -> None:
+def remove_sending_listener(fn: Listener) -> None:
     if fn in _sending_listeners:
         _sending_listeners.remove(fn)
 
 
-def add_router_listener(fn) -> None:
+def add_router_listener(fn: Listener) -> None:
     _router_listeners.append(fn)
 
 
-def remove_router_listener(fn) -> None:
+def remove_router_listener(fn: Listener) -> None:
     if fn in _router_listeners:
         _router_listeners.remove(fn)

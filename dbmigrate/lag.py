@@ -53,7 +53,7 @@ class HeartbeatTable:
     table: str = DEFAULT_TABLE
     kind: str = "dbmigrate"  # "dbmigrate" (we write it) or "pt-heartbeat" (read only)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not valid_table(self.table):
             raise UsageError(f"heartbeat table '{self.table}' is not db.table", hint="e.g. percona.heartbeat")
 
@@ -72,6 +72,14 @@ def _ts(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value
     return datetime.fromisoformat(str(value).strip().replace(" ", "T"))
+
+
+def _clock_ts(value: Any, server: Server) -> datetime:
+    """A time the server read from its own clock (never NULL, unless the server is broken)."""
+    ts = _ts(value)
+    if ts is None:
+        raise DbmigrateError(f"{server.name} ({server.address}) returned no time from its clock")
+    return ts
 
 
 def _ms(a: datetime, b: datetime) -> float:
@@ -176,7 +184,7 @@ class HeartbeatWriter:
     def __enter__(self) -> "HeartbeatWriter":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -202,8 +210,8 @@ def heartbeat_age_ms(primary: Server, ts: datetime, hb: HeartbeatTable = Heartbe
     utc_now, local_now = Inspector(primary).server_clock()
     if hb.kind == "pt-heartbeat":
         # pt-heartbeat writes local time unless --utc: accept whichever reading is closer.
-        return min(abs(_ms(_ts(utc_now), ts)), abs(_ms(_ts(local_now), ts)))
-    return _ms(_ts(utc_now), ts)
+        return min(abs(_ms(_clock_ts(utc_now, primary), ts)), abs(_ms(_clock_ts(local_now, primary), ts)))
+    return _ms(_clock_ts(utc_now, primary), ts)
 
 
 # ---- samples -------------------------------------------------------------------
@@ -297,11 +305,11 @@ def sample_lag(primary: Server, replicas: Iterable[Server], *, limit_ms: float =
             if i in applied or i in errors:
                 continue
             try:
-                latest[i] = read_heartbeat(r, origin, hb)
+                seen = latest[i] = read_heartbeat(r, origin, hb)
             except DbmigrateError as e:
                 errors[i] = e.message
                 continue
-            if fresh and latest[i] is not None and latest[i] >= primary_ts:
+            if fresh and seen is not None and primary_ts is not None and seen >= primary_ts:
                 applied[i] = since_write_ms()
         return wrote_at is None or len(applied) + len(errors) >= len(replicas)
 
@@ -332,7 +340,7 @@ def sample_lag(primary: Server, replicas: Iterable[Server], *, limit_ms: float =
         s.heartbeat = "absent" if row is None else ("fresh" if fresh else "stale")
         if i in applied:
             s.lag_ms = applied[i]
-        elif fresh and row is not None:
+        elif fresh and row is not None and primary_ts is not None:
             s.lag_ms = max(0.0, _ms(primary_ts, row), waited_ms)
         elif wrote_at is not None:
             # Our probe write did not arrive within the wait: that is a measurement, not a row's age.

@@ -20,12 +20,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 
 from dbmigrate.engine.hooks import HOOK_KINDS, HookRunner
-from dbmigrate.engine.step import AutoGate, ManualGate, Procedure, RunContext
+from dbmigrate.engine.step import AutoGate, GateVerdict, ManualGate, Procedure, RunContext
 from dbmigrate.exceptions import ConfigError, UsageError
 from dbmigrate.procedures import registry
 from dbmigrate.yamlload import Locator, error_at, format_validation_error, load_yaml_with_lines
@@ -92,7 +92,7 @@ class Playbook:
     path: Path
     spec: PlaybookSpec
     params: BaseModel
-    entry: registry.ProcedureEntry
+    entry: registry.ProcedureEntry[Any, Any]
     locate: Locator
     sha256: str
 
@@ -113,7 +113,7 @@ class Playbook:
         return self.spec.guard
 
     def line_of(self, loc: tuple[str | int, ...]) -> int:
-        return self.locate(loc)
+        return self.locate(loc) or 0  # 0: unknown, as PlaybookView says
 
     @property
     def inventory_path(self) -> Path | None:
@@ -159,7 +159,7 @@ class Playbook:
         hooks = {kind: getattr(self.spec.hooks, kind) for kind in HOOK_KINDS}
         return HookRunner(hooks, timeout_s=self.spec.hooks.timeout_s, base_dir=self.base_dir)
 
-    def build(self, ctx: RunContext) -> Procedure:
+    def build(self, ctx: RunContext[Any, Any]) -> Procedure:
         """Build the procedure and attach the playbook's gates to its phases."""
         # Procedures may read playbook-level sections (e.g. the guard policy) at build time.
         if ctx.playbook is None:
@@ -175,9 +175,12 @@ class Playbook:
             if gate.kind == "manual":
                 phase.gates.append(ManualGate(gate.name, gate.prompt or ""))
             else:
-                check = self.entry.gates[gate.name]
-                phase.gates.append(AutoGate(gate.name, lambda c, check=check: check(c, self.params)))
+                phase.gates.append(AutoGate(gate.name, self._gate(self.entry.gates[gate.name])))
         return procedure
+
+    def _gate(self, check: registry.GateCheck[Any, Any]) -> Callable[[RunContext[Any, Any]], GateVerdict | tuple[bool, str]]:
+        """The gate as the engine calls it: with the run context, and the params as they are then."""
+        return lambda ctx: check(ctx, self.params)
 
 
 def load_playbook(path: str | Path) -> Playbook:

@@ -72,7 +72,12 @@ def redact_json(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: redact_json(v) for k, v in value.items()}
+        return redact_json_object(value)
     if isinstance(value, (list, tuple)):
         return [redact_json(v) for v in value]
     return value
+
+
+def redact_json_object(value: dict[str, Any]) -> dict[str, Any]:
+    """redact_json() of a JSON object, typed as one."""
+    return {k: redact_json(v) for k, v in value.items()}

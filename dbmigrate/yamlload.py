@@ -17,12 +17,15 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterable, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Union
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from dbmigrate.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 Loc = tuple[Union[str, int], ...]
 
@@ -250,7 +253,7 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} {_shown(value)}"
 
 
-def _explain(error: dict[str, Any], model_here: type[BaseModel] | None) -> str:
+def _explain(error: ErrorDetails, model_here: type[BaseModel] | None) -> str:
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
     key = error["loc"][-1] if error["loc"] else ""
     if kind == "extra_forbidden":
@@ -282,7 +285,7 @@ _TYPE_EXPECTED = {
 }
 
 
-def _explain_union(errors: list[dict[str, Any]]) -> str:
+def _explain_union(errors: list[ErrorDetails]) -> str:
     """Several union arms failed on one field: the arm that got the right type says the most."""
     constraint = [e for e in errors if e["type"] not in _TYPE_EXPECTED]
     if constraint:
@@ -306,7 +309,7 @@ def format_validation_error(
     `model` lets unknown-key errors list the valid keys; `prefix` places a
     nested validation (e.g. a procedure's params) inside the file.
     """
-    grouped: dict[Loc, list[dict[str, Any]]] = {}
+    grouped: dict[Loc, list[ErrorDetails]] = {}
     for error in exc.errors(include_url=False):
         loc = prefix + tuple(error["loc"])
         if data is not None:

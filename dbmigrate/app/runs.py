@@ -14,6 +14,7 @@ import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterable, Iterator
 
@@ -27,9 +28,9 @@ from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.app.paths import check_journal
 from dbmigrate.app.provisioning import install_provisioners
 from dbmigrate.engine.events import Event, EventBus, Log, RunStarted, StepFinished, StepStarted, Subscriber
-from dbmigrate.engine.journal import Journal, current_holder, default_journal_path, new_run_id
+from dbmigrate.engine.journal import Journal, Run, current_holder, default_journal_path, new_run_id
 from dbmigrate.engine.lease import Lease
-from dbmigrate.engine.lock import ClusterLock
+from dbmigrate.engine.lock import ClusterLock, holder_alive
 from dbmigrate.engine.runner import Approver, Runner, RunOutcome, explain
 from dbmigrate.engine.step import AutoGate, ManualGate, Procedure, RunContext, RunState
 from dbmigrate.app.errors import REFUSED
@@ -71,6 +72,16 @@ def resolve_run(run_ref: str, journal_path: Path | None = None) -> str:
         return journal.resolve_run_id(run_ref)
 
 
+class Mode(Enum):
+    """How a run is driven: a new run, a resume, a rollback, or a resume that completes a cutover
+    whose old primary died after the fence."""
+
+    RUN = "run"
+    RESUME = "resume"
+    ROLLBACK = "rollback"
+    TAKEOVER = "takeover"
+
+
 @dataclass(frozen=True)
 class PlaybookInfo:
     """What a front end shows of a playbook before anything runs (validated on reading)."""
@@ -94,7 +105,7 @@ def plan_playbook(playbook_path: Path) -> Procedure:
     playbook = load_playbook(playbook_path)
     playbook.load_inventory()
     with Journal(":memory:") as scratch:
-        ctx = RunContext(run_id="plan", procedure=playbook.procedure, cluster=playbook.cluster,
+        ctx = RunContext[Any, Any](run_id="plan", procedure=playbook.procedure, cluster=playbook.cluster,
                          journal=scratch, bus=EventBus(), dry_run=True, params=playbook.params, playbook=playbook)
         return playbook.build(ctx)
 
@@ -129,10 +140,10 @@ def start_run(
             dead = unfinished_run_of(journal, playbook.cluster)
             if dead is not None:
                 take_over_or_refuse(dead, str(playbook.path.resolve()), playbook.sha256, bool(params_update))
-                _announce(subscribers, dead["id"], f"run {dead['id']} of this playbook stopped mid-change (its process "
-                                       f"{dead['pid']} is gone): this command takes it over and resumes it, "
+                _announce(subscribers, dead.id, f"run {dead.id} of this playbook stopped mid-change (its process "
+                                       f"{dead.pid} is gone): this command takes it over and resumes it, "
                                        f"settling what that process left in flight")
-                return _drive(playbook, journal, dead["id"], "resume", subscribers, approver, assume_yes,
+                return _drive(playbook, journal, dead.id, Mode.RESUME, subscribers, approver, assume_yes,
                               cancel=cancel)
         run_id = new_run_id()
         journal.create_run(
@@ -142,40 +153,40 @@ def start_run(
         )
         if rehearsal:
             journal.mark_rehearsal(run_id)
-        return _drive(playbook, journal, run_id, "run", subscribers, approver, assume_yes, cancel=cancel)
+        return _drive(playbook, journal, run_id, Mode.RUN, subscribers, approver, assume_yes, cancel=cancel)
 
 
-def unfinished_run_of(journal: Journal, cluster: str) -> dict[str, Any] | None:
+def unfinished_run_of(journal: Journal, cluster: str) -> Run | None:
     """The cluster's run that stopped mid-change, if any: its process died (kill -9, power loss) with
     steps done or a statement on the wire, or its rollback failed. A new run never decides beside it:
     it would read a half-done topology without settling what the dead process sent."""
     for newest in journal.newest_runs(cluster, rehearsals=True):
         run = journal.get_run(newest["id"])
-        if run is None or run.get("dry_run"):
+        if run is None or run.dry_run:
             continue
-        began = bool(journal.completed_steps(run["id"]) or journal.unfinished_steps(run["id"]))
-        if (process_gone(run) and began) or run.get("status") == "rollback_failed":
+        began = bool(journal.completed_steps(run.id) or journal.unfinished_steps(run.id))
+        if (process_gone(run) and began) or run.status == "rollback_failed":
             return run
     return None
 
 
-def take_over_or_refuse(run: dict[str, Any], playbook_path: str, playbook_sha: str, overridden: bool) -> None:
+def take_over_or_refuse(run: Run, playbook_path: str, playbook_sha: str, overridden: bool) -> None:
     """A new `run` of the very playbook a dead run ran (same file, same content, no overrides) takes
     that run over: the operator who runs the command again after a crash means "finish it", as with
     `resume`. Anything else (another playbook, an edited one, a failed rollback) is refused, naming
     the run and the commands that finish or undo it."""
-    same = run.get("playbook") == playbook_path and run.get("playbook_sha") == playbook_sha and not overridden
-    if same and run.get("status") != "rollback_failed":
+    same = run.playbook == playbook_path and run.playbook_sha == playbook_sha and not overridden
+    if same and run.status != "rollback_failed":
         return
-    if run.get("status") == "rollback_failed":
+    if run.status == "rollback_failed":
         why = "its rollback failed"
     else:
-        why = f"its process {run['pid']} is gone with steps done or in flight"
+        why = f"its process {run.pid} is gone with steps done or in flight"
         if not same:
             why += ", and this is not the playbook it ran (or it was edited, or params are overridden)"
-    raise CommandFailed(REFUSED, f"refused before any change: run {run['id']} of cluster {run['cluster']} "
+    raise CommandFailed(REFUSED, f"refused before any change: run {run.id} of cluster {run.cluster} "
                                  f"stopped mid-change ({why}); a new run would decide on a half-done cutover",
-                        hint=f"finish it: dbmigrate resume {run['id']}, or undo it: dbmigrate rollback {run['id']}")
+                        hint=f"finish it: dbmigrate resume {run.id}, or undo it: dbmigrate rollback {run.id}")
 
 
 def _announce(subscribers: Iterable[Subscriber], run_id: str, message: str) -> None:
@@ -190,7 +201,7 @@ def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers: Iterable[Subscriber] = (),
+def act_on_run(run_ref: str, action: Callable[[RunContext[Any, Any]], str], *, subscribers: Iterable[Subscriber] = (),
                journal_path: Path | None = None) -> str:
     """Run one procedure-specific action (e.g. roll back one old server) in an existing run's
     context: its playbook, resources, journal and cluster lock. Returns the action's sentence."""
@@ -198,9 +209,9 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
         run_id = journal.resolve_run_id(run_ref)
         run = journal.get_run(run_id)
         assert run is not None
-        if not run["playbook"]:
+        if not run.playbook:
             raise UsageError(f"run {run_id} has no playbook recorded")
-        playbook = load_playbook(run["playbook"])
+        playbook = load_playbook(run.playbook)
         bus = EventBus()
         for subscriber in subscribers:
             bus.subscribe(subscriber)
@@ -208,7 +219,7 @@ def act_on_run(run_ref: str, action: Callable[[RunContext], str], *, subscribers
         install_provisioners(playbook.procedure)
         prepared = _prepare(playbook, RunState(journal, run_id))
         try:
-            ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
+            ctx = RunContext[Any, Any](run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
                              bus=bus, dry_run=False, resources=prepared.resources, params=playbook.params,
                              playbook=playbook)
             procedure = playbook.build(ctx)
@@ -274,16 +285,16 @@ def age_text(seconds: float) -> str:
 def resume_run(run_ref: str, *, without_old_primary: bool = False, **kwargs: Any) -> RunOutcome:
     """Continue a run; `without_old_primary` completes a cutover whose old primary died after
     the fence (promote runs), once the facts show the candidate holds everything known."""
-    return _continue_run(run_ref, "takeover" if without_old_primary else "resume", **kwargs)
+    return _continue_run(run_ref, Mode.TAKEOVER if without_old_primary else Mode.RESUME, **kwargs)
 
 
 def rollback_run(run_ref: str, **kwargs: Any) -> RunOutcome:
-    return _continue_run(run_ref, "rollback", **kwargs)
+    return _continue_run(run_ref, Mode.ROLLBACK, **kwargs)
 
 
 def _continue_run(
     run_ref: str,
-    mode: str,
+    mode: Mode,
     *,
     subscribers: Iterable[Subscriber] = (),
     approver: Approver | None = None,
@@ -297,19 +308,19 @@ def _continue_run(
         run_id = pick_last(journal, cluster, choose) if run_ref == "last" else journal.resolve_run_id(run_ref)
         run = journal.get_run(run_id)
         assert run is not None  # resolve_run_id found it
-        if cluster is not None and run["cluster"] != cluster:
-            raise UsageError(f"run {run_id} is a run of cluster {run['cluster']!r}, not {cluster!r}",
+        if cluster is not None and run.cluster != cluster:
+            raise UsageError(f"run {run_id} is a run of cluster {run.cluster!r}, not {cluster!r}",
                              hint="give the run id alone, or the cluster it ran on")
-        if mode in ("resume", "takeover") and run["status"] == "rolled_back":
+        if mode in (Mode.RESUME, Mode.TAKEOVER) and run.status == "rolled_back":
             raise UsageError(f"run {run_id} was rolled back; there is nothing to resume",
-                             hint=f"start a new run: dbmigrate run {run['playbook']}")
-        if mode == "takeover" and run["status"] == "done":
-            raise UsageError(f"run {run_id} is {run['status']}: it has no cutover to complete",
+                             hint=f"start a new run: dbmigrate run {run.playbook}")
+        if mode is Mode.TAKEOVER and run.status == "done":
+            raise UsageError(f"run {run_id} is {run.status}: it has no cutover to complete",
                              hint=f"see: dbmigrate runs show {run_id}")
-        if not run["playbook"]:
-            raise UsageError(f"run {run_id} has no playbook recorded; it cannot be {mode}d from the command line")
-        playbook = load_playbook(run["playbook"])
-        changed = playbook.sha256 != run["playbook_sha"]
+        if not run.playbook:
+            raise UsageError(f"run {run_id} has no playbook recorded; it cannot be {mode.value}d from the command line")
+        playbook = load_playbook(run.playbook)
+        changed = playbook.sha256 != run.playbook_sha
         return _drive(playbook, journal, run_id, mode, subscribers, approver, assume_yes,
                       warn_changed=changed, cancel=cancel)
 
@@ -318,7 +329,7 @@ def _drive(
     playbook: Playbook,
     journal: Journal,
     run_id: str,
-    mode: str,
+    mode: Mode,
     subscribers: Iterable[Subscriber],
     approver: Approver | None,
     assume_yes: bool,
@@ -341,12 +352,12 @@ def _drive(
         # bad gate) must not stay "running" in the journal. Resumed runs keep
         # their status: the lock may be refused because their process is alive.
         current = journal.get_run(run_id)
-        if mode != "run" or current is None or current["status"] != "running":
+        if mode is not Mode.RUN or current is None or current.status != "running":
             raise
         if journal.step_rows(run_id):
             journal.finish_run(run_id, "failed", f"did not start: {explain(exc)}")
             raise
-        if current["dry_run"]:
+        if current.dry_run:
             journal.forget_run(run_id)  # a dry run that never started leaves no record
             raise
         if isinstance(exc, UsageError) or not isinstance(exc, DbmigrateError):
@@ -362,15 +373,15 @@ def _drive(
 def _drive_with_resources(
     playbook: Playbook,
     journal: Journal,
-    run: dict[str, Any],
-    mode: str,
+    run: Run,
+    mode: Mode,
     bus: EventBus,
     approver: Approver | None,
     assume_yes: bool,
     warn_changed: bool,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    run_id = run["id"]
+    run_id = run.id
     install_provisioners(playbook.procedure)
     with _statements_in_doubt(journal, run_id):
         return _drive_prepared(playbook, journal, run, mode, bus, approver, assume_yes, warn_changed, cancel)
@@ -472,19 +483,19 @@ def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry
 def _drive_prepared(
     playbook: Playbook,
     journal: Journal,
-    run: dict[str, Any],
-    mode: str,
+    run: Run,
+    mode: Mode,
     bus: EventBus,
     approver: Approver | None,
     assume_yes: bool,
     warn_changed: bool,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    run_id = run["id"]
-    prepared = _prepare(playbook, RunState(journal, run_id), old_gone=(mode == "takeover"))
+    run_id = run.id
+    prepared = _prepare(playbook, RunState(journal, run_id), old_gone=(mode is Mode.TAKEOVER))
     try:
-        ctx = RunContext(run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
-                         bus=bus, dry_run=run["dry_run"], resources=prepared.resources, params=playbook.params,
+        ctx = RunContext[Any, Any](run_id=run_id, procedure=playbook.procedure, cluster=playbook.cluster, journal=journal,
+                         bus=bus, dry_run=run.dry_run, resources=prepared.resources, params=playbook.params,
                          playbook=playbook)
         if warn_changed:
             warning = Log(run_id=run_id, level="warning",
@@ -493,13 +504,13 @@ def _drive_prepared(
             journal.record_log(warning)
         procedure = playbook.build(ctx)
         runner = Runner(approver=approver, assume_yes=assume_yes, hooks=playbook.hook_runner(), cancel=cancel)
-        with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id, run["dry_run"]) as lock, \
-                _decision(journal, run_id, playbook.cluster, bus, dry_run=bool(run["dry_run"]),
+        with _cluster_lock(procedure, prepared, playbook.cluster, journal, run_id, run.dry_run) as lock, \
+                _decision(journal, run_id, playbook.cluster, bus, dry_run=run.dry_run,
                           servers=_servers(prepared)):
             runner.stop_check = getattr(lock, "stop_reason", None)
-            if mode == "rollback":
+            if mode is Mode.ROLLBACK:
                 return runner.rollback(procedure, ctx)
-            return runner.run(procedure, ctx, resume=(mode in ("resume", "takeover")))
+            return runner.run(procedure, ctx, resume=(mode in (Mode.RESUME, Mode.TAKEOVER)))
     finally:
         _close(prepared)
 
@@ -618,20 +629,12 @@ class SignalStop:
         self._saved.clear()
 
 
-def process_gone(run: dict[str, Any]) -> bool:
+def process_gone(run: Run | dict[str, Any]) -> bool:
     """Is a run journaled as running whose process is gone (SIGKILL, power loss)? Only a
     process on this machine can be checked; another machine's run is taken as alive."""
-    if run.get("status") != "running" or not run.get("pid"):
-        return False
-    if str(run.get("holder") or "").rpartition("@")[2] != socket.gethostname():
-        return False
-    try:
-        os.kill(int(run["pid"]), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    status, holder, pid = ((run.status, run.holder, run.pid) if isinstance(run, Run)
+                           else (run.get("status"), run.get("holder"), run.get("pid")))
+    return status == "running" and holder_alive(holder, pid) is False
 
 
 def mark_orphans(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

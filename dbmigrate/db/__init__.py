@@ -1,1 +1,1 @@
-"""Connection layer: Server handles, flavor dialect, inspector (reads), applier (writes)."""
+"""Connection layer: Server handles, flavor dialect, readers and inspector (reads), applier (writes)."""

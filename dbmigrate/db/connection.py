@@ -152,6 +152,12 @@ class Server:
             # Under a bound the open session is trusted without a ping: a ping to a frozen server
             # would wait for the read timeout, and a lost session fails the statement anyway.
             return self._conn
+        left = self.remaining()
+        if left is not None and left <= 0:
+            # A spent bound (a frozen server took it) is not stretched by the connector's handshake
+            # timeout, which counts whole seconds.
+            raise Unresponsive(f"{self.name} ({self.address}): the bound of the wait in progress ran out "
+                               f"before a new session could be opened")
         attempt = 0
         while True:
             attempt += 1
@@ -352,11 +358,21 @@ class Server:
     def _settle_doubts(self) -> None:
         """Before any statement to a server with a statement in doubt: end that statement's
         session from a fresh one and see it gone, so that what is read next is final."""
-        if self._settling or not IN_DOUBT.pending(self.address):
+        pending = [] if self._settling else IN_DOUBT.pending(self.address)
+        if not pending:
             return
+        left = self.remaining()
+        if left is not None and left <= 0:
+            # The bound in force is spent (a frozen server took it): connecting to end the session
+            # would cost the connector's whole-second handshake timeout beyond it.
+            first = pending[0]
+            raise InDoubtUnsettled(
+                f"{first.said()} was given up on and may still be executed; it stays in doubt until that "
+                f"session is ended: {self.name} ({self.address}) did not answer within the bound in force", first,
+                hint=f"when {self.name} answers again, the next command ends that session first "
+                     f"(or by hand: KILL CONNECTION {first.session_id} on {self.name})")
         twin = self.dedicated()
         twin._settling, twin.retries = True, 0
-        left = self.remaining()
         bound = self.connect_timeout + SETTLE_GONE_S
         doubt = None
         try:

@@ -94,9 +94,11 @@ class ClassRow:
         return [m for m, d in self.latency.items() if d.direction == "better"]
 
     def to_dict(self) -> dict[str, Any]:
-        side = lambda c: None if c is None else {  # noqa: E731
-            "checksum": c.checksum, "count": c.count, "total_time": c.total_time, "avg": c.avg, "p95": c.p95,
-            "p99": c.p99, "max": c.max, "rows_examined_avg": c.rows_examined_avg}
+        def side(c: QueryClass | None) -> dict[str, Any] | None:
+            return None if c is None else {
+                "checksum": c.checksum, "count": c.count, "total_time": c.total_time, "avg": c.avg, "p95": c.p95,
+                "p99": c.p99, "max": c.max, "rows_examined_avg": c.rows_examined_avg}
+
         return {"key": self.key, "fingerprint": self.fingerprint, "label": self.label, "status": self.status,
                 "share_before": self.share_before, "share_after": self.share_after,
                 "before": side(self.before), "after": side(self.after),
@@ -123,8 +125,10 @@ class Comparison:
         return [r for r in self.rows if r.better and not r.worse]
 
     def to_dict(self) -> dict[str, Any]:
-        meta = lambda d: {"query_count": d.query_count, "classes": len(d.classes), "duration_s": d.duration_s,  # noqa: E731
-                          "percentiles": d.percentiles, "source": d.source}
+        def meta(d: Digest) -> dict[str, Any]:
+            return {"query_count": d.query_count, "classes": len(d.classes), "duration_s": d.duration_s,
+                    "percentiles": d.percentiles, "source": d.source}
+
         return {"before": meta(self.before), "after": meta(self.after),
                 "noise": {"pct": self.noise.pct, "abs_us": self.noise.abs_us},
                 "per_second": self.per_second, "notes": self.notes,
@@ -161,7 +165,7 @@ def match_classes(before: Digest, after: Digest) -> tuple[list[tuple[QueryClass,
     return pairs, gone, new
 
 
-def time_rank_key(c: QueryClass) -> tuple:
+def time_rank_key(c: QueryClass) -> tuple[float, int, str]:
     """Deterministic order by weight: total time, then count, then checksum."""
     return (-c.total_time, -c.count, c.checksum)
 

@@ -186,9 +186,8 @@ class Digest:
             count = int(_num(raw.get("query_count"), f"{w}.query_count"))
             checksum = _text(raw["checksum"], f"{w}.checksum").upper()
             own = sorted(samples.get(checksum, [])) if samples else []
-            p95, p99 = qt.p95, None
-            if own:
-                p95, p99 = nearest_rank(own, 0.95), nearest_rank(own, 0.99)
+            own_p95 = nearest_rank(own, 0.95)  # None without samples: pt's bucketed p95, no p99
+            p95, p99 = (qt.p95 if own_p95 is None else own_p95), nearest_rank(own, 0.99)
             rex = metrics.get("Rows_examined")
             example = _mapping(raw.get("example"), f"{w}.example")
             if not isinstance(raw.get("tables") or [], list):
@@ -210,12 +209,12 @@ class Digest:
             sum(c.count for c in classes)
         all_samples = sorted(t for ts in (samples or {}).values() for t in ts)
         if all_samples:
-            p95, p99 = nearest_rank(all_samples, 0.95), nearest_rank(all_samples, 0.99)
+            all_p95, all_p99 = nearest_rank(all_samples, 0.95), nearest_rank(all_samples, 0.99)
         else:
-            p95, p99 = (gqt.p95 if count else None), None
+            all_p95, all_p99 = (gqt.p95 if count else None), None
         total = gqt.sum if glob else sum(c.total_time for c in classes)
         return cls(classes=classes, query_count=count, total_time=total,
-                   avg=(total / count) if count else 0.0, p95=p95, p99=p99, duration_s=duration_s,
+                   avg=(total / count) if count else 0.0, p95=all_p95, p99=all_p99, duration_s=duration_s,
                    percentiles="exact" if exact else "pt-query-digest buckets", source=dict(source or {}))
 
     # -- files ---------------------------------------------------------------
@@ -230,13 +229,14 @@ class Digest:
     def from_dict(cls, d: dict[str, Any], where: str = "digest") -> "Digest":
         """A dbmigrate digest file, every field checked: a hand-edited or truncated
         file is one line naming the field, never a crash in the comparison."""
-        def num(value: Any, at: str, optional: bool = False) -> float | None:
-            if value is None and optional:
-                return None
+        def num(value: Any, at: str) -> float:
             if value is None or isinstance(value, str):
                 raise DigestFormatError(f"{where}: {at}: expected a number, got {_shown(value)}",
                                         hint="write it again with dbmigrate digest capture")
             return _num(value, f"{where}: {at}")
+
+        def optional_num(value: Any, at: str) -> float | None:
+            return None if value is None else num(value, at)
 
         try:
             if not isinstance(d.get("classes"), list):
@@ -254,8 +254,8 @@ class Digest:
                     distillate=_text(c.get("distillate"), f"{where}: {at}.distillate"),
                     count=int(num(c["count"], f"{at}.count")), total_time=num(c["total_time"], f"{at}.total_time"),
                     avg=num(c["avg"], f"{at}.avg"), p95=num(c["p95"], f"{at}.p95"),
-                    p99=num(c.get("p99"), f"{at}.p99", optional=True), max=num(c["max"], f"{at}.max"),
-                    rows_examined_avg=num(c.get("rows_examined_avg"), f"{at}.rows_examined_avg", optional=True),
+                    p99=optional_num(c.get("p99"), f"{at}.p99"), max=num(c["max"], f"{at}.max"),
+                    rows_examined_avg=optional_num(c.get("rows_examined_avg"), f"{at}.rows_examined_avg"),
                     example=_text(c.get("example"), f"{where}: {at}.example"),
                     tables=tuple(_text(t, f"{where}: {at}.tables") for t in tables),
                     first_seen=_text(c.get("first_seen"), f"{where}: {at}.first_seen"),
@@ -264,8 +264,8 @@ class Digest:
                     db=_text(c.get("db"), f"{where}: {at}.db")))
             return cls(classes=classes, query_count=int(num(d["query_count"], "query_count")),
                        total_time=num(d["total_time"], "total_time"), avg=num(d["avg"], "avg"),
-                       p95=num(d.get("p95"), "p95", optional=True), p99=num(d.get("p99"), "p99", optional=True),
-                       duration_s=num(d.get("duration_s"), "duration_s", optional=True),
+                       p95=optional_num(d.get("p95"), "p95"), p99=optional_num(d.get("p99"), "p99"),
+                       duration_s=optional_num(d.get("duration_s"), "duration_s"),
                        percentiles=_text(d.get("percentiles"), f"{where}: percentiles"),
                        source=_mapping(d.get("source"), f"{where}: source"))
         except KeyError as e:

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dbmigrate.digest.compare import match_classes, time_rank_key
 from dbmigrate.digest.model import Digest, QueryClass, format_latency
-from dbmigrate.yamlload import format_validation_error, load_yaml_with_lines
+from dbmigrate.yamlload import LineOf, format_validation_error, load_yaml_with_lines
 
 
 class Rule(BaseModel):
@@ -175,7 +175,7 @@ def load_policy(path: str | Path) -> GuardPolicy:
     """A policy from a YAML/JSON file (errors name file, line and field)."""
     path = Path(path)
     data, locate = load_yaml_with_lines(path)
-    locate_inner = locate
+    locate_inner: LineOf = locate
     if isinstance(data, dict) and "guard" in data and "rules" not in data:
         data = data["guard"]  # a playbook fragment: guard: {window_s: ..., rules: [...]}
         locate_inner = lambda loc: locate(("guard", *loc))  # noqa: E731

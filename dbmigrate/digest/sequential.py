@@ -67,7 +67,8 @@ def parse_slow_log(lines: Iterable[str]) -> Iterator[Entry]:
     """The entries of a slow log (MariaDB's and MySQL's file format, and the table's rows as
     written by slowlog_text): header lines start with '#', then `use db;` / `SET timestamp=N;`,
     then the statement up to the next header."""
-    user, qt, ts, sql = "", None, 0.0, []
+    user, qt, ts = "", None, 0.0
+    sql: list[str] = []
 
     def done() -> Entry | None:
         if qt is None or not sql:
@@ -233,7 +234,9 @@ class SequentialGuard:
                           [f"{sample.query_count} application queries in this sample, fewer than "
                            f"{self.min_queries}: not judged"])
         zs = self._zs(sample)
-        reasons, rules, tripped = [], [], []
+        reasons: list[str] = []
+        tripped: list[str] = []
+        rules: list[dict[str, Any]] = []
         for i, (rule, z) in enumerate(zip(self.policy.rules, zs)):
             limit = math.log(1 + rule.max_regression_pct / 100)
             if z is not None:

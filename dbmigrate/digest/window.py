@@ -193,7 +193,7 @@ def table_window_marker(server: Server, current: dict[str, Any]) -> dict[str, An
 
 
 def is_table_window(saved: dict[str, Any] | None) -> bool:
-    return bool(saved) and saved.get("source") == "table"
+    return bool(saved and saved.get("source") == "table")
 
 
 def read_table_window(server: Server, since: str, until: str | None, dest: Path) -> tuple[Path, int]:
@@ -314,7 +314,7 @@ class SlowLogWindow:
         self.open()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

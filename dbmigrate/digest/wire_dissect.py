@@ -16,7 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+if TYPE_CHECKING:
+    from dbmigrate.db.inspector import Session
 
 COM_QUIT, COM_INIT_DB, COM_QUERY, COM_CHANGE_USER = 1, 2, 3, 17
 COM_STMT_PREPARE, COM_STMT_EXECUTE, COM_STMT_SEND_LONG_DATA, COM_STMT_CLOSE = 22, 23, 24, 25
@@ -42,7 +45,7 @@ class Statement:
     prepared: bool  # a COM_STMT_EXECUTE (its text from the prepare)
     error: int = 0
 
-    def slow_log_row(self) -> dict:
+    def slow_log_row(self) -> dict[str, Any]:
         """A row in mysql.slow_log's form, for slowlog_text.entry."""
         return {"start_time": dt.datetime.fromtimestamp(self.started, dt.timezone.utc).replace(tzinfo=None),
                 "user_host": f"{self.user}[{self.user}] @  [wire]", "thread_id": self.stream + 1,
@@ -147,8 +150,9 @@ class Dissector:
             return None
         if command not in (COM_QUERY, COM_STMT_EXECUTE) or not text:
             return None
-        if command == COM_QUERY and not error and _SET.match(text):
-            for name, value in _SET_PAIR.findall(text[_SET.match(text).end():]):
+        set_statement = _SET.match(text) if command == COM_QUERY and not error else None
+        if set_statement:
+            for name, value in _SET_PAIR.findall(text[set_statement.end():]):
                 if not name.startswith("@"):
                     self.session_sets.setdefault(session.user, {})[name.lower()] = value.strip("'\"")
         self.counts.statements += 1
@@ -169,7 +173,7 @@ class Dissector:
 FIELDS_N = tuple(range(10))
 
 
-def client_ports(sessions: Iterable) -> dict[str, tuple[str, str]]:
+def client_ports(sessions: Iterable[Session]) -> dict[str, tuple[str, str]]:
     """client port -> (user, db) from processlist sessions (their host is `address:port`)."""
     out = {}
     for s in sessions:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 from dbmigrate.db.connection import Server
 from dbmigrate.digest import slowlog_text
@@ -91,7 +91,7 @@ class WireWindow:
         return self._tap is not None and self._tap.alive()
 
 
-def write_entries(statements: list[Statement], out) -> int:
+def write_entries(statements: list[Statement], out: TextIO) -> int:
     return slowlog_text.write((s.slow_log_row() for s in statements), out)
 
 

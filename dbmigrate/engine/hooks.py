@@ -14,7 +14,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Any, TYPE_CHECKING, Mapping, Sequence
 
 from dbmigrate.engine.events import HookFinished
 from dbmigrate.redact import redact
@@ -85,7 +85,7 @@ class HookRunner:
         self.timeout_s = timeout_s
         self.cwd = str(base_dir) if base_dir is not None else None
 
-    def environment(self, ctx: "RunContext", kind: str, phase: str | None) -> dict[str, str]:
+    def environment(self, ctx: "RunContext[Any, Any]", kind: str, phase: str | None) -> dict[str, str]:
         env = {name: os.environ[name] for name in _SAFE_OS_VARS if name in os.environ}
         for name, value in ctx.hook_env.items():
             if any(part in name.upper() for part in _SECRET_NAME_PARTS) or redact(value) != value:
@@ -103,7 +103,7 @@ class HookRunner:
         return env
 
     def run(
-        self, kind: str, ctx: "RunContext", phase: str | None = None, *, skip: set[str] | frozenset[str] = frozenset()
+        self, kind: str, ctx: "RunContext[Any, Any]", phase: str | None = None, *, skip: set[str] | frozenset[str] = frozenset()
     ) -> None:
         """Run every hook of `kind` in order; raise HookFailed at the first failure.
 
@@ -128,7 +128,7 @@ class HookRunner:
                     hint=f"fix the hook, then continue with: dbmigrate resume {ctx.run_id}",
                 )
 
-    def _run_one(self, command: HookCommand, kind: str, ctx: "RunContext", phase: str | None) -> HookFinished:
+    def _run_one(self, command: HookCommand, kind: str, ctx: "RunContext[Any, Any]", phase: str | None) -> HookFinished:
         started = time.monotonic()
         done = run_hook_program(command.argv, env=self.environment(ctx, kind, phase), cwd=self.cwd,
                                 timeout_s=self.timeout_s)

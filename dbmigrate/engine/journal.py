@@ -22,6 +22,7 @@ import threading
 
 from dbmigrate.home import home
 from dbmigrate.redact import redact, redact_json
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -116,6 +117,32 @@ CREATE TABLE IF NOT EXISTS evidence (
 FINISHED_OK = ("done", "skipped")
 
 
+
+@dataclass(frozen=True)
+class Run:
+    """One run as journaled: what resume, rollback and the refusals decide from."""
+
+    id: str
+    procedure: str
+    cluster: str
+    playbook: str | None  # the playbook's resolved path; None for runs started without one
+    playbook_sha: str | None
+    params: dict[str, Any]
+    dry_run: bool
+    status: str  # running, done, failed, rolled_back, rollback_failed, refused, declined, ...
+    summary: str | None
+    started_at: str
+    finished_at: str | None
+    pid: int | None  # the process that last drove it
+    holder: str | None  # user@host of that process
+
+    @property
+    def host(self) -> str:
+        return (self.holder or "").rpartition("@")[2]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
 class Journal:
     """One SQLite journal. Thread-safe: a TUI worker may write while the UI reads."""
 
@@ -199,14 +226,16 @@ class Journal:
                 self._write(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
             self._write("DELETE FROM runs WHERE id=?", (run_id,))
 
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
+    def get_run(self, run_id: str) -> Run | None:
         rows = self._rows("SELECT * FROM runs WHERE id=?", (run_id,))
         if not rows:
             return None
-        run = rows[0]
-        run["params"] = json.loads(run["params"] or "{}")
-        run["dry_run"] = bool(run["dry_run"])
-        return run
+        row = rows[0]
+        return Run(id=row["id"], procedure=row["procedure"], cluster=row["cluster"], playbook=row["playbook"],
+                   playbook_sha=row["playbook_sha"], params=json.loads(row["params"] or "{}"),
+                   dry_run=bool(row["dry_run"]), status=row["status"], summary=row["summary"],
+                   started_at=row["started_at"], finished_at=row["finished_at"], pid=row["pid"],
+                   holder=row["holder"])
 
     def resolve_run_id(self, ref: str) -> str:
         """Accept a full id, a unique prefix, or 'last'."""
@@ -271,7 +300,7 @@ class Journal:
         for metric in metrics:
             metric["labels"] = json.loads(metric["labels"] or "{}")
         return {
-            **run,
+            **run.to_dict(),
             "steps": self.step_rows(run_id),
             "gates": gates,
             "hooks": self._rows("SELECT * FROM hooks WHERE run_id=? ORDER BY id", (run_id,)),

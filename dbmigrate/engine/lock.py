@@ -40,14 +40,13 @@ def lock_name(cluster: str) -> str:
     return f"{name[: _MAX_LOCK_NAME - 11]}~{digest}"
 
 
-def _local_holder(entry: dict[str, Any]) -> bool | None:
-    """Does the journaled lock holder's process exist? None when that cannot be told from here: a
-    holder on another machine, or this very process."""
+def holder_alive(holder: str | None, pid: int | None) -> bool | None:
+    """Does the process `pid` of `holder` (user@host) exist? None when that cannot be told from
+    here: a holder on another machine, or this very process."""
     import os
     import socket
 
-    holder, pid = str(entry.get("holder") or ""), entry.get("pid")
-    if not pid or holder.rpartition("@")[2] != socket.gethostname() or int(pid) == os.getpid():
+    if not pid or str(holder or "").rpartition("@")[2] != socket.gethostname() or int(pid) == os.getpid():
         return None
     try:
         os.kill(int(pid), 0)
@@ -56,6 +55,11 @@ def _local_holder(entry: dict[str, Any]) -> bool | None:
     except PermissionError:
         return True  # it exists, as another user's
     return True
+
+
+def _local_holder(entry: dict[str, Any]) -> bool | None:
+    """Does the journaled lock holder's process exist? (None: cannot be told from here.)"""
+    return holder_alive(entry.get("holder"), entry.get("pid"))
 
 
 def _alive_here(entry: dict[str, Any]) -> bool:

@@ -110,7 +110,7 @@ class Runner:
 
     # ------------------------------------------------------------------ forward
 
-    def run(self, procedure: Procedure, ctx: RunContext, *, resume: bool = False) -> RunOutcome:
+    def run(self, procedure: Procedure, ctx: RunContext[Any, Any], *, resume: bool = False) -> RunOutcome:
         """Run (or resume) the procedure for the run in ctx; the run row must exist in the journal."""
         unsubscribe = ctx.bus.subscribe(ctx.journal.record, critical=True)
         if ctx.cancel is None:
@@ -123,7 +123,7 @@ class Runner:
             priority.end_run()
             unsubscribe()
 
-    def _forward(self, procedure: Procedure, ctx: RunContext, resume: bool) -> RunOutcome:
+    def _forward(self, procedure: Procedure, ctx: RunContext[Any, Any], resume: bool) -> RunOutcome:
         journal = ctx.journal
         prior = journal.last_step_status(ctx.run_id) if resume else {}
         passed_gates = journal.passed_gates(ctx.run_id) if resume else set()
@@ -169,7 +169,7 @@ class Runner:
             return False
         return bool(getattr(self.approver, "can_ask", lambda: True)())
 
-    def _refuse_unanswerable_gates(self, procedure: Procedure, ctx: RunContext) -> None:
+    def _refuse_unanswerable_gates(self, procedure: Procedure, ctx: RunContext[Any, Any]) -> None:
         """A manual gate with nobody to ask would refuse when reached: refuse before the first step,
         so that nothing is changed only to be undone."""
         if ctx.dry_run or self.can_ask():
@@ -180,7 +180,7 @@ class Runner:
             raise GateFailed(f"manual gate {manual[0]} needs an operator's approval: no terminal to ask the "
                              f"operator; pass --yes to approve in scripted runs")
 
-    def _fail(self, procedure: Procedure, ctx: RunContext, exc: Exception) -> RunOutcome:
+    def _fail(self, procedure: Procedure, ctx: RunContext[Any, Any], exc: Exception) -> RunOutcome:
         # The operator sees the failure and the undo as they happen, not when the run ends.
         ctx.release_fenced_window()
         error = exc if isinstance(exc, DbmigrateError) else DbmigrateError(f"internal error: {explain(exc)}")
@@ -233,7 +233,7 @@ class Runner:
         ctx.emit(RunFinished(status=status, summary=summary))
         return RunOutcome(ctx.run_id, status, summary, error)
 
-    def _interrupted(self, ctx: RunContext, during: str = "") -> str:
+    def _interrupted(self, ctx: RunContext[Any, Any], during: str = "") -> str:
         """What an interruption leaves, in the journal's summary: which step may be half done."""
         where = f" {during}" if during else ""
         if self.current:
@@ -241,7 +241,7 @@ class Runner:
         return (f"interrupted by the operator{where}; undo with: dbmigrate rollback {ctx.run_id}, "
                 f"or continue with: dbmigrate resume {ctx.run_id}")
 
-    def _stop_if_cancelled(self, ctx: RunContext, before: str) -> None:
+    def _stop_if_cancelled(self, ctx: RunContext[Any, Any], before: str) -> None:
         reason = self.stop_check() if self.stop_check is not None else None
         if reason:
             raise LeaseLost(f"{reason}: stopped before {before}, nothing undone",
@@ -251,7 +251,7 @@ class Runner:
             raise RunCancelled(f"cancelled by the operator before {before}",
                                hint=f"continue later with: dbmigrate resume {ctx.run_id}")
 
-    def _execute(self, index: int, phase: Phase, step: Step, ctx: RunContext, prior: str | None) -> str:
+    def _execute(self, index: int, phase: Phase, step: Step, ctx: RunContext[Any, Any], prior: str | None) -> str:
         """Run one step; return its final status or raise StepFailed."""
         # The run id given here spares each event a copy made to add it (ctx.emit).
         started = time.perf_counter()
@@ -314,7 +314,7 @@ class Runner:
         return finish("done", sentence or f"{step.name}: done")
 
     @staticmethod
-    def _describe(step: Step, ctx: RunContext) -> str:
+    def _describe(step: Step, ctx: RunContext[Any, Any]) -> str:
         """Journal what a mutating step would send, and say it in one sentence."""
         if step.describe is None:
             return "would run; this step does not describe its statements"
@@ -330,7 +330,7 @@ class Runner:
         return f"would send {len(texts)} statement{'s' if len(texts) > 1 else ''}: {shown}"
 
     @staticmethod
-    def _step_failed(step: Step, phase: Phase, ctx: RunContext, reason: str) -> StepFailed:
+    def _step_failed(step: Step, phase: Phase, ctx: RunContext[Any, Any], reason: str) -> StepFailed:
         return StepFailed(
             f"step '{step.name}' in phase '{phase.name}' failed: {reason}",
             hint=f"fix the cause, then: dbmigrate resume {ctx.run_id}  (or undo: dbmigrate rollback {ctx.run_id})",
@@ -338,7 +338,7 @@ class Runner:
 
     # ------------------------------------------------------------------ gates and hooks
 
-    def _pass_gates(self, phase: Phase, ctx: RunContext, already_passed: set[tuple[str, str]]) -> None:
+    def _pass_gates(self, phase: Phase, ctx: RunContext[Any, Any], already_passed: set[tuple[str, str]]) -> None:
         for gate in phase.gates:
             if (phase.name, gate.name) in already_passed:
                 continue  # decided earlier in this run; the journal holds that decision
@@ -358,7 +358,7 @@ class Runner:
                     hint=f"nothing of phase '{phase.name}' ran; when the condition is met: dbmigrate resume {ctx.run_id}",
                 )
 
-    def _override(self, gate: Gate, phase: str, ctx: RunContext, reason: str) -> bool:
+    def _override(self, gate: Gate, phase: str, ctx: RunContext[Any, Any], reason: str) -> bool:
         """A pausing gate refused: an operator at a terminal may continue anyway; a
         scripted run (--yes, no terminal) pauses, it never overrides an automatic check."""
         if self.approver is None or self.assume_yes:
@@ -376,7 +376,7 @@ class Runner:
                                  reason=f"continued by the operator despite: {reason}", details={}))
         return ok
 
-    def _decide(self, gate: Gate, phase: str, ctx: RunContext) -> tuple[bool, str, dict[str, Any], str]:
+    def _decide(self, gate: Gate, phase: str, ctx: RunContext[Any, Any]) -> tuple[bool, str, dict[str, Any], str]:
         if isinstance(gate, AutoGate):
             ctx.emit(GateWaiting(phase=phase, gate=gate.name, kind="auto"))
             try:
@@ -399,11 +399,11 @@ class Runner:
         ok, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
         return ok, reason or ("approved by operator" if ok else "declined by operator"), {}, "operator"
 
-    def _phase_hooks(self, kind: str, ctx: RunContext, phase: str, hooks_done: set[tuple[str, str | None, str]]) -> None:
+    def _phase_hooks(self, kind: str, ctx: RunContext[Any, Any], phase: str, hooks_done: set[tuple[str, str | None, str]]) -> None:
         skip = {command for (k, p, command) in hooks_done if k == kind and p == phase}
         self.hooks.run(kind, ctx, phase, skip=skip)
 
-    def _final_hooks(self, kind: str, ctx: RunContext) -> None:
+    def _final_hooks(self, kind: str, ctx: RunContext[Any, Any]) -> None:
         # The outcome is already decided; a broken notifier must not change it.
         try:
             self.hooks.run(kind, ctx, None)
@@ -412,7 +412,7 @@ class Runner:
 
     # ------------------------------------------------------------------ backward
 
-    def rollback(self, procedure: Procedure, ctx: RunContext) -> RunOutcome:
+    def rollback(self, procedure: Procedure, ctx: RunContext[Any, Any]) -> RunOutcome:
         """Undo the completed steps of the run in ctx, newest first, after confirmation."""
         unsubscribe = ctx.bus.subscribe(ctx.journal.record, critical=True)
         try:
@@ -421,7 +421,7 @@ class Runner:
             ctx.release_fenced_window()
             unsubscribe()
 
-    def _changed_anything(self, procedure: Procedure, ctx: RunContext) -> bool:
+    def _changed_anything(self, procedure: Procedure, ctx: RunContext[Any, Any]) -> bool:
         """Did a mutating step of this run complete (or start and ask to be undone)?"""
         for row in self._to_undo(procedure, ctx):
             found = procedure.find_step(row["phase"], row["name"])
@@ -429,12 +429,12 @@ class Runner:
                 return True
         return False
 
-    def _observing(self, procedure: Procedure, ctx: RunContext) -> bool:
+    def _observing(self, procedure: Procedure, ctx: RunContext[Any, Any]) -> bool:
         """Does an observation window of this run stay open (to be put back)?"""
         return any(found is not None and found[1].observes_only
                    for found in (procedure.find_step(r["phase"], r["name"]) for r in self._to_undo(procedure, ctx)))
 
-    def _to_undo(self, procedure: Procedure, ctx: RunContext) -> list[dict[str, Any]]:
+    def _to_undo(self, procedure: Procedure, ctx: RunContext[Any, Any]) -> list[dict[str, Any]]:
         """Completed steps, plus unfinished ones that ask to be undone anyway, oldest first."""
         rows = {(r["phase"], r["name"]): r for r in ctx.journal.completed_steps(ctx.run_id)}
         for row in ctx.journal.unfinished_steps(ctx.run_id):
@@ -443,7 +443,7 @@ class Runner:
                 rows[(row["phase"], row["name"])] = row  # once, even if an earlier attempt finished
         return sorted(rows.values(), key=lambda r: r["index"])
 
-    def _backward(self, procedure: Procedure, ctx: RunContext) -> RunOutcome:
+    def _backward(self, procedure: Procedure, ctx: RunContext[Any, Any]) -> RunOutcome:
         pending = list(reversed(self._to_undo(procedure, ctx)))
         missing = [r for r in pending if procedure.find_step(r["phase"], r["name"]) is None]
         if missing:
@@ -454,9 +454,10 @@ class Runner:
                 hint="the playbook or the tool changed since the run; restore the version used for the run",
             )
         names = [r["name"] for r in pending]
-        run = ctx.journal.get_run(ctx.run_id) or {}
+        run = ctx.journal.get_run(ctx.run_id)
+        status, started = (run.status, run.started_at) if run else ("?", "?")
         gate = ManualGate("rollback", f"Undo {len(names)} step(s) of {procedure.name} run {ctx.run_id} on cluster "
-                                      f"{ctx.cluster} ({run.get('status', '?')}, started {run.get('started_at', '?')}),"
+                                      f"{ctx.cluster} ({status}, started {started}),"
                                       f" newest first: " + (", ".join(names) or "nothing"))
         if pending:
             ok, reason, _, by = self._decide(gate, "rollback", ctx)
@@ -478,7 +479,7 @@ class Runner:
         error = None if ok else DbmigrateError(summary, hint=f"fix the cause, then: dbmigrate rollback {ctx.run_id}")
         return RunOutcome(ctx.run_id, status, summary, error)
 
-    def _undo_completed(self, procedure: Procedure, ctx: RunContext) -> tuple[bool, str]:
+    def _undo_completed(self, procedure: Procedure, ctx: RunContext[Any, Any]) -> tuple[bool, str]:
         """Undo completed, not yet undone steps, newest first; stop at the first failure."""
         undone = not_undone = 0
         for row in reversed(self._to_undo(procedure, ctx)):

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, Sequence, TypeVar, Union
 
 from dbmigrate import priority
 from dbmigrate.engine import collector
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 # describe() lines are SQL/commands; a (server, text) pair names the target.
 Described = Union[str, tuple[str, str]]
 GateVerdict = tuple[bool, str, dict[str, Any]]
+
+P = TypeVar("P")  # a procedure's params model
+R = TypeVar("R")  # a procedure's resources
 
 
 class Step:
@@ -48,12 +51,12 @@ class Step:
     # Undo this step on rollback even when it did not finish (killed or failed half-way):
     # for steps whose partial effect must not outlive the run, like a fence.
     undo_if_started: bool = False
-    check: Callable[["RunContext"], bool] | None = None
-    verify: Callable[["RunContext"], None] | None = None
-    undo: Callable[["RunContext"], str | None] | None = None
-    describe: Callable[["RunContext"], Sequence[Described]] | None = None
+    check: Callable[["RunContext[Any, Any]"], bool] | None = None
+    verify: Callable[["RunContext[Any, Any]"], None] | None = None
+    undo: Callable[["RunContext[Any, Any]"], str | None] | None = None
+    describe: Callable[["RunContext[Any, Any]"], Sequence[Described]] | None = None
 
-    def run(self, ctx: "RunContext") -> str:
+    def run(self, ctx: "RunContext[Any, Any]") -> str:
         raise NotImplementedError(f"step {type(self).__name__} must implement run(ctx)")
 
     def __repr__(self) -> str:
@@ -70,12 +73,12 @@ class FunctionStep(Step):
     def __init__(
         self,
         name: str,
-        run: Callable[["RunContext"], str],
+        run: Callable[["RunContext[Any, Any]"], str],
         *,
-        check: Callable[["RunContext"], bool] | None = None,
-        verify: Callable[["RunContext"], None] | None = None,
-        undo: Callable[["RunContext"], str | None] | None = None,
-        describe: Callable[["RunContext"], Sequence[Described]] | None = None,
+        check: Callable[["RunContext[Any, Any]"], bool] | None = None,
+        verify: Callable[["RunContext[Any, Any]"], None] | None = None,
+        undo: Callable[["RunContext[Any, Any]"], str | None] | None = None,
+        describe: Callable[["RunContext[Any, Any]"], Sequence[Described]] | None = None,
         mutating: bool = True,
         undo_if_started: bool = False,
         observes_only: bool = False,
@@ -113,7 +116,7 @@ def replaced(step: Step, **changes: Any) -> FunctionStep:
     return copy
 
 
-def with_context(step: Step, adapt: Callable[["RunContext"], "RunContext"]) -> FunctionStep:
+def with_context(step: Step, adapt: Callable[["RunContext[Any, Any]"], "RunContext[Any, Any]"]) -> FunctionStep:
     """A copy of `step` whose callables receive `adapt(ctx)` instead of the run context;
     every other field (mutating, undo_if_started, ...) is kept as it is."""
     changes: dict[str, Any] = {}
@@ -146,13 +149,13 @@ class AutoGate(Gate):
 
     kind = "auto"
 
-    def __init__(self, name: str, check: Callable[["RunContext"], GateVerdict | tuple[bool, str]], *,
+    def __init__(self, name: str, check: Callable[["RunContext[Any, Any]"], GateVerdict | tuple[bool, str]], *,
                  pause_on_refusal: bool = False) -> None:
         super().__init__(name)
         self.check = check
         self.pause_on_refusal = pause_on_refusal
 
-    def evaluate(self, ctx: "RunContext") -> GateVerdict:
+    def evaluate(self, ctx: "RunContext[Any, Any]") -> GateVerdict:
         result = self.check(ctx)
         ok, reason = bool(result[0]), str(result[1])
         details = dict(result[2]) if len(result) > 2 else {}
@@ -261,9 +264,10 @@ class RunState:
         return self._journal.all_state(self._run_id)
 
 
-class RunContext:
-    """Everything a step may use. The engine treats resources as opaque: each procedure's own
-    typed object (None when `plan` builds without servers)."""
+class RunContext(Generic[P, R]):
+    """Everything a step may use. `RunContext[P, R]`: P is the procedure's params model, R its
+    resources object (None when `plan` builds without servers). The engine is procedure-agnostic
+    and handles `RunContext[Any, Any]`; a procedure's steps name their own P and R."""
 
     def __init__(
         self,
@@ -285,8 +289,8 @@ class RunContext:
         self.journal = journal
         self.bus = bus
         self.dry_run = dry_run
-        self.resources: Any = resources
-        self.params = params
+        self.resources: R = resources
+        self.params: P = params
         self.playbook = playbook  # what the run was started from (procedures read e.g. its guard section)
         self.clock = clock or Clock()
         self.state = RunState(journal, run_id)

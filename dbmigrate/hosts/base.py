@@ -17,12 +17,13 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import IO, Callable, Iterator, Sequence, Union
 
 from dbmigrate.hosts.errors import HostError, HostTimeout, ProgramMissing, classify_program_failure
 
 DEFAULT_TIMEOUT = 60.0
 CHUNK = 1 << 16
+Redirect = Union[int, IO[bytes], None]  # a child's stdin/stdout/stderr: PIPE, DEVNULL, a stream, or inherited
 
 # Installs stdin as PATH atomically: a temp file in the same directory, size
 # checked (a dropped connection gives EOF, not an error), mode and owner set,
@@ -78,10 +79,11 @@ class Host:
         """Release connections (nothing to do for a local host)."""
 
     # -- running programs ------------------------------------------------------
-    def popen(self, argv: Sequence[str], **kw) -> subprocess.Popen:
+    def popen(self, argv: Sequence[str], *, stdin: Redirect = None, stdout: Redirect = None,
+              stderr: Redirect = None) -> subprocess.Popen[bytes]:
         """Start `argv` on the host with its pipes as given (for streams between hosts)."""
         try:
-            return subprocess.Popen(self.command(argv), **kw)
+            return subprocess.Popen(self.command(argv), stdin=stdin, stdout=stdout, stderr=stderr)
         except FileNotFoundError:
             prog = self.command(argv)[0]
             raise ProgramMissing(f"{self.name}: `{prog}` is not installed on this machine",
@@ -123,14 +125,15 @@ class Host:
                         what=f"read {path} from byte {offset}").stdout
 
     @contextmanager
-    def open_read(self, path: str, *, timeout: float = DEFAULT_TIMEOUT, offset: int = 0) -> Iterator[BinaryIO]:
+    def open_read(self, path: str, *, timeout: float = DEFAULT_TIMEOUT, offset: int = 0) -> Iterator[_Counting]:
         """Stream a file: yields a binary stream; the whole read is bounded by `timeout`."""
         argv = ["tail", "-c", f"+{offset + 1}", "--", path] if offset else ["cat", "--", path]
         what = f"read {path}"
         proc = self.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out = piped(proc.stdout)
         watchdog = _Watchdog(proc, timeout)
-        err_reader = Drain(proc.stderr)
-        got = _Counting(proc.stdout)
+        err_reader = Drain(piped(proc.stderr))
+        got = _Counting(out)
         try:
             yield got
             abandoned = not got.eof  # the caller stopped early: our closing the pipe is no failure
@@ -140,7 +143,7 @@ class Host:
         finally:
             if abandoned:
                 proc.kill()
-            proc.stdout.close()
+            out.close()
             proc.wait()
             watchdog.cancel()
             stderr = err_reader.text()
@@ -197,6 +200,13 @@ class Host:
         return parse_df_available(out, self.name, path)
 
 
+def piped(stream: IO[bytes] | None) -> IO[bytes]:
+    """A child's stream that was asked for with PIPE (subprocess types every stream as optional)."""
+    if stream is None:
+        raise ValueError("the program was started without a pipe for this stream")
+    return stream
+
+
 def parse_du_bytes(out: str, host: str, path: str) -> int:
     try:
         return int(out.split()[0])
@@ -217,7 +227,7 @@ def parse_df_available(out: str, host: str, path: str) -> int:
 class _Watchdog:
     """Kills a process when its time is up (for streams, where communicate() cannot bound the time)."""
 
-    def __init__(self, proc: subprocess.Popen, timeout: float):
+    def __init__(self, proc: subprocess.Popen[bytes], timeout: float):
         self.fired = False
         self._proc = proc
         self._timer = threading.Timer(timeout, self._fire)
@@ -238,7 +248,7 @@ class _Watchdog:
 class Drain:
     """Reads a pipe to the end in a thread (stderr must not fill up and block the program)."""
 
-    def __init__(self, pipe, on_line: Callable[[str], None] | None = None):
+    def __init__(self, pipe: IO[bytes], on_line: Callable[[str], None] | None = None):
         self._buf = bytearray()
         self._pipe = pipe
         self._on_line = on_line
@@ -269,18 +279,18 @@ class Drain:
 class _Counting:
     """A read-only stream that counts what passed (did data flow before a failure?)."""
 
-    def __init__(self, raw):
+    def __init__(self, raw: IO[bytes]):
         self._raw = raw
         self.count = 0
         self.eof = False
 
-    def read(self, n: int = -1) -> bytes:
-        b = self._raw.read(n)
+    def read(self, n: int | None = -1) -> bytes:
+        b = self._raw.read(-1 if n is None else n)  # None: to the end, as for a file
         self.count += len(b)
         if not b and n != 0 or n is None or n < 0:
             self.eof = True
         return b
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[bytes]:
         while chunk := self.read(CHUNK):
             yield chunk

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from typing import BinaryIO, Callable, Sequence
+from typing import IO, Callable, Sequence
 
-from dbmigrate.hosts.base import DEFAULT_TIMEOUT, Drain, Host
+from dbmigrate.hosts.base import DEFAULT_TIMEOUT, Drain, Host, piped
 from dbmigrate.hosts.errors import HostTimeout
 
 
-Relay = Callable[[BinaryIO, BinaryIO], None]  # copies producer output into consumer input (may pace it)
+Relay = Callable[[IO[bytes], IO[bytes]], None]  # copies producer output into consumer input (may pace it)
 
 
 def stream(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str], *,
@@ -38,8 +38,8 @@ def stream(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str
         producer.kill()
         producer.wait()
         raise
-    producer.stdout.close()  # the consumer holds it now; the producer sees SIGPIPE if the consumer dies
-    perr = Drain(producer.stderr, on_stderr_line)
+    piped(producer.stdout).close()  # the consumer holds it now; the producer sees SIGPIPE if the consumer dies
+    perr = Drain(piped(producer.stderr), on_stderr_line)
     try:
         out, cerr = consumer.communicate(timeout=timeout)
         producer.wait(timeout=max(1.0, timeout / 10))
@@ -62,12 +62,14 @@ def _relayed(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[s
         producer.kill()
         producer.wait()
         raise
-    perr, cout, cerr = Drain(producer.stderr, on_stderr_line), Drain(consumer.stdout), Drain(consumer.stderr)
+    src_out, dst_in = piped(producer.stdout), piped(consumer.stdin)
+    perr = Drain(piped(producer.stderr), on_stderr_line)
+    cout, cerr = Drain(piped(consumer.stdout)), Drain(piped(consumer.stderr))
     failed: list[BaseException] = []
 
     def pump() -> None:
         try:
-            relay(producer.stdout, consumer.stdin)
+            relay(src_out, dst_in)
         except BrokenPipeError:
             pass  # the consumer died: its exit status tells why
         except BaseException as e:  # noqa: BLE001 - reported after both sides stopped
@@ -75,7 +77,7 @@ def _relayed(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[s
         finally:
             if failed or consumer.poll() is not None:
                 producer.kill()  # nobody will read the rest
-            for f in (producer.stdout, consumer.stdin):
+            for f in (src_out, dst_in):
                 try:
                     f.close()
                 except OSError:
@@ -108,7 +110,7 @@ def _relayed(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[s
 
 
 def _outcome(src: Host, src_argv: Sequence[str], dst: Host, dst_argv: Sequence[str], what: str,
-             producer: subprocess.Popen, perr_text: str, consumer: subprocess.Popen, cerr_text: str,
+             producer: subprocess.Popen[bytes], perr_text: str, consumer: subprocess.Popen[bytes], cerr_text: str,
              out: bytes) -> bytes:
     if producer.returncode != 0:
         if consumer.returncode == 0:

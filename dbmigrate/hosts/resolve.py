@@ -14,6 +14,7 @@ import ipaddress
 import os
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from dbmigrate.hosts.base import Host
 from dbmigrate.hosts.docker import DockerHost
@@ -21,7 +22,18 @@ from dbmigrate.hosts.local import LocalHost
 from dbmigrate.hosts.none import NoAccessHost
 from dbmigrate.hosts.ssh import SshHost, SshSettings
 
-_cache: dict[tuple, Host] = {}
+if TYPE_CHECKING:
+    from dbmigrate.config import Access, Inventory
+
+_cache: dict[tuple[str, SshSettings], Host] = {}
+
+
+class Planned(Protocol):
+    """A planned consolidation instance, as far as its host goes."""
+
+    name: str
+    host: str
+    address: str
 
 
 def is_this_machine(host: str) -> bool:
@@ -38,7 +50,7 @@ def is_this_machine(host: str) -> bool:
         return False
 
 
-def declared_access(inventory, server_name: str):
+def declared_access(inventory: Inventory, server_name: str) -> Access | None:
     """The access block that applies to a server, or None when nothing is declared."""
     _, spec = inventory.find_server(server_name)
     if spec.access is not None:
@@ -51,7 +63,7 @@ def declared_access(inventory, server_name: str):
     return inventory.defaults.access
 
 
-def slow_log_source(inventory, server_name: str) -> str:
+def slow_log_source(inventory: Inventory, server_name: str) -> str:
     """Where a slow-log window of this server is read: its file (through the host) or, where the
     inventory declares `access: {kind: none, slow_log: table}`, the server's log table over SQL."""
     access = declared_access(inventory, server_name)
@@ -65,7 +77,7 @@ def _path(base: Path, p: str | None) -> str | None:
     return str(q if q.is_absolute() else base / q)
 
 
-def host_for(inventory, server_name: str) -> Host:
+def host_for(inventory: Inventory, server_name: str) -> Host:
     """The host of `server_name` (given by name or host:port). SSH hosts are reused, with their connection."""
     _, spec = inventory.find_server(server_name)
     name = inventory.server_name(spec)
@@ -75,14 +87,14 @@ def host_for(inventory, server_name: str) -> Host:
     return host_for_access(inventory, name, spec.host_name or spec.host, spec.host, access)
 
 
-def host_for_planned(inventory, instance) -> Host:
+def host_for_planned(inventory: Inventory, instance: Planned) -> Host:
     """The host of a planned consolidation instance: its `hosts:` entry's access, else `defaults.access`."""
     spec = inventory.hosts.get(instance.host)
     access = (spec.access if spec is not None and spec.access else None) or inventory.defaults.access
     return host_for_access(inventory, instance.name, instance.host, instance.address, access)
 
 
-def host_for_access(inventory, name: str, address: str, ip: str, access) -> Host:
+def host_for_access(inventory: Inventory, name: str, address: str, ip: str, access: Access | None) -> Host:
     """A Host for `name` (a server on `address`, reached at `ip`) from an access block (None: undeclared)."""
     label = f"{name} on {address}"
     if access is None:

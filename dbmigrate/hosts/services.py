@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 from typing import Sequence
 
-from dbmigrate.hosts.base import Host
+from dbmigrate.hosts.base import Completed, Host
 from dbmigrate.hosts.errors import HostError
 
 SYSTEMD = "systemd"
@@ -90,7 +90,7 @@ class InstanceService:
     def __repr__(self) -> str:
         return f"<InstanceService {self.name} on {self.host.name}: {self.mode or 'not detected'}>"
 
-    def _sh(self, script: str, *args: str, timeout: float = 30, what: str, check: bool = True):
+    def _sh(self, script: str, *args: str, timeout: float = 30, what: str, check: bool = True) -> Completed:
         return self.host.run(["sh", "-c", script, "sh", *args], timeout=timeout, what=what, check=check)
 
     def live_pid(self) -> int | None:

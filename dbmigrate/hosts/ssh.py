@@ -42,7 +42,7 @@ class SshSettings:
     server_alive_interval: int = 5
     options: tuple[tuple[str, str], ...] = ()  # extra -o KEY=VALUE, in order
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_ssh_options(self.strict_host_key_checking, dict(self.options))
 
     @property
@@ -111,12 +111,16 @@ class SshHost(Host):
         return f"<SshHost {self.name} {self.settings.describe()}>"
 
     @property
-    def control_path(self) -> str:
+    def control_dir(self) -> str:
         if self._dir is None:
             # Private and short: a unix socket path must fit in 108 bytes.
             self._dir = tempfile.mkdtemp(prefix="dbm-ssh-")
             os.chmod(self._dir, 0o700)
-        return os.path.join(self._dir, "%C")
+        return self._dir
+
+    @property
+    def control_path(self) -> str:
+        return os.path.join(self.control_dir, "%C")
 
     def _base(self, master: str = "no") -> list[str]:
         # ssh keeps the first value given for an option, so ControlMaster is set once, here.
@@ -147,7 +151,7 @@ class SshHost(Host):
         argv = [*self._base(master="yes"), "-o", f"ControlPersist={s.control_persist}",
                 "-f", "-N", "--", s.target]
         # stderr to a file: the backgrounded master keeps the descriptor open, so a pipe would never see EOF.
-        err_path = os.path.join(self._dir, "master.err")
+        err_path = os.path.join(self.control_dir, "master.err")
         with open(err_path, "w+b") as err:
             try:
                 rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,

@@ -334,7 +334,7 @@ def _playbook(base: Path, cluster: str, plan_file: Path, throttle_mb_s: float) -
     path.write_text(yaml.safe_dump({
         "procedure": "consolidate", "inventory": "legacy.yaml", "cluster": cluster,
         "params": {"plan": plan_file.name, "strategy": "instance-per-group", "catchup_timeout_s": 10,
-                   "drain_timeout_s": 0.3, "gate_timeout_s": 60, **REHEARSAL_FENCE,
+                   "fence_drain_timeout_s": 0.3, "gate_timeout_s": 60, **REHEARSAL_FENCE,
                    "seed": {"method": "physical", "throttle_mb_s": throttle_mb_s, "max_source_p999_ms": 250,
                             "progress_every_s": 2},
                    "fleet": {"concurrency": 2, "on_failure": "continue"}}}, sort_keys=False))

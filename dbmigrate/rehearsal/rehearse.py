@@ -196,7 +196,7 @@ def _write_playbook(path: Path, inventory: Path, cluster: str, candidate: str, e
         "procedure": "promote",
         "inventory": str(inventory),
         "cluster": cluster,
-        "params": {"candidate": candidate, "catchup_timeout_s": 5, "drain_timeout_s": 1, **REHEARSAL_FENCE,
+        "params": {"candidate": candidate, "catchup_timeout_s": 5, "fence_drain_timeout_s": 1, **REHEARSAL_FENCE,
                    **extra.get("params", {})},
         "gates": [{"name": "operator go-ahead", "kind": "manual", "before": "cutover"}],
     }

@@ -192,8 +192,8 @@ def application_class(c: dict[str, Any]) -> bool:
 
 def _digest(model: m.ReportModel) -> str:
     out = ["<h2>pt-query-digest before and after, per query class</h2>"]
-    d = model.digest
-    every = [c for c in (d or {}).get("classes") or [] if c.get("before") or c.get("after")]
+    d = model.digest or {}
+    every = [c for c in d.get("classes") or [] if c.get("before") or c.get("after")]
     classes = [c for c in every if application_class(c)]
     left_out = len(every) - len(classes)
     if left_out:

@@ -105,12 +105,28 @@ def from_evidence(title: str, evidence: dict[str, Any], notes: list[str] | None 
                        show_empty=False)
 
 
+class _StateRead:
+    """A run's journaled state as read back, as a typed state loads from a store (read-only)."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self._state = state
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._state.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        raise TypeError(f"a report does not change the run's state ({key})")
+
+    def items(self) -> dict[str, Any]:
+        return dict(self._state)
+
+
 def _guard_state(state: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     from dbmigrate.exceptions import DbmigrateError
     from dbmigrate.procedures.kit.guard import GuardState
 
     try:
-        return GuardState.load(state).model_dump()
+        return GuardState.load(_StateRead(state)).model_dump()
     except DbmigrateError as exc:  # written by another version: the report goes on without it
         notes.append(f"the guard's journaled state is not readable here: {exc.message}")
         return {}

@@ -62,7 +62,8 @@ def per_second_latency(samples: Iterable[tuple[float, float]]) -> list[list[floa
 
 def split_at(samples: Iterable[tuple[float, float]], at: float | None) -> tuple[list[float], list[float]]:
     """Values of (epoch, value) samples before and after `at` (all before when at is None)."""
-    before, after = [], []
+    before: list[float] = []
+    after: list[float] = []
     for wall, v in samples:
         (after if at is not None and wall >= at else before).append(v)
     return before, after

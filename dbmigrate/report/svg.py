@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from html import escape
-from typing import Sequence
+from typing import Callable, Sequence
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 BAND_FILL = ("#e8eef7", "#f7efe2")
@@ -212,7 +212,7 @@ def line_chart(title: str, chart_id: str, lines: Sequence[Line], *, x_label: str
     return "\n".join(out)
 
 
-def _path(points: Sequence[Point], px, py, step: bool) -> str:
+def _path(points: Sequence[Point], px: Callable[[float], float], py: Callable[[float], float], step: bool) -> str:
     parts: list[str] = []
     pen_up = True
     last_y: float | None = None
@@ -234,7 +234,7 @@ def _path(points: Sequence[Point], px, py, step: bool) -> str:
 def _legend(f: Frame, items: list[tuple[str, str]]) -> str:
     """One row under the title."""
     out = []
-    x = f.left
+    x: float = f.left
     for name, color in items:
         out.append(f'<rect x="{x}" y="24" width="10" height="10" fill="{color}"/>'
                    f'<text x="{x + 14}" y="33" font-size="11">{escape(name)}</text>')

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dbmigrate.exceptions import UsageError
-from dbmigrate.redact import redact_json
+from dbmigrate.redact import redact_json_object
 from dbmigrate.report import html
 from dbmigrate.report.model import ReportModel
 from dbmigrate.report.tables import all_tables
@@ -33,11 +33,12 @@ def check_report_path(path: Path) -> Path:
 
 
 def report_json(model: ReportModel) -> dict[str, Any]:
-    return redact_json({
+    doc: dict[str, Any] = {
         "title": model.title, "generated_at": model.generated_at, "run": model.run, "notes": model.notes,
         "origin_epoch": model.origin(), "steps": model.steps, "evidence": model.evidence, "digest": model.digest,
         "guard_windows": model.guard_windows, "tables": [t.to_dict() for t in all_tables(model)],
-    })
+    }
+    return redact_json_object(doc)
 
 
 def write_report(model: ReportModel, path: Path) -> tuple[Path, Path]:

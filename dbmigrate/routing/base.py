@@ -91,10 +91,10 @@ def as_ref(server: ServerLike) -> ServerRef:
     if isinstance(server, str):
         host, port = split_address(server)
         return ServerRef(server, host, port)
-    host, port = getattr(server, "host", None), getattr(server, "port", None)
-    if host is None or port is None:
+    host_attr, port_attr = getattr(server, "host", None), getattr(server, "port", None)
+    if host_attr is None or port_attr is None:
         raise TypeError(f"not a server: {server!r}")
-    return ServerRef(str(getattr(server, "name", None) or f"{host}:{port}"), str(host), int(port))
+    return ServerRef(str(getattr(server, "name", None) or f"{host_attr}:{port_attr}"), str(host_attr), int(port_attr))
 
 
 def split_address(address: str) -> tuple[str, int]:

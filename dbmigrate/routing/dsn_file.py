@@ -102,7 +102,7 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
 class DsnFileRouter(Router):
     kind = "dsn-file"
 
-    def __init__(self, cluster: str, path: str | os.PathLike):
+    def __init__(self, cluster: str, path: str | os.PathLike[str]):
         super().__init__(cluster)
         self.path = Path(path)
 
@@ -111,7 +111,13 @@ class DsnFileRouter(Router):
 
     # -- reading -------------------------------------------------------------
     def _entry(self, doc: dict[str, Any]) -> dict[str, Any] | None:
-        return doc["clusters"].get(self.cluster)
+        entry = doc["clusters"].get(self.cluster)
+        if entry is None:
+            return None
+        if not isinstance(entry, dict):
+            raise RouterError(f"DSN file {self.path}: the entry of cluster {self.cluster} is not an object",
+                              hint="fix or restore the file; dbmigrate only ever replaces it atomically")
+        return entry
 
     def current(self) -> RouteState:
         doc = read_dsn_file(self.path)
@@ -171,7 +177,8 @@ class DsnFileRouter(Router):
                     hint="someone else changed the route; check the file, or switch without an expected old writer")
             else:
                 if entry is None:
-                    entry = doc["clusters"][self.cluster] = {"writer": None, "readers": [], "reader_weights": {}}
+                    entry = {"writer": None, "readers": [], "reader_weights": {}}
+                    doc["clusters"][self.cluster] = entry
                 entry["writer"] = new_ref.address
         return self.current()
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from dbmigrate import faultpoint
 from dbmigrate.clock import Clock, wait_until
@@ -165,7 +165,7 @@ class AdminSocket:
         try:
             if self.path.startswith("/") or not _looks_tcp(self.path):
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                target: object = self.path
+                target: str | tuple[str, int] = self.path
             else:
                 host, port = split_address(self.path)
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -477,7 +477,8 @@ class HAProxyRouter(Router):
         return True, reason, details
 
 
-def wait_for_socket(path: str, timeout: float = 5.0, alive=lambda: True, clock: Clock | None = None) -> None:
+def wait_for_socket(path: str, timeout: float = 5.0, alive: Callable[[], bool] = lambda: True,
+                    clock: Clock | None = None) -> None:
     """Block until HAProxy answers on its admin socket (bounded)."""
     admin = AdminSocket(path, timeout=1.0)
     last = ""

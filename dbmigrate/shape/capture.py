@@ -39,7 +39,7 @@ def redact_literals(statement: str) -> str:
     return _NUMBER.sub("0", _STRING.sub("'?'", _HEX.sub("'?'", statement)))
 
 
-def column_stats(columns: list[str], rows: list[tuple]) -> dict[str, dict[str, Any]]:
+def column_stats(columns: list[str], rows: list[tuple[Any, ...]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     n = len(rows)
     for i, col in enumerate(columns):
@@ -117,7 +117,8 @@ def capture_shape(server: Server, schemas: list[str] | None = None, *, sample_ro
             if persistent and t["type"] == "table":
                 t.update(reader.table_options(t["create"]))
             if t["type"] == "table":
-                cols, rows = [], []
+                cols: list[str] = []
+                rows: list[tuple[Any, ...]] = []
                 for cols, batch in pace.each(reader.sample(schema, t["name"], sample_rows)):
                     rows += batch
                 t["columns"] = column_stats(cols, rows)
@@ -126,7 +127,7 @@ def capture_shape(server: Server, schemas: list[str] | None = None, *, sample_ro
             tables.append(t)
         with pace:
             routines, triggers, events = reader.routines(schema), reader.triggers(schema), reader.events(schema)
-        objects = {"routines": [], "triggers": [], "events": []}
+        objects: dict[str, list[dict[str, str]]] = {"routines": [], "triggers": [], "events": []}
         for key, kinds in (("routines", routines), ("triggers", [("trigger", n) for n in triggers]),
                            ("events", [("event", n) for n in events])):
             for kind, n in kinds:

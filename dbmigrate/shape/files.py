@@ -9,7 +9,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -33,7 +33,7 @@ class ShapeFiles:
 
     @property
     def schemas(self) -> dict[str, Any]:
-        return self.shape["schemas"]
+        return cast(dict[str, Any], self.shape["schemas"])  # JSON; read_shape checked it is an object
 
     @property
     def accounts(self) -> list[dict[str, Any]]:

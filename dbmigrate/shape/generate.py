@@ -112,7 +112,7 @@ class ValueSource:
         """Unique values from here on start past the loaded rows' (and past other replayers')."""
         self._serial = self.rows + offset
 
-    def row(self) -> tuple:
+    def row(self) -> tuple[Any, ...]:
         return tuple(self.value(c) for c in self.loaded_columns)
 
     def column(self, name: str) -> Column | None:
@@ -159,9 +159,9 @@ class ValueSource:
             lo, hi = _num(st.get("min"), 0), _num(st.get("max"), 1000)
             return round(rng.uniform(min(lo, hi), max(lo, hi)), c.scale if c.scale is not None else 4)
         if t in ("date", "datetime", "timestamp"):
-            lo = _when(st.get("min"), datetime.datetime(2024, 1, 1))
-            hi = _when(st.get("max"), datetime.datetime(2025, 12, 31))
-            at = lo + (hi - lo) * rng.random()
+            first = _when(st.get("min"), datetime.datetime(2024, 1, 1))
+            last = _when(st.get("max"), datetime.datetime(2025, 12, 31))
+            at = first + (last - first) * rng.random()
             return at.date() if t == "date" else at.replace(microsecond=0 if "(" not in c.column_type else
                                                               at.microsecond)
         if t == "time":

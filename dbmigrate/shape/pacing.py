@@ -37,7 +37,7 @@ class Pacer:
         self._started = self.clock()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         started, self._started = self._started, None
         if started is not None:
             self._pause_after(self.clock() - started)

@@ -60,15 +60,17 @@ def plan(sample: str) -> ReplayStatement:
     insert_columns = [unquote(c.strip()) for c in insert.group(2).split(",")] if insert and insert.group(2) else []
     insert_table = unquote(insert.group(1)) if insert else None
     value_slots = _value_slots(text, insert.end()) if insert else {}
-    out, params, last = [], [], 0
+    out: list[str] = []
+    params: list[Parameter] = []
+    last = 0
     for m in _LITERAL.finditer(text):
         before = "".join(out) + text[last:m.start()]
         out.append(text[last:m.start()])
         last = m.end()
-        if _LIMIT.search(before):
+        if limit := _LIMIT.search(before):
             value = m.group(0)
             out.append(value if value.isdigit() and value != "0" else
-                       (str(DEFAULT_LIMIT) if _LIMIT.search(before).group(1).upper() == "LIMIT" else "0"))
+                       (str(DEFAULT_LIMIT) if limit.group(1).upper() == "LIMIT" else "0"))
             continue
         if _FUNCTION_ARG.search(before) and m.group(0)[0].isdigit():  # NOW(6), DATETIME(6): syntax, not data
             out.append(m.group(0))
@@ -90,7 +92,8 @@ def plan(sample: str) -> ReplayStatement:
 
 def _value_slots(text: str, start: int) -> dict[int, int]:
     """Offsets of the VALUES list's elements -> their position within their row tuple."""
-    slots, depth, index, i = {}, 0, 0, start
+    slots: dict[int, int] = {}
+    depth, index, i = 0, 0, start
     in_string: str | None = None
     while i < len(text):
         ch = text[i]

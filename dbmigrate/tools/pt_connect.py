@@ -49,7 +49,7 @@ class PtHeartbeat:
                  clock: Clock | None = None):
         self.primary, self.database, self.interval_s = primary, database, interval_s
         self.clock = clock
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._defaults: contextlib.ExitStack | None = None
         self._log: Path | None = None
 
@@ -68,14 +68,14 @@ class PtHeartbeat:
         stack.callback(lambda: log.unlink(missing_ok=True))
         self._defaults, self._log = stack, log
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen(self.argv(cnf), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = self.proc = subprocess.Popen(self.argv(cnf), stdout=out, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, start_new_session=True)
 
         def has_a_row() -> bool:
-            if self.proc.poll() is not None:
+            if proc.poll() is not None:
                 text = redact(log.read_text(errors="replace")[-600:])
                 self.stop()
-                raise ToolFailed(f"pt-heartbeat exited (code {self.proc.returncode}) on {self.primary.name}: {text}")
+                raise ToolFailed(f"pt-heartbeat exited (code {proc.returncode}) on {self.primary.name}: {text}")
             with contextlib.suppress(DbmigrateError):
                 return table.row_count() > 0
             return False
@@ -105,7 +105,7 @@ class PtHeartbeat:
     def __enter__(self) -> "PtHeartbeat":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

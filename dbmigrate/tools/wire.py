@@ -12,6 +12,7 @@ The capture is never written to disk: it streams from the host to tshark.
 
 from __future__ import annotations
 
+import io
 import queue
 import re
 import shlex
@@ -23,7 +24,7 @@ from typing import Callable, Iterator
 
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.hosts import Host
-from dbmigrate.hosts.base import Drain
+from dbmigrate.hosts.base import Drain, piped
 
 SEPARATOR = "\x1f"  # unit separator: never in an SQL text tshark prints
 FIELDS = ("frame.time_epoch", "tcp.stream", "tcp.srcport", "tcp.len", "mysql.command", "mysql.query",
@@ -107,8 +108,8 @@ class WireTap:
     def __init__(self, host: Host, port: int, limits: TapLimits, on_line: Callable[[list[str]], None]):
         self.host, self.port, self.limits, self.on_line = host, port, limits, on_line
         self.stats = TapStats()
-        self._dump: subprocess.Popen | None = None
-        self._shark: subprocess.Popen | None = None
+        self._dump: subprocess.Popen[bytes] | None = None
+        self._shark: subprocess.Popen[bytes] | None = None
         self._threads: list[threading.Thread] = []
         self._dump_err: Drain | None = None
         self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
@@ -124,7 +125,7 @@ class WireTap:
             self._dump.kill()
             raise WireUnavailable("tshark is not installed on this machine",
                                   hint="install it: DEBIAN_FRONTEND=noninteractive apt-get install -y tshark") from None
-        self._dump_err, self._shark_err = Drain(self._dump.stderr), Drain(self._shark.stderr)
+        self._dump_err, self._shark_err = Drain(piped(self._dump.stderr)), Drain(piped(self._shark.stderr))
         self._threads = [threading.Thread(target=self._pump, daemon=True),
                          threading.Thread(target=self._feed, daemon=True),
                          threading.Thread(target=self._read, daemon=True)]
@@ -138,6 +139,8 @@ class WireTap:
         assert self._dump
         src = self._dump.stdout
         try:
+            if not isinstance(src, io.BufferedIOBase):  # Popen's pipes are buffered (bufsize -1): read1 is there
+                raise TypeError("tcpdump's output is not a buffered pipe")
             while chunk := src.read1(1 << 16):
                 self.stats.bytes += len(chunk)
                 self._queue.put(chunk)
@@ -152,7 +155,7 @@ class WireTap:
 
     def _feed(self) -> None:
         assert self._shark
-        dst = self._shark.stdin
+        dst = piped(self._shark.stdin)
         try:
             while (chunk := self._queue.get()) is not None:
                 dst.write(chunk)
@@ -167,7 +170,7 @@ class WireTap:
 
     def _read(self) -> None:
         assert self._shark
-        for raw in self._shark.stdout:
+        for raw in piped(self._shark.stdout):
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             if line:
                 self.on_line(line.split(SEPARATOR))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
@@ -24,6 +24,9 @@ from dbmigrate.db.flavor import ReplicaStatus, detect
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import ConnectionFailed, DbmigrateError, UsageError
 from dbmigrate.topology.probe import ServerFacts, probe
+
+if TYPE_CHECKING:
+    from dbmigrate.config import Inventory
 
 LOOPBACK_NAMES = {"localhost": "127.0.0.1", "::1": "127.0.0.1"}
 
@@ -160,7 +163,7 @@ class Cluster:
     def __enter__(self) -> "Cluster":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -302,5 +305,5 @@ def discover(seed: Server, credentials: Credentials | None = None, *, names: dic
     return cluster
 
 
-def inventory_names(inventory, cluster: str) -> dict[str, str]:
+def inventory_names(inventory: Inventory, cluster: str) -> dict[str, str]:
     return {normalize_address(s.host, s.port): n for n, s in inventory.cluster(cluster).servers.items()}

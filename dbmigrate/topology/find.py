@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.topology.discovery import Cluster, discover, inventory_names
 from dbmigrate.topology.orchestrator import OrchestratorClient, cluster_from_instances
 
+if TYPE_CHECKING:
+    from dbmigrate.config import Inventory
 
-def discover_inventory(inventory, cluster: str, *, use_orchestrator: bool = True) -> Cluster:
+
+def discover_inventory(inventory: Inventory, cluster: str, *, use_orchestrator: bool = True) -> Cluster:
     """Discover an inventory cluster: through orchestrator when the cluster names one, else by probing."""
     spec = inventory.cluster(cluster)
     if use_orchestrator and spec.orchestrator_url:

@@ -60,7 +60,7 @@ class OrchestratorClient:
     def __enter__(self) -> "OrchestratorClient":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _get(self, path: str, timeout: float | None = None) -> Any:
@@ -209,8 +209,8 @@ def cluster_from_instances(instances: list[dict[str, Any]], name: str | None = N
     for inst in instances:
         addr = _key_address(inst.get("Key"))
         for p in inst.get("Problems") or []:
-            node = cluster.nodes.get(addr or "")
-            if node is not None and f"orchestrator: {p}" not in node.problems:
-                node.problems.append(f"orchestrator: {p}")
+            listed = cluster.nodes.get(addr or "")
+            if listed is not None and f"orchestrator: {p}" not in listed.problems:
+                listed.problems.append(f"orchestrator: {p}")
                 cluster.problems.append(f"{addr}: orchestrator: {p}")
     return cluster

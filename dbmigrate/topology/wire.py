@@ -11,6 +11,7 @@ read-only. Idempotent: what is already in place is left alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
@@ -20,6 +21,9 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.clock import Clock, wait_until
 from dbmigrate.exceptions import DbmigrateError, UsageError, WaitTimeout
 
+if TYPE_CHECKING:
+    from dbmigrate.config import Inventory
+
 
 @dataclass(frozen=True)
 class Account:
@@ -27,7 +31,7 @@ class Account:
     grants: tuple[str, ...]  # "PRIVILEGES ON what", granted TO the account
 
 
-def accounts_for(inv, cluster: str, app_schemas: tuple[str, ...], flavor: Flavor = MARIADB) -> list[Account]:
+def accounts_for(inv: Inventory, cluster: str, app_schemas: tuple[str, ...], flavor: Flavor = MARIADB) -> list[Account]:
     """The inventory's accounts with their grants, in the privilege names of `flavor`."""
     spec = inv.cluster(cluster)
     admin = inv.credentials_for(next(iter(spec.servers.values())))
@@ -86,8 +90,8 @@ def wait_replicating(replica: Server, source_name: str, target: str, timeout_s: 
         raise WaitTimeout(f"{replica.name} did not start replicating from {source_name} within {timeout_s:g}s") from None
 
 
-def wire(inv, cluster: str, root: Credentials, *, app_schemas: tuple[str, ...] = ("app", "sbtest"),
-         timeout_s: float = 60, say=lambda m: None, clock: Clock | None = None) -> list[str]:
+def wire(inv: Inventory, cluster: str, root: Credentials, *, app_schemas: tuple[str, ...] = ("app", "sbtest"),
+         timeout_s: float = 60, say: Callable[[str], None] = lambda m: None, clock: Clock | None = None) -> list[str]:
     spec = inv.cluster(cluster)
     primaries = [n for n, s in spec.servers.items() if s.role == "primary"]
     if len(primaries) != 1:

@@ -12,11 +12,14 @@ import os
 import shutil
 import socket
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from dbmigrate.db.connection import Server
 from dbmigrate.exceptions import DbmigrateError, UsageError
 from dbmigrate.hosts import Host, LocalHost
+
+if TYPE_CHECKING:
+    from dbmigrate.config import Inventory
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "localhost.localdomain"})
 
@@ -85,7 +88,7 @@ class HostCopier:
         self.host_of = host_of
 
     @classmethod
-    def for_inventory(cls, inventory) -> "HostCopier":
+    def for_inventory(cls, inventory: Inventory) -> "HostCopier":
         from dbmigrate.hosts import host_for
 
         return cls(lambda server: host_for(inventory, server.name))

@@ -86,7 +86,8 @@ def parse_classes(data: Any, origin: str) -> list[DigestClass]:
         else:
             ex = c.get("example")
             example = str((ex.get("query") if isinstance(ex, dict) else None) or "")
-            metrics = c.get("metrics") if isinstance(c.get("metrics"), dict) else {}
+            raw_metrics = c.get("metrics")
+            metrics = raw_metrics if isinstance(raw_metrics, dict) else {}
             dbm = metrics.get("db")
             db = dbm.get("value") if isinstance(dbm, dict) else None
             tables = [_table(m) for t in c.get("tables") or [] if isinstance(t, dict)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, TypedDict
 
 from dbmigrate.db.connection import Server
 from dbmigrate.exceptions import UsageError
 from dbmigrate.warm import methods
 from dbmigrate.warm.copier import Copier
 from dbmigrate.warm.digest import ReplayPlan
+
+
+class _Common(TypedDict):
+    """The keyword arguments every method takes."""
+    seconds: float
+    threads: int
+    per_table: bool
+    on_progress: methods.Progress | None
 
 
 def warm_by(method: str, target: Server, *, source: Server | None = None, plan: ReplayPlan | None = None,
@@ -19,7 +27,7 @@ def warm_by(method: str, target: Server, *, source: Server | None = None, plan: 
     """Warm `target` by `method`: dump-load of `source`'s resident pages (tables whose ids differ
     are replayed from `plan`), replay of `plan` (or of `source`'s slow log) or a scan of `tables`
     (or of the tables `plan` reads)."""
-    common = dict(seconds=seconds, threads=threads, per_table=per_table, on_progress=on_progress)
+    common = _Common(seconds=seconds, threads=threads, per_table=per_table, on_progress=on_progress)
     if method == "dump-load":
         if source is None:
             raise UsageError("dump-load needs a source server (the server whose pages are loaded)")

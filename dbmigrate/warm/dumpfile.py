@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 _ENCODED = re.compile(r"@([0-9a-fA-F]{4})")
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
@@ -20,8 +21,11 @@ def decode_innodb_name(name: str) -> str:
     """'app/order@002dlines#P#p0' -> 'app.order-lines' (InnoDB filename encoding; partitions fold into the table)."""
     schema, _, table = name.partition("/")
     table = re.split(r"#[pP]#", table, maxsplit=1)[0]
-    dec = lambda s: _ENCODED.sub(lambda m: chr(int(m.group(1), 16)), s)  # noqa: E731
-    return f"{dec(schema)}.{dec(table)}"
+    return f"{_decode_name_part(schema)}.{_decode_name_part(table)}"
+
+
+def _decode_name_part(s: str) -> str:
+    return _ENCODED.sub(lambda m: chr(int(m.group(1), 16)), s)
 
 
 def parse_dump(text: str) -> list[tuple[int, int]]:
@@ -59,7 +63,7 @@ class SpaceComparison:
     def user_differing(self) -> list[str]:
         return sorted(t for t in self.differing if t.split(".", 1)[0] not in SYSTEM_SCHEMAS)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"matched": sorted(self.matched), "differing": {t: list(v) for t, v in sorted(self.differing.items())},
                 "missing_on_target": sorted(self.missing_on_target), "unknown_spaces": sorted(self.unknown_spaces)}
 

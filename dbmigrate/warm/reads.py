@@ -105,7 +105,7 @@ class ReadWorkers:
                 self._sessions.append(s)
         return s
 
-    def _one(self, task: ReadTask, deadline: float | None, stats: ReadStats, on_done: Callable[[ReadTask], None] | None):
+    def _one(self, task: ReadTask, deadline: float | None, stats: ReadStats, on_done: Callable[[ReadTask], None] | None) -> None:
         remaining = None if deadline is None else deadline - self.clock.monotonic()
         if remaining is not None and remaining <= 0:
             with self._lock:
@@ -144,7 +144,7 @@ class ReadWorkers:
     def __enter__(self) -> "ReadWorkers":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -27,7 +27,7 @@ def topology(boxes, name: str):
 
 def playbook(state, name: str, params: dict[str, Any] | None = None, **extra) -> Path:
     doc = {"procedure": "promote", "inventory": str(state.inventory_file), "cluster": name,
-           "params": {"candidate": f"{name}-new", "catchup_timeout_s": 3, "drain_timeout_s": 0.5, **(params or {})},
+           "params": {"candidate": f"{name}-new", "catchup_timeout_s": 3, "fence_drain_timeout_s": 0.5, **(params or {})},
            **extra}
     path = state.path / f"promote-{len(list(state.path.glob('promote-*.yaml')))}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

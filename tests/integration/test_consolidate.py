@@ -75,7 +75,7 @@ def playbook(state, plan_file: Path, strategy: str) -> Path:
     path = state.path / f"consolidate-{strategy}.yaml"
     path.write_text(yaml.safe_dump({
         "procedure": "consolidate", "inventory": "legacy.yaml", "cluster": NAME,
-        "params": {"plan": plan_file.name, "strategy": strategy, "catchup_timeout_s": 5, "drain_timeout_s": 0.3}}))
+        "params": {"plan": plan_file.name, "strategy": strategy, "catchup_timeout_s": 5, "fence_drain_timeout_s": 0.3}}))
     return path
 
 

@@ -149,7 +149,7 @@ def new_scenario(lg: Legacy, label: str) -> Scenario:
     pb.write_text(yaml.safe_dump({
         "procedure": "consolidate", "inventory": str(lg.inv.path), "cluster": NAME,
         "params": {"plan": str(plan_file), "strategy": "instance-per-group", "catchup_timeout_s": 5,
-                   "drain_timeout_s": 0.3, "gate_timeout_s": 20, "seed": {"method": "logical"}}}))
+                   "fence_drain_timeout_s": 0.3, "gate_timeout_s": 20, "seed": {"method": "logical"}}}))
     instances = {i.name: f"127.0.0.1:{i.port}" for i in made.instances}
     target = {sh: instances[i.name] for i in made.instances for sh in i.shards}
     return Scenario(lg, work, pb, work / "journal.sqlite", instances, target)

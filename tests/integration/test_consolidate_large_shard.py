@@ -64,7 +64,7 @@ def test_the_fenced_window_of_a_400_mb_shard_stays_under_200_ms_with_nothing_los
     book = state.path / "consolidate-big.yaml"
     book.write_text(yaml.safe_dump({"procedure": "consolidate", "inventory": "legacy.yaml", "cluster": NAME,
                                     "params": {"plan": plan_file.name, "catchup_timeout_s": 10,
-                                               "drain_timeout_s": 0.5,
+                                               "fence_drain_timeout_s": 0.5,
                                                # the copy at full speed: its throttle is not what is tested
                                                "seed": {"max_source_p999_ms": None, "max_source_lag_s": None}}}))
     pool = PooledWriter(routes, SHARD, inv.app_credentials(NAME), size=4)

@@ -114,7 +114,7 @@ def playbook(state, plan_file: Path, **params) -> Path:
     path = state.path / f"consolidate-{plan_file.stem}.yaml"
     path.write_text(yaml.safe_dump({
         "procedure": "consolidate", "inventory": "legacy.yaml", "cluster": NAME,
-        "params": {"plan": plan_file.name, "catchup_timeout_s": 10, "drain_timeout_s": 0.5, **params}}))
+        "params": {"plan": plan_file.name, "catchup_timeout_s": 10, "fence_drain_timeout_s": 0.5, **params}}))
     return path
 
 

@@ -278,7 +278,7 @@ def test_run_killed_mid_step_completes_under_resume(cluster):
     with Journal(resolve_journal_path()) as j:
         run = j.get_run(run_id)
         steps = {(s["phase"], s["name"]): s["status"] for s in j.step_rows(run_id)}
-    assert run["status"] == "running" and run["finished_at"] is None
+    assert run.status == "running" and run.finished_at is None
     assert steps[("cutover", f"fence {OLD}")] == "done"
     assert steps[("cutover", catchup)] == "started"  # the SIGKILL left it mid-step
     dead = kit.shape(inv, NAME)

@@ -205,3 +205,29 @@ def test_the_fence_waits_outside_the_window_for_a_moment_with_no_row_lock_wait(b
     report = kit.finish_verifier(v, inv, name)
     assert report.lost_total == 0, report.summary()
     boxes.down(name)
+
+
+
+def test_a_refused_fence_names_what_blocks_writes_not_a_get_lock_mutex(boxes):
+    """Applications take GET_LOCK mutexes (cron singletons, migrations) and keep them idle, and the
+    tool holds its cluster lock the same way. MariaDB lists a user lock in METADATA_LOCK_INFO as
+    MDL_SHARED_NO_WRITE, the mode of a write-blocking table lock; it blocks no write, so a fence
+    given up behind a row-lock wait names that wait, never a mutex holder as a cause."""
+    name = "fmutex"
+    state, inv = kit.topology(boxes, name)
+    spec, creds = inv.cluster(name).servers[f"{name}-1"], inv.app_credentials(name)
+    app = pymysql.connect(host=spec.host, port=spec.port, user=creds.user, password=creds.password or "",
+                          autocommit=True, ssl_disabled=True)
+    try:
+        with app.cursor() as c:
+            c.execute("SELECT GET_LOCK('app_nightly_job', 0)")
+            assert c.fetchone()[0] == 1
+        with RowLockChain(inv, name, f"{name}-1"):
+            outcome = start_run(kit.playbook(state, name), assume_yes=True)
+    finally:
+        app.close()
+    assert outcome.status == "refused", outcome.summary
+    assert "(row lock wait): 'UPDATE app.fence_block" in outcome.summary, outcome.summary
+    assert "holds" not in outcome.summary, outcome.summary
+    assert kit.writers(kit.shape(inv, name)) == [f"{name}-1"]
+    boxes.down(name)

@@ -22,7 +22,7 @@ def _variant(state, name: str, tag: str, change) -> Path:
     inv_path = state.inventory_file.with_name(f"inventory-{tag}.yaml")
     inv_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     pb = {"procedure": "promote", "inventory": str(inv_path), "cluster": name,
-          "params": {"candidate": f"{name}-new", "catchup_timeout_s": 3, "drain_timeout_s": 0.5, "lag_wait_s": 0}}
+          "params": {"candidate": f"{name}-new", "catchup_timeout_s": 3, "fence_drain_timeout_s": 0.5, "lag_wait_s": 0}}
     path = state.path / f"promote-{tag}.yaml"
     path.write_text(yaml.safe_dump(pb, sort_keys=False))
     return path

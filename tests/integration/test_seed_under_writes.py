@@ -60,7 +60,7 @@ def test_a_paced_physical_seed_never_stalls_the_writer_over_100_ms_and_never_say
     plan_file.write_text(json.dumps(p.to_dict()))
     book = state.path / "consolidate-seed.yaml"
     book.write_text(yaml.safe_dump({"procedure": "consolidate", "inventory": "legacy.yaml", "cluster": NAME,
-                                    "params": {"plan": plan_file.name, "catchup_timeout_s": 10, "drain_timeout_s": 0.3,
+                                    "params": {"plan": plan_file.name, "catchup_timeout_s": 10, "fence_drain_timeout_s": 0.3,
                                                "seed": {"method": "physical", "throttle_mb_s": 15,
                                                         "max_source_p999_ms": 250, "progress_every_s": 0.5}}}))
     out = io.StringIO()

@@ -22,7 +22,7 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.journal import Journal
 from dbmigrate.engine.runner import RunPaused
 from dbmigrate.exceptions import RefusedWait, WaitTimeout
-from dbmigrate.procedures.kit.switchover import ReplicationStopped, Switchover, SwitchoverSettings, SwitchoverServers
+from dbmigrate.procedures.kit.switchover import ReplicationStopped, Switchover, SwitchoverParams, SwitchoverServers
 from dbmigrate.rehearsal.sandbox import haproxy
 
 from tests import jsonlines
@@ -116,7 +116,7 @@ def test_an_alter_copy_started_just_before_the_fence_is_applied_before_it(cluste
     alter = in_background(inv, OLD, "ALTER TABLE app.big ADD COLUMN c1 INT NULL, ALGORITHM=COPY")
     wait_for(lambda: scalar(inv, OLD, "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST "
                                       "WHERE INFO LIKE 'ALTER TABLE app.big%%'"), what="the ALTER to run")
-    sw = Switchover(topo, OLD, REPLICA, SwitchoverSettings(converge_timeout_s=120))
+    sw = Switchover(topo, OLD, REPLICA, SwitchoverParams(converge_timeout_s=120))
     t0 = time.monotonic()
     sentence, behind = sw.converge()
     waited = time.monotonic() - t0
@@ -139,7 +139,7 @@ def test_a_large_update_started_just_before_the_fence_is_applied_before_it(clust
                                        "FROM information_schema.INNODB_TRX") or 0) >= 10_000,
              what="the UPDATE to modify 10,000 rows", every_s=0.15)  # INNODB_TRX: a cache refreshed after 0.1 s unread
     assert update.is_alive()  # still running: the convergence starts "just after" it
-    sw = Switchover(topo, OLD, REPLICA, SwitchoverSettings(converge_timeout_s=120))
+    sw = Switchover(topo, OLD, REPLICA, SwitchoverParams(converge_timeout_s=120))
     t0 = time.monotonic()
     sentence, _ = sw.converge()
     waited = time.monotonic() - t0
@@ -162,7 +162,7 @@ def test_a_large_transaction_that_outlasts_the_bound_is_refused_with_its_reason(
         cur.execute("UPDATE app.big SET v = v + 1 WHERE id <= 20000")
         time.sleep(0.2)  # InnoDB refreshes INNODB_TRX at most every 0.1 s
         with pytest.raises(RefusedWait) as refused:
-            Switchover(topo, OLD, REPLICA, SwitchoverSettings(converge_timeout_s=1)).converge()
+            Switchover(topo, OLD, REPLICA, SwitchoverParams(converge_timeout_s=1)).converge()
         cur.execute("ROLLBACK")
     finally:
         c.close()
@@ -181,7 +181,7 @@ def test_the_fence_refusal_names_the_idle_session_holding_lock_tables_write(clus
     try:
         holder.cursor().execute("LOCK TABLES app.small WRITE")
         holder_id = holder.thread_id()
-        sw = Switchover(topo, OLD, REPLICA, SwitchoverSettings(fence_block_s=0.3))
+        sw = Switchover(topo, OLD, REPLICA, SwitchoverParams(fence_block_s=0.3))
         sw.prepare_window()
         with pytest.raises(RefusedWait) as refused:
             sw.fence()
@@ -202,7 +202,7 @@ def test_a_stopped_sql_thread_is_named_at_once_and_pauses_the_verify_step(cluste
     wait_for(lambda: scalar(inv, REPLICA, "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST "
                                           "WHERE COMMAND = 'Slave_SQL'") == 0, what="the SQL thread to stop")
     try:
-        sw = Switchover(topo, NEW, OLD, SwitchoverSettings())
+        sw = Switchover(topo, NEW, OLD, SwitchoverParams())
         t0 = time.monotonic()
         with pytest.raises(ReplicationStopped) as stopped:
             sw.wait_replica_running(REPLICA, timeout=20)
@@ -321,7 +321,7 @@ def test_a_probe_write_on_a_full_disk_fails_within_the_timeout_and_says_disk_ful
                                            "WHERE STATE LIKE 'Waiting for someone to free space%%'"),
                  what="a write to wait for disk space")
         topo = SwitchoverServers(servers={OLD: inv.open(OLD), full: inv.open(full)}, repl=inv.replication_credentials(NAME))
-        sw = Switchover(topo, OLD, full, SwitchoverSettings(probe_timeout_s=2))
+        sw = Switchover(topo, OLD, full, SwitchoverParams(probe_timeout_s=2))
         t0 = time.monotonic()
         with pytest.raises(WaitTimeout) as failed:
             sw.verify_writes_flow("run-df", timeout=3, old_gone=True)

@@ -391,7 +391,7 @@ FENCE_CALLS = ("fence_and_read_binlog_pos",)  # the fence statement (db/applier.
 def fence_violations(modules: dict[str, Module], fence_fields: set[str]) -> list[str]:
     """Every procedure fences through the kit's fence: the fence statement is sent from
     kit/fence.py alone, and no settings class (`*Params`, `*Settings`) but FenceParams declares a
-    fence setting (a procedure's params and the switchover's settings inherit them)."""
+    fence setting (every procedure's params inherit them)."""
     out = []
     for mod in modules.values():
         for node in ast.walk(mod.tree):
@@ -407,6 +407,66 @@ def fence_violations(modules: dict[str, Module], fence_fields: set[str]) -> list
                         out.append(f"{mod.path}:{item.lineno} {node.name} declares the fence setting "
                                    f"{item.target.id} again; inherit FenceParams")
     return sorted(out)
+
+
+# -- every fencing statement in the kit's fence ------------------------------------------------
+
+# What fences a server, by kind: read_only turned on (the applier's call with anything but a
+# literal False, or the statement's text), the global read lock, and the fence's expiry (the
+# call that schedules it, or an event's creation: the one event the tool creates).
+FENCING_KINDS = ("read_only", "read_lock", "expiry")
+_READ_ONLY_CALLS = ("set_read_only", "set_read_only_sql")
+_FENCING_CALLS = {"fence_and_read_binlog_pos": ("read_only", "expiry"), "fence_expiry_sql": ("expiry",)}
+_FENCING_TEXT = [
+    ("read_only", re.compile(r"(?:\bGLOBAL\s+|@@GLOBAL\.)(?:super_)?read_only\s*=\s*['\"]?(?:ON|1|TRUE|\{\})(?!\w)",
+                             re.I)),
+    ("read_lock", re.compile(r"\bFLUSH\s+TABLES\s+WITH\s+READ\s+LOCK\b", re.I)),
+    ("expiry", re.compile(r"(?<!SHOW )\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:DEFINER\s*=\s*\S+\s+)?EVENT\b", re.I)),
+]
+
+
+@dataclass(frozen=True)
+class FenceAllowed:
+    """A module that may send (or spell) fencing statements of the given kinds, and why."""
+
+    path: str
+    kinds: tuple[str, ...]
+    reason: str
+
+
+def _turns_read_only_on(call: ast.Call) -> bool:
+    """set_read_only(...) with anything but a literal False: it may turn read_only on."""
+    arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "on"), None)
+    return not (isinstance(arg, ast.Constant) and arg.value is False)
+
+
+def fencing_found(mod: Module) -> list[tuple[int, str, str]]:
+    """(line, kind, what) for each fencing statement a module sends or spells."""
+    found = []
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = node.func.attr
+            if name in _READ_ONLY_CALLS and _turns_read_only_on(node):
+                found.append((node.lineno, "read_only", f"calls {name}({ast.unparse(node.args[0]) if node.args else ''})"))
+            for kind in _FENCING_CALLS.get(name, ()):
+                found.append((node.lineno, kind, f"calls {name}"))
+    for text, line in _strings(mod.tree):
+        for kind, pattern in _FENCING_TEXT:
+            match = pattern.search(text)
+            if match:
+                found.append((line, kind, f"spells {match.group(0)!r}"))
+    return found
+
+
+def fencing_violations(modules: dict[str, Module], allowed: list[FenceAllowed]) -> list[str]:
+    """Every fencing statement is sent from the kit's fence (and spelled where the flavours'
+    SQL lives), except the named allowances."""
+    out = []
+    for mod in modules.values():
+        for line, kind, what in fencing_found(mod):
+            if not any(a.path == mod.path and kind in a.kinds for a in allowed):
+                out.append(f"{mod.path}:{line} {what} ({kind}): fence through procedures/kit/fence.py")
+    return sorted(set(out))
 
 
 # -- module-level state ---------------------------------------------------------------------

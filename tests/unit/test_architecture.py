@@ -206,6 +206,71 @@ def test_a_fence_sent_outside_the_kit_fence_or_a_fence_setting_declared_again_is
     assert "fence_timeout_s" in found[1] and "other_s" not in found[1]
 
 
+# Where a fencing statement (read_only on, the global read lock, the fence's expiry) may be sent
+# or spelled outside the kit's fence, and why. kit/fence.py holds the one fence.
+ALLOWED_FENCING = [
+    rules.FenceAllowed("dbmigrate/procedures/kit/fence.py", ("read_only", "expiry"),
+                       "the one fence: calm wait, bound, watchdog, expiry and generation; and `hold_read_only` for "
+                       "a server that takes no application writes"),
+    rules.FenceAllowed("dbmigrate/db/flavor.py", ("read_only", "read_lock", "expiry"),
+                       "the flavours' SQL: each statement's text, sent only through db/applier.py; the global read "
+                       "lock is a lock's name there, as the server reports it to whoever reads its holders"),
+    rules.FenceAllowed("dbmigrate/db/applier.py", ("read_only", "expiry"),
+                       "one method per statement: the kit's fence sends read_only and its expiry through them"),
+    rules.FenceAllowed("dbmigrate/db/readers/sessions.py", ("read_lock",),
+                       "reads who holds what a fence waits behind, and names the global read lock in its message"),
+    rules.FenceAllowed("dbmigrate/procedures/kit/switchover/fence.py", ("read_lock",),
+                       "a fence that gave up names the global read lock that blocked it, in its error"),
+    rules.FenceAllowed("dbmigrate/topology/wire.py", ("read_only",),
+                       "`dbmigrate topology wire` makes a replica read-only before it replicates: a setup command "
+                       "outside any run, in the layer below the procedures (it cannot reach the kit)"),
+]
+
+
+def test_every_fencing_statement_is_in_the_kit_fence():
+    assert rules.fencing_violations(tree(), ALLOWED_FENCING) == []
+
+
+def test_every_fencing_allowance_is_still_needed_for_each_of_its_kinds_and_says_why():
+    modules = tree()
+    for entry in ALLOWED_FENCING:
+        assert entry.reason and entry.kinds and set(entry.kinds) <= set(rules.FENCING_KINDS), entry
+        for kind in entry.kinds:
+            narrower = [a for a in ALLOWED_FENCING if a is not entry] + [
+                rules.FenceAllowed(entry.path, tuple(k for k in entry.kinds if k != kind), "test")]
+            assert rules.fencing_violations(modules, narrower), f"{entry.path} no longer needs {kind}"
+
+
+def test_a_fencing_statement_outside_the_kit_fence_is_caught_and_an_unfence_or_prose_is_not():
+    modules = fake(**{
+        "dbmigrate.procedures.consolidate.cutover": (
+            "def undo(a, ctx, here):\n"
+            "    a.set_read_only(True)\n"  # 2
+            "    a.set_read_only(not here)\n"  # 3: may turn it on
+            "    a.set_read_only(on=True, lock_wait_timeout=5)\n"  # 4
+            "    a.set_read_only(False)\n"  # an unfence: not a fence
+            "    a.sql('SET GLOBAL read_only=1')\n"  # 6
+            "    a.sql(f'SET @@global.super_read_only = {1}')\n"  # 7
+            "    a.sql('FLUSH TABLES WITH READ LOCK')\n"  # 8
+            "    a.sql('CREATE EVENT e ON SCHEDULE AT NOW() DO SET @@GLOBAL.read_only=0')\n"  # 9
+            "    a.fence_and_read_binlog_pos(5, 10)\n"  # 10
+            "    q = a.flavor.fence_expiry_sql(10)\n"  # 11
+            "    hint = 'set read_only=ON by hand on the one that must not take writes'\n"
+            "    shape = 'SHOW CREATE EVENT e'\n"),
+        "dbmigrate.procedures.kit.fence": "def f(a):\n    a.set_read_only(True)\n    a.fence_and_read_binlog_pos(5)\n",
+    })
+    found = rules.fencing_violations(modules, ALLOWED_FENCING)
+    where = [(int(v.split(":")[1].split(" ")[0]), v.split("(")[-1].split(")")[0]) for v in found]
+    assert sorted(where) == [(2, "read_only"), (3, "read_only"), (4, "read_only"), (6, "read_only"),
+                             (7, "read_only"), (8, "read_lock"), (9, "expiry"), (10, "expiry"),
+                             (10, "read_only"), (11, "expiry")], found
+    assert all(v.startswith("dbmigrate/procedures/consolidate/cutover.py") for v in found), found
+    allowed = ALLOWED_FENCING + [rules.FenceAllowed("dbmigrate/procedures/consolidate/cutover.py", ("read_only",),
+                                                    "test")]
+    assert {v.split("(")[-1].split(")")[0] for v in rules.fencing_violations(modules, allowed)} == {"read_lock",
+                                                                                                    "expiry"}
+
+
 def test_every_process_and_reach_allowance_is_still_needed_and_says_why():
     modules = tree()
     for entry in ALLOWED_PROCESSES:

@@ -1,4 +1,6 @@
-"""The order of one old server's cutover on a fake consolidation topology: the instance's binlog
+"""The order of one old server's cutover on a fake consolidation topology, through the kit's real
+fence (its calm wait, statement, expiry and watchdog session run against the fakes): fence, catch
+up, check, journal the reverse position, routes, open, reverse, sessions. The instance's binlog
 position is journaled inside the window, the reverse connection is set up after the open (out of
 the window), and a cutover stopped between the open and the reverse connection is put back without
 losing what the instance took. At no moment are the old server and its instance both writable."""
@@ -9,6 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from dbmigrate.db.credentials import Credentials
+from dbmigrate.db.inspector import Session
 from dbmigrate.engine.events import EventBus
 from dbmigrate.engine.journal import Journal
 from dbmigrate.engine.step import RunContext
@@ -18,7 +22,6 @@ from dbmigrate.procedures.consolidate.context import ConsolidateParams, PlanOnly
 from dbmigrate.procedures.consolidate.model import connection_name
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, Demand, PlannedInstance, ShardDemand
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
-from dbmigrate.procedures.kit.fence import Fenced
 
 OLD, INST, SHARD = "old1", "inst1", "shard_1"
 ADDR = {OLD: "127.0.0.1:3301", INST: "127.0.0.1:3401"}
@@ -40,6 +43,20 @@ class World:
         self.events: list[str] = []
         self.fail_reverse = 0  # CHANGE MASTER on the old server fails this many times
         self.in_cutover = False
+        self.expiry: dict[str, float] = {}  # fence expiries scheduled, by server
+        self.sessions: dict[str, list[Session]] = {OLD: [Session(7, "app", "10.0.0.9", SHARD, "Sleep", 3, None)],
+                                                   INST: []}
+        self.hot_until_fenced = False  # a range of the shard keeps changing until the old server is fenced
+        self.journaled: set[str] = set()  # what the run state held so far (see on_state)
+
+    def on_state(self, value) -> None:
+        """The run state as the journal saves it: its first cutover facts land in `events`."""
+        data = (value or {}).get("data") or {}
+        for key, said in (("fencing", "journal: cutover begun"), ("reverse", "journal: reverse position"),
+                          ("cut", "journal: cut over")):
+            if OLD in (data.get(key) or {}) and key not in self.journaled:
+                self.journaled.add(key)
+                self.events.append(said)
 
     def journaled_reverse(self) -> dict:
         return ConsolidateState.load(self.ctx_box[0].state).reverse.get(OLD, {})
@@ -91,8 +108,20 @@ class FakeApplier:
         self.w.conns[self.name].pop(conn, None)
         self.w.events.append(f"{self.name} RESET SLAVE {conn} ALL")
 
+    def fence_and_read_binlog_pos(self, lock_wait_timeout: float, expiry_s: float | None = None) -> str:
+        if expiry_s:
+            self.w.expiry[self.name] = expiry_s
+            self.w.events.append(f"{self.name} fence expiry in {expiry_s:g}s")
+        self.w.set_read_only(self.name, True)
+        return ""
+
     def cancel_fence_expiry(self) -> None:
-        pass
+        if self.w.expiry.pop(self.name, None) is not None:
+            self.w.events.append(f"{self.name} fence expiry dropped")
+
+    def kill_connection(self, connection_id: int) -> None:
+        self.w.sessions[self.name] = [x for x in self.w.sessions[self.name] if x.id != connection_id]
+        self.w.events.append(f"{self.name} KILL CONNECTION {connection_id}")
 
 
 class FakeInspector:
@@ -106,6 +135,40 @@ class FakeInspector:
     def read_only(self) -> bool:
         return self.w.read_only[self.name]
 
+    def row_lock_waits(self) -> int:
+        return 0
+
+    @property
+    def login_user(self) -> str:
+        return "dbmigrate"
+
+    def sessions(self, exclude_system: bool = True) -> list[Session]:
+        return list(self.w.sessions[self.name])
+
+    def open_transactions(self) -> list[tuple[int, str]]:
+        return []
+
+    # -- the copy check: one table, one key range ----------------------------------
+    def base_tables(self, schema: str) -> list[str]:
+        return ["items"]
+
+    def checksum_layout(self, schema: str, table: str):
+        return ["id", "qty"], "id", 100
+
+    def next_chunk_start(self, schema, table, key, after, rows):
+        return 1 if after is None else None
+
+    def chunk_checksum(self, schema, table, columns, key, lo, hi) -> str:
+        self.w.events.append(f"{self.name} checksum {schema}.{table}")
+        changing = self.name == INST and self.w.hot_until_fenced and not self.w.read_only[OLD]
+        return "10:changing" if changing else "10:abc"
+
+    def event_scheduler_on(self) -> bool:
+        return True
+
+    def connection_id(self) -> int:
+        return 1
+
     def connection_status(self, conn):
         return self.w.conns[self.name].get(conn)
 
@@ -118,7 +181,7 @@ class FakeInspector:
         ok = c is not None and c["running"]
         if ok:  # a connection replays what its source wrote after the position it started from
             self.w.replayed |= {p for p in self.w.writes if p > c["from"]}
-        self.w.events.append(f"{self.name} waited for {conn}: {'applied' if ok else 'timed out'}")
+        self.w.events.append(f"{self.name} waited for {conn} {log_file}:{log_pos}: {'applied' if ok else 'timed out'}")
         return ok
 
 
@@ -126,9 +189,17 @@ class FakeServer:
     def __init__(self, w: World, name: str):
         self.w, self.name = w, name
 
+    flavor = None
+
     @contextmanager
     def bounded(self, seconds: float):
         yield
+
+    def watcher(self, read_timeout: int) -> "FakeServer":
+        return self  # the fence's watchdog reads here; a fake fence never blocks
+
+    def query(self, sql: str, params=None) -> list:
+        return []
 
 
 class FakeRoute:
@@ -144,16 +215,18 @@ class FakeRoute:
         self.w.events.append(f"route {SHARD} -> {'instance' if addr == ADDR[INST] else 'old server'}")
 
 
-class FakeKit:
-    def __init__(self, w: World):
-        self.w = w
+class RecordingJournal(Journal):
+    """The journal, its run state saves seen by the world as they happen."""
 
-    def before_open(self, opening: str) -> None:
-        assert self.w.read_only[OLD], "opening beside a writable old server"
+    world: World | None = None
+
+    def set_state(self, run_id, key, value) -> None:
+        super().set_state(run_id, key, value)
+        if key == ConsolidateState.KEY and self.world is not None:
+            self.world.on_state(value)
 
 
-@pytest.fixture
-def world(monkeypatch):
+def make_world(monkeypatch, **params):
     box: list = []
     w = World(box)
     plan = ConsolidationPlan("instance-per-group", {}, [ShardDemand(SHARD, OLD, 1, 1, 0.0)],
@@ -161,30 +234,83 @@ def world(monkeypatch):
                                               shard_sources={SHARD: OLD})], [])
     servers = {n: FakeServer(w, n) for n in (OLD, INST)}
 
-    def fence(ctx, source, targets):
-        w.set_read_only(OLD, True)
-        w.events.append(f"{OLD} fenced")
-        return FakeKit(w), Fenced(f"fenced {OLD} (read_only=ON) in 1.0 ms; final position x", ("old-bin.000001", 100),
-                                  ctx.clock.monotonic(), applied_within_budget=True)
+    def accounts(ctx, source, targets):
+        w.events.append("accounts compared")
+        return co.Accounts()
 
+    # How the run reaches its servers and routes (the fakes); the fence, the copy check, the
+    # journal and the drain of sessions are the product's own.
     for name, value in {
         "server_of": lambda ctx, n: servers[n], "applier_of": lambda ctx, n: FakeApplier(w, n),
         "Inspector": FakeInspector, "route_of": lambda ctx, s: FakeRoute(w), "address_of": lambda ctx, n: ADDR[n],
-        "resources_of": lambda ctx: type("Res", (), {"repl": None})(), "fence": fence,
-        "require_accounts": lambda ctx, s, t: co.Accounts(), "end_app_sessions": lambda ctx, n: (0, set()),
-        "try_app_login": lambda *a, **k: "app logs in", "wait_accounts_reach": lambda *a, **k: "",
+        "resources_of": lambda ctx: type("Res", (), {"repl": Credentials("repl", "secret"), "app": None})(),
+        "require_accounts": accounts, "try_app_login": lambda *a, **k: "app logs in",
+        "wait_accounts_reach": lambda *a, **k: "",
     }.items():
         monkeypatch.setattr(co, name, value)
-    with Journal(":memory:") as j:
-        j.create_run("r1", procedure="consolidate", cluster="c")
-        bus = EventBus()
-        bus.subscribe(j.record)
-        ctx = RunContext(run_id="r1", procedure="consolidate", cluster="c", journal=j, bus=bus,
-                         params=ConsolidateParams(plan="p.json", checksum=False, fence_expiry="off"),
-                         resources=PlanOnly(plan))
-        box.append(ctx)
-        w.ctx, w.journal = ctx, j
+    j = RecordingJournal(":memory:")
+    j.create_run("r1", procedure="consolidate", cluster="c")
+    bus = EventBus()
+    bus.subscribe(j.record)
+    ctx = RunContext(run_id="r1", procedure="consolidate", cluster="c", journal=j, bus=bus,
+                     params=ConsolidateParams(plan="p.json", **{"checksum": False, "fence_expiry": "off", **params}),
+                     resources=PlanOnly(plan))
+    box.append(ctx)
+    w.ctx, w.journal = ctx, j
+    j.world = w
+    return w
+
+
+@pytest.fixture
+def world(monkeypatch):
+    w = make_world(monkeypatch)
+    with w.journal:
         yield w
+
+
+def test_one_old_servers_cutover_runs_fence_catch_up_check_journal_routes_open_reverse_sessions_in_order(monkeypatch):
+    """The whole cutover of one old server, its fence the kit's own (calm wait, read_only with its
+    expiry, the expiry dropped before the open), the copy check's hot range compared inside the
+    window, and the order read from what the fakes and the journal saw."""
+    w = make_world(monkeypatch, checksum=True, fence_expiry="require")
+    w.hot_until_fenced = True
+    with w.journal:
+        w.in_cutover = True
+        said = co.cutover(w.ctx, OLD)
+        w.in_cutover = False
+        ev = w.events
+
+        def at(text: str, after: int = -1) -> int:
+            found = [i for i, e in enumerate(ev) if e == text and i > after]
+            assert found, f"{text!r} not seen after #{after}: {ev}"
+            return found[0]
+
+        fwd = connection_name(OLD)
+        fence = at(f"{OLD} read_only=ON")
+        catch_up = at(f"{INST} waited for {fwd} old-bin.000001:100: applied", fence)
+        check = at(f"{INST} checksum {SHARD}.items", catch_up)
+        position = at(f"{INST} position read", check)
+        journal = at("journal: reverse position", position)
+        routes = at(f"route {SHARD} -> instance", journal)
+        expiry_dropped = at(f"{OLD} fence expiry dropped", routes)
+        opened = at(f"{INST} read_only=OFF", expiry_dropped)
+        reverse = at(f"{OLD} CHANGE MASTER {REV} at inst-bin.000001:400", opened)
+        started = at(f"{OLD} START SLAVE {REV}", reverse)
+        sessions = at(f"{OLD} KILL CONNECTION 7", started)
+        forward = at(f"{INST} RESET SLAVE {fwd} ALL", sessions)
+        assert fence < catch_up < check < position < journal < routes < opened < reverse < sessions < forward
+        # Before the fence: the accounts, the copy checked range by range, the cutover journaled as begun;
+        # the fence's own request scheduled its expiry.
+        before = ev[:fence]
+        assert before.index("accounts compared") < before.index(f"{INST} checksum {SHARD}.items") \
+            < before.index("journal: cutover begun"), before
+        assert ev[fence - 1].startswith(f"{OLD} fence expiry in "), ev
+        assert at("journal: cut over", started) < sessions
+        assert w.read_only[OLD] and not w.read_only[INST] and w.route == ADDR[INST] and OLD not in w.expiry
+        parts = [m["labels"]["part"] for m in w.journal.metric_rows("r1", "fenced_part_ms")]
+        assert parts == ["fence", "catch_up", "check", "reverse_position", "journal", "routes", "fence_held", "open"]
+        assert "1 range(s) compared in it" in said and "1 app session(s) on old1 ended" in said, said
+        assert f"fenced {OLD} (read_only=ON)" in said, said
 
 
 def test_the_reverse_connection_starts_after_the_open_from_the_position_journaled_inside_the_window(world):
@@ -193,13 +319,16 @@ def test_the_reverse_connection_starts_after_the_open_from_the_position_journale
     said = co.cutover(w.ctx, OLD)
     w.in_cutover = False
     assert co.WINDOWS.open_now() == 0
-    assert w.events[:8] == [
-        f"{OLD} read_only=ON", f"{OLD} fenced",
+    assert [e for e in w.events if not e.startswith("journal:")] == [
+        "accounts compared",
+        f"{OLD} read_only=ON", f"{OLD} position read",  # the kit's fence and its final position
+        f"{INST} waited for {connection_name(OLD)} old-bin.000001:100: applied",
         f"{INST} position read",  # inside the window: one read on the instance, then the journal
         f"route {SHARD} -> instance",
         f"{INST} read_only=OFF",  # end of the window (the journal held the position: asserted at the open)
         f"{OLD} CHANGE MASTER {REV} at inst-bin.000001:400",  # after the window
         f"{OLD} START SLAVE {REV}",
+        f"{OLD} KILL CONNECTION 7",  # the application's session on the old server, once the route moved
         f"{INST} RESET SLAVE {connection_name(OLD)} ALL",  # the forward connection, last
     ]
     st = ConsolidateState.load(w.ctx.state)
@@ -230,7 +359,8 @@ def test_a_cutover_stopped_between_the_open_and_the_reverse_connection_is_put_ba
         said = co.undo_cutover(w.ctx, OLD)
         assert w.lost() == [], w.lost()
         ev = w.events
-        assert ev.index(f"{OLD} START SLAVE {REV}") < ev.index(f"{OLD} waited for {REV}: applied") \
+        waited = next(i for i, e in enumerate(ev) if e.startswith(f"{OLD} waited for {REV} ") and e.endswith(": applied"))
+        assert ev.index(f"{OLD} START SLAVE {REV}") < waited \
             < ev.index(f"route {SHARD} -> old server") < ev.index(f"{OLD} read_only=OFF")
         assert (f"{OLD} CHANGE MASTER {REV} at inst-bin.000001:{w.writes[0] - 10}" in ev) == (not started)
         assert "routes shard_1 back to old1" in said and w.route == ADDR[OLD]

@@ -4,7 +4,7 @@ all`, InnoDB's live transaction list); how the application's pools classify what
 
 from __future__ import annotations
 
-from dbmigrate.db.inspector import Session, parse_active_transactions
+from dbmigrate.db.readers.sessions import Session, parse_active_transactions
 from dbmigrate.clock import FakeClock
 from dbmigrate.procedures.kit.drain import end_when_idle
 from dbmigrate.rehearsal.clients.pools import classify

@@ -46,7 +46,7 @@ def test_steps_run_in_order_and_are_journaled_with_sentences(journal):
         ("prepare", "a", "done", "did a"), ("prepare", "b", "done", "did b"),
         ("cutover", "c", "done", "did c"), ("cutover", "d", "done", "did d"),
     ]
-    assert journal.get_run(ctx.run_id)["status"] == "done"
+    assert journal.get_run(ctx.run_id).status == "done"
     assert outcome.summary == "demo finished: 4 done"
 
 
@@ -86,7 +86,7 @@ def test_failing_automatic_gate_stops_before_its_phase(journal):
     gate = journal.run_detail(ctx.run_id)["gates"][0]
     assert (gate["name"], gate["ok"], gate["reason"], gate["decided_by"], gate["details"]) == (
         "replica-lag", False, "lag 12.0s > 5s on db-2", "auto", {"lag_s": 12.0})
-    assert journal.get_run(ctx.run_id)["status"] == "refused"
+    assert journal.get_run(ctx.run_id).status == "refused"
 
 
 def test_gate_check_that_raises_counts_as_refusal(journal):
@@ -235,7 +235,7 @@ def test_a_gate_refusal_before_any_change_is_refused_not_rolled_back(journal):
     assert outcome.status == "refused" and world.runs() == [] and world.undos() == []
     assert outcome.summary == "refused before any change: gate 'reachable' before phase 'one' refused: db-3 does not answer"
     assert "undone" not in (outcome.error.hint or "")
-    assert journal.get_run(ctx.run_id)["status"] == "refused"
+    assert journal.get_run(ctx.run_id).status == "refused"
 
 
 def test_a_gate_refusal_after_a_change_still_rolls_that_change_back(journal):
@@ -282,7 +282,7 @@ def test_rollback_needs_approval_and_refuses_unknown_steps(journal):
     Runner().run(procedure, ctx)
     declined = Runner(approver=lambda w: False).rollback(procedure, ctx)
     assert declined.status == "declined" and world.undos() == []
-    assert journal.get_run(ctx.run_id)["status"] == "done"
+    assert journal.get_run(ctx.run_id).status == "done"
     renamed = Procedure("demo", [Phase("prepare", [world.step("a")])])
     with pytest.raises(SafetyError, match="prepare/b"):
         Runner(assume_yes=True).rollback(renamed, ctx)
@@ -335,7 +335,7 @@ def test_resume_after_a_crash_at_each_step_completes_the_run(journal, crashed_st
         journal._write("UPDATE steps SET status='started', finished_at=NULL WHERE status='interrupted'")
         journal._write("UPDATE runs SET status='running', finished_at=NULL")
     else:
-        assert journal.get_run(ctx.run_id)["status"] == "interrupted"
+        assert journal.get_run(ctx.run_id).status == "interrupted"
     position = CRASH_POINTS.index(crashed_step)
     assert world.runs() == [f"run:{n}" for n in CRASH_POINTS[: position + 1]]
 
@@ -348,7 +348,7 @@ def test_resume_after_a_crash_at_each_step_completes_the_run(journal, crashed_st
     assert world.runs() == [f"run:{n}" for n in again]
     latest = journal.last_step_status(ctx.run_id)
     assert all(latest[(p, n)] in ("done", "skipped") for (p, n) in latest) and len(latest) == 4
-    assert journal.get_run(ctx.run_id)["status"] == "done"
+    assert journal.get_run(ctx.run_id).status == "done"
 
 
 def test_resume_trusts_the_journal_for_steps_without_check(journal):
@@ -500,7 +500,7 @@ def test_a_pausing_gate_stops_the_run_without_undoing_it_and_resume_asks_again(j
     assert "nothing was undone" in outcome.error.hint and f"dbmigrate resume {ctx.run_id}" in outcome.error.hint
     assert world.state == {"a": True, "b": True}  # nothing undone, phase 'finish' not started
     assert statuses(journal, ctx.run_id, "undo") == []
-    assert journal.get_run(ctx.run_id)["status"] == "paused"
+    assert journal.get_run(ctx.run_id).status == "paused"
     resumed = Runner(assume_yes=True).run(procedure, ctx, resume=True)
     assert resumed.status == "done" and world.state["c"] and verdicts == []
 

@@ -9,20 +9,20 @@ import pytest
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.preflight_checks import fence_expiry_rule
 from dbmigrate.procedures.kit.fence import EXPIRY_MARGIN_S
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams
 from tests.unit.fake_topology import FakeRouter, FakeTopology
 from tests.unit.test_switchover_decisions import cluster
 
 
 def switchover(topo: FakeTopology, **settings) -> Switchover:
-    return Switchover(topo, "db1", "db2", SwitchoverSettings(**settings), FakeRouter(topo, "db1"), clock=topo.clock)
+    return Switchover(topo, "db1", "db2", SwitchoverParams(**settings), FakeRouter(topo, "db1"), clock=topo.clock)
 
 
 def test_the_default_expiry_covers_the_fence_and_the_catch_up_bounds():
-    s = SwitchoverSettings(fence_timeout_s=4, catchup_timeout_s=6)
+    s = SwitchoverParams(fence_timeout_s=4, catchup_timeout_s=6)
     assert s.expiry_s() == 4 + 6 + EXPIRY_MARGIN_S
-    assert SwitchoverSettings(fence_expiry_s=30).expiry_s() == 30
-    assert SwitchoverSettings(fence_expiry="off").expiry_s() == 0
+    assert SwitchoverParams(fence_expiry_s=30).expiry_s() == 30
+    assert SwitchoverParams(fence_expiry="off").expiry_s() == 0
 
 
 def test_the_fence_schedules_its_expiry_in_the_same_request_before_read_only():
@@ -98,7 +98,7 @@ def test_if_available_fences_without_the_expiry_and_says_so():
     topo = cluster()
     topo.servers["db1"].event_scheduler = False
     logged: list[str] = []
-    sw = Switchover(topo, "db1", "db2", SwitchoverSettings(fence_expiry="if_available"), FakeRouter(topo, "db1"),
+    sw = Switchover(topo, "db1", "db2", SwitchoverParams(fence_expiry="if_available"), FakeRouter(topo, "db1"),
                     clock=topo.clock, log=lambda m, level="info": logged.append(m))
     sw.fence()
     assert not any("expiry" in sql for sql in topo.statements("db1"))
@@ -122,12 +122,12 @@ def test_a_rollback_after_a_switch_back_stopped_at_its_fence_drops_that_fence_s_
     from tests.unit.test_switchover_decisions import promoted
     from dbmigrate.procedures.kit.switchover import switch_back
     topo, router = promoted()
-    back = Switchover(topo, "db2", "db1", SwitchoverSettings(), router, clock=topo.clock)
+    back = Switchover(topo, "db2", "db1", SwitchoverParams(), router, clock=topo.clock)
     back.fence()  # the switch back's fence of db2, with its expiry; then the tool is killed
     topo.clock.advance(0.5)
     assert topo.servers["db2"].expiry_at is not None and topo.writable() == []
 
-    switch_back(Switchover(topo, "db1", "db2", SwitchoverSettings(), router, clock=topo.clock))
+    switch_back(Switchover(topo, "db1", "db2", SwitchoverParams(), router, clock=topo.clock))
 
     assert topo.writable() == ["db1"]
     assert topo.servers["db2"].expiry_at is None

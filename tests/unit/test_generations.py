@@ -13,14 +13,14 @@ from dbmigrate.db.connection import Unresponsive
 from dbmigrate.db.flavor import MariaDB, MySQL
 from dbmigrate.db.generation import GENERATIONS, Superseded, send_guarded
 from dbmigrate.exceptions import DbmigrateError
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams, switch_back
 from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
 
 LATE_S = 20.0  # the dead process's packets reach the server this long after the heal (RTO backoff)
 
 
 def switchover(topo: FakeTopology, router: FakeRouter) -> Switchover:
-    return Switchover(topo, "db1", "db2", SwitchoverSettings(), router, clock=topo.clock)
+    return Switchover(topo, "db1", "db2", SwitchoverParams(), router, clock=topo.clock)
 
 
 def let_time_pass(topo: FakeTopology, seconds: float) -> None:

@@ -10,7 +10,7 @@ import pytest
 from dbmigrate.db.connection import InDoubtUnsettled, QueryError, Unresponsive
 from dbmigrate.db.in_doubt import REGISTRY, InDoubt, settle_on
 from dbmigrate.exceptions import DbmigrateError, SafetyError
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams, switch_back
 from tests.unit.fake_topology import FakeRouter, FakeTopology
 from tests.unit.test_switchover_decisions import cluster
 
@@ -18,7 +18,7 @@ LATE_S = 1.5  # the retransmitted statement reaches the server this long after t
 
 
 def switchover(topo: FakeTopology, router: FakeRouter, **settings) -> Switchover:
-    return Switchover(topo, "db1", "db2", SwitchoverSettings(**settings), router, clock=topo.clock)
+    return Switchover(topo, "db1", "db2", SwitchoverParams(**settings), router, clock=topo.clock)
 
 
 def flipped() -> tuple[FakeTopology, FakeRouter, Switchover]:
@@ -136,7 +136,7 @@ def test_fence_in_doubt_on_an_unreachable_old_primary_stops_the_undo_and_its_exp
     topo.heal("db1", lands_after_s=LATE_S)
     topo.clock.advance(LATE_S + 0.01)
     assert topo.servers["db1"].read_only  # the late fence landed
-    expiry = SwitchoverSettings().expiry_s()
+    expiry = SwitchoverParams().expiry_s()
     assert never_two_writable_for(topo, expiry) == ["db1"]
 
 

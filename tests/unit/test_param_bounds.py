@@ -13,9 +13,11 @@ from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 HUGE = 1e20
 
 
-@pytest.mark.parametrize("field", ["catchup_timeout_s", "fence_timeout_s", "drain_timeout_s", "replica_timeout_s",
-                                   "verify_timeout_s", "max_trx_age_s", "lag_wait_s", "baseline_seconds",
-                                   "guard_sample_s", "max_lag_ms"])
+@pytest.mark.parametrize("field", ["catchup_timeout_s", "fence_timeout_s", "fence_drain_timeout_s", "drain_timeout_s",
+                                   "replica_timeout_s", "verify_timeout_s", "max_trx_age_s", "lag_wait_s",
+                                   "baseline_seconds", "guard_sample_s", "max_lag_ms", "converge_timeout_s",
+                                   "converge_max_trx", "converge_max_trx_rows", "converge_max_backlog_bytes",
+                                   "probe_timeout_s", "router_doubt_wait_s", "fence_expiry_s"])
 def test_promote_refuses_a_huge_bound(field):
     with pytest.raises(ValidationError):
         PromoteParams(candidate="db2", **{field: HUGE})
@@ -33,8 +35,8 @@ def test_schema_swap_refuses_a_huge_bound(field):
         SchemaSwapParams(ddl=["ALTER TABLE app.t ADD COLUMN c INT"], **{field: HUGE})
 
 
-@pytest.mark.parametrize("field", ["max_lag_s", "gate_timeout_s", "catchup_timeout_s", "drain_timeout_s",
-                                   "seed_timeout_s"])
+@pytest.mark.parametrize("field", ["max_lag_s", "gate_timeout_s", "catchup_timeout_s", "fence_drain_timeout_s",
+                                   "drain_timeout_s", "seed_timeout_s"])
 def test_consolidate_refuses_a_huge_bound(field):
     with pytest.raises(ValidationError):
         ConsolidateParams(plan="plan.yaml", **{field: HUGE})

@@ -19,7 +19,7 @@ from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit import cutover as kit
 from dbmigrate.procedures.kit.audit import PostFenceAudit
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams
 from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
 
 ADMIN = Session(77, "ops_admin", "10.0.0.5:4000", "shop", "Sleep", 2, None)
@@ -32,7 +32,7 @@ def world(tmp_path):
         topo = cluster()
         db1 = topo.servers["db1"]
         db1.bypass_users, db1.sessions = {"ops_admin"}, [ADMIN]
-        sw = Switchover(topo, "db1", "db2", SwitchoverSettings(catchup_timeout_s=3), FakeRouter(topo, "db1"),
+        sw = Switchover(topo, "db1", "db2", SwitchoverParams(catchup_timeout_s=3), FakeRouter(topo, "db1"),
                         clock=topo.clock)
         ctx = RunContext(run_id="run1", procedure="promote", cluster="c", journal=j, bus=EventBus(), clock=topo.clock)
         cut = kit.Cutover(old="db1", new="db2", switchover=lambda c, record: sw)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams, switch_back
 from dbmigrate.procedures.kit.switchover.router import JournaledRouter, RouterInDoubt
 from dbmigrate.routing.base import RouterNoAnswer
 from tests.unit.fake_topology import FakeRouter, FakeTopology, ScheduledClock, cluster
@@ -48,7 +48,7 @@ def setup(wait_s: float = 10.0) -> tuple[FakeTopology, FakeRouter, MemoryJournal
 
 def make(topo: FakeTopology, raw: FakeRouter, journal: MemoryJournal, wait_s: float = 10.0) -> Switchover:
     router = JournaledRouter(raw, journal, topo.clock, wait_s)
-    return Switchover(topo, "db1", "db2", SwitchoverSettings(fence_expiry="off", probe_timeout_s=1), router,
+    return Switchover(topo, "db1", "db2", SwitchoverParams(fence_expiry="off", probe_timeout_s=1), router,
                       clock=topo.clock)
 
 

@@ -123,8 +123,8 @@ def test_a_second_signal_interrupts_the_step_and_the_journal_names_it(journal):
     assert said[1].startswith("SIGINT again: interrupting in step 'wait for db2' (running ")
     assert f"dbmigrate rollback {ctx.run_id}" in said[1]
     run = journal.get_run(ctx.run_id)
-    assert run["status"] == "interrupted"
-    assert run["summary"] == (f"interrupted by the operator in step 'wait for db2', which may be half done; undo "
+    assert run.status == "interrupted"
+    assert run.summary == (f"interrupted by the operator in step 'wait for db2', which may be half done; undo "
                               f"with: dbmigrate rollback {ctx.run_id}, or continue with: dbmigrate resume {ctx.run_id}")
     assert [(r["name"], r["status"]) for r in journal.step_rows(ctx.run_id)] == [("wait for db2", "interrupted")]
 

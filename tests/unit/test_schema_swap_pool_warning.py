@@ -21,23 +21,22 @@ class FakeInspector:
         return self.pool
 
 
-def _with(monkeypatch, method: str, sizes: dict[str, int], pool: int):
+def _with(monkeypatch, method: str, sizes: dict[str, int], pool: int) -> SimpleNamespace:
+    """A run context holding just the params the check reads."""
     params = SimpleNamespace(warm=SimpleNamespace(method=method), warm_tables=lambda: sorted(sizes))
-    monkeypatch.setattr(sides, "params_of", lambda ctx: params)
     monkeypatch.setattr(sides, "server_of", lambda ctx, side: object())
     monkeypatch.setattr(sides, "Inspector", lambda server: FakeInspector(sizes, pool))
+    return SimpleNamespace(params=params)
 
 
 def test_a_scan_of_tables_bigger_than_the_pool_is_warned_about(monkeypatch):
-    _with(monkeypatch, "scan", {"app.orders": 300 * MB, "app.items": 100 * MB}, 128 * MB)
-    said = sides.pool_overflow(None, "db-2")
+    ctx = _with(monkeypatch, "scan", {"app.orders": 300 * MB, "app.items": 100 * MB}, 128 * MB)
+    said = sides.pool_overflow(ctx, "db-2")
     assert said is not None
     assert said.startswith("db-2: the tables to scan (400 MB: app.items, app.orders) exceed its buffer pool (128 MB)")
     assert "warm.tables" in said and "replay" in said
 
 
 def test_tables_that_fit_or_another_method_are_not_warned_about(monkeypatch):
-    _with(monkeypatch, "scan", {"app.orders": 100 * MB}, 128 * MB)
-    assert sides.pool_overflow(None, "db-2") is None
-    _with(monkeypatch, "replay", {"app.orders": 300 * MB}, 128 * MB)
-    assert sides.pool_overflow(None, "db-2") is None
+    assert sides.pool_overflow(_with(monkeypatch, "scan", {"app.orders": 100 * MB}, 128 * MB), "db-2") is None
+    assert sides.pool_overflow(_with(monkeypatch, "replay", {"app.orders": 300 * MB}, 128 * MB), "db-2") is None

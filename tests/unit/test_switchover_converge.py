@@ -18,12 +18,12 @@ from dbmigrate.exceptions import DbmigrateError, WaitTimeout
 from dbmigrate.procedures.kit import cutover as kit
 from dbmigrate.procedures.kit.cutover import CutoverState
 from dbmigrate.procedures.kit.fence import Fence
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams
 from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
 
 
 def switchover(topo: FakeTopology, **settings) -> Switchover:
-    return Switchover(topo, "db1", "db2", SwitchoverSettings(**settings), FakeRouter(topo, "db1"), clock=topo.clock)
+    return Switchover(topo, "db1", "db2", SwitchoverParams(**settings), FakeRouter(topo, "db1"), clock=topo.clock)
 
 
 def lagging(behind: int, for_s: float) -> FakeTopology:
@@ -145,7 +145,7 @@ def test_a_candidate_delayed_by_configuration_is_not_waited_for():
 
 def test_dry_run_only_says_what_it_would_wait_for():
     topo = lagging(500, for_s=math.inf)
-    sw = Switchover(topo, "db1", "db2", SwitchoverSettings(), dry_run=True, clock=topo.clock)
+    sw = Switchover(topo, "db1", "db2", SwitchoverParams(), dry_run=True, clock=topo.clock)
     assert sw.converge() == ("would wait up to 10s for db2 to be within 10 transaction(s) of db1", 0)
 
 
@@ -251,7 +251,7 @@ def test_a_candidate_that_stalls_after_the_fence_is_unfenced_within_the_budget_a
     topo = cluster()
     ctx = run(topo)
     logged: list[str] = []
-    settings = SwitchoverSettings(fence_attempts=3, fence_retry_pause_s=0.2, fenced_catchup_budget_s=0.05)
+    settings = SwitchoverParams(fence_attempts=3, fence_retry_pause_s=0.2, fenced_catchup_budget_s=0.05)
     cut = kit.Cutover(old="db1", new="db2", switchover=lambda c, record: Switchover(
         topo, "db1", "db2", settings, FakeRouter(topo, "db1"), clock=topo.clock,
         log=lambda message, level="info": logged.append(message)))

@@ -16,7 +16,7 @@ from dbmigrate.exceptions import ConnectionFailed, DbmigrateError, SafetyError, 
 from dbmigrate.routing.base import RouterError
 from dbmigrate.procedures.kit.roles import find_primary
 from dbmigrate.procedures.kit.switchover.settings import FIRST_CATCHUP_WAIT_S
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings, switch_back
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams, switch_back
 from tests.unit.fake_topology import FakeInspector, FakeRouter, FakeTopology, cluster
 
 FENCE = "SET STATEMENT lock_wait_timeout=5 FOR SET GLOBAL read_only=ON"
@@ -39,7 +39,7 @@ def switchover(topo: FakeTopology, router: FakeRouter | None = None, *, dry_run:
     # The statements pinned here are the switchover's own; the fence's expiry (scheduled with
     # the fence, dropped before the open) has its tests in test_fence_expiry.py.
     settings.setdefault("fence_expiry", "off")
-    return Switchover(topo, "db1", "db2", SwitchoverSettings(**settings), router, dry_run=dry_run, record=record,
+    return Switchover(topo, "db1", "db2", SwitchoverParams(**settings), router, dry_run=dry_run, record=record,
                       clock=topo.clock)
 
 

@@ -17,7 +17,7 @@ import pytest
 from dbmigrate.db.inspector import HeavyWork
 from dbmigrate.engine.runner import RunPaused
 from dbmigrate.exceptions import RefusedWait, WaitTimeout
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams
 from tests.unit.fake_topology import FakeInspector, FakeRouter, FakeTopology, cluster
 
 ALTER = HeavyWork("DDL", 41, "app", 0, "ALTER TABLE app.big ADD COLUMN x INT, ALGORITHM=COPY")
@@ -26,7 +26,7 @@ SMALL = HeavyWork("transaction", 43, "app", 0, "UPDATE app.big SET v = 1 WHERE i
 
 
 def switchover(topo: FakeTopology, **settings) -> Switchover:
-    return Switchover(topo, "db1", "db2", SwitchoverSettings(**settings), FakeRouter(topo, "db1"), clock=topo.clock)
+    return Switchover(topo, "db1", "db2", SwitchoverParams(**settings), FakeRouter(topo, "db1"), clock=topo.clock)
 
 
 def later(topo: FakeTopology, seconds: float) -> float:

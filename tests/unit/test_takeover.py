@@ -4,7 +4,7 @@ that an answering replica has), and the replicas move under the candidate by GTI
 
 from __future__ import annotations
 
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverSettings
+from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams
 from tests.unit.fake_topology import FakeTopology, cluster
 
 
@@ -27,7 +27,7 @@ def gone_after_fence(extra_on_db3_only: int = 0, candidate_stuck: bool = False) 
 
 
 def sw(topo: FakeTopology) -> Switchover:
-    return Switchover(topo, "db1", "db2", SwitchoverSettings(), clock=topo.clock)
+    return Switchover(topo, "db1", "db2", SwitchoverParams(), clock=topo.clock)
 
 
 def test_a_candidate_holding_the_final_position_and_every_replicas_writes_may_be_promoted():
@@ -46,7 +46,7 @@ def test_a_candidate_that_lacks_part_of_the_final_position_is_refused_after_its_
     t0 = topo.clock.monotonic()
     facts, problems = sw(topo).takeover_facts(final)
     assert problems and problems[0] == "db2 lacks 3 transaction(s) of domain 0 of db1's final position"
-    assert topo.clock.monotonic() - t0 <= SwitchoverSettings().catchup_timeout_s + 0.01
+    assert topo.clock.monotonic() - t0 <= SwitchoverParams().catchup_timeout_s + 0.01
 
 
 def test_a_replica_holding_writes_the_candidate_lacks_refuses_the_takeover():

@@ -101,7 +101,7 @@ def step_lines(app: CutoverApp) -> dict[str, str]:
 
 def run_status(demo: Demo, run_id: str) -> str:
     with Journal(demo.journal) as j:
-        return j.get_run(run_id)["status"]
+        return j.get_run(run_id).status
 
 
 async def test_steps_render_pending_then_done_after_the_gate_is_approved(demo):

@@ -122,7 +122,7 @@ def test_runner_cancel_stops_before_the_next_step_and_rolls_back(tmp_path):
         assert world.runs() == ["run:a"] and "run:c" not in world.calls
         assert world.undos() == ["undo:b", "undo:a"]
         assert outcome.status == "rolled_back" and "cancelled by the operator before step 'c'" in outcome.summary
-        assert journal.get_run(ctx.run_id)["status"] == "rolled_back"
+        assert journal.get_run(ctx.run_id).status == "rolled_back"
 
 
 def test_runner_cancel_without_rollback_leaves_a_resumable_cancelled_run(tmp_path):
@@ -134,4 +134,4 @@ def test_runner_cancel_without_rollback_leaves_a_resumable_cancelled_run(tmp_pat
         outcome = Runner(cancel=cancel).run(Procedure("demo", [Phase("p", [world.step("a")])]), ctx)
         assert world.calls == [] and outcome.status == "cancelled" and not outcome.ok
         assert f"dbmigrate resume {ctx.run_id}" in outcome.error.hint
-        assert journal.get_run(ctx.run_id)["status"] == "cancelled"
+        assert journal.get_run(ctx.run_id).status == "cancelled"

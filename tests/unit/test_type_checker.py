@@ -1,10 +1,11 @@
 """The type checker CI runs (mypy, strict, configured in pyproject.toml) catches what it is there for.
 
-`.ci/run` runs it over procedures/, engine/, db/ and app/ before the tests. These tests prove that it
-fails where it should: a call from one switchover step's file to a method another step's file
-defines, made with the wrong arguments or to a method that does not exist, and params read as the
-wrong procedure's model. Each case is a module written next to the real package (so it imports
-the real code) and checked on its own.
+`.ci/run` runs it over procedures/, engine/, db/, app/ and the packages beside them before the
+tests. These tests prove that it fails where it should: a call from one switchover step's file to a
+method another step's file defines, made with the wrong arguments or to a method that does not
+exist, and params read as the wrong procedure's model (through a helper, or in a step whose run
+context names its procedure's params). Each case is a module written next to the real package (so
+it imports the real code) and checked on its own.
 """
 
 from __future__ import annotations
@@ -79,3 +80,19 @@ def test_params_read_as_the_wrong_model_fail(tmp_path, cache_dir):
     """)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "no_such_field" in result.stdout and "[attr-defined]" in result.stdout, result.stdout
+
+
+def test_a_step_reading_a_field_its_params_model_lacks_fails(tmp_path, cache_dir):
+    # A schema swap's steps see SchemaSwapParams: `candidate` is one of its fields, `read_share` is promote's.
+    step = """
+        from dbmigrate.procedures.schema_swap.context import SwapContext
+
+
+        def step(ctx: SwapContext) -> str:
+            return f"{ctx.params.candidate} {ctx.resources.primary}"
+    """
+    ok = check(tmp_path, cache_dir, step)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    result = check(tmp_path, cache_dir, step.replace("ctx.params.candidate", "ctx.params.read_share"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "read_share" in result.stdout and "[attr-defined]" in result.stdout, result.stdout

@@ -85,7 +85,7 @@ def test_the_same_playbook_run_again_takes_the_dead_run_over_and_an_edited_or_ov
     journal.step_started("r1", 0, "cutover", "fence db-1")
     killed(journal, "r1")
     dead = unfinished_run_of(journal, "orders")
-    assert dead is not None and dead["id"] == "r1"
+    assert dead is not None and dead.id == "r1"
     take_over_or_refuse(dead, "/pb/promote.yaml", "a" * 64, overridden=False)  # taken over: no refusal
     with pytest.raises(CommandFailed, match="not the playbook it ran"):
         take_over_or_refuse(dead, "/pb/promote.yaml", "b" * 64, overridden=False)

@@ -35,8 +35,8 @@ def set_throttle(run_ref: str, *, mb_s: float | None = None, pause: bool | None 
         run_id = journal.resolve_run_id(run_ref)
         run = journal.get_run(run_id)
         assert run is not None
-        if run["procedure"] != "consolidate":
-            raise UsageError(f"run {run_id} is a {run['procedure']} run; only consolidation runs copy data")
+        if run.procedure != "consolidate":
+            raise UsageError(f"run {run_id} is a {run.procedure} run; only consolidation runs copy data")
         live = dict(journal.get_state(run_id, LIVE_THROTTLE_KEY) or {})
         if mb_s is not None:
             live["mb_s"] = mb_s

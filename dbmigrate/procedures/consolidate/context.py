@@ -67,9 +67,11 @@ class FleetSettings(BaseModel):
 
 
 class ConsolidateParams(FenceParams):
-    """The fence's fields come from FenceParams (the same in every procedure)."""
+    """The fence's fields come from FenceParams (the same in every procedure). Consolidation is
+    not a switchover: catchup_timeout_s and fence_drain_timeout_s mean what they mean there, with
+    defaults of their own. `drain_timeout_s` is read as `fence_drain_timeout_s`, its former name."""
 
-    model_config = ConfigDict(extra="forbid")
+    RENAMED = {"drain_timeout_s": "fence_drain_timeout_s"}
     plan: str = Field(description="plan file written by `dbmigrate consolidate plan --out` (relative to the playbook)")
     strategy: Literal["instance-per-group", "merge"] = "instance-per-group"
     routes: Optional[str] = Field(None, description="DSN file with one entry per shard; default: the cluster's "
@@ -89,22 +91,29 @@ class ConsolidateParams(FenceParams):
     app_reach_timeout_s: float = Field(10, ge=0, le=600, description="after the switch, how long to wait for every "
                                        "account seen on the old server to have a session on its instance (a "
                                        "warning past it: an idle application may just not have come back yet)")
-    drain_timeout_s: float = Field(1, ge=0, le=60)
+    fence_drain_timeout_s: float = Field(1, ge=0, le=60, description="after the fence, how long open application "
+                                                                     "transactions may take to finish")
     seed_timeout_s: float = Field(3600, gt=0, le=7 * 86400)
     seed: SeedSettings = Field(default_factory=SeedSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
 
 
-def resources_of(ctx: RunContext) -> ConsolidateResources:
+# What a consolidation's steps see: a run's resources, or the PlanOnly that `build` keeps when
+# `plan` builds without any (`resources_of` tells them apart); `build` may see none yet.
+ConsolidateContext = RunContext[ConsolidateParams, "ConsolidateResources | PlanOnly"]
+ConsolidateBuildContext = RunContext[ConsolidateParams, "ConsolidateResources | PlanOnly | None"]
+
+
+def resources_of(ctx: ConsolidateContext) -> ConsolidateResources:
     return required(ctx, ConsolidateResources)
 
 
-def plan_of(ctx: RunContext) -> ConsolidationPlan:
+def plan_of(ctx: ConsolidateContext) -> ConsolidationPlan:
     r = typed(ctx, ConsolidateResources)
     return r.plan if r is not None else required(ctx, PlanOnly).plan
 
 
-def state_of(ctx: RunContext) -> ConsolidateState:
+def state_of(ctx: ConsolidateContext) -> ConsolidateState:
     return ConsolidateState.load(ctx.state)
 
 
@@ -112,30 +121,30 @@ _STATE_LOCK = threading.RLock()  # fleet workers edit the run state from several
 
 
 @contextmanager
-def edit_state(ctx: RunContext) -> Iterator[ConsolidateState]:
+def edit_state(ctx: ConsolidateContext) -> Iterator[ConsolidateState]:
     """Load, change and save the run state as one unit, even with fleet workers in parallel."""
     with _STATE_LOCK, ConsolidateState.edit(ctx.state) as st:
         yield st
 
 
-def is_cut(ctx: RunContext, source: str) -> bool:
+def is_cut(ctx: ConsolidateContext, source: str) -> bool:
     return source in state_of(ctx).cut
 
 
-def server_of(ctx: RunContext, name: str) -> Server:
+def server_of(ctx: ConsolidateContext, name: str) -> Server:
     return resources_of(ctx).servers[name]
 
 
-def applier_of(ctx: RunContext, name: str) -> Applier:
+def applier_of(ctx: ConsolidateContext, name: str) -> Applier:
     srv = server_of(ctx, name)
     return Applier(srv, dry_run=ctx.dry_run, on_planned=lambda s, sql: ctx.record_statement(s, sql))
 
 
-def route_of(ctx: RunContext, shard: str) -> DsnFileRouter:
+def route_of(ctx: ConsolidateContext, shard: str) -> DsnFileRouter:
     return DsnFileRouter(shard, resources_of(ctx).routes)
 
 
-def address_of(ctx: RunContext, name: str) -> str:
+def address_of(ctx: ConsolidateContext, name: str) -> str:
     return resources_of(ctx).servers.address(name)
 
 
@@ -151,9 +160,3 @@ def targets_of(plan: ConsolidationPlan, source: str) -> list[PlannedInstance]:
 def wild_patterns(shards: list[str]) -> list[str]:
     return [f"{s}.%" for s in shards]
 
-
-def params_of(ctx: RunContext) -> ConsolidateParams:
-    params = ctx.params
-    if not isinstance(params, ConsolidateParams):
-        raise TypeError(f"a consolidation's steps run with {type(params).__name__} params")
-    return params

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.readers.schema import SchemaReader
 from dbmigrate.exceptions import SafetyError
 
 SETTLE_TRIES = 3
@@ -50,7 +51,7 @@ class CopyCheck:
     tables: dict[str, list[str]] = field(default_factory=dict)  # shard -> its base tables
 
 
-def plan_chunks(old: Inspector, shard: str, chunk_bytes: int) -> tuple[list[str], list[Chunk]]:
+def plan_chunks(old: SchemaReader, shard: str, chunk_bytes: int) -> tuple[list[str], list[Chunk]]:
     tables = old.base_tables(shard)
     chunks: list[Chunk] = []
     for table in tables:
@@ -73,7 +74,7 @@ def plan_chunks(old: Inspector, shard: str, chunk_bytes: int) -> tuple[list[str]
     return tables, chunks
 
 
-def checksum(insp: Inspector, c: Chunk) -> str:
+def checksum(insp: SchemaReader, c: Chunk) -> str:
     return insp.chunk_checksum(c.shard, c.table, list(c.columns), c.key, c.lo, c.hi)
 
 
@@ -107,7 +108,7 @@ def check_before_fence(old: Inspector, new: Inspector, conn: str, shards: list[s
     return result
 
 
-def check_in_fence(old: Inspector, new: Inspector, source: str, instance: str, found: CopyCheck,
+def check_in_fence(old: SchemaReader, new: SchemaReader, source: str, instance: str, found: CopyCheck,
                    shards: list[str]) -> tuple[int, dict[str, dict[str, str]]]:
     """Inside the fence, the instance caught up: the ranges that did not settle are compared
     exactly, and each shard's tables must be the same list. Returns (ranges, differences)."""

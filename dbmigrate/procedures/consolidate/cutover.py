@@ -3,22 +3,23 @@ end the old sessions, and its undo."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.engine.step import FunctionStep
 from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError
 from dbmigrate.procedures.consolidate.model import PlannedInstance
 from dbmigrate.procedures.consolidate.plan import connection_name
 from dbmigrate.procedures.consolidate.resources import CutRecord
 from dbmigrate.procedures.consolidate.context import (
+    ConsolidateContext,
     ConsolidateError,
     ConsolidateRefused,
     address_of,
     applier_of,
     edit_state,
     is_cut,
-    params_of,
     plan_of,
     resources_of,
     route_of,
@@ -33,26 +34,26 @@ from dbmigrate.procedures.consolidate.accounts import (
 )
 from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_fence, check_in_fence
 from dbmigrate.procedures.kit.drain import drain, protected_users
-from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer
+from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer, FenceParams
 from dbmigrate.procedures.consolidate.windows import WINDOWS
 
 
-def end_app_sessions(ctx: RunContext, name: str) -> tuple[int, set[str]]:
+def end_app_sessions(ctx: ConsolidateContext, name: str) -> tuple[int, set[str]]:
     """Let in-flight transactions finish (bounded), then end the client sessions (when the
     playbook allows). Returns (sessions ended, the accounts they belonged to)."""
     if ctx.dry_run:
         return 0, set()
     insp = Inspector(server_of(ctx, name))
     done = drain(insp, applier_of(ctx, name), protected_users(insp, resources_of(ctx).repl.user),
-                 timeout_s=params_of(ctx).drain_timeout_s, until="transactions",
-                 end=params_of(ctx).kill_app_sessions, clock=ctx.clock)
-    if done.left and not params_of(ctx).kill_app_sessions:
+                 timeout_s=ctx.params.fence_drain_timeout_s, until="transactions",
+                 end=ctx.params.kill_app_sessions, clock=ctx.clock)
+    if done.left and not ctx.params.kill_app_sessions:
         ctx.log(f"{len(done.left)} application session(s) stay open on {name} (kill_app_sessions is off): a pool "
                 f"that keeps them writes nowhere until it reconnects", "warning")
     return done.ended, {s.user for s in done.left}
 
 
-def cutover(ctx: RunContext, source: str) -> str:
+def cutover(ctx: ConsolidateContext, source: str) -> str:
     """Move one old server's shards to their instances, in the order that keeps every
     application writing somewhere: (before the fence) the accounts and the copy checked ->
     fence (kit fence: calm wait, watchdog, fenced catch-up budget) -> each instance applies the
@@ -62,7 +63,7 @@ def cutover(ctx: RunContext, source: str) -> str:
     the old server ended, so that pools reconnect through the new route -> every account that
     writes the shards can write there, the app account logs in there -> forward connections
     dropped."""
-    plan, p = plan_of(ctx), params_of(ctx)
+    plan, p = plan_of(ctx), ctx.params
     targets = targets_of(plan, source)
     old_addr = address_of(ctx, source)
     if ctx.dry_run:
@@ -167,7 +168,7 @@ def cutover(ctx: RunContext, source: str) -> str:
 BUDGET_POLL_S = 0.002
 
 
-def start_reverse(ctx: RunContext, source: str, reverse: dict[str, list[Any]], *, fresh: bool) -> None:
+def start_reverse(ctx: ConsolidateContext, source: str, reverse: dict[str, list[Any]], *, fresh: bool) -> None:
     """The old server replicates, on a named connection per instance, what each instance wrote
     after its position in `reverse` (filtered to the shards it took from this server). `fresh`:
     the cutover sets the connections up anew; else (putting a half-done cutover back) a
@@ -199,7 +200,7 @@ class WindowParts:
         self.parts.append((part, (now - self.last) * 1000))
         self.last = now
 
-    def journal(self, ctx: RunContext, source: str) -> None:
+    def journal(self, ctx: ConsolidateContext, source: str) -> None:
         for part, ms in self.parts:
             ctx.metric("fenced_part_ms", round(ms, 2), "ms", source=source, part=part)
 
@@ -208,11 +209,11 @@ class CatchUpTimeout(ConsolidateError):
     """An instance did not apply the fenced server's final position in time."""
 
 
-def fence(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> tuple[Fence[tuple[str, int]], Fenced[tuple[str, int]]]:
+def fence(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance]) -> tuple[Fence[tuple[str, int]], Fenced[tuple[str, int]]]:
     """The kit fence on the old server (calm wait, watchdog with its timeline, fenced catch-up
     budget and attempts); its final position is a binlog (file, pos): replication here is by
     file and position on named connections."""
-    p, plan = params_of(ctx), plan_of(ctx)
+    p, plan = ctx.params, plan_of(ctx)
 
     def applied_within(pos: tuple[str, int], budget_s: float) -> bool:
         # Polled: the server's own wait takes whole seconds, and the budget is a fraction of one.
@@ -234,18 +235,49 @@ def fence(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> tuple
             raise ConsolidateRefused(f"not fenced again: {reason}", hint="nothing changed on it; resume once it keeps up")
 
     del plan
-    kit = Fence(source, FencedServer.of(server_of(ctx, source)), p,
-                final_position=lambda insp, read: insp.binlog_coordinates(),
-                catchup_timeout_s=p.catchup_timeout_s, targets=", ".join(t.name for t in targets),
-                log=ctx.log, clock=ctx.clock)
+    kit = server_fence(ctx, source, p, ", ".join(t.name for t in targets))
     return kit, kit.fence(applied_within=applied_within, before_retry=converge_again)
 
 
-def require_accounts(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> Accounts:
+def server_fence(ctx: ConsolidateContext, name: str, params: FenceParams, targets: str) -> Fence[tuple[str, int]]:
+    """The kit fence of one server of the run (an old server, or an instance the undo takes
+    writes from); its final position is a binlog (file, pos)."""
+    at = replace(FencedServer.of(server_of(ctx, name)), inspector=lambda: Inspector(server_of(ctx, name)),
+                 applier=lambda: applier_of(ctx, name))
+    return Fence(name, at, params, final_position=lambda insp, read: insp.binlog_coordinates(),
+                 catchup_timeout_s=ctx.params.catchup_timeout_s, targets=targets, log=ctx.log, clock=ctx.clock,
+                 dry_run=ctx.dry_run)
+
+
+def instance_fence(ctx: ConsolidateContext, name: str, source: str) -> Fence[tuple[str, int]]:
+    """The kit fence of an instance whose writes go back to `source`: bounded, watched, and
+    expiring by itself where its event scheduler runs (a rollback is not refused for want of
+    the expiry: it warns). Its expiry is dropped before `source` opens (`keep_closed`)."""
+    p = ctx.params
+    fence_params = p.model_copy(update={"fence_expiry": "if_available"}) if p.fence_expiry == "require" else p
+    return server_fence(ctx, name, fence_params, source)
+
+
+def keep_closed(ctx: ConsolidateContext, name: str, source: str) -> None:
+    """Before `source` takes writes again: the instance, which no shard routes to, is read-only
+    with no fence expiry left (a cutover may have stopped after opening it: a writable one is
+    fenced with the kit's fence first)."""
+    held = instance_fence(ctx, name, source)
+    if not Inspector(server_of(ctx, name)).read_only():
+        held.fence()
+    held.before_open(source)
+
+
+def routed_to(ctx: ConsolidateContext, inst: PlannedInstance) -> list[str]:
+    """The instance's shards (of every old server) whose route names it."""
+    return [s for s in inst.shards if route_of(ctx, s).current().writer == address_of(ctx, inst.name)]
+
+
+def require_accounts(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance]) -> Accounts:
     """Before the fence: every account with a privilege on the moved shards exists on its
     instance, authenticates the same and holds the same grants there, and every one that writes
     them is stopped by read_only on the old server; else nothing is fenced."""
-    plan, p = plan_of(ctx), params_of(ctx)
+    plan, p = plan_of(ctx), ctx.params
     src = Inspector(server_of(ctx, source))
     exclude = {src.login_user, resources_of(ctx).repl.user}
     everyone = Accounts()
@@ -264,9 +296,9 @@ def require_accounts(ctx: RunContext, source: str, targets: list[PlannedInstance
     return everyone
 
 
-def verify_copies(ctx: RunContext, source: str, targets: list[PlannedInstance]) -> dict[str, CopyCheck]:
+def verify_copies(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance]) -> dict[str, CopyCheck]:
     """Before the fence, while replicating: each instance's copy compared range by range."""
-    plan, p = plan_of(ctx), params_of(ctx)
+    plan, p = plan_of(ctx), ctx.params
     src = Inspector(server_of(ctx, source))
     found = {}
     for t in targets:
@@ -288,10 +320,10 @@ def verify_copies(ctx: RunContext, source: str, targets: list[PlannedInstance]) 
     return found
 
 
-def check_in_window(ctx: RunContext, source: str, targets: list[PlannedInstance], copies: dict[str, CopyCheck]) -> int:
+def check_in_window(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance], copies: dict[str, CopyCheck]) -> int:
     """Inside the fence: the ranges left by the check before it, compared exactly (bounded by
     fenced_check_max_chunks, whatever the shard's size)."""
-    if not params_of(ctx).checksum:
+    if not ctx.params.checksum:
         return 0
     plan = plan_of(ctx)
     src = Inspector(server_of(ctx, source))
@@ -308,7 +340,7 @@ def check_in_window(ctx: RunContext, source: str, targets: list[PlannedInstance]
     return n
 
 
-def record_fence_checks(ctx: RunContext, copies: dict[str, CopyCheck]) -> None:
+def record_fence_checks(ctx: ConsolidateContext, copies: dict[str, CopyCheck]) -> None:
     """Journal the ranges compared inside the window (after it: the journal is not free)."""
     sums = dict(state_of(ctx).checksums)
     for c in (c for f in copies.values() for c in f.unsettled):
@@ -319,7 +351,7 @@ def record_fence_checks(ctx: RunContext, copies: dict[str, CopyCheck]) -> None:
     save_checksums(ctx, sums)
 
 
-def try_app_login(ctx: RunContext, source: str, targets: list[PlannedInstance], accounts: Accounts | None = None) -> str:
+def try_app_login(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance], accounts: Accounts | None = None) -> str:
     """After the switch: every account that writes the moved shards holds its write grants on
     the instance, which takes writes (read as the tool: their passwords are not ours), and the
     inventory's app account logs in where each route now points, finds it writable and reaches
@@ -351,12 +383,12 @@ def try_app_login(ctx: RunContext, source: str, targets: list[PlannedInstance], 
     return "; ".join(said)
 
 
-def wait_accounts_reach(ctx: RunContext, source: str, targets: list[PlannedInstance], seen: set[str]) -> str:
+def wait_accounts_reach(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance], seen: set[str]) -> str:
     """After the switch (bounded, outside the window): every account that had sessions on the
     old server has one on an instance. A warning past the bound: an idle pool may come later."""
     if not seen:
         return ""
-    bound = params_of(ctx).app_reach_timeout_s
+    bound = ctx.params.app_reach_timeout_s
     deadline = ctx.clock.monotonic() + bound
     missing = set(seen)
     while True:
@@ -373,18 +405,18 @@ def wait_accounts_reach(ctx: RunContext, source: str, targets: list[PlannedInsta
     return f"; every account seen on {source} ({', '.join(sorted(seen))}) reconnected to the instance(s)"
 
 
-def save_checksums(ctx: RunContext, results: dict[str, Any]) -> None:
+def save_checksums(ctx: ConsolidateContext, results: dict[str, Any]) -> None:
     with edit_state(ctx) as st:
         st.checksums = results
 
 
-def undo_cutover(ctx: RunContext, source: str) -> str:
+def undo_cutover(ctx: ConsolidateContext, source: str) -> str:
     """Route the source's shards back after it applied every write its instances took.
 
     Also puts back a cutover that stopped part way (the tool killed in it): fenced only, a
     reverse connection set up but not journaled, an instance opened before any route moved,
     routes moved or the instance opened before the reverse connection was set up or started."""
-    plan, p = plan_of(ctx), params_of(ctx)
+    plan, p = plan_of(ctx), ctx.params
     targets = targets_of(plan, source)
     old_addr = address_of(ctx, source)
     reverse = state_of(ctx).reverse.get(source) or {}
@@ -394,6 +426,7 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
         shards = shards_of(plan, t.name, source)
         routed_here = [s for s in shards if route_of(ctx, s).current().writer == address_of(ctx, t.name)]
         conn = connection_name(t.name)
+        held: Fence[tuple[str, int]] | None = None  # the instance's fence set here
         if t.name in reverse and routed_here and not src.connection_running(conn):
             # Stopped after the routes moved (and perhaps the open), before the old server
             # replicated back: from the journaled position, which the instance wrote nothing
@@ -401,10 +434,12 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
             start_reverse(ctx, source, {t.name: reverse[t.name]}, fresh=False)
         if t.name in reverse and src.connection_status(conn) is not None:
             if routed_here:
-                # Fences every shard on the instance for a moment; rollback undoes newest first,
-                # so the others move back right after or are reopened below.
-                applier_of(ctx, t.name).set_read_only(True)
-            t_file, t_pos = Inspector(server_of(ctx, t.name)).binlog_coordinates()
+                # Fences every shard on the instance for a moment (the kit's fence); rollback
+                # undoes newest first, so the others move back right after or are reopened below.
+                held = instance_fence(ctx, t.name, source)
+                t_file, t_pos = held.fence().position
+            else:
+                t_file, t_pos = Inspector(server_of(ctx, t.name)).binlog_coordinates()
             if not src.wait_for_position(conn, t_file, t_pos, p.catchup_timeout_s):
                 raise ConsolidateError(f"{source} did not apply {t.name}'s writes up to {t_file}:{t_pos} "
                                        f"within {p.catchup_timeout_s:g}s; the routes still point at {t.name}",
@@ -412,6 +447,9 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
             for s in routed_here:
                 route_of(ctx, s).switch_writer(old_addr, old=address_of(ctx, t.name))
                 back.append(s)
+            if held is not None and not routed_to(ctx, t):
+                # No route names the instance now: it stays read-only, its fence no longer expires.
+                held.before_open(source)
             if routed_here:  # after the routes name the old server again: pools reconnect there
                 end_app_sessions(ctx, t.name)
             applier_of(ctx, source).remove_source(conn)
@@ -422,10 +460,14 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
             # Set up by a cutover that stopped before journaling it: no route had moved, so the
             # instance took no writes and there is nothing to wait for.
             applier_of(ctx, source).remove_source(conn)
-        still_here = [s for s in t.shards if route_of(ctx, s).current().writer == address_of(ctx, t.name)]
-        # Before the old server takes writes again: an instance no shard routes to is read-only
-        # (a cutover may have stopped after opening it, before moving a route).
-        applier_of(ctx, t.name).set_read_only(not still_here)
+        # Before the old server takes writes again: an instance no shard routes to is read-only.
+        if routed_to(ctx, t):
+            if held is not None:
+                held.unfence()  # the shards of its other old servers write there again
+            else:
+                applier_of(ctx, t.name).set_read_only(False)
+        elif held is None:
+            keep_closed(ctx, t.name, source)
     if p.fence_expiry != "off":  # a fence this run set may have scheduled its expiry
         applier_of(ctx, source).cancel_fence_expiry()
     applier_of(ctx, source).set_read_only(False)
@@ -438,7 +480,7 @@ def undo_cutover(ctx: RunContext, source: str) -> str:
     return f"{routed}; {source} is writable again"
 
 
-def verify_undone(ctx: RunContext, source: str) -> None:
+def verify_undone(ctx: ConsolidateContext, source: str) -> None:
     """Postcondition of an undone cutover, read on the servers and routes (not the journal's
     word): the old server is writable and every one of its shards routes to it."""
     if ctx.dry_run:
@@ -453,7 +495,7 @@ def verify_undone(ctx: RunContext, source: str) -> None:
                           hint="fix the routes by hand (the old server holds every write), then: dbmigrate rollback RUN")
 
 
-def verify_cutover(ctx: RunContext, source: str) -> None:
+def verify_cutover(ctx: ConsolidateContext, source: str) -> None:
     """Postcondition of one old server's cutover: its shards route to writable instances; it is fenced."""
     if ctx.dry_run:
         return
@@ -472,17 +514,15 @@ def verify_cutover(ctx: RunContext, source: str) -> None:
         raise SafetyError(f"after the cutover of {source}: " + "; ".join(wrong))
 
 
-def describe_cutover(ctx: RunContext, source: str) -> list[tuple[str, str]]:
-    p = params_of(ctx)
+def describe_cutover(ctx: ConsolidateContext, source: str) -> list[tuple[str, str]]:
+    p = ctx.params
     targets = [t.name for t in targets_of(plan_of(ctx), source)]
     conn = connection_name(source)
     check = [*[(t, f"before the fence: chunked checksums of every table of its shards against {source}, each "
                    f"after MASTER_POS_WAIT(<{source}'s position>, '{conn}')") for t in targets]] if p.checksum else []
     return [(source, "before the fence: accounts with grants on the shards compared with each instance"),
             *check,
-            (source, f"wait up to {p.fence_calm_wait_s:g}s for no row-lock wait; SET GLOBAL read_only=ON "
-                     f"(lock_wait_timeout {p.fence_timeout_s:g}s, watchdog after {p.fence_block_s:g}s: "
-                     f"{p.on_fence_blocked}); SHOW MASTER STATUS"),
+            (source, f"{p.described()}; SHOW MASTER STATUS"),
             *[(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {p.catchup_timeout_s:g}, '{conn}')"
                   + ("; the ranges that kept changing compared again" if p.checksum else "")) for t in targets],
             *[(t, "its binlog position read and journaled (where the reverse connection will start)") for t in targets],
@@ -503,7 +543,7 @@ def cutover_step(source: str, targets: list[str]) -> FunctionStep:
                         describe=lambda c: describe_cutover(c, source))
 
 
-def rollback_one(ctx: RunContext, source: str) -> str:
+def rollback_one(ctx: ConsolidateContext, source: str) -> str:
     """Put one old server back (its shards' routes, writable) while the others stay moved.
     The run's cutover step then counts it as not done: `dbmigrate resume RUN` would move it again."""
     if source not in {s.source for s in plan_of(ctx).shards}:

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dbmigrate.engine.runner import explain
-from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.engine.step import FunctionStep
 from dbmigrate.exceptions import DbmigrateError, Refused
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan
-from dbmigrate.procedures.consolidate.context import ConsolidateError, ConsolidateRefused, edit_state, params_of, state_of
+from dbmigrate.procedures.consolidate.context import ConsolidateContext, ConsolidateError, ConsolidateRefused, edit_state, state_of
 
 
 def lanes_of(plan: ConsolidationPlan) -> list[list[str]]:
@@ -105,15 +105,15 @@ def run_lanes(lanes: list[list[str]], work: Callable[[str], str], *, concurrency
     return result
 
 
-def server_event(ctx: RunContext, server: str, stage: str, status: str, text: str, secs: float) -> None:
+def server_event(ctx: ConsolidateContext, server: str, stage: str, status: str, text: str, secs: float) -> None:
     """One old server's stage began or ended (started, done, failed, skipped): a metric of the
     seconds it took, labelled, so a live board follows every server without parsing sentences."""
     ctx.metric("fleet_server_s", round(secs, 2), "s", server=server, stage=stage, status=status, text=text)
 
 
-def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[RunContext, str], str], *,
-               done: Callable[[RunContext, str], bool], blocked: Callable[[RunContext, str], str | None],
-               undo: Callable[[RunContext], str], describe: Callable[[RunContext], list[Any]],
+def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[ConsolidateContext, str], str], *,
+               done: Callable[[ConsolidateContext, str], bool], blocked: Callable[[ConsolidateContext, str], str | None],
+               undo: Callable[[ConsolidateContext], str], describe: Callable[[ConsolidateContext], list[Any]],
                defer_failures: bool = False, undo_if_started: bool = False,
                stop_between_servers: bool = False) -> FunctionStep:
     """One engine step that runs `work` for every old server of the plan as a fleet.
@@ -126,10 +126,10 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[R
     lets the servers in progress finish and starts no other; the step then fails naming them."""
     sources = sorted({s.source for s in plan.shards})
 
-    def run(ctx: RunContext) -> str:
+    def run(ctx: ConsolidateContext) -> str:
         if ctx.dry_run:
             return f"would {stage} {len(sources)} old server(s)"
-        fleet = params_of(ctx).fleet
+        fleet = ctx.params.fleet
 
         def record(server: str, status: str, text: str, secs: float) -> None:
             with edit_state(ctx) as st:
@@ -166,12 +166,12 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[R
         failed = "".join(f"; {s} FAILED: {e}" for s, e in sorted(r.failed.items()))
         return summary + ": " + "; ".join(f"{s}: {t}" for s, t in sorted(r.done.items())) + failed
 
-    def check(ctx: RunContext) -> bool:
+    def check(ctx: ConsolidateContext) -> bool:
         return not ctx.dry_run and all(done(ctx, s) for s in sources)
 
     return FunctionStep(name, run, check=check, undo=undo, describe=describe, undo_if_started=undo_if_started)
 
 
-def failed_at(ctx: RunContext, server: str, stage: str) -> str | None:
+def failed_at(ctx: ConsolidateContext, server: str, stage: str) -> str | None:
     rec = state_of(ctx).servers.get(server)
     return rec["text"] if rec and rec.get("stage") == stage and rec.get("status") == "failed" else None

@@ -9,23 +9,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.runner import explain
-from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.engine.step import FunctionStep
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import PlannedInstance
 from dbmigrate.procedures.consolidate.provision import provisioner_for
+from dbmigrate.procedures.kit.fence import hold_read_only
 from dbmigrate.procedures.consolidate.context import (
+    ConsolidateContext,
     ConsolidateError,
     address_of,
     edit_state,
     applier_of,
-    params_of,
     resources_of,
     server_of,
     state_of,
 )
 
 
-def answers(ctx: RunContext, name: str) -> bool:
+def answers(ctx: ConsolidateContext, name: str) -> bool:
     try:
         if Inspector(server_of(ctx, name)).reachable():
             return True
@@ -35,7 +36,7 @@ def answers(ctx: RunContext, name: str) -> bool:
     return False
 
 
-def provision_one(ctx: RunContext, inst: PlannedInstance) -> str:
+def provision_one(ctx: ConsolidateContext, inst: PlannedInstance) -> str:
     """Create `inst` (through its host's provisioner) or find it answering; then read-only."""
     provisioner = provisioner_for(inst)
     if inst.sandbox and provisioner is None:
@@ -56,12 +57,12 @@ def provision_one(ctx: RunContext, inst: PlannedInstance) -> str:
             hint=f"create it (datadir {inst.datadir}, settings: {', '.join(f'{k}={v}' for k, v in inst.config.items())}), "
                  "e.g. from a before_phase hook, then: dbmigrate resume RUN")
     # Nothing may write here but replication until the cutover opens it.
-    applier_of(ctx, inst.name).set_read_only(True)
+    hold_read_only(applier_of(ctx, inst.name))
     return (f"{inst.name} on {inst.host} answers at {address_of(ctx, inst.name)} "
             f"(buffer pool {inst.buffer_pool_mb} MB), read-only until its cutover")
 
 
-def provisioned(ctx: RunContext, inst: PlannedInstance) -> bool:
+def provisioned(ctx: ConsolidateContext, inst: PlannedInstance) -> bool:
     """Created by this run (sandbox) or made beforehand, and answering."""
     return (inst.name in state_of(ctx).instances or not inst.sandbox) and answers(ctx, inst.name)
 
@@ -73,11 +74,11 @@ def provision_instances(instances: list[PlannedInstance]) -> FunctionStep:
     the others created, and the step then fails naming it: resume provisions only what is missing."""
     hosts = sorted({i.host for i in instances})
 
-    def run(ctx: RunContext) -> str:
+    def run(ctx: ConsolidateContext) -> str:
         if ctx.dry_run:
             return f"would create {len(instances)} instance(s) on {', '.join(hosts)}"
         todo = [i for i in instances if not provisioned(ctx, i)]
-        at_once = max(1, min(params_of(ctx).fleet.concurrency, len(todo)))
+        at_once = max(1, min(ctx.params.fleet.concurrency, len(todo)))
 
         def one(inst: PlannedInstance) -> str:
             t = time.monotonic()
@@ -102,7 +103,7 @@ def provision_instances(instances: list[PlannedInstance]) -> FunctionStep:
         return (f"{len(done)} instance(s) provisioned ({at_once} at a time)"
                 + (f", {already} already there" if already else "") + ": " + "; ".join(done))
 
-    def check(ctx: RunContext) -> bool:
+    def check(ctx: ConsolidateContext) -> bool:
         return not ctx.dry_run and all(provisioned(ctx, i) for i in instances)
 
     return FunctionStep(f"provision {len(instances)} instance(s) on {', '.join(hosts)}", run, check=check,

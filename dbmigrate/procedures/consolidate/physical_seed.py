@@ -29,18 +29,18 @@ from typing import Any, Callable, Iterator, Optional
 from dbmigrate.db.generation import GENERATIONS
 from dbmigrate.db.credentials import option_file_text
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.step import RunContext
+
 from dbmigrate.hosts import Host, HostError, NoAccessHost, stream
 from dbmigrate.hosts.resolve import host_for, host_for_planned
 from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
 from dbmigrate.procedures.consolidate.provision import HostControl, InstanceControl, instance_control
 from dbmigrate.procedures.consolidate.resources import LIVE_THROTTLE_KEY
 from dbmigrate.procedures.consolidate.context import (
+    ConsolidateContext,
     ConsolidateError,
     address_of,
     applier_of,
     edit_state,
-    params_of,
     plan_of,
     resources_of,
     server_of,
@@ -49,6 +49,7 @@ from dbmigrate.procedures.consolidate.context import (
 )
 from dbmigrate.procedures.consolidate.backup_phases import COMMIT_LOCKS, LOG_COPY_INTERVAL_MS, BackupPhases
 from dbmigrate.procedures.consolidate.throttle import MB, Limits, Meter, Valve, Watcher, random_key, relay
+from dbmigrate.procedures.kit.fence import hold_read_only
 
 # MariaDB 10.11's mariadb-backup writes the first; later releases the second.
 BINLOG_INFO_FILES = ("xtrabackup_binlog_info", "mariadb_backup_binlog_info")
@@ -120,7 +121,7 @@ def major_minor(version: str) -> str:
     return ".".join(version.split("-")[0].split(".")[:2])
 
 
-def physical_blockers(ctx: RunContext, inst: PlannedInstance, source: str) -> list[str]:
+def physical_blockers(ctx: ConsolidateContext, inst: PlannedInstance, source: str) -> list[str]:
     """Why this instance cannot be seeded physically from `source` (empty: it can)."""
     reasons = []
     if len(inst.sources) > 1:
@@ -145,8 +146,8 @@ def physical_blockers(ctx: RunContext, inst: PlannedInstance, source: str) -> li
     return reasons
 
 
-def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
-    plan, p = plan_of(ctx), params_of(ctx)
+def seed_physically(ctx: ConsolidateContext, inst: PlannedInstance, source: str) -> str:
+    plan, p = plan_of(ctx), ctx.params
     shards = shards_of(plan, inst.name, source)
     res = resources_of(ctx)
     src_host, dst_host = host_for(res.inventory, source), host_for_planned(res.inventory, inst)
@@ -223,7 +224,7 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
     dst_host.run(["rm", "-rf", "--", f"{datadir}.dbmigrate-old"], what="remove the replaced datadir", check=False)
     dropped = keep_only_shards(ctx, inst, shards)
     a = applier_of(ctx, inst.name)
-    a.set_read_only(True)
+    hold_read_only(a)  # restarted on the copy: nothing may write here but replication until its cutover
     conn = connection_name(source)
     host, _, port = address_of(ctx, source).rpartition(":")
     if pos.gtid:
@@ -260,7 +261,7 @@ def seed_physically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
 
 
 @contextmanager
-def ticking(ctx: RunContext, what: str, every_s: float = 10.0,
+def ticking(ctx: ConsolidateContext, what: str, every_s: float = 10.0,
             detail: Optional[Callable[[], str]] = None) -> Iterator[None]:
     """Say `what` now, then again every `every_s` while the block runs (with `detail()`, e.g. the
     bytes so far): no long wait is silent."""
@@ -295,7 +296,7 @@ def read_position(host: Host, staging: str, source: str) -> BackupPosition:
                            hint="the old server needs log_bin; check mariadb-backup's version")
 
 
-def keep_only_shards(ctx: RunContext, inst: PlannedInstance, shards: list[str]) -> list[str]:
+def keep_only_shards(ctx: ConsolidateContext, inst: PlannedInstance, shards: list[str]) -> list[str]:
     """Drop what the copy brought beyond the instance's shards (not binlogged: nothing replicates it)."""
     a = applier_of(ctx, inst.name)
     dropped = []
@@ -315,9 +316,9 @@ class LiveThrottle:
     read: float = 0.0
 
 
-def _watcher(ctx: RunContext, inst: PlannedInstance, source: str, shards: list[str], valve: Valve, meter: Meter,
+def _watcher(ctx: ConsolidateContext, inst: PlannedInstance, source: str, shards: list[str], valve: Valve, meter: Meter,
              total: Optional[int], phases: BackupPhases) -> Watcher:
-    seed = params_of(ctx).seed
+    seed = ctx.params.seed
 
     live = LiveThrottle()
 
@@ -346,7 +347,7 @@ def _watcher(ctx: RunContext, inst: PlannedInstance, source: str, shards: list[s
                    locked=phases.reason)
 
 
-def _report(ctx: RunContext, inst: PlannedInstance, source: str, text: str, figures: dict[str, Any]) -> None:
+def _report(ctx: ConsolidateContext, inst: PlannedInstance, source: str, text: str, figures: dict[str, Any]) -> None:
     ctx.log(f"seed {inst.name} from {source}: {text}", level="progress")
     # The figures ride along as labels: a live board shows % done, ETA and the source's p99.9.
     # total_bytes is never below bytes and pct never 100 before the end (throttle.progress_of).
@@ -363,7 +364,7 @@ def _report(ctx: RunContext, inst: PlannedInstance, source: str, text: str, figu
     ctx.metric("seed_rate_mb_s", figures["rate_mb_s"], "MB/s", instance=inst.name, source=source, **labels)
 
 
-def write_probe_for(ctx: RunContext, source: str) -> Callable[[], object]:
+def write_probe_for(ctx: ConsolidateContext, source: str) -> Callable[[], object]:
     """One heartbeat written on the old server (`dbmigrate.heartbeat`, the tool's own row; nothing
     where it is read-only): how long a commit waits there. The instance's filter keeps the row
     out of the copy's replication, and the copy's own dbmigrate schema is dropped with the
@@ -373,7 +374,7 @@ def write_probe_for(ctx: RunContext, source: str) -> Callable[[], object]:
     return lambda: write_heartbeat(server_of(ctx, source))
 
 
-def probe_for(ctx: RunContext, source: str, shards: list[str]) -> Callable[[], object]:
+def probe_for(ctx: ConsolidateContext, source: str, shards: list[str]) -> Callable[[], object]:
     """One indexed point read on the biggest integer-keyed shard table (SELECT 1 without one).
     Runs in the watcher's thread, so on a session of its own."""
     keyed = Inspector(server_of(ctx, source)).integer_key_tables(shards)
@@ -385,7 +386,7 @@ def probe_for(ctx: RunContext, source: str, shards: list[str]) -> Callable[[], o
     return lambda: Inspector(server_of(ctx, source)).point_read(schema, table, column, random_key(lo, hi))
 
 
-def replica_lag_s(ctx: RunContext, source: str) -> Optional[float]:
+def replica_lag_s(ctx: ConsolidateContext, source: str) -> Optional[float]:
     """Worst Seconds_Behind_Master of the inventory's servers that replicate from `source`."""
     inv = resources_of(ctx).inventory
     cluster, spec = inv.find_server(source)

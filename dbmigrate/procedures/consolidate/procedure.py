@@ -38,7 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, RunContext, Step
+from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, Step
 from dbmigrate.exceptions import SafetyError, UsageError
 from dbmigrate.procedures.consolidate.cutover import cutover, describe_cutover, undo_cutover, verify_cutover
 from dbmigrate.procedures.consolidate.fleet import failed_at, fleet_step
@@ -47,15 +47,16 @@ from dbmigrate.procedures.consolidate.instances import provision_instances
 from dbmigrate.procedures.consolidate.model import ConsolidationPlan
 from dbmigrate.procedures.consolidate.provision import sandbox_extra
 from dbmigrate.procedures.consolidate.windows import WINDOWS
-from dbmigrate.procedures.consolidate.resources import ConsolidateResources, load_plan, plan_path, prepare
+from dbmigrate.procedures.consolidate.resources import load_plan, plan_path, prepare
 from dbmigrate.procedures.consolidate.context import (
+    ConsolidateBuildContext,
+    ConsolidateContext,
     ConsolidateError,
     ConsolidateRefused,
     ConsolidateParams,
     PlanOnly,
     address_of,
     is_cut,
-    params_of,
     plan_of,
     resources_of,
     route_of,
@@ -66,11 +67,10 @@ from dbmigrate.procedures.consolidate.context import (
 from dbmigrate.procedures.consolidate.seed import dump_coordinates, grants_for_shards, seed_step
 from dbmigrate.tools.dump import dump_command, import_command
 from dbmigrate.procedures.kit.drain import protected_users
-from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.registry import register
 
 
-def publish_routes(ctx: RunContext) -> str:
+def publish_routes(ctx: ConsolidateContext) -> str:
     """Each shard's DSN entry names its old server (added where missing, never overwritten)."""
     plan = plan_of(ctx)
     added = []
@@ -85,7 +85,7 @@ def publish_routes(ctx: RunContext) -> str:
         f"all {len(plan.shards)} shard routes present in {routes}"
 
 
-def verify_routes(ctx: RunContext) -> str:
+def verify_routes(ctx: ConsolidateContext) -> str:
     plan = plan_of(ctx)
     if ctx.dry_run:
         return "would check each shard's route and instance"
@@ -109,7 +109,7 @@ def verify_routes(ctx: RunContext) -> str:
                "; no application session left on an old server"))
 
 
-def stuck_sessions(ctx: RunContext) -> list[str]:
+def stuck_sessions(ctx: ConsolidateContext) -> list[str]:
     """Client sessions on the fenced old servers (the tool's and replication's aside): an
     application that keeps them writes nowhere, whatever the routes say."""
     out = []
@@ -122,15 +122,15 @@ def stuck_sessions(ctx: RunContext) -> list[str]:
     return out
 
 
-def _done(step: Step, ctx: RunContext) -> bool:
+def _done(step: Step, ctx: ConsolidateContext) -> bool:
     return step.check is not None and bool(step.check(ctx))
 
 
-def _undone(step: Step, ctx: RunContext) -> str:
+def _undone(step: Step, ctx: ConsolidateContext) -> str:
     return (step.undo(ctx) if step.undo is not None else None) or ""
 
 
-def _described(step: Step, ctx: RunContext) -> list[Any]:
+def _described(step: Step, ctx: ConsolidateContext) -> list[Any]:
     return list(step.describe(ctx)) if step.describe is not None else []
 
 
@@ -138,10 +138,10 @@ def seed_fleet(plan: ConsolidationPlan) -> Step:
     sources = sorted({s.source for s in plan.shards})
     seeds = {src: [seed_step(inst, src) for inst in targets_of(plan, src)] for src in sources}
 
-    def work(ctx: RunContext, src: str) -> str:
+    def work(ctx: ConsolidateContext, src: str) -> str:
         return "; ".join(step.run(ctx) for step in seeds[src] if not _done(step, ctx)) or "already seeded"
 
-    def undo(ctx: RunContext) -> str:
+    def undo(ctx: ConsolidateContext) -> str:
         return "; ".join(_undone(step, ctx) for src in reversed(sources) for step in reversed(seeds[src]))
 
     return fleet_step(f"seed {len(plan.instances)} instance(s) from {len(sources)} old server(s)", "seed", plan,
@@ -153,12 +153,12 @@ def seed_fleet(plan: ConsolidationPlan) -> Step:
 def cutover_fleet(plan: ConsolidationPlan, params: ConsolidateParams) -> Step:
     sources = sorted({s.source for s in plan.shards})
 
-    def work(ctx: RunContext, src: str) -> str:
+    def work(ctx: ConsolidateContext, src: str) -> str:
         if src in state_of(ctx).fencing:  # an earlier attempt stopped part way (the tool was killed)
             ctx.log(f"the cutover of {src} began earlier in this run and did not finish: putting it back "
                     f"before starting again: {undo_cutover(ctx, src)}", "warning")
         WINDOWS.wait_quiet()  # another server's fenced window first
-        ok, reason, details = source_caught_up(ctx, params_of(ctx), src)
+        ok, reason, details = source_caught_up(ctx, ctx.params, src)
         for conn, d in details.items():  # how far behind each of its connections was, for a live board
             if isinstance(d, dict) and d.get("seconds_behind") is not None:
                 ctx.metric("catchup_lag_ms", float(d["seconds_behind"]) * 1000, "ms", source=src,
@@ -170,11 +170,11 @@ def cutover_fleet(plan: ConsolidationPlan, params: ConsolidateParams) -> Step:
         verify_cutover(ctx, src)
         return sentence
 
-    def blocked(ctx: RunContext, src: str) -> str | None:
+    def blocked(ctx: ConsolidateContext, src: str) -> str | None:
         failed = failed_at(ctx, src, "seed")
         return f"not cut over: its seed failed ({failed})" if failed else None
 
-    def undo(ctx: RunContext) -> str:
+    def undo(ctx: ConsolidateContext) -> str:
         st = state_of(ctx)
         # Newest first: a cutover the tool stopped in (begun, neither done nor undone), then the done ones.
         begun = sorted((s for s in st.fencing if s not in st.cut), key=lambda s: st.fencing[s], reverse=True)
@@ -188,9 +188,8 @@ def cutover_fleet(plan: ConsolidationPlan, params: ConsolidateParams) -> Step:
                       describe=lambda c: [line for src in sources for line in describe_cutover(c, src)])
 
 
-def build_phases(ctx: RunContext, params: ConsolidateParams) -> list[Phase]:
-    resources = typed(ctx, ConsolidateResources)
-    plan = resources.plan if resources is not None else getattr(typed(ctx, PlanOnly), "plan", None)
+def build_phases(ctx: ConsolidateBuildContext, params: ConsolidateParams) -> list[Phase]:
+    plan = ctx.resources.plan if ctx.resources is not None else None
     if plan is None:  # `dbmigrate plan` builds without resources: read the plan file only
         if ctx.playbook is None:
             raise UsageError("consolidate needs its plan file")
@@ -210,7 +209,7 @@ def build_phases(ctx: RunContext, params: ConsolidateParams) -> list[Phase]:
 @register("consolidate", params=ConsolidateParams, prepare_resources=prepare,
           gates={"caught-up": evaluate_caught_up},
           description="move logical shards from old servers onto planned multi-instance hosts")
-def build(ctx: RunContext, params: ConsolidateParams) -> Procedure:
+def build(ctx: ConsolidateBuildContext, params: ConsolidateParams) -> Procedure:
     """Consolidate shards: provision, seed + filtered replication, per-server fence and route switch."""
     # A failed cutover puts its own old server back; earlier ones stay done (each old
     # server is either fully moved or untouched), so a failure does not undo the seeds.

@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.step import RunContext
+from dbmigrate.db.readers.replication import ReplicationReader
+
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.fleet import failed_at
 from dbmigrate.procedures.consolidate.plan import connection_name
-from dbmigrate.procedures.consolidate.context import ConsolidateParams, address_of, is_cut, plan_of, route_of, server_of
+from dbmigrate.procedures.consolidate.context import ConsolidateContext, ConsolidateParams, address_of, is_cut, plan_of, route_of, server_of
 
 
-def evaluate_preflight(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict[str, Any]]:
+def evaluate_preflight(ctx: ConsolidateContext, params: ConsolidateParams) -> tuple[bool, str, dict[str, Any]]:
     plan = plan_of(ctx)
     problems: list[str] = []
     details: dict[str, Any] = {"strategy": plan.strategy, "domains": {}}
@@ -56,7 +57,7 @@ def evaluate_preflight(ctx: RunContext, params: ConsolidateParams) -> tuple[bool
     return True, f"{len(details['domains'])} old server(s) ready, {len(plan.shards)} shard(s) present{note}", details
 
 
-def evaluate_caught_up(ctx: RunContext, params: ConsolidateParams) -> tuple[bool, str, dict[str, Any]]:
+def evaluate_caught_up(ctx: ConsolidateContext, params: ConsolidateParams) -> tuple[bool, str, dict[str, Any]]:
     """Every seeded connection runs and is within max_lag_s of its old server, waiting
     up to gate_timeout_s (a connection just started is still 'Connecting' for a moment)."""
     deadline = ctx.clock.monotonic() + params.gate_timeout_s
@@ -67,7 +68,7 @@ def evaluate_caught_up(ctx: RunContext, params: ConsolidateParams) -> tuple[bool
         ctx.clock.sleep(0.2)
 
 
-def source_caught_up(ctx: RunContext, params: ConsolidateParams, source: str) -> tuple[bool, str, dict[str, Any]]:
+def source_caught_up(ctx: ConsolidateContext, params: ConsolidateParams, source: str) -> tuple[bool, str, dict[str, Any]]:
     """The catch-up gate for one old server, right before its own cutover in a fleet."""
     deadline = ctx.clock.monotonic() + params.gate_timeout_s
     while True:
@@ -77,7 +78,7 @@ def source_caught_up(ctx: RunContext, params: ConsolidateParams, source: str) ->
         ctx.clock.sleep(0.2)
 
 
-def caught_up_once(ctx: RunContext, params: ConsolidateParams,
+def caught_up_once(ctx: ConsolidateContext, params: ConsolidateParams,
                    only: set[str] | None = None) -> tuple[bool, str, dict[str, Any]]:
     plan = plan_of(ctx)
     details: dict[str, Any] = {}
@@ -94,7 +95,7 @@ def caught_up_once(ctx: RunContext, params: ConsolidateParams,
                 continue  # its seed failed: the fleet leaves it out (and reports it)
             conn = connection_name(src)
             try:
-                st = Inspector(server_of(ctx, inst.name)).named_replica_status(conn)
+                st = ReplicationReader(server_of(ctx, inst.name)).named_replica_status(conn)
             except DbmigrateError as e:
                 problems.append(f"{inst.name}: {e.message}")
                 continue

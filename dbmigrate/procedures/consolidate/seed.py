@@ -12,19 +12,19 @@ from pathlib import Path
 from dbmigrate.db.credentials import private_defaults_file
 from dbmigrate.db.grants import lines_for
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.step import FunctionStep, RunContext
+from dbmigrate.engine.step import FunctionStep
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate.plan import PlannedInstance, connection_name
 from dbmigrate.procedures.consolidate.accounts import copy_accounts, differences, shard_accounts, try_login
 from dbmigrate.procedures.consolidate.physical_seed import describe_physical, physical_blockers, seed_physically, ticking
 from dbmigrate.procedures.consolidate.throttle import mb_text
 from dbmigrate.procedures.consolidate.context import (
+    ConsolidateContext,
     ConsolidateError,
     address_of,
     applier_of,
     edit_state,
     is_cut,
-    params_of,
     plan_of,
     resources_of,
     server_of,
@@ -52,14 +52,14 @@ def grants_for_shards(grants: list[str], shards: list[str]) -> list[str]:
     return [g.text for g in lines_for(grants, shards)]
 
 
-def copy_accounts_to(ctx: RunContext, source: str, instance: str, shards: list[str]) -> tuple[int, int]:
+def copy_accounts_to(ctx: ConsolidateContext, source: str, instance: str, shards: list[str]) -> tuple[int, int]:
     """Every account with a privilege on the shards, at every level, created on the instance as
     it is on the old server with those grants; then checked: each exists, authenticates the
     same, holds its grants and finds its tables there, and the inventory's app account logs in
     and reaches them. Returns (accounts, grant lines)."""
     src, dst = Inspector(server_of(ctx, source)), Inspector(server_of(ctx, instance))
     exclude = {src.login_user, resources_of(ctx).repl.user}
-    accounts = shard_accounts(src, shards, include_global=params_of(ctx).seed.global_grants, exclude=exclude)
+    accounts = shard_accounts(src, shards, include_global=ctx.params.seed.global_grants, exclude=exclude)
     lines = copy_accounts(src, dst, applier_of(ctx, instance), accounts)
     problems = differences(src, dst, accounts, shards)
     app = resources_of(ctx).app
@@ -75,9 +75,9 @@ def copy_accounts_to(ctx: RunContext, source: str, instance: str, shards: list[s
     return len(accounts.users), lines
 
 
-def choose_method(ctx: RunContext, inst: PlannedInstance, source: str) -> tuple[str, str]:
+def choose_method(ctx: ConsolidateContext, inst: PlannedInstance, source: str) -> tuple[str, str]:
     """(physical|logical, why): the playbook's choice, or for `auto` what this pair allows."""
-    method = params_of(ctx).seed.method
+    method = ctx.params.seed.method
     if method == "logical":
         return "logical", "the playbook asks for a logical copy"
     blockers = physical_blockers(ctx, inst, source)
@@ -89,7 +89,7 @@ def choose_method(ctx: RunContext, inst: PlannedInstance, source: str) -> tuple[
     return "physical", "physical copy (one old server, same version, both hosts reachable)"
 
 
-def seed_logically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
+def seed_logically(ctx: ConsolidateContext, inst: PlannedInstance, source: str) -> str:
     conn = connection_name(source)
     shards = shards_of(plan_of(ctx), inst.name, source)
     src_srv, dst_srv = server_of(ctx, source), server_of(ctx, inst.name)
@@ -102,11 +102,11 @@ def seed_logically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
         try:
             with ticking(ctx, f"{said}: dumping {', '.join(shards)} (mariadb-dump)",
                          detail=lambda: f"{mb_text(dump.stat().st_size)} dumped"):
-                dump_schemas(src_cnf, shards, dump, params_of(ctx).seed_timeout_s, source)
+                dump_schemas(src_cnf, shards, dump, ctx.params.seed_timeout_s, source)
             with open(dump, "rb") as f:
                 log_file, log_pos = dump_coordinates(f.read(64 * 1024).decode(errors="replace"))
             with ticking(ctx, f"{said}: loading the dump ({mb_text(dump.stat().st_size)}) into {inst.name}"):
-                load_dump(dst_cnf, dump, params_of(ctx).seed_timeout_s, inst.name)
+                load_dump(dst_cnf, dump, ctx.params.seed_timeout_s, inst.name)
         except DumpFailed as e:
             raise ConsolidateError(e.message) from None
         size = dump.stat().st_size
@@ -128,7 +128,7 @@ def seed_logically(ctx: RunContext, inst: PlannedInstance, source: str) -> str:
 def seed_step(inst: PlannedInstance, source: str) -> FunctionStep:
     conn = connection_name(source)
 
-    def run(ctx: RunContext) -> str:
+    def run(ctx: ConsolidateContext) -> str:
         shards = shards_of(plan_of(ctx), inst.name, source)
         if ctx.dry_run:
             return f"would copy {', '.join(shards)} from {source} to {inst.name}"
@@ -138,7 +138,7 @@ def seed_step(inst: PlannedInstance, source: str) -> FunctionStep:
             return seed_physically(ctx, inst, source)
         return seed_logically(ctx, inst, source)
 
-    def check(ctx: RunContext) -> bool:
+    def check(ctx: ConsolidateContext) -> bool:
         if is_cut(ctx, source):
             return True  # cut over: the forward connection was dropped on purpose
         if ctx.dry_run and inst.name not in state_of(ctx).instances and inst.sandbox:
@@ -148,7 +148,7 @@ def seed_step(inst: PlannedInstance, source: str) -> FunctionStep:
         except DbmigrateError:
             return False
 
-    def undo(ctx: RunContext) -> str:
+    def undo(ctx: ConsolidateContext) -> str:
         shards = shards_of(plan_of(ctx), inst.name, source)
         a = applier_of(ctx, inst.name)
         if Inspector(server_of(ctx, inst.name)).connection_status(conn) is not None:
@@ -157,9 +157,9 @@ def seed_step(inst: PlannedInstance, source: str) -> FunctionStep:
             a.drop_schema_without_binlog(s)
         return f"{inst.name}: connection '{conn}' removed, copies of {', '.join(shards)} dropped"
 
-    def describe(ctx: RunContext) -> list[tuple[str, str]]:
+    def describe(ctx: ConsolidateContext) -> list[tuple[str, str]]:
         shards = shards_of(plan_of(ctx), inst.name, source)
-        method = params_of(ctx).seed.method
+        method = ctx.params.seed.method
         if method == "physical" or (method == "auto" and len(inst.sources) == 1):
             note = [(inst.name, "auto: physical when both hosts are reachable and the versions match, else the "
                                 "logical copy")] if method == "auto" else []

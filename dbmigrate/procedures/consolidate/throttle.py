@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Optional
+from typing import IO, Any, Callable, Optional
 
 CHUNK = 1 << 20
 MB = 1_000_000
@@ -226,10 +226,10 @@ class Meter:
         return self.bytes / elapsed if elapsed > 0 else 0.0
 
 
-def relay(valve: Valve, meter: Meter, chunk: int = CHUNK) -> Callable[[BinaryIO, BinaryIO], None]:
+def relay(valve: Valve, meter: Meter, chunk: int = CHUNK) -> Callable[[IO[bytes], IO[bytes]], None]:
     """The pipe's relay: read what the producer wrote, wait for the valve, pass it on."""
 
-    def copy(src: BinaryIO, dst: BinaryIO) -> None:
+    def copy(src: IO[bytes], dst: IO[bytes]) -> None:
         read = getattr(src, "read1", src.read)  # whatever is there now, so pacing stays fine-grained
         while True:
             data = read(chunk)

@@ -52,7 +52,7 @@ def attribute(trx: list[BinlogTransaction], sealed: list[Session], bypass: set[s
             t.account = f"one of {', '.join(sorted(bypass))} (accounts that bypass read_only)"
 
 
-def writes_after_fence(sw: Switchover, ctx: RunContext, fence_pos: str, now: str, bypass: set[str]) -> str:
+def writes_after_fence(sw: Switchover, ctx: RunContext[Any, Any], fence_pos: str, now: str, bypass: set[str]) -> str:
     """The old primary logged past `fence_pos` (it is at `now`): report what, journal it, and
     require the candidate to have applied all of it before it opens."""
     audit = PostFenceAudit(fence_pos=fence_pos, sealed_pos=now)

@@ -44,7 +44,7 @@ class CutoverState(TypedState):
 class RouteJournal:
     """The cutover's journal of router changes, in the run state (kit/switchover/router.py)."""
 
-    def __init__(self, ctx: RunContext):
+    def __init__(self, ctx: RunContext[Any, Any]):
         self.ctx = ctx
 
     def pending(self) -> dict[str, Any] | None:
@@ -64,7 +64,7 @@ class RouteJournal:
                 s.router_change = None
 
 
-MakeSwitchover = Callable[[RunContext, Optional[Record]], Switchover]
+MakeSwitchover = Callable[[RunContext[Any, Any], Optional[Record]], Switchover]
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,8 @@ class Cutover:
     old: str
     new: str
     switchover: MakeSwitchover
-    verify_timeout_s: float = 10.0
 
-    def sw(self, ctx: RunContext, record: Record | None = None) -> Switchover:
+    def sw(self, ctx: RunContext[Any, Any], record: Record | None = None) -> Switchover:
         sw = self.switchover(ctx, record)
         router = getattr(sw, "router", None)
         if router is not None and not ctx.dry_run and not isinstance(router, JournaledRouter):
@@ -88,10 +87,10 @@ class Cutover:
             sw.router = JournaledRouter(router, RouteJournal(ctx), ctx.clock, sw.s.router_doubt_wait_s, ctx.log)
         return sw
 
-    def planned(self, action: Callable[[RunContext, Switchover], Any]) -> Callable[[RunContext], list[tuple[str, str]]]:
+    def planned(self, action: Callable[[RunContext[Any, Any], Switchover], Any]) -> Callable[[RunContext[Any, Any]], list[tuple[str, str]]]:
         """describe() for a dry-run: the (server, statement) pairs `action` would send."""
 
-        def describe(ctx: RunContext) -> list[tuple[str, str]]:
+        def describe(ctx: RunContext[Any, Any]) -> list[tuple[str, str]]:
             lines: list[tuple[str, str]] = []
             action(ctx, self.sw(ctx, lambda server, text: lines.append((server, text))))
             return lines
@@ -99,13 +98,13 @@ class Cutover:
         return describe
 
 
-def state(ctx: RunContext) -> CutoverState:
+def state(ctx: RunContext[Any, Any]) -> CutoverState:
     return CutoverState.load(ctx.state)
 
 
 # -- what each step does -----------------------------------------------------------
 
-def converge(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
+def converge(cut: Cutover, ctx: RunContext[Any, Any], sw: Switchover | None = None) -> str:
     """Wait until the candidate is close to the old primary; journaled before any fence."""
     sentence, behind = (sw or cut.sw(ctx)).converge()
     if not ctx.dry_run:
@@ -115,7 +114,7 @@ def converge(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str
     return sentence
 
 
-def fence(cut: Cutover, ctx: RunContext, sw: Switchover | None = None,
+def fence(cut: Cutover, ctx: RunContext[Any, Any], sw: Switchover | None = None,
           before_retry: Callable[[], object] | None = None) -> str:
     """read_only on the old primary (see Switchover.fence for `before_retry`)."""
     sw = sw or cut.sw(ctx)
@@ -129,7 +128,7 @@ def fence(cut: Cutover, ctx: RunContext, sw: Switchover | None = None,
     return sentence
 
 
-def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
+def converge_then_fence(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     """The fence is set only once the candidate has converged, at once after it: sessions,
     grants and the router's request are prepared before the convergence wait, not between."""
     sw = cut.sw(ctx)  # one instance: the fence relies on what prepare_window checked
@@ -159,7 +158,7 @@ def converge_then_fence(cut: Cutover, ctx: RunContext) -> str:
     return f"{converged}; {held + '; ' if held else ''}{fenced}"
 
 
-def hold_and_end_idle(sw: Switchover, ctx: RunContext) -> str:
+def hold_and_end_idle(sw: Switchover, ctx: RunContext[Any, Any]) -> str:
     """The router's hold of new connections and the idle ending of the old primary's writer
     sessions (a no-op for routers that cannot hold); the hold is journaled, so that a later
     process can put the router back if this one dies holding."""
@@ -177,7 +176,7 @@ def hold_and_end_idle(sw: Switchover, ctx: RunContext) -> str:
     return sw.hold_and_end_idle(journal=journal)
 
 
-def undo_fence(cut: Cutover, ctx: RunContext) -> str:
+def undo_fence(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     """A fence step that stopped before read_only=ON (the candidate never converged)
     changed nothing: leave every server as it is."""
     sw = cut.sw(ctx)
@@ -191,11 +190,11 @@ def undo_fence(cut: Cutover, ctx: RunContext) -> str:
     return undo_switchover(cut, ctx)
 
 
-def is_fenced(cut: Cutover, ctx: RunContext) -> bool:
+def is_fenced(cut: Cutover, ctx: RunContext[Any, Any]) -> bool:
     return state(ctx).fence_pos is not None and cut.sw(ctx).is_fenced()
 
 
-def undo_switchover(cut: Cutover, ctx: RunContext) -> str:
+def undo_switchover(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     """The undo of every cutover step: back to the old primary, whatever was done."""
     st = state(ctx)
     sw = cut.sw(ctx)
@@ -214,7 +213,7 @@ def undo_switchover(cut: Cutover, ctx: RunContext) -> str:
     return f"{released}; {said}" if released else said
 
 
-def catch_up(cut: Cutover, ctx: RunContext) -> str:
+def catch_up(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     st = state(ctx)
     if st.fence_pos is not None and st.applied_pos == st.fence_pos and not ctx.dry_run:
         # Seen applied within the fence step's budget: applied positions stay applied (the
@@ -223,7 +222,7 @@ def catch_up(cut: Cutover, ctx: RunContext) -> str:
     return cut.sw(ctx).wait_catchup(st.fence_pos or "")
 
 
-def open_candidate(cut: Cutover, ctx: RunContext) -> str:
+def open_candidate(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     sw = cut.sw(ctx)
     # Accounts that bypass read_only (SUPER / READ ONLY ADMIN) may still have committed on
     # the old primary after the fence: the candidate must have those too before it opens.
@@ -262,7 +261,7 @@ def open_candidate(cut: Cutover, ctx: RunContext) -> str:
         ctx.release_fenced_window()
 
 
-def switch_router(cut: Cutover, ctx: RunContext) -> str:
+def switch_router(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     # Inside the fenced window: the router's copy for restarts (a disk sync) is the
     # save step's, after the candidate opens.
     sw = cut.sw(ctx)
@@ -276,13 +275,13 @@ def switch_router(cut: Cutover, ctx: RunContext) -> str:
     return sentence
 
 
-def router_switched(cut: Cutover, ctx: RunContext) -> bool:
+def router_switched(cut: Cutover, ctx: RunContext[Any, Any]) -> bool:
     # Asked inside the fenced window: before this run journaled a switch, the router
     # is not asked (switching again is a no-op); after one, it is.
     return not ctx.dry_run and state(ctx).switched_at is not None and cut.sw(ctx).router_points_to(cut.new)
 
 
-def is_opened(cut: Cutover, ctx: RunContext) -> bool:
+def is_opened(cut: Cutover, ctx: RunContext[Any, Any]) -> bool:
     # Asked inside the fenced window: a candidate this run never opened is opened
     # (opening twice is harmless); one it may have opened is asked. Its replication
     # stops later (the reset step), so writable is what open means here.
@@ -292,7 +291,7 @@ def is_opened(cut: Cutover, ctx: RunContext) -> bool:
     return sw.writable(sw.new)
 
 
-def reverse(cut: Cutover, ctx: RunContext) -> str:
+def reverse(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     sw = cut.sw(ctx)
     sentence = sw.start_reverse()
     try:
@@ -303,7 +302,7 @@ def reverse(cut: Cutover, ctx: RunContext) -> str:
     return f"{sentence}; {sw.require_old_wrote_nothing(ctx.run_id)}"
 
 
-def check_shape(cut: Cutover, ctx: RunContext) -> None:
+def check_shape(cut: Cutover, ctx: RunContext[Any, Any]) -> None:
     """After the cutover: the new primary writable, the old one read-only and replicating from it."""
     sw = cut.sw(ctx)
     problems = []
@@ -317,10 +316,10 @@ def check_shape(cut: Cutover, ctx: RunContext) -> None:
         raise SafetyError("after promotion: " + "; ".join(problems))
 
 
-def probe(cut: Cutover, ctx: RunContext, sw: Switchover | None = None) -> str:
+def probe(cut: Cutover, ctx: RunContext[Any, Any], sw: Switchover | None = None) -> str:
     sw = sw or cut.sw(ctx)
     try:
-        said = sw.verify_writes_flow(ctx.run_id, cut.verify_timeout_s)
+        said = sw.verify_writes_flow(ctx.run_id)
     except DbmigrateError:
         sw.require_old_wrote_nothing(ctx.run_id)  # an errant write on the old primary is the cause to name
         raise
@@ -354,7 +353,7 @@ def router_step(cut: Cutover) -> FunctionStep:
                         undo=lambda c: undo_switchover(cut, c), describe=cut.planned(lambda c, sw: sw.switch_router()))
 
 
-def save_route(cut: Cutover, ctx: RunContext) -> str:
+def save_route(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     """The flip read back and saved; then, after a resume past the open, a hold a process that
     died left on the old writer (its maxconn) is put back, outside the fenced window."""
     sw = cut.sw(ctx)

@@ -13,14 +13,14 @@ from typing import Callable, Iterable, Literal
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError
-from dbmigrate.db.inspector import Inspector, Session
+from dbmigrate.db.readers.sessions import Session, SessionReader
 from dbmigrate.clock import Clock
 
 SERVER_THREADS = frozenset({"system user", "event_scheduler"})
 UNKNOWN_THREAD = 1094  # KILL of a session that ended by itself
 
 
-def protected_users(insp: Inspector, repl_user: str | None, admin_users: Iterable[str] = ()) -> frozenset[str]:
+def protected_users(insp: SessionReader, repl_user: str | None, admin_users: Iterable[str] = ()) -> frozenset[str]:
     """The users whose sessions a drain never waits for nor ends."""
     return frozenset({*admin_users, insp.login_user, *([repl_user] if repl_user else []), *SERVER_THREADS})
 
@@ -34,7 +34,7 @@ class Drained:
     idle: int = 0  # of `left`, sessions idle (a pool's kept connections: they never close by themselves)
 
 
-def busy_sessions(insp: Inspector, protected: frozenset[str], *, idle_counts: bool) -> list[Session]:
+def busy_sessions(insp: SessionReader, protected: frozenset[str], *, idle_counts: bool) -> list[Session]:
     """Client sessions a drain waits for. An idle session without an open transaction is a
     pool's kept connection: it never closes by itself, so waiting for it only costs the whole
     bound; when it may be ended (`idle_counts` False) it is not waited for."""
@@ -51,7 +51,7 @@ def busy_sessions(insp: Inspector, protected: frozenset[str], *, idle_counts: bo
 TRANSACTIONS_POLL_S, SESSIONS_POLL_S = 0.11, 0.01
 
 
-def drain(insp: Inspector, applier: Applier, protected: frozenset[str], *, timeout_s: float,
+def drain(insp: SessionReader, applier: Applier, protected: frozenset[str], *, timeout_s: float,
           until: Literal["transactions", "sessions"] = "transactions", end: bool = True,
           clock: Clock | None = None, poll_s: float | None = None) -> Drained:
     """Wait (bounded) until no client transaction (or session) is open, then end the
@@ -98,7 +98,7 @@ class EndedWhenIdle:
     spared: int = 0  # client sessions of other routes (readers) left alone
 
 
-def end_when_idle(insp: Inspector, applier: Applier, protected: frozenset[str], *, timeout_s: float,
+def end_when_idle(insp: SessionReader, applier: Applier, protected: frozenset[str], *, timeout_s: float,
                   only_hosts: Callable[[], set[str]] | None = None,
                   spare_hosts: Callable[[], set[str]] | None = None, clock: Clock | None = None,
                   poll_s: float = 0.005) -> EndedWhenIdle:

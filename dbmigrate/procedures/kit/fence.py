@@ -1,9 +1,10 @@
 """The one fence of every procedure: the server that stops taking writes, and its settings.
 
-`FenceParams` is embedded by each procedure's params (promote, schema swap, consolidate) and
-by the switchover's settings, so that a playbook names the fence's bounds the same way
-everywhere and they are declared once. `Fence` is the fence of one server, as the switchover
-(promote, schema swap, switch back) and consolidation's per-server cutover run it:
+`FenceParams` is the base of each procedure's params (consolidate directly, promote and schema
+swap through the switchover's, kit/switchover/settings.py), so that a playbook names the
+fence's bounds the same way everywhere and they are declared once. `Fence` is the fence of one
+server, as the switchover (promote, schema swap, switch back) and consolidation's per-server
+cutover run it:
 
   calm wait   up to fence_calm_wait_s for a moment with no row-lock wait on the server (a
               fence set then would wait behind it, holding every write back); past it, fence
@@ -25,9 +26,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Generic, Literal, Optional, TypeVar
+from typing import Any, Callable, ClassVar, ContextManager, Generic, Literal, Optional, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError, Server
@@ -52,7 +53,12 @@ class FenceParams(BaseModel):
     """The fence's bounds, the same fields in every procedure's params."""
 
     model_config = ConfigDict(extra="forbid")
-    fence_timeout_s: float = Field(5, gt=0, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout)")
+    # Former names of fields, still read from playbooks (former name -> field). Per model: the
+    # same former name may mean another setting in another procedure.
+    RENAMED: ClassVar[dict[str, str]] = {}
+
+    fence_timeout_s: int = Field(5, ge=1, le=60, description="bound of SET GLOBAL read_only=ON (lock_wait_timeout: "
+                                                             "whole seconds)")
     fence_calm_wait_s: float = Field(0.5, ge=0, le=60, description="before the fence, wait up to this long for a "
                                      "moment with no row-lock wait on the server (a fence would wait behind it); "
                                      "past it, fence anyway; 0: do not look")
@@ -74,13 +80,30 @@ class FenceParams(BaseModel):
         "require", description="the fence expires on the server by itself (a scheduled event, dropped before the "
                                "new server opens), so a frozen tool cannot hold a server read-only: require refuses "
                                "a server whose event_scheduler is OFF; if_available fences there without it")
-    fence_expiry_s: Optional[float] = Field(
-        None, gt=1, le=600, description="when the fence expires by itself; default fence_timeout_s + "
-                                        "catchup_timeout_s + 3")
+    fence_expiry_s: Optional[int] = Field(
+        None, ge=2, le=600, description="when the fence expires by itself (whole seconds); default "
+                                        "fence_timeout_s + catchup_timeout_s + 3")
 
-    def fence_settings(self) -> dict[str, Any]:
-        """The fence's fields by name (SwitchoverSettings takes the same names)."""
-        return {name: getattr(self, name) for name in FenceParams.model_fields}
+    @model_validator(mode="before")
+    @classmethod
+    def _former_names(cls, data: Any) -> Any:
+        """A field given under its former name (RENAMED) is read under its name."""
+        if not isinstance(data, dict) or not any(old in data for old in cls.RENAMED):
+            return data
+        data = dict(data)
+        for old, new in cls.RENAMED.items():
+            if old in data:
+                if new in data:
+                    raise ValueError(f"{old} is the former name of {new}: give {new} only")
+                data[new] = data.pop(old)
+        return data
+
+    def described(self) -> str:
+        """The fence as a dry-run describes it: its calm wait, its statement and its bounds."""
+        expiry = "" if self.fence_expiry == "off" else f", expiry scheduled in the same request ({self.fence_expiry})"
+        return (f"wait up to {self.fence_calm_wait_s:g}s for no row-lock wait; SET GLOBAL read_only=ON "
+                f"(lock_wait_timeout {self.fence_timeout_s:g}s, watchdog after {self.fence_block_s:g}s: "
+                f"{self.on_fence_blocked}{expiry})")
 
     def expiry_after(self, catchup_timeout_s: float) -> float:
         """Seconds after which a fence expires on the server (0: never scheduled), the event
@@ -126,6 +149,14 @@ class CalmWait:
         if self.started is not None:
             return f"waited {self.waited_s * 1000:.1f} ms for no row-lock wait on {name}"
         return ""
+
+
+def hold_read_only(applier: Applier) -> None:
+    """read_only=ON on a server that takes no application writes: a new instance before its
+    cutover, a server already fenced that becomes a replica. No window to bound, no watchdog,
+    no expiry: it stays read-only until a cutover opens it. A server that may take writes is
+    fenced with `Fence`. The statement carries the decision's generation like every role change."""
+    applier.set_read_only(True)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Callable, Literal
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import QueryError
-from dbmigrate.db.inspector import Inspector, LockHolder, Session
+from dbmigrate.db.readers.sessions import LockHolder, Session, SessionReader
 from dbmigrate.exceptions import RefusedWait
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD
 
@@ -39,7 +39,7 @@ KILL_AGAIN_S = 0.005
 
 @dataclass
 class FenceWatch:
-    insp: Inspector  # on a session other than the fence's
+    insp: SessionReader  # on a session other than the fence's
     apply: Applier  # the same other session
     fence_id: int  # the session that sends SET GLOBAL read_only=ON
     block_s: float

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from dbmigrate.home import home
 from dbmigrate.db.applier import Applier
-from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.readers.status import StatusReader
 from dbmigrate.digest.model import Digest
 from dbmigrate.digest.policy import GuardPolicy, evaluate
 from dbmigrate.digest.window import HostFileReader
@@ -71,7 +71,7 @@ _WIRE: dict[tuple[str, str], Any] = {}
 WIRE_SLACK_S = 120.0
 
 
-def _wire(ctx: RunContext) -> bool:
+def _wire(ctx: RunContext[Any, CutoverRoles]) -> bool:
     policy = policy_of(ctx)
     return policy is not None and policy.window == "wire"
 
@@ -80,11 +80,11 @@ def _is_wire(saved: dict[str, Any] | None) -> bool:
     return saved is not None and saved.get("source") == "wire"
 
 
-def _open_wire(ctx: RunContext, role: str, key: WindowKey, seconds: float) -> str:
+def _open_wire(ctx: RunContext[Any, CutoverRoles], role: str, key: WindowKey, seconds: float) -> str:
     from dbmigrate.digest.wire_window import WireWindow
 
     server = _server(ctx, role)
-    window = WireWindow(server, host_for(roles_of(ctx).inventory, server.name), max_seconds=seconds + WIRE_SLACK_S)
+    window = WireWindow(server, host_for(ctx.resources.inventory, server.name), max_seconds=seconds + WIRE_SLACK_S)
     window.check()
     window.open()
     _WIRE[(ctx.run_id, key)] = window
@@ -93,7 +93,7 @@ def _open_wire(ctx: RunContext, role: str, key: WindowKey, seconds: float) -> st
     return f"wire window open on {server.name}: tcpdump of port {server.port} on its host, dissected by tshark"
 
 
-def _take_wire(ctx: RunContext, key: WindowKey, name: str) -> Path:
+def _take_wire(ctx: RunContext[Any, CutoverRoles], key: WindowKey, name: str) -> Path:
     """The statements the wire window saw since the last take, as a local slow-log file."""
     from dbmigrate.digest.wire_window import write_entries
 
@@ -104,7 +104,7 @@ def _take_wire(ctx: RunContext, key: WindowKey, name: str) -> Path:
     return path
 
 
-def _save_window(ctx: RunContext, key: WindowKey, saved: dict[str, Any]) -> None:
+def _save_window(ctx: RunContext[Any, CutoverRoles], key: WindowKey, saved: dict[str, Any]) -> None:
     with GuardState.edit(ctx.state) as s:
         setattr(s, key, saved)
 
@@ -113,7 +113,7 @@ class GuardTripped(DbmigrateError):
     """The latency guard decided to roll the cutover back."""
 
 
-def _tool_users(ctx: RunContext, role: str) -> list[str]:
+def _tool_users(ctx: RunContext[Any, CutoverRoles], role: str) -> list[str]:
     """The accounts the tool connects as: their sessions are never the application's."""
     return [_server(ctx, role).credentials.user]
 
@@ -123,7 +123,7 @@ def _app_entries(path: str | Path, tool_users: list[str]) -> list[sequential.Ent
         return sequential.applications(sequential.parse_slow_log(f), tool_users)
 
 
-def act_blind(ctx: RunContext, policy: GuardPolicy, why: str, when: str) -> str:
+def act_blind(ctx: RunContext[Any, CutoverRoles], policy: GuardPolicy, why: str, when: str) -> str:
     """A guard that cannot judge says so and does what the policy's `blind` says, never a silent pass."""
     if policy.window == "wire":
         message = (f"the latency guard is blind {when}: {why}. The wire window saw too few of the "
@@ -161,7 +161,7 @@ def act_blind(ctx: RunContext, policy: GuardPolicy, why: str, when: str) -> str:
                        hint="the cutover is being rolled back through the reverse replication")
 
 
-def policy_of(ctx: RunContext) -> GuardPolicy | None:
+def policy_of(ctx: RunContext[Any, Any]) -> GuardPolicy | None:
     playbook = ctx.playbook
     spec = playbook.guard_section if playbook is not None else None
     if spec is None:
@@ -179,7 +179,7 @@ def policy_of(ctx: RunContext) -> GuardPolicy | None:
         raise
 
 
-def _digest_dir(ctx: RunContext) -> Path:
+def _digest_dir(ctx: RunContext[Any, CutoverRoles]) -> Path:
     d = home() / "digests" / ctx.run_id
     d.mkdir(parents=True, exist_ok=True)
     return d
@@ -200,34 +200,27 @@ class CutoverRoles(Protocol):
     def inventory(self) -> Inventory: ...
 
 
-def roles_of(ctx: RunContext) -> CutoverRoles:
-    resources = ctx.resources
-    if not isinstance(resources, CutoverRoles):
-        raise TypeError(f"the latency guard needs a cutover's roles, not {type(resources).__name__}")
-    return resources
-
-
-def role_name(ctx: RunContext, role: str) -> str:
+def role_name(ctx: RunContext[Any, CutoverRoles], role: str) -> str:
     """The server playing `role` ("old" or "new") in the run's cutover."""
-    roles = roles_of(ctx)
+    roles = ctx.resources
     return roles.old if role == "old" else roles.new
 
 
-def _reader(ctx: RunContext, role: str) -> HostFileReader:
+def _reader(ctx: RunContext[Any, CutoverRoles], role: str) -> HostFileReader:
     """Reads a window's slow log through the server's host (local, ssh), as the inventory declares."""
-    return HostFileReader(host_for(roles_of(ctx).inventory, role_name(ctx, role)))
+    return HostFileReader(host_for(ctx.resources.inventory, role_name(ctx, role)))
 
 
-def _server(ctx: RunContext, role: str) -> Server:
-    return roles_of(ctx).topology.servers[role_name(ctx, role)]
+def _server(ctx: RunContext[Any, CutoverRoles], role: str) -> Server:
+    return ctx.resources.topology.servers[role_name(ctx, role)]
 
 
-def _source(ctx: RunContext, role: str) -> str:
+def _source(ctx: RunContext[Any, CutoverRoles], role: str) -> str:
     """file (read through the host) or table (mysql.slow_log over SQL), as the inventory declares."""
-    return slow_log_source(roles_of(ctx).inventory, role_name(ctx, role))
+    return slow_log_source(ctx.resources.inventory, role_name(ctx, role))
 
 
-def _take(ctx: RunContext, role: str, saved: dict[str, Any], name: str, *, file: str | None = None,
+def _take(ctx: RunContext[Any, CutoverRoles], role: str, saved: dict[str, Any], name: str, *, file: str | None = None,
           since: str | None = None, until: str | None = None) -> Path:
     """A window's statements as a local slow-log file: the file fetched through the host, or
     the table's rows in [since, until) on the server's clock."""
@@ -243,7 +236,7 @@ def _take(ctx: RunContext, role: str, saved: dict[str, Any], name: str, *, file:
 def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
     """Open long_query_time=0 on the `role` server ("old" or "new"); saved settings go to the journal."""
 
-    def is_open(ctx: RunContext) -> bool:
+    def is_open(ctx: RunContext[Any, CutoverRoles]) -> bool:
         saved = GuardState.load(ctx.state).window(key)
         if not saved or saved.get("restored"):
             return False
@@ -252,10 +245,10 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
             return window is not None and window.alive()
         if capture.is_table_window(saved):
             return capture.table_window_is_open(_server(ctx, role))
-        current = Inspector(_server(ctx, role)).slow_query_log_file()
+        current = StatusReader(_server(ctx, role)).slow_query_log_file()
         return str(current).startswith(str(saved["window_file"]).removesuffix(".slow.log"))
 
-    def run(ctx: RunContext) -> str:
+    def run(ctx: RunContext[Any, CutoverRoles]) -> str:
         if ctx.dry_run:
             ctx.record_statement(role_name(ctx, role), "slow-log window: long_query_time=0, slow_query_log=ON, to a file of our own")
             return f"would open a slow-log window on {role_name(ctx, role)}"
@@ -271,7 +264,7 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
         window.open()
         return f"slow-log window open on {server.name} ({label}): {window.log_file or 'mysql.slow_log'}"
 
-    def undo(ctx: RunContext) -> str:
+    def undo(ctx: RunContext[Any, CutoverRoles]) -> str:
         return close_window(ctx, role, key)
 
     where = "old primary" if role == "old" else "candidate"
@@ -279,7 +272,7 @@ def open_window_step(role: str, key: WindowKey, label: str) -> FunctionStep:
     return FunctionStep(f"open {label} window on the {where}", run, check=is_open, undo=undo, observes_only=True)
 
 
-def close_window(ctx: RunContext, role: str, key: WindowKey) -> str:
+def close_window(ctx: RunContext[Any, CutoverRoles], role: str, key: WindowKey) -> str:
     saved = GuardState.load(ctx.state).window(key)
     if not saved or saved.get("restored"):
         return "window already closed"
@@ -301,7 +294,7 @@ def close_window(ctx: RunContext, role: str, key: WindowKey) -> str:
 
 
 def collect_baseline_step(seconds: float) -> FunctionStep:
-    def run(ctx: RunContext) -> str:
+    def run(ctx: RunContext[Any, CutoverRoles]) -> str:
         if ctx.dry_run:
             return f"would collect {seconds:g}s of baseline traffic on the old primary"
         saved = GuardState.load(ctx.state).baseline_window
@@ -341,7 +334,7 @@ def collect_baseline_step(seconds: float) -> FunctionStep:
                         undo=lambda c: close_window(c, "old", "baseline_window"), observes_only=True)
 
 
-def _baseline_collected(ctx: RunContext) -> bool:
+def _baseline_collected(ctx: RunContext[Any, CutoverRoles]) -> bool:
     digest = GuardState.load(ctx.state).baseline_digest
     return digest is not None and Path(digest).exists()
 
@@ -365,7 +358,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
     evidence passes the policy; at the end the whole window is digested and judged too.
     A guard that judged nothing acts by the policy's `blind`."""
 
-    def run(ctx: RunContext) -> str:
+    def run(ctx: RunContext[Any, CutoverRoles]) -> str:
         if ctx.dry_run:
             return f"would watch {policy.window_s:g}s of traffic on the new primary against the baseline"
         state = GuardState.load(ctx.state)
@@ -408,7 +401,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                         local_log = _take(ctx, "new", saved, f"guard-{i}", since=since, until=until)
                         since = until
                     else:
-                        current = Inspector(server).slow_query_log_file()
+                        current = StatusReader(server).slow_query_log_file()
                         # Rotate: sessions keep long_query_time=0, new entries go to the next file.
                         rotated = f"{base_file.removesuffix('.slow.log')}.{i}.slow.log"
                         Applier(server).set_global("slow_query_log_file", rotated)
@@ -448,7 +441,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
             if not wire:
                 capture.release_table_window(server, saved)
             if rotated:  # written after the last sample was read: the tool's own file, not needed
-                host_for(roles_of(ctx).inventory, server.name).remove(rotated)
+                host_for(ctx.resources.inventory, server.name).remove(rotated)
         # The whole window, judged as one (the report's before/after comparison comes from it).
         digest = capture.digest_slow_log(whole, _digest_dir(ctx) / "guard.digest.json",
                                          duration_s=clock.monotonic() - started,
@@ -480,7 +473,7 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
         return (f"guard watched {policy.window_s:g}s on {server.name}: {judge.judged_seconds} of {judge.index} "
                 f"sample(s) judged ({judge.judged_queries} queries), no regression past the policy")
 
-    def accepted_blind(ctx: RunContext) -> bool:
+    def accepted_blind(ctx: RunContext[Any, CutoverRoles]) -> bool:
         """A run paused because the guard was blind after the cutover: resuming it is the
         operator's decision to keep the cutover without the guard's judgement."""
         blind = GuardState.load(ctx.state).guard_blind
@@ -490,5 +483,5 @@ def guard_step(policy: GuardPolicy, sample_s: float) -> FunctionStep:
                         undo=lambda c: close_window(c, "new", "guard_window"))
 
 
-def guard_enabled(ctx: RunContext) -> bool:
+def guard_enabled(ctx: RunContext[Any, CutoverRoles]) -> bool:
     return policy_of(ctx) is not None

@@ -5,33 +5,26 @@ Used by promote before its cutover and by schema swap before the primary's side.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from dbmigrate.procedures.kit import preflight_checks
 from dbmigrate.engine.step import AutoGate, GateVerdict, RunContext
+from dbmigrate.procedures.kit.switchover.settings import SwitchoverParams
 
 
-@dataclass(frozen=True)
-class PreflightLimits:
-    max_lag_ms: int
-    max_trx_age_s: float
-    lag_wait_s: float = 30.0  # how long lag (and only lag) may take to settle
-    allow_read_only_bypass: tuple[str, ...] = ()  # accounts allowed to hold sessions on the old primary
-    fence_expiry: str = "require"  # require | if_available | off
-
-
-def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, limits: PreflightLimits) -> GateVerdict:
-    """Run every preflight check on the cluster for `candidate`.
+def evaluate_preflight(ctx: RunContext[Any, Any], inventory: Any, candidate: str, params: SwitchoverParams) -> GateVerdict:
+    """Run every preflight check on the cluster for `candidate`, within the switchover's limits
+    (max_lag_ms, lag_wait_s, max_trx_age_s, allow_read_only_bypass, fence_expiry).
 
     Lag is the one check worth waiting for (gh-ost's throttle): a spike under load
     passes; anything else fails at once. The details keep every check's verdict, so
     the journal shows all of them.
     """
-    checks = preflight_checks.Limits(max_lag_ms=limits.max_lag_ms, max_trx_age_s=limits.max_trx_age_s,
-                          write_heartbeat=not ctx.dry_run, allow_read_only_bypass=limits.allow_read_only_bypass,
-                          fence_expiry=limits.fence_expiry)
-    deadline = ctx.clock.monotonic() + (0 if ctx.dry_run else limits.lag_wait_s)
+    checks = preflight_checks.Limits(max_lag_ms=params.max_lag_ms, max_trx_age_s=params.max_trx_age_s,
+                                     write_heartbeat=not ctx.dry_run,
+                                     allow_read_only_bypass=tuple(params.allow_read_only_bypass),
+                                     fence_expiry=params.fence_expiry)
+    deadline = ctx.clock.monotonic() + (0 if ctx.dry_run else params.lag_wait_s)
     waited = 0.0
     while True:
         results = preflight_checks.run_preflight(inventory, ctx.cluster, candidate, checks)
@@ -49,7 +42,7 @@ def evaluate_preflight(ctx: RunContext, inventory: Any, candidate: str, limits: 
     return True, f"all {len(results)} preflight gates passed{settled}", details
 
 
-def preflight_gate(name: str, inventory: Callable[[RunContext], Any], candidate: Callable[[RunContext], str],
-                   limits: PreflightLimits) -> AutoGate:
+def preflight_gate(name: str, inventory: Callable[[RunContext[Any, Any]], Any], candidate: Callable[[RunContext[Any, Any]], str],
+                   params: SwitchoverParams) -> AutoGate:
     """The gate reads the servers when it is evaluated, not when the procedure is built."""
-    return AutoGate(name, lambda c: evaluate_preflight(c, inventory(c), candidate(c), limits))
+    return AutoGate(name, lambda c: evaluate_preflight(c, inventory(c), candidate(c), params))

@@ -59,7 +59,7 @@ class Limits:
     # lag then comes from an existing heartbeat or from GTID distance.
     write_heartbeat: bool = True
     allow_read_only_bypass: tuple[str, ...] = ()  # accounts whose sessions are ended before the open
-    fence_expiry: str = "require"  # require | if_available | off (see SwitchoverSettings)
+    fence_expiry: str = "require"  # require | if_available | off (see FenceParams)
 
 
 # ---- grant parsing (pure) -----------------------------------------------------

@@ -117,13 +117,13 @@ def handed_over(resources: Any, lock_session: Server | None,
     return Prepared(resources=resources, lock_session=lock_session, lease_servers=lease)
 
 
-def typed(ctx: RunContext, cls: type[T]) -> T | None:
+def typed(ctx: RunContext[Any, Any], cls: type[T]) -> T | None:
     """The run's typed resources, or None when there are none (`plan` builds without servers)."""
     value = ctx.resources
     return value if isinstance(value, cls) else None
 
 
-def required(ctx: RunContext, cls: type[T]) -> T:
+def required(ctx: RunContext[Any, Any], cls: type[T]) -> T:
     value = typed(ctx, cls)
     if value is None:
         raise UsageError(f"this step needs the run's {cls.__name__}; they were not prepared",

@@ -12,6 +12,8 @@ verify a write reaches them. Each step is checked first, so the command can be r
 
 from __future__ import annotations
 
+from typing import Any
+
 from dbmigrate.engine.step import AutoGate, FunctionStep, ManualGate, Phase, Procedure, RunContext, Step
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.cutover import CutoverState, Cutover, state, switch_router
@@ -20,7 +22,7 @@ PHASE = "takeover"
 
 
 def facts_gate(cut: Cutover) -> AutoGate:
-    def check(ctx: RunContext) -> tuple[bool, str]:
+    def check(ctx: RunContext[Any, Any]) -> tuple[bool, str]:
         st = state(ctx)
         sw = cut.sw(ctx)
         if sw.old_answers():
@@ -41,7 +43,7 @@ def facts_gate(cut: Cutover) -> AutoGate:
     return AutoGate(f"{cut.new} holds everything {cut.old} acknowledged", check)
 
 
-def open_without_old(cut: Cutover, ctx: RunContext) -> str:
+def open_without_old(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     sw = cut.sw(ctx)
     if sw.old_answers():  # asked again: the gate may have been decided by an earlier attempt
         raise SafetyError(f"{cut.old} answers again: refusing to open {cut.new} beside it (two primaries)",
@@ -63,7 +65,7 @@ def takeover_procedure(name: str, cut: Cutover) -> Procedure:
         FunctionStep("repoint replicas", lambda c: cut.sw(c).repoint_without_old(),
                      check=lambda c: cut.sw(c).replicas_repointed()),
         FunctionStep("verify writes flow",
-                     lambda c: cut.sw(c).verify_writes_flow(c.run_id, cut.verify_timeout_s, old_gone=True)
+                     lambda c: cut.sw(c).verify_writes_flow(c.run_id, old_gone=True)
                      + f"; keep {cut.old} down: rebuild it as a replica of {cut.new} before it serves again",
                      mutating=True),
     ]

@@ -22,7 +22,7 @@ class WarmSpec(BaseModel):
     tables: list[str] = Field(default_factory=list, description="schema.table to scan and to probe in the gate")
 
 
-def warm(ctx: RunContext, source: Server, target: Server, method: str, *, tables: list[str], seconds: float,
+def warm(ctx: RunContext[Any, Any], source: Server, target: Server, method: str, *, tables: list[str], seconds: float,
          target_hit_ratio: float) -> str:
     """Warm `target` by `method` (dump-load from `source`, replay of `source`'s reads, or a
     scan of `tables`); metrics and notes go to the run; returns the sentence."""

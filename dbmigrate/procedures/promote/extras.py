@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dbmigrate.engine.step import AutoGate, FunctionStep, RunContext, Step
+from dbmigrate.engine.step import AutoGate, FunctionStep, Step
 from dbmigrate.exceptions import UsageError
 from dbmigrate.procedures.kit import cutover as kit_cutover
 from dbmigrate.procedures.kit.cutover import Cutover, CutoverState
-from dbmigrate.procedures.kit.resources import required
 from dbmigrate.procedures.kit.warmup import WarmSpec, warm, warm_ready
 from dbmigrate.procedures.promote.resources import PromoteResources, PromoteState
 
-
-def _res(ctx: RunContext) -> PromoteResources:
-    return required(ctx, PromoteResources)
+if TYPE_CHECKING:
+    from dbmigrate.procedures.promote.procedure import PromoteBuildContext, PromoteContext, PromoteParams
 
 
 # -- prepare -----------------------------------------------------------------------
 
-def prepare_steps(ctx: RunContext, params: Any) -> list[Step]:
+def prepare_steps(ctx: PromoteBuildContext, params: PromoteParams) -> list[Step]:
     """Before the fence: a share of reads to the candidate."""
     steps: list[Step] = []
     if params.read_share > 0:
@@ -37,8 +35,8 @@ def reader_weights(res: PromoteResources, share: float) -> dict[str, int]:
     return weights
 
 
-def shift_reads(ctx: RunContext) -> str:
-    res = _res(ctx)
+def shift_reads(ctx: PromoteContext) -> str:
+    res = ctx.resources
     if res.router is None:
         return "no router configured: read share skipped"
     weights = reader_weights(res, ctx.params.read_share)
@@ -52,8 +50,8 @@ def shift_reads(ctx: RunContext) -> str:
     return f"reader weights now {weights}"
 
 
-def restore_reads(ctx: RunContext) -> str:
-    router = _res(ctx).router
+def restore_reads(ctx: PromoteContext) -> str:
+    router = ctx.resources.router
     before = PromoteState.load(ctx.state).reader_weights_before
     if router is None or not before:
         return "nothing to restore"
@@ -64,8 +62,8 @@ def restore_reads(ctx: RunContext) -> str:
 # -- warm-up -------------------------------------------------------------------------
 
 def warm_step(spec: WarmSpec) -> FunctionStep:
-    def run(c: RunContext) -> str:
-        res = _res(c)
+    def run(c: PromoteContext) -> str:
+        res = c.resources
         source, target = res.topology.servers[res.old], res.topology.servers[res.new]
         if c.dry_run:
             return f"would warm {target.name} from {source.name} by {spec.method}"
@@ -79,8 +77,8 @@ def warm_step(spec: WarmSpec) -> FunctionStep:
 def warm_gate(spec: WarmSpec) -> AutoGate:
     """Before the cutover: the candidate's measured hit ratio reaches the target (or its load completed)."""
 
-    def check(c: RunContext) -> Any:
-        res = _res(c)
+    def check(c: PromoteContext) -> Any:
+        res = c.resources
         return warm_ready(res.topology.servers[res.new], spec.method, target_hit_ratio=spec.target_hit_ratio,
                           tables=spec.tables)
 
@@ -92,12 +90,12 @@ def warm_gate(spec: WarmSpec) -> AutoGate:
 def checksum_gate(databases: list[str]) -> AutoGate:
     """Before the cutover: pt-table-checksum finds no chunk of the candidate that differs."""
 
-    def check(c: RunContext) -> Any:
+    def check(c: PromoteContext) -> Any:
         from dbmigrate.tools.pt_connect import table_checksum
 
         if c.dry_run:  # pt-table-checksum writes its checksums through the primary
             return True, f"would run pt-table-checksum on {', '.join(databases)}", {}
-        res = _res(c)
+        res = c.resources
         servers = res.topology.servers
         report = table_checksum(servers[res.old], [servers[res.new]], databases)
         diffs = report.diffs.get(res.new, [])
@@ -127,10 +125,10 @@ def orchestrator_steps(cut: Cutover) -> list[Step]:
     ]
 
 
-def orchestrator_takeover(ctx: RunContext) -> str:
+def orchestrator_takeover(ctx: PromoteContext) -> str:
     from dbmigrate.topology.orchestrator import OrchestratorClient, takeover_sentence
 
-    res = _res(ctx)
+    res = ctx.resources
     spec = res.inventory.cluster(ctx.cluster)
     if not spec.orchestrator_url:
         raise UsageError(f"cluster '{ctx.cluster}' has no orchestrator_url",
@@ -149,7 +147,7 @@ def orchestrator_takeover(ctx: RunContext) -> str:
     return takeover_sentence(answer, res.new, cand.host, cand.port, time.monotonic() - started)
 
 
-def check_reverse(cut: Cutover, ctx: RunContext) -> str:
+def check_reverse(cut: Cutover, ctx: PromoteContext) -> str:
     sw = cut.sw(ctx)
     sw.wait_replica_running(sw.old, timeout=10)
     return f"{sw.old} replicates from {sw.new}"

@@ -9,33 +9,32 @@ from __future__ import annotations
 from pathlib import Path
 
 from dbmigrate.digest.model import Digest
-from dbmigrate.engine.step import RunContext
 from dbmigrate.home import home
 from dbmigrate.hosts import host_for
-from dbmigrate.procedures.schema_swap.context import params_of, resources_of
+from dbmigrate.procedures.schema_swap.context import SwapContext
 
 
-def enabled(ctx: RunContext) -> bool:
-    p = params_of(ctx)
+def enabled(ctx: SwapContext) -> bool:
+    p = ctx.params
     return not p.replay_digest and p.replay_capture_s > 0
 
 
-def digest_path(ctx: RunContext, side: str) -> Path:
+def digest_path(ctx: SwapContext, side: str) -> Path:
     return home() / "digests" / ctx.run_id / f"{side}.readers.digest.json"
 
 
-def captured(ctx: RunContext, side: str) -> bool:
+def captured(ctx: SwapContext, side: str) -> bool:
     return digest_path(ctx, side).exists()
 
 
-def capture_readers(ctx: RunContext, side: str) -> str:
+def capture_readers(ctx: SwapContext, side: str) -> str:
     from dbmigrate.digest.wire_window import capture_wire_window
     from dbmigrate.procedures.schema_swap.replay import hint_warnings
 
-    p = params_of(ctx)
+    p = ctx.params
     if ctx.dry_run:
         return f"would capture {p.replay_capture_s:g}s of the readers' queries on {side} (wire)"
-    r = resources_of(ctx)
+    r = ctx.resources
     server = r.servers[side]
     got = capture_wire_window(server, host_for(r.inventory, side), p.replay_capture_s, digest_path(ctx, side),
                               clock=ctx.clock)
@@ -47,7 +46,7 @@ def capture_readers(ctx: RunContext, side: str) -> str:
             f"returns" + (f"; {len(found)} name a dropped index in a hint: " + "; ".join(found) if found else ""))
 
 
-def readers_digest(ctx: RunContext, side: str) -> Digest | None:
+def readers_digest(ctx: SwapContext, side: str) -> Digest | None:
     """The side's captured classes; for a side that served none (the old primary), every side's."""
     if captured(ctx, side):
         return Digest.load(digest_path(ctx, side))
@@ -62,15 +61,15 @@ def readers_digest(ctx: RunContext, side: str) -> Digest | None:
     return merged
 
 
-def check_wire(ctx: RunContext) -> tuple[bool, str]:
+def check_wire(ctx: SwapContext) -> tuple[bool, str]:
     """Preflight: each side's host lets the tool capture its port (before any change)."""
     from dbmigrate.tools.wire import WireUnavailable, check_available
 
     if not enabled(ctx):
-        p = params_of(ctx)
+        p = ctx.params
         return True, ("the replay digest is given" if p.replay_digest else
                       "replay_capture_s is 0: sides return without their readers' queries tried")
-    r = resources_of(ctx)
+    r = ctx.resources
     bad = []
     for side in r.sides:
         try:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dbmigrate.config import load_inventory
 from dbmigrate.db.connection import Server
 from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError
-from dbmigrate.procedures.kit.resources import required, typed
+from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources
 
+# What a schema swap's steps see; `build` sees the resources as optional (`plan` has none).
+SwapContext = RunContext[SchemaSwapParams, SchemaSwapResources]
+SwapBuildContext = RunContext[SchemaSwapParams, "SchemaSwapResources | None"]
 
-def plan_names(ctx: RunContext, params: SchemaSwapParams) -> tuple[str, list[str], str]:
+
+def plan_names(ctx: RunContext[Any, Any], params: SchemaSwapParams) -> tuple[str, list[str], str]:
     """(primary, sides, candidate) for building the procedure: from the resources in a run,
     from the inventory's declared roles for `plan` (which connects to nothing)."""
     r = typed(ctx, SchemaSwapResources)
@@ -30,23 +36,13 @@ def plan_names(ctx: RunContext, params: SchemaSwapParams) -> tuple[str, list[str
     return primary, sides, candidate
 
 
-def resources_of(ctx: RunContext) -> SchemaSwapResources:
-    return required(ctx, SchemaSwapResources)
+def server_of(ctx: SwapContext, name: str) -> Server:
+    return ctx.resources.servers[name]
 
 
-def server_of(ctx: RunContext, name: str) -> Server:
-    return resources_of(ctx).servers[name]
-
-
-def current_primary(ctx: RunContext, side: str) -> str:
+def current_primary(ctx: SwapContext, side: str) -> str:
     """Who serves writes while `side` is altered: the original primary for replicas, the
     promoted candidate for the primary's own side."""
-    r = resources_of(ctx)
+    r = ctx.resources
     return r.candidate if side == r.primary else r.primary
 
-
-def params_of(ctx: RunContext) -> SchemaSwapParams:
-    params = ctx.params
-    if not isinstance(params, SchemaSwapParams):
-        raise TypeError(f"a schema swap's steps run with {type(params).__name__} params")
-    return params

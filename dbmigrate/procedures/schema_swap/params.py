@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dbmigrate.procedures.kit.fence import FenceParams
+from dbmigrate.procedures.kit.switchover.settings import SwitchoverParams
 from dbmigrate.procedures.kit.warmup import WarmSpec
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.ddl import Ddl, Expectation
@@ -50,36 +50,23 @@ class SwapWarmSpec(WarmSpec):
     tables: list[str] = Field(default_factory=list, description="schema.table; default: the tables the DDL alters")
 
 
-class SchemaSwapParams(FenceParams):
-    """The fence's fields come from FenceParams (the same in every procedure)."""
+class SchemaSwapParams(SwitchoverParams):
+    """The switchover's bounds come from SwitchoverParams (the same in every procedure that
+    switches over); max_lag_ms also bounds a side's return, and kill_app_sessions also ends a
+    drained side's sessions."""
 
-    model_config = ConfigDict(extra="forbid")
     ddl: list[str] = Field(min_length=1, description="ALTER TABLE / CREATE INDEX / ... on schema-qualified tables")
     undo_ddl: list[str] = Field(default_factory=list, description="inverse statements used by rollback, if any")
     verify: list[VerifySpec] = Field(default_factory=list, description="checks in addition to the automatic ones")
     auto_verify: bool = Field(True, description="verify what the DDL implies (columns, indexes, ROW compatibility)")
     warm: Optional[SwapWarmSpec] = None
-    max_lag_ms: int = Field(1000, gt=0, le=3_600_000)
-    drain_timeout_s: float = Field(30, ge=0, le=3600, description="bound for a side's client sessions to end")
-    kill_app_sessions: bool = Field(True, description="end sessions still open after drain_timeout_s")
-    hold_new_connections: bool = Field(False, description="opt-in: at the primary's switchovers through an HAProxy "
-                                       "router with a writer port, new connections wait in its queue during the "
-                                       "window, the old primary's writer sessions end when idle (the router's flip "
-                                       "then moves into the open step, not yet covered by the fault matrix)")
+    drain_timeout_s: float = Field(30, ge=0, le=3600, description="bound for a side's client sessions to end "
+                                                                   "(kill_app_sessions: then ended)")
     ddl_timeout_s: float = Field(3600, gt=0, le=7 * 86400, description="bound for each DDL statement on one server")
     order: Literal["replicas-then-primary"] = "replicas-then-primary"
     primary: Literal["switchover", "skip"] = "switchover"
     candidate: Optional[str] = Field(None, description="replica promoted for the primary's side (default: the first)")
     switch_back: bool = Field(True, description="after the old primary is altered, make it the primary again")
-    # The switchover's own bounds (as in promote).
-    max_trx_age_s: float = Field(30, gt=0, le=86400)
-    catchup_timeout_s: float = Field(5, gt=0, le=300)
-    fence_drain_timeout_s: float = Field(2, ge=0, le=60, description="open app transactions after the fence")
-    converge_max_trx_rows: int = Field(10_000, ge=0, description="as in promote")
-    converge_max_backlog_bytes: int = Field(1 << 20, ge=0, description="as in promote")
-    probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer")
-    replica_timeout_s: float = Field(30, gt=0, le=3600)
-    verify_timeout_s: float = Field(10, gt=0, le=600)
     replay_digest: Optional[str] = Field(None, description="a digest of the application's queries (dbmigrate digest "
                                          "capture, or pt-query-digest JSON; relative to the playbook): each class's "
                                          "sample is EXPLAINed on a side before it returns, and a new error keeps "

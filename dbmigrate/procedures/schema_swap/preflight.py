@@ -8,20 +8,14 @@ from dbmigrate.procedures.kit import preflight_checks
 from dbmigrate.db.connection import Server
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.db.scratch import ScratchSchema
-from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError, SafetyError
-from dbmigrate.procedures.kit.preflight import PreflightLimits, evaluate_preflight
+from dbmigrate.procedures.kit.preflight import evaluate_preflight
 from dbmigrate.procedures.schema_swap import capture
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 from dbmigrate.procedures.schema_swap.readers import router_of
-from dbmigrate.procedures.schema_swap.context import params_of, resources_of, server_of
-
-
-def switchover_limits(p: SchemaSwapParams) -> PreflightLimits:
-    """The limits of the primary's switchover: checked at the start and again before the fence."""
-    return PreflightLimits(max_lag_ms=p.max_lag_ms, max_trx_age_s=p.max_trx_age_s, fence_expiry=p.fence_expiry)
+from dbmigrate.procedures.schema_swap.context import SwapContext, server_of
 
 
 def missing_names(p: SchemaSwapParams, columns: dict[str, list[str]]) -> list[str]:
@@ -76,12 +70,12 @@ def ddl_valid_on(server: Server, statements: list[schema_ddl.Ddl]) -> tuple[bool
                   f"(binlog off, dropped)")
 
 
-def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
+def preflight(ctx: SwapContext) -> tuple[bool, str, dict[str, Any]]:
     """Everything checked at once, before any change: the operator sees every reason. That
     includes every check a later phase will make: the DDL on the live schema and, when the
     primary's side goes through a switchover, the switchover's whole preflight."""
-    r = resources_of(ctx)
-    p = params_of(ctx)
+    r = ctx.resources
+    p = ctx.params
     primary = server_of(ctx, r.primary)
     sides = [server_of(ctx, s) for s in r.sides]
 
@@ -159,7 +153,7 @@ def preflight(ctx: RunContext) -> tuple[bool, str, dict[str, Any]]:
         return ddl_valid_on(sides[0], p.statements())
 
     def switchover() -> tuple[bool, str]:
-        ok, reason, _ = evaluate_preflight(ctx, r.inventory, r.candidate, switchover_limits(p))
+        ok, reason, _ = evaluate_preflight(ctx, r.inventory, r.candidate, p)
         return ok, (f"the switchover to {r.candidate} would pass: {reason}" if ok else
                     f"the switchover to {r.candidate} would be refused: {reason}")
 

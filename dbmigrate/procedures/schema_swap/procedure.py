@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbmigrate.engine.step import AutoGate, FunctionStep, Gate, Phase, Procedure, RunContext, Step
+from dbmigrate.engine.step import AutoGate, FunctionStep, Gate, Phase, Procedure, Step
 from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.registry import register
 from dbmigrate.procedures.schema_swap.expect import expectation_holds
@@ -58,7 +58,7 @@ from dbmigrate.procedures.schema_swap.readers import (
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, prepare
 from dbmigrate.procedures.schema_swap import capture
 from dbmigrate.procedures.schema_swap.replay import hint_warnings, replay_ready
-from dbmigrate.procedures.schema_swap.context import current_primary, params_of, plan_names, resources_of
+from dbmigrate.procedures.schema_swap.context import SwapBuildContext, SwapContext, current_primary, plan_names
 from dbmigrate.procedures.schema_swap.sides import (
     all_applied,
     apply_ddl,
@@ -71,19 +71,20 @@ from dbmigrate.procedures.schema_swap.sides import (
     warm_side,
 )
 
-def replay_gate(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
-    r = resources_of(ctx)
+def replay_gate(ctx: SwapContext, side: str) -> tuple[bool, str, dict[str, Any]]:
+    r = ctx.resources
     primary = current_primary(ctx, side)
     digest = r.replay if r.replay is not None else capture.readers_digest(ctx, side)
     return replay_ready(ctx, side, digest, r.servers[side], r.servers[primary] if primary != side else None)
 
 
-def warn_hints(ctx: RunContext) -> str:
+def warn_hints(ctx: SwapContext) -> str:
     """At the start: a hint in the application's queries that names an index the DDL drops."""
-    digest = resources_of(ctx).replay if typed(ctx, SchemaSwapResources) is not None else None
+    r = typed(ctx, SchemaSwapResources)
+    digest = r.replay if r is not None else None
     if digest is None:
         return "no replay digest loaded"
-    found = hint_warnings(digest, params_of(ctx))
+    found = hint_warnings(digest, ctx.params)
     for line in found:
         ctx.log(line, "warning")
     return (f"{len(found)} application query class(es) name a dropped index in a hint: " + "; ".join(found)
@@ -93,7 +94,7 @@ def warn_hints(ctx: RunContext) -> str:
 __all__ = ["SchemaSwapParams", "SwapWarmSpec", "VerifySpec", "build", "expectation_holds"]
 
 
-def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary_side: bool = False,
+def side_phases(ctx: SwapBuildContext, params: SchemaSwapParams, side: str, *, primary_side: bool = False,
                 closing_steps: list[Step] | None = None, closing_name: str | None = None) -> list[Phase]:
     label = f"{side} (old primary)" if primary_side else side
     capturing = not params.replay_digest and params.replay_capture_s > 0
@@ -102,7 +103,7 @@ def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary
                      check=lambda c: router_of(c) is not None and not c.dry_run and not in_readers(c, side),
                      undo=lambda c: put_back(c, side), describe=lambda c: describe_take_out(c, side)),
         FunctionStep(f"end client sessions on {side}", lambda c: end_sessions(c, side),
-                     describe=lambda c: [(side, f"wait up to {params_of(c).drain_timeout_s:g}s for client sessions to "
+                     describe=lambda c: [(side, f"wait up to {c.params.drain_timeout_s:g}s for client sessions to "
                                                 "end, then KILL CONNECTION each one left")]),
         FunctionStep(f"apply DDL on {side} (binlog off)", lambda c: apply_ddl(c, side),
                      check=lambda c: all_applied(c, side), undo=lambda c: undo_ddl(c, side),
@@ -137,7 +138,7 @@ def side_phases(ctx: RunContext, params: SchemaSwapParams, side: str, *, primary
 
 @register("schema-swap", params=SchemaSwapParams, prepare_resources=prepare,
           description="apply DDL one side at a time (replicas, then the primary through a switchover)")
-def build(ctx: RunContext, params: SchemaSwapParams) -> Procedure:
+def build(ctx: SwapBuildContext, params: SchemaSwapParams) -> Procedure:
     """Weekly schema change, A/B: each replica out of traffic, altered without binlog, back; then the primary."""
     primary, sides, candidate = plan_names(ctx, params)
     phases = [Phase("preflight", [FunctionStep("record the reader pool", record_pool, mutating=False)],
@@ -146,7 +147,7 @@ def build(ctx: RunContext, params: SchemaSwapParams) -> Procedure:
         phases[0].steps.insert(0, FunctionStep("check the application's index hints", warn_hints, mutating=False))
     for side in sides:
         phases += side_phases(ctx, params, side)
-    resources = typed(ctx, SchemaSwapResources)
+    resources = ctx.resources
     if params.primary == "switchover" and resources is not None and resources.primary_altered:
         phases[0].steps.append(FunctionStep(
             f"{primary} already has the change: no switchover", mutating=False,

@@ -3,15 +3,14 @@ at the end the pool is as it was (with the new primary replaced when the run kee
 
 from __future__ import annotations
 
-from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import SafetyError
 from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, SchemaSwapState
-from dbmigrate.procedures.schema_swap.context import current_primary, params_of, resources_of, server_of
+from dbmigrate.procedures.schema_swap.context import SwapContext, current_primary, server_of
 from dbmigrate.routing.base import Router, same_address
 
 
-def address_of(ctx: RunContext, name: str) -> str:
+def address_of(ctx: SwapContext, name: str) -> str:
     s = server_of(ctx, name)
     return f"{s.host}:{s.port}"
 
@@ -20,24 +19,24 @@ def same(a: str, b: str) -> bool:
     return same_address(a, b)
 
 
-def router_of(ctx: RunContext) -> Router | None:
+def router_of(ctx: SwapContext) -> Router | None:
     r = typed(ctx, SchemaSwapResources)
     return r.router if r is not None else None
 
 
-def readers_now(ctx: RunContext) -> list[str]:
+def readers_now(ctx: SwapContext) -> list[str]:
     router = router_of(ctx)
     if router is None:
         raise SafetyError("the readers cannot be read: the inventory names no router for this cluster")
     return list(router.current().readers)
 
 
-def in_readers(ctx: RunContext, side: str) -> bool:
+def in_readers(ctx: SwapContext, side: str) -> bool:
     addr = address_of(ctx, side)
     return any(same(a, addr) for a in readers_now(ctx))
 
 
-def pool_without(ctx: RunContext, side: str) -> tuple[list[str], list[str]]:
+def pool_without(ctx: SwapContext, side: str) -> tuple[list[str], list[str]]:
     """(readers without `side`, addresses added so that reads still have somewhere to go)."""
     addr = address_of(ctx, side)
     remaining = [a for a in readers_now(ctx) if not same(a, addr)]
@@ -49,7 +48,7 @@ def pool_without(ctx: RunContext, side: str) -> tuple[list[str], list[str]]:
     return remaining, added
 
 
-def take_out(ctx: RunContext, side: str) -> str:
+def take_out(ctx: SwapContext, side: str) -> str:
     router = router_of(ctx)
     if router is None:
         return (f"no router configured: {side} keeps its traffic (the DDL is online; stop reads to it by other "
@@ -65,7 +64,7 @@ def take_out(ctx: RunContext, side: str) -> str:
     return f"{side} takes no new reads (drain); readers now {', '.join(remaining)}{extra}"
 
 
-def describe_take_out(ctx: RunContext, side: str) -> list[tuple[str, str]]:
+def describe_take_out(ctx: SwapContext, side: str) -> list[tuple[str, str]]:
     if router_of(ctx) is None:
         return [("router", f"no router configured: {side} keeps its traffic")]
     if not in_readers(ctx, side):
@@ -74,7 +73,7 @@ def describe_take_out(ctx: RunContext, side: str) -> list[tuple[str, str]]:
     return [("router", f"readers -> {', '.join(remaining)} ({side} drains)")]
 
 
-def put_back(ctx: RunContext, side: str) -> str:
+def put_back(ctx: SwapContext, side: str) -> str:
     """Return `side` to the reader pool if it was in it before this run took it out;
     withdraw any reader added only for the meantime."""
     router = router_of(ctx)
@@ -102,7 +101,7 @@ def put_back(ctx: RunContext, side: str) -> str:
     return f"{side} is back in the reader pool: readers {', '.join(wanted)}"
 
 
-def is_back(ctx: RunContext, side: str) -> bool:
+def is_back(ctx: SwapContext, side: str) -> bool:
     router = router_of(ctx)
     st = SchemaSwapState.load(ctx.state)
     before = st.readers_before.get(side)
@@ -115,14 +114,14 @@ def is_back(ctx: RunContext, side: str) -> bool:
     return True
 
 
-def final_readers(ctx: RunContext) -> list[str] | None:
+def final_readers(ctx: SwapContext) -> list[str] | None:
     """The reader pool at the end: as it was at the start, with the new primary replaced by
     the old one when the run keeps the new primary."""
     start = SchemaSwapState.load(ctx.state).readers_at_start
     if start is None:
         return None
-    r = resources_of(ctx)
-    if params_of(ctx).primary == "skip" or params_of(ctx).switch_back:
+    r = ctx.resources
+    if ctx.params.primary == "skip" or ctx.params.switch_back:
         return list(start)
     new, old = address_of(ctx, r.candidate), address_of(ctx, r.primary)
     out = [a for a in start if not same(a, new)]
@@ -131,7 +130,7 @@ def final_readers(ctx: RunContext) -> list[str] | None:
     return out
 
 
-def route_reads(ctx: RunContext) -> str:
+def route_reads(ctx: SwapContext) -> str:
     router = router_of(ctx)
     wanted = final_readers(ctx)
     if router is None or wanted is None:
@@ -144,7 +143,7 @@ def route_reads(ctx: RunContext) -> str:
     return f"readers now {', '.join(wanted)}"
 
 
-def describe_route_reads(ctx: RunContext) -> list[tuple[str, str]]:
+def describe_route_reads(ctx: SwapContext) -> list[tuple[str, str]]:
     wanted = final_readers(ctx) if typed(ctx, SchemaSwapResources) is not None else None
     if router_of(ctx) is None or wanted is None:
         return [("router", "no router configured: readers unchanged")]
@@ -153,12 +152,12 @@ def describe_route_reads(ctx: RunContext) -> list[tuple[str, str]]:
     return [("router", f"readers -> {', '.join(wanted)}")]
 
 
-def readers_routed(ctx: RunContext) -> bool:
+def readers_routed(ctx: SwapContext) -> bool:
     router, wanted = router_of(ctx), final_readers(ctx)
     return not ctx.dry_run and router is not None and wanted is not None and sorted(readers_now(ctx)) == sorted(wanted)
 
 
-def restore_reader_pool(ctx: RunContext) -> str:
+def restore_reader_pool(ctx: SwapContext) -> str:
     router, before = router_of(ctx), SchemaSwapState.load(ctx.state).readers_at_start
     if router is None or before is None:
         return "nothing to restore"
@@ -170,7 +169,7 @@ def restore_reader_pool(ctx: RunContext) -> str:
     return f"reader pool restored to {', '.join(before)}"
 
 
-def record_pool(ctx: RunContext) -> str:
+def record_pool(ctx: SwapContext) -> str:
     router = router_of(ctx)
     if router is None:
         return "no router configured"

@@ -18,7 +18,7 @@ from typing import Any
 
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.digest.model import Digest, QueryClass
-from dbmigrate.engine.step import RunContext
+from dbmigrate.procedures.schema_swap.context import SwapContext
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 
 _HINT = re.compile(r"\b(?:USE|FORCE|IGNORE)\s+(?:INDEX|KEY)\s*(?:FOR\s+(?:JOIN|ORDER\s+BY|GROUP\s+BY)\s*)?"
@@ -120,7 +120,7 @@ def replay(side: Inspector, reference: Inspector | None, digest: Digest, max_cla
     return tried, new
 
 
-def replay_ready(ctx: RunContext, side: str, digest: Digest | None, side_server: Any,
+def replay_ready(ctx: SwapContext, side: str, digest: Digest | None, side_server: Any,
                  reference_server: Any | None) -> tuple[bool, str, dict[str, Any]]:
     """The gate before a side returns: the application's queries answer there as before."""
     if digest is None:

@@ -8,21 +8,20 @@ from typing import Any
 from dbmigrate.procedures.kit import preflight_checks
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.step import RunContext
 from dbmigrate.exceptions import DbmigrateError, NotUndone, SafetyError, UsageError
 from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.procedures.kit.warmup import warm, warm_ready as kit_warm_ready
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied, expectation_holds
 from dbmigrate.procedures.schema_swap.params import SwapWarmSpec
-from dbmigrate.procedures.schema_swap.context import current_primary, params_of, plan_names, resources_of, server_of
+from dbmigrate.procedures.schema_swap.context import SwapContext, current_primary, plan_names, server_of
 
 
-def end_sessions(ctx: RunContext, side: str) -> str:
+def end_sessions(ctx: SwapContext, side: str) -> str:
     # An ALTER waits for the metadata lock of every open transaction on its table, and
     # every new query queues behind it: the side must be quiet first.
-    p = params_of(ctx)
-    r = resources_of(ctx)
+    p = ctx.params
+    r = ctx.resources
     server = server_of(ctx, side)
     insp = Inspector(server)
     protected = protected_users(insp, r.inventory.replication_credentials(ctx.cluster).user)
@@ -42,17 +41,17 @@ def end_sessions(ctx: RunContext, side: str) -> str:
             f"{idle}")
 
 
-def all_applied(ctx: RunContext, side: str) -> bool:
+def all_applied(ctx: SwapContext, side: str) -> bool:
     if ctx.dry_run:
         return False  # show the statements, even where they are in place
     insp = Inspector(server_of(ctx, side))
-    return all(ddl_applied(insp, d) for d in params_of(ctx).statements())
+    return all(ddl_applied(insp, d) for d in ctx.params.statements())
 
 
-def apply_ddl(ctx: RunContext, side: str) -> str:
+def apply_ddl(ctx: SwapContext, side: str) -> str:
     """Each statement not yet in place, with the binlog off, on a session of its own;
     then prove that the side wrote no transaction of its own (no errant GTID)."""
-    p = params_of(ctx)
+    p = ctx.params
     server = server_of(ctx, side)
     insp = Inspector(server)
     # A name already taken by another definition is neither "already done" nor something the
@@ -94,13 +93,13 @@ def apply_ddl(ctx: RunContext, side: str) -> str:
     return sentence + f"; no GTID of its own written ({', '.join(own_after) or 'none'} before and after)"
 
 
-def describe_ddl(ctx: RunContext, side: str) -> list[tuple[str, str]]:
+def describe_ddl(ctx: SwapContext, side: str) -> list[tuple[str, str]]:
     flavor = server_of(ctx, side).flavor
-    return [(side, sql) for d in params_of(ctx).statements() for sql in flavor.ddl_without_binlog_sql(d.statement)]
+    return [(side, sql) for d in ctx.params.statements() for sql in flavor.ddl_without_binlog_sql(d.statement)]
 
 
-def undo_ddl(ctx: RunContext, side: str) -> str:
-    p = params_of(ctx)
+def undo_ddl(ctx: SwapContext, side: str) -> str:
+    p = ctx.params
     if not p.undo_ddl:
         raise NotUndone(f"schema left as is on {side}: no undo_ddl given (the change stays; ROW replication from "
                         "the unaltered primary tolerates it)",
@@ -123,8 +122,8 @@ def undo_ddl(ctx: RunContext, side: str) -> str:
     return f"undid the change on {side} with the binlog off: {len(p.undo_ddl)} undo statement(s)"
 
 
-def verify_side(ctx: RunContext, side: str) -> str:
-    p = params_of(ctx)
+def verify_side(ctx: SwapContext, side: str) -> str:
+    p = ctx.params
     expectations = [e for d in p.statements() for e in d.expectations] if p.auto_verify else []
     # The DDL's own expectations and the verify list may name the same thing: checked and said once.
     expectations = without_covered(list(dict.fromkeys([*expectations, *(v.expectation() for v in p.verify)])))
@@ -165,32 +164,32 @@ def passed_sentence(side: str, checks: list[str]) -> str:
     return f"{side}: {len(unique)} check(s) passed (" + "; ".join(unique) + ")"
 
 
-def warm_spec(ctx: RunContext) -> SwapWarmSpec:
+def warm_spec(ctx: SwapContext) -> SwapWarmSpec:
     """The playbook's warm-up; its steps and gates exist only when it has one."""
-    spec = params_of(ctx).warm
+    spec = ctx.params.warm
     if spec is None:
         raise UsageError("this schema swap has no warm: section")
     return spec
 
 
-def warm_side(ctx: RunContext, side: str, seconds: float | None = None) -> str:
+def warm_side(ctx: SwapContext, side: str, seconds: float | None = None) -> str:
     spec = warm_spec(ctx)
     oversized = pool_overflow(ctx, side)
     if oversized:
         ctx.log(oversized, "warning")
     return warm(ctx, server_of(ctx, current_primary(ctx, side)), server_of(ctx, side), spec.method,
-                tables=params_of(ctx).warm_tables(), seconds=seconds or spec.seconds,
+                tables=ctx.params.warm_tables(), seconds=seconds or spec.seconds,
                 target_hit_ratio=spec.target_hit_ratio)
 
 
-def pool_overflow(ctx: RunContext, side: str) -> str | None:
+def pool_overflow(ctx: SwapContext, side: str) -> str | None:
     """A warning when the tables a scan reads are bigger than the side's buffer pool: the
     scan then evicts its own pages and lowers the hit ratio the warm-up gate measures."""
-    spec = params_of(ctx).warm
+    spec = ctx.params.warm
     if spec is None or spec.method != "scan":
         return None
     insp = Inspector(server_of(ctx, side))
-    sizes = insp.table_sizes(params_of(ctx).warm_tables())
+    sizes = insp.table_sizes(ctx.params.warm_tables())
     pool = int(insp.variable("innodb_buffer_pool_size") or 0)
     total = sum(sizes.values())
     if not pool or total <= pool:
@@ -200,10 +199,10 @@ def pool_overflow(ctx: RunContext, side: str) -> str | None:
             f"tables in warm.tables, use warm.method replay, or lower warm.target_hit_ratio")
 
 
-def side_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
+def side_ready(ctx: SwapContext, side: str) -> tuple[bool, str, dict[str, Any]]:
     """Before a side takes reads again: replication runs, lag under the limit, no errant GTID."""
-    p = params_of(ctx)
-    if ctx.dry_run and side == plan_names(ctx, params_of(ctx))[0]:
+    p = ctx.params
+    if ctx.dry_run and side == plan_names(ctx, ctx.params)[0]:
         return True, f"dry-run: {side} becomes a replica only in the switchover; checked then", {}
     primary = server_of(ctx, current_primary(ctx, side))
     server = server_of(ctx, side)
@@ -221,7 +220,7 @@ def side_ready(ctx: RunContext, side: str) -> tuple[bool, str, dict[str, Any]]:
     return True, f"{side}: replicating, {lag.reason}, {errant.reason}", details
 
 
-def warm_ready(ctx: RunContext, side: str, rewarm: bool = False) -> tuple[bool, str, dict[str, Any]]:
+def warm_ready(ctx: SwapContext, side: str, rewarm: bool = False) -> tuple[bool, str, dict[str, Any]]:
     """The warm-up gate. With `rewarm`, a cold side is warmed again and probed again until
     it is warm or warm.seconds have passed (a scan of a big table, the DDL's own table
     rebuild, or reads elsewhere may have evicted pages since the warm-up step)."""
@@ -231,7 +230,7 @@ def warm_ready(ctx: RunContext, side: str, rewarm: bool = False) -> tuple[bool, 
 
     def probe() -> tuple[bool, str, dict[str, Any]]:
         ok, reason, details = kit_warm_ready(server_of(ctx, side), spec.method, target_hit_ratio=spec.target_hit_ratio,
-                                             tables=params_of(ctx).warm_tables())
+                                             tables=ctx.params.warm_tables())
         return bool(ok), str(reason), dict(details)
 
     ok, reason, details = probe()

@@ -31,6 +31,7 @@ from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError, SandboxError, UsageError, WaitTimeout
+from dbmigrate.procedures.kit.fence import hold_read_only
 from dbmigrate.home import home
 from dbmigrate.rehearsal.compose.cli import ComposeCli
 from dbmigrate.rehearsal.compose.engine import Engine
@@ -332,7 +333,7 @@ class ComposeTopology:
                 continue
             with self.root_server(state, name, root) as r:
                 applier = Applier(r)
-                applier.set_read_only(True)
+                hold_read_only(applier)  # a new replica: it takes no writes
                 applier.change_source(source, SERVER_PORT, Credentials(repl.user, repl.password))
                 applier.start_replica()
                 try:

@@ -197,12 +197,12 @@ def _playbook(cluster: FaultCluster, sc: Scenario, candidate: str, work: Path, e
 def _swap_params(candidate: str) -> dict[str, Any]:
     """A new secondary index on a sysbench table (a name of its own per run), dropped by rollback."""
     index = f"fm_{time.time_ns() // 1_000_000 % 10**9}"
-    keep = {k: SETTINGS[k] for k in ("catchup_timeout_s", "replica_timeout_s", "verify_timeout_s", "max_lag_ms")}
+    keep = {k: SETTINGS[k] for k in ("catchup_timeout_s", "fence_drain_timeout_s", "replica_timeout_s",
+                                     "verify_timeout_s", "max_lag_ms")}
     ddl, undo = swap_ddl(index)
     return {"ddl": [ddl], "undo_ddl": [undo],
             "candidate": candidate, "primary": "switchover", "switch_back": True,
-            "drain_timeout_s": SETTINGS["drain_timeout_s"], "fence_drain_timeout_s": SETTINGS["drain_timeout_s"],
-            **keep}
+            "drain_timeout_s": SETTINGS["fence_drain_timeout_s"], **keep}
 
 
 def run_status(journal: Path) -> tuple[str | None, str | None]:
@@ -217,7 +217,7 @@ def run_status(journal: Path) -> tuple[str | None, str | None]:
 def _status_of(journal: Path, run_id: str) -> str | None:
     with Journal(journal) as j:
         run = j.get_run(run_id)
-    return run["status"] if run else None
+    return run.status if run else None
 
 
 def _summary(journal: Path) -> str:

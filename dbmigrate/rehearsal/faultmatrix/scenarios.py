@@ -11,10 +11,10 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-from dbmigrate.procedures.kit.switchover import SwitchoverSettings
+from dbmigrate.procedures.kit.switchover import SwitchoverParams
 
 # The playbook every promote scenario runs (seconds). No-writer time is judged against these.
-SETTINGS = {"catchup_timeout_s": 3, "probe_timeout_s": 1, "fence_timeout_s": 2, "drain_timeout_s": 0.5,
+SETTINGS = {"catchup_timeout_s": 3, "probe_timeout_s": 1, "fence_timeout_s": 2, "fence_drain_timeout_s": 0.5,
             "converge_timeout_s": 10,
             # Under load about 3 fences in 100 meet two application transactions waiting on each
             # other: the fence gives up after fence_block_s and is tried again, writes flowing between.
@@ -171,7 +171,7 @@ def procedure_settings(procedure: str, settings: dict) -> dict:
     """The bounds a procedure's switchovers run with: the schema swap has no fence_timeout_s
     of its own and fences with the switchover's default."""
     if procedure == "schema-swap":
-        return {**settings, "fence_timeout_s": SwitchoverSettings().fence_timeout_s}
+        return {**settings, "fence_timeout_s": SwitchoverParams().fence_timeout_s}
     return settings
 
 
@@ -221,7 +221,8 @@ def issue_reproductions() -> list[Scenario]:
 # "old" is that old server, "candidate" its instance. The fence is bounded like promote's
 # (fence_timeout_s + 1), the open like promote's (catchup_timeout_s); the inventory's
 # read_timeout (CONSOLIDATE_READ_TIMEOUT_S here) bounds the statements that have no bound of their own.
-CONSOLIDATE_SETTINGS = {"fence_timeout_s": 2, "catchup_timeout_s": 3, "drain_timeout_s": 0.3, "gate_timeout_s": 20}
+CONSOLIDATE_SETTINGS = {"fence_timeout_s": 2, "catchup_timeout_s": 3, "fence_drain_timeout_s": 0.3,
+                        "gate_timeout_s": 20}
 CONSOLIDATE_READ_TIMEOUT_S = 10
 CONSOLIDATE_STATEMENTS = {
     "fence": RoleStatement("old", "read_only=ON", "fence_timeout_s", "in:cut over:read_only=on", 1.0),

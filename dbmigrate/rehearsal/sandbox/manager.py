@@ -27,6 +27,7 @@ from dbmigrate.db.applier import Applier
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.exceptions import DbmigrateError, SandboxError, UsageError, WaitTimeout
+from dbmigrate.procedures.kit.fence import hold_read_only
 from dbmigrate.rehearsal.sandbox import accounts as acc
 from dbmigrate.rehearsal.sandbox.instance import Instance, InstanceSpec, PortConflict, pid_alive, rewrite_config
 from dbmigrate.rehearsal.sandbox.ports import free_port, port_in_use
@@ -331,7 +332,7 @@ class Sandboxes:
         repl = accounts["repl"]
         with self._instance(state, name).root_server() as root:
             applier = Applier(root)
-            applier.set_read_only(True)
+            hold_read_only(applier)  # a new replica: it takes no writes
             applier.change_source("127.0.0.1", src.port, Credentials(repl.user, repl.password))
             applier.start_replica()
 

@@ -22,7 +22,7 @@ Safety rules enforced here, not left to callers:
 One file per step, in order: converge, fence (through the kit's one fence, kit/fence.py),
 catchup, open_candidate, router, reset, repoint, reverse, verify; without_old completes a
 switchover whose old primary died after the fence; switch_back undoes any of them. base.py holds
-what every step shares, settings.py the bounds, servers.py the servers by name.
+what every step shares, settings.py the bounds (SwitchoverParams), servers.py the servers by name.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from dbmigrate.procedures.kit.switchover.without_old import WithoutOldSteps
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase, WriterRouter
 from dbmigrate.procedures.kit.switchover.errors import ReplicationStopped
 from dbmigrate.procedures.kit.switchover.servers import Notify, Record, SwitchoverServers
-from dbmigrate.procedures.kit.switchover.settings import SwitchoverSettings
+from dbmigrate.procedures.kit.switchover.settings import SwitchoverParams
 from dbmigrate.procedures.kit.switchover.switch_back import switch_back
 
 __all__ = ["Notify", "Record", "ReplicationStopped", "Switchover", "SwitchoverServers",
-           "SwitchoverSettings", "WriterRouter", "switch_back"]
+           "SwitchoverParams", "WriterRouter", "switch_back"]
 
 
 class Switchover(ConvergeSteps, FenceSteps, CatchUpSteps, OpenSteps, RouterSteps, ResetSteps, RepointSteps,
                  ReverseSteps, VerifySteps, WithoutOldSteps):
-    """`Switchover(servers, old, new, settings, router)`: one method per step, each idempotent
+    """`Switchover(servers, old, new, params, router)`: one method per step, each idempotent
     (a file per step: converge.py, fence.py, ... verify.py; the shared state in base.py)."""

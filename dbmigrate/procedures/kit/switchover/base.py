@@ -9,11 +9,12 @@ from dbmigrate.db.connection import Server
 from dbmigrate.db.in_doubt import SETTLE_GONE_S
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.inspector import Inspector, Session
+from dbmigrate.db.readers.replication import ReplicationReader
 from dbmigrate.clock import Clock
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.kit.fence import Fence, FencedServer
 from dbmigrate.procedures.kit.switchover.servers import Notify, Record, SwitchoverServers
-from dbmigrate.procedures.kit.switchover.settings import SwitchoverSettings
+from dbmigrate.procedures.kit.switchover.settings import SwitchoverParams
 
 
 class WriterRouter(Protocol):
@@ -28,12 +29,12 @@ class SwitchoverBase:
     """What every step of a switchover shares: the servers, the fence of the old primary,
     the router, and the helpers that read them."""
 
-    def __init__(self, topo: SwitchoverServers, old: str, new: str, settings: SwitchoverSettings,
+    def __init__(self, topo: SwitchoverServers, old: str, new: str, params: SwitchoverParams,
                  router: WriterRouter | None = None, *, dry_run: bool = False,
                  log: Notify | None = None, record: Record | None = None, clock: Clock | None = None):
         self.topo = topo
         self.old, self.new = old, new
-        self.s = settings
+        self.s = params  # the procedure's params as they are (promote's, the schema swap's)
         self.router = router
         self.dry_run = dry_run
         self.log = log or (lambda message, level="info": None)
@@ -48,8 +49,8 @@ class SwitchoverBase:
             old, FencedServer(inspector=lambda: self.insp(self.old), applier=lambda: self.apply(self.old),
                               bounded=lambda seconds: self.topo.bounded(seconds, self.old),
                               side_session=lambda timeout_s: self.topo.side_session(self.old, timeout_s)),
-            settings, final_position=lambda insp, read: read if read is not None else insp.gtid_binlog_pos(),
-            catchup_timeout_s=settings.catchup_timeout_s, targets=new, log=self.log, clock=self.clock,
+            params, final_position=lambda insp, read: read if read is not None else insp.gtid_binlog_pos(),
+            catchup_timeout_s=params.catchup_timeout_s, targets=new, log=self.log, clock=self.clock,
             dry_run=dry_run)
         # Sessions of accounts that bypass read_only that seal_old ended: who may have written after the fence.
         self.sealed_sessions: list[Session] = []
@@ -59,7 +60,7 @@ class SwitchoverBase:
         # checked on its own (only the composed Switchover holds them all).
         def bypass_users(self) -> set[str]: ...  # fence.py
         def _require_gtid_mode(self) -> None: ...  # fence.py
-        def _require_applying(self, insp: Inspector) -> ReplicaStatus: ...  # converge.py
+        def _require_applying(self, insp: ReplicationReader) -> ReplicaStatus: ...  # converge.py
         def wait_replica_running(self, name: str, timeout: float = 10) -> None: ...  # reverse.py
         def stopped_with_error(self, name: str) -> ReplicaStatus | None: ...  # reverse.py
 

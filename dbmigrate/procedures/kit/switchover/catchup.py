@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dbmigrate.db.connection import QueryError
 from dbmigrate.db.flavor import ReplicaStatus
-from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.readers.replication import ReplicationReader
 from dbmigrate.exceptions import WaitTimeout
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 from dbmigrate.procedures.kit.switchover.settings import FIRST_CATCHUP_WAIT_S, IO_STALL_S
@@ -41,7 +41,7 @@ class CatchUpSteps(SwitchoverBase):
                           f"{bound:g}s (still behind: {behind})",
                           hint="the old primary will be unfenced; retry when lag is low (dbmigrate lag watch)")
 
-    def _wait_renewing_stalled_io(self, insp: Inspector, st: ReplicaStatus, position: str, t0: float,
+    def _wait_renewing_stalled_io(self, insp: ReplicationReader, st: ReplicaStatus, position: str, t0: float,
                                   bound: float) -> bool:
         """The rest of the catch-up's bound. A candidate whose I/O thread lacks the position and
         receives nothing for IO_STALL_S gets a new connection to its source, once: after a

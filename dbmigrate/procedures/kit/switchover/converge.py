@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from dbmigrate.db.connection import QueryError
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.inspector import Inspector
+from dbmigrate.db.readers.replication import ReplicationReader
 from dbmigrate.exceptions import DbmigrateError, RefusedWait
 from dbmigrate.procedures.kit.fence import CalmWait
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
@@ -151,7 +152,7 @@ class ConvergeSteps(SwitchoverBase):
             prepare(self.server(self.new), self.server(self.old))
         return bypass
 
-    def _require_applying(self, insp: Inspector) -> ReplicaStatus:
+    def _require_applying(self, insp: ReplicationReader) -> ReplicaStatus:
         st = insp.replica_status()
         if st is None or st.sql_running != "Yes":
             raise DbmigrateError(f"{self.new} is not applying replication (SQL thread {st.sql_running if st else 'absent'}"

@@ -99,10 +99,10 @@ class FenceSteps(SwitchoverBase):
             if not self.s.kill_app_sessions:
                 return 0, 0, 0
             readers = haproxy_hold.reader_route_hosts(self.router, self.server(name))
-            ended = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+            ended = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
                                   spare_hosts=lambda: readers, clock=self.clock)
             return ended.ended_at_deadline, ended.ended_idle + ended.ended_at_deadline, ended.spared
-        done = drain(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+        done = drain(insp, self.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
                      until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
         return done.open_at_start, done.ended, 0
 
@@ -115,7 +115,7 @@ class FenceSteps(SwitchoverBase):
                           journal: Callable[[haproxy_hold.Hold], None] | None = None) -> str:
         """Just before the fence: the router holds new connections in its queue, then each of
         `name`'s writer-route sessions is ended as soon as it is idle (in-flight statements
-        finish; transactions get drain_timeout_s, then end). A pool that checks a kept
+        finish; transactions get fence_drain_timeout_s, then end). A pool that checks a kept
         connection before reuse meets a dead one and opens a new one, which waits in the queue
         until the candidate opens: no 1290, no statement cut. Empty when the router cannot hold."""
         name = name or self.old
@@ -126,9 +126,9 @@ class FenceSteps(SwitchoverBase):
         protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
         writers = haproxy_hold.writer_route_hosts(self.router, self.server(name))
         t0 = self.clock.monotonic()
-        done = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.drain_timeout_s,
+        done = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
                              only_hosts=lambda: writers, clock=self.clock)
-        late = f", {done.ended_at_deadline} still busy at {self.s.drain_timeout_s:g}s ended" \
+        late = f", {done.ended_at_deadline} still busy at {self.s.fence_drain_timeout_s:g}s ended" \
             if done.ended_at_deadline else ""
         return (f"new connections held by the router; {done.ended_idle} writer session(s) on {name} ended when "
                 f"idle{late} in {(self.clock.monotonic() - t0) * 1000:.0f} ms")

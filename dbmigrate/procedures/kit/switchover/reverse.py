@@ -5,6 +5,7 @@ from __future__ import annotations
 from dbmigrate.db.connection import QueryError
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.exceptions import DbmigrateError, WaitTimeout
+from dbmigrate.procedures.kit.fence import hold_read_only
 from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 from dbmigrate.procedures.kit.switchover.errors import ReplicationStopped
 from dbmigrate.procedures.kit.switchover.settings import SQL_STOPPED_CONFIRM_S
@@ -60,7 +61,7 @@ class ReverseSteps(SwitchoverBase):
         host, port = self._repl_addr(source)
         self.drop_fence_expiry(name)
         a = self.apply(name)
-        a.set_read_only(True)
+        hold_read_only(a)  # already fenced, or read-only: it takes no writes as a replica
         a.stop_replica()
         a.prepare_as_replica()
         a.change_source(host, port, self.topo.repl)

@@ -1,6 +1,13 @@
-"""The switchover's bounds (the fence's are FenceParams, declared once in the kit) and its constants."""
+"""The switchover's params: every bound of a switchover, declared once (the fence's in
+FenceParams, kit/fence.py), and its constants.
+
+Promote's and the schema swap's params inherit `SwitchoverParams`, and the kit (`Switchover`,
+`Cutover`, the preflight gate) takes those params as they are: a playbook names each bound of a
+switchover the same way in every procedure."""
 
 from __future__ import annotations
+
+from pydantic import Field
 
 from dbmigrate.procedures.kit.fence import FenceParams
 
@@ -23,41 +30,63 @@ SQL_STOPPED_CONFIRM_S = 0.3
 SIZE_LOOK_POLL_S = 0.11
 
 
-class SwitchoverSettings(FenceParams):
-    """The switchover's bounds: the fence's (FenceParams, declared once in the kit) and its own."""
+class SwitchoverParams(FenceParams):
+    """The switchover's bounds: the fence's (FenceParams) and its own, from the preflight to the
+    verification."""
 
-    catchup_timeout_s: float = 5.0
-    # The fence waits until the candidate is this close to the primary, so that the
-    # catch-up inside the fenced window (where writes are refused) stays short.
-    converge_timeout_s: float = 10.0
-    converge_max_trx: int = 10  # transactions behind, per domain
-    converge_poll_s: float = 0.001
-    # While the candidate is far behind (more than FAR_TIMES x converge_max_trx) the loop polls
-    # this slowly: a 1 ms loop is two reads per ms and most of a core, taken from a primary
-    # and a machine that may be saturated already, for nothing until the candidate comes close.
-    converge_far_poll_s: float = 0.01
-    # Size, not only count: once converged, the fence also waits (within converge_timeout_s,
-    # else refuses with the reason) while the old primary runs a DDL or a transaction that has
-    # modified at least this many rows, or the candidate applies a DDL or has more than
-    # converge_max_backlog_bytes of the old primary's binlog still to apply. Each of those is a
-    # multi-second apply that would otherwise fall inside the fenced window.
-    converge_max_trx_rows: int = 10_000
-    converge_max_backlog_bytes: int = 1 << 20
-    # How long an undo waits for one server to answer before taking it as down (frozen, dead).
-    probe_timeout_s: float = 2.0
-    drain_timeout_s: float = 2.0  # wait for in-flight app transactions after read_only
-    kill_app_sessions: bool = True  # end remaining app sessions on the fenced server
-    # Through an HAProxy router that knows its writer address: new connections wait in HAProxy's
-    # queue from just before the fence until the candidate opens, and the old primary's writer
-    # sessions are ended each when idle before the fence (docs/operations/what-the-application-sees.md).
-    # Opt-in (off by default): the flip moves into the open step, an order the fault matrix has
-    # not validated yet.
-    hold_new_connections: bool = False
-    replica_timeout_s: float = 30.0  # bound for repointing each other replica
-    admin_users: tuple[str, ...] = ()  # sessions never killed (the tool's own, replication)
-    # A router change sent without an answer is in doubt: before the route is read or changed
-    # again, wait this long for the router to show that it ran; past it, stop and say how to finish.
-    router_doubt_wait_s: float = 10.0
+    # -- preflight (checked at the start, and again before the fence) ----------------------
+    max_lag_ms: int = Field(1000, gt=0, le=3_600_000, description="preflight refuses while a replica is further "
+                                                                  "behind than this (milliseconds)")
+    lag_wait_s: float = Field(30, ge=0, le=600, description="how long preflight waits for lag to settle")
+    max_trx_age_s: float = Field(30, gt=0, le=86400, description="preflight refuses while a transaction older than "
+                                                                 "this is open on the primary: it would hold the "
+                                                                 "fence")
+    allow_read_only_bypass: list[str] = Field(
+        default_factory=list, description="accounts that bypass read_only (SUPER, READ ONLY ADMIN) allowed to hold "
+                                          "sessions on the old primary; their sessions are ended before the open")
+    # -- convergence: the fence waits until the candidate is close, so that the catch-up inside
+    # the fenced window (where writes are refused) stays short ------------------------------
+    converge_timeout_s: float = Field(10, gt=0, le=300,
+                                      description="how long the fence waits for the candidate to come close")
+    converge_max_trx: int = Field(10, ge=0, le=10**9, description="fence only when the candidate is at most this "
+                                                                      "many transactions behind (per domain)")
+    converge_max_trx_rows: int = Field(10_000, ge=0, le=10**15, description="once converged, the fence also waits "
+                                       "(up to converge_timeout_s, else refuses) while the old primary runs a DDL or "
+                                       "a transaction that modified this many rows, or the candidate applies a DDL; "
+                                       "0: do not look")
+    converge_max_backlog_bytes: int = Field(1 << 20, ge=0, le=1 << 50, description="... or the candidate has more "
+                                            "than this many bytes of the old primary's binlog still to apply; 0: do "
+                                            "not look")
+    converge_poll_s: float = Field(0.001, gt=0, le=1, description="how often the convergence reads the candidate's "
+                                                                  "distance while it is close")
+    converge_far_poll_s: float = Field(0.01, gt=0, le=1, description=f"... and while it is far behind (more than "
+                                       f"{FAR_TIMES}x converge_max_trx): a tight loop would take a core from a "
+                                       f"primary that may be saturated already")
+    # -- the fenced window -----------------------------------------------------------------
+    fence_drain_timeout_s: float = Field(2, ge=0, le=60, description="after the fence, how long open application "
+                                                                     "transactions may take to finish")
+    kill_app_sessions: bool = Field(True, description="end the application's sessions left on the fenced server, so "
+                                                      "that pools reconnect through the router")
+    hold_new_connections: bool = Field(False, description="opt-in: through an HAProxy router with a writer port, "
+                                       "new connections wait in its queue from just before the fence until the "
+                                       "candidate opens, and the old primary's writer sessions end when idle (the "
+                                       "router's flip then moves into the open step, not yet covered by the fault "
+                                       "matrix); docs/operations/what-the-application-sees.md")
+    admin_users: list[str] = Field(default_factory=list, description="accounts whose sessions on the fenced server "
+                                   "are not ended (the tool's own and the replication account's never are)")
+    catchup_timeout_s: float = Field(5, gt=0, le=300, description="after the fence, the candidate must apply the old "
+                                     "primary's final position within this, or the old primary is unfenced and the "
+                                     "run stops (bounds the write outage)")
+    # -- after the open ----------------------------------------------------------------------
+    replica_timeout_s: float = Field(30, gt=0, le=3600, description="bound for each other replica to reach the "
+                                                                    "final position before it is repointed")
+    verify_timeout_s: float = Field(10, gt=0, le=600, description="bound for the verification's probe write to "
+                                                                  "reach every server")
+    probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer "
+                                                               "before taking it as down")
+    router_doubt_wait_s: float = Field(10, gt=0, le=600, description="a router change sent without an answer is in "
+                                       "doubt: before the route is read or changed again, wait this long for the "
+                                       "router to show that it ran; past it, stop and say how to finish")
 
     def expiry_s(self) -> float:
         """Seconds after which the old primary's fence expires by itself (0: never scheduled)."""

@@ -21,7 +21,7 @@ def switch_back(sw: Switchover, candidate_opened: bool = True, router_switched: 
     A candidate that does not answer (frozen, dead) is asked once, within probe_timeout_s,
     then left alone: when it was never opened, the old primary is unfenced without it.
     """
-    back = type(sw)(sw.topo, old=sw.new, new=sw.old, settings=sw.s, router=sw.router,
+    back = type(sw)(sw.topo, old=sw.new, new=sw.old, params=sw.s, router=sw.router,
                       dry_run=sw.dry_run, log=sw.log, record=sw.record, clock=sw.clock)
     said: list[str] = []
     new_writable = sw.writable_or_none(sw.new)

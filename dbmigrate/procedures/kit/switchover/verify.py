@@ -22,10 +22,12 @@ class VerifySteps(SwitchoverBase):
         if st is not None and (st.io_running == "Yes" or st.sql_running == "Yes"):
             raise never_primary(name, "it replicates")
 
-    def verify_writes_flow(self, run_id: str, timeout: float = 10, old_gone: bool = False) -> str:
+    def verify_writes_flow(self, run_id: str, timeout: float | None = None, old_gone: bool = False) -> str:
         """Write a probe row on the new primary and see it arrive on every other server
         (the old primary excepted when it is gone). The write and each follower's wait are
-        bounded by `timeout`: a write that waits (a full disk) fails the step, named."""
+        bounded by `timeout` (default verify_timeout_s): a write that waits (a full disk) fails
+        the step, named."""
+        timeout = self.s.verify_timeout_s if timeout is None else timeout
         followers = [*([] if old_gone else [self.old]), *self.topo.replicas]
         if self.dry_run:
             # Through the applier: in dry-run the probe is only described.
