@@ -22,7 +22,7 @@ from dbmigrate.procedures.kit.audit import PostFenceAudit
 from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams
 from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
 
-ADMIN = Session(77, "ops_admin", "10.0.0.5:4000", "shop", "Sleep", 2, None)
+ADMIN = Session(77, "ops_admin", "10.0.0.5:4000", "shop", "Sleep", 0, None)  # it wrote just after the fence
 
 
 @pytest.fixture

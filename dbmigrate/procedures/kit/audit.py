@@ -37,12 +37,18 @@ class PostFenceAudit(TypedState):
     candidate_has_them: Optional[bool] = None
 
 
-def attribute(trx: list[BinlogTransaction], sealed: list[Session], bypass: set[str]) -> None:
+def attribute(trx: list[BinlogTransaction], sealed: list[Session], bypass: set[str],
+              since_fence_s: float | None = None) -> None:
     """Fill in each transaction's account where it is known: the session that wrote it (a
-    Query event names it) among those the seal ended, else the one account whose sessions
-    the seal ended, else the accounts that could write past read_only."""
+    Query event names it) among those the seal ended, else the one account among the sessions
+    that could have written past the fence, else the accounts that could write past read_only.
+    A session idle at the seal for longer than the fence had been asked for (`since_fence_s`)
+    ran nothing past it: its seconds idle are whole, so it was idle at least that long."""
     by_id = {s.id: s.user for s in sealed}
-    users = sorted({s.user for s in sealed})
+    could = [s for s in sealed
+             if (not bypass or s.user in bypass)
+             and not (since_fence_s is not None and s.command == "Sleep" and s.time > since_fence_s)]
+    users = sorted({s.user for s in could})
     for t in trx:
         if t.session_id is not None and t.session_id in by_id:
             t.account = by_id[t.session_id]
@@ -52,7 +58,8 @@ def attribute(trx: list[BinlogTransaction], sealed: list[Session], bypass: set[s
             t.account = f"one of {', '.join(sorted(bypass))} (accounts that bypass read_only)"
 
 
-def writes_after_fence(sw: Switchover, ctx: RunContext[Any, Any], fence_pos: str, now: str, bypass: set[str]) -> str:
+def writes_after_fence(sw: Switchover, ctx: RunContext[Any, Any], fence_pos: str, now: str, bypass: set[str],
+                       since_fence_s: float | None = None) -> str:
     """The old primary logged past `fence_pos` (it is at `now`): report what, journal it, and
     require the candidate to have applied all of it before it opens."""
     audit = PostFenceAudit(fence_pos=fence_pos, sealed_pos=now)
@@ -64,7 +71,7 @@ def writes_after_fence(sw: Switchover, ctx: RunContext[Any, Any], fence_pos: str
             # The candidate must still have applied all of them (the GTID wait below).
             raise BinlogReadError(without_row(fmt))
         trx = sw.topo.binlog(sw.old, sw.s.probe_timeout_s).after(fence_pos, sw.insp(sw.old).flavor.includes)
-        attribute(trx, sw.sealed_sessions, bypass)
+        attribute(trx, sw.sealed_sessions, bypass, since_fence_s)
     except BinlogReadError as e:
         audit.read_error = e.message
     audit.transactions = [t.to_dict() for t in trx]

@@ -29,6 +29,7 @@ class CutoverState(TypedState):
 
     fence_pos: Optional[str] = None  # the old primary's final position; None: not fenced by this run
     fence_expires_at: Optional[float] = None  # wall clock when the fence's expiry fires on the old primary
+    fence_asked_at: Optional[float] = None  # wall clock when the fence was asked for (the audit's "since")
     candidate_opened: bool = False  # journaled before read_only=OFF: after a crash it may be writable
     switched_at: Optional[float] = None  # wall clock when the router sent writes to the new primary
     bypass_users: Optional[list[str]] = None  # accounts that bypass read_only, read before the fence
@@ -118,12 +119,14 @@ def fence(cut: Cutover, ctx: RunContext[Any, Any], sw: Switchover | None = None,
           before_retry: Callable[[], object] | None = None) -> str:
     """read_only on the old primary (see Switchover.fence for `before_retry`)."""
     sw = sw or cut.sw(ctx)
+    asked_at = ctx.clock.now()
     try:
         sentence, pos = sw.fence(before_retry)
     except DbmigrateError as e:
         raise sw.name_fence_blocker(e) from e.__cause__
     with CutoverState.edit(ctx.state) as s:
         s.fence_pos, s.applied_pos, s.fence_expires_at = pos, sw.applied_at_fence, sw.fence_expires_at
+        s.fence_asked_at = asked_at
     ctx.set_hook_env("FENCE_POSITION", pos)
     return sentence
 
@@ -235,7 +238,9 @@ def open_candidate(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     if now != fence_pos:
         # Written past the final position (an account that bypasses read_only): reported from the
         # old primary's binlog, journaled, and the candidate opens only with all of it (kit/audit.py).
-        said += writes_after_fence(sw, ctx, fence_pos, now, set(known or ()))
+        # Read after the seal read its sessions: an upper bound of the time since the fence.
+        since = ctx.clock.now() - st.fence_asked_at if st.fence_asked_at is not None else None
+        said += writes_after_fence(sw, ctx, fence_pos, now, set(known or ()), since)
     st.fence_pos = now
     # Journaled before the statement: after a crash we must assume it may be writable.
     st.candidate_opened = True
