@@ -270,7 +270,8 @@ def test_dry_run_that_cannot_read_its_option_file_journals_no_run(tmp_path, inve
     (tmp_path / "creds.cnf").unlink()
     pb = tmp_path / "pb.yaml"
     pb.write_text(f"procedure: promote\ncluster: c\ninventory: {inventory}\nparams: {{candidate: s2}}\n")
-    env = {"DBMIGRATE_HOME": str(tmp_path / "home")}
+    # A journal of its own: the session's shared one holds the live tests' runs.
+    env = {"DBMIGRATE_HOME": str(tmp_path / "home"), "DBMIGRATE_JOURNAL": str(tmp_path / "home" / "journal.sqlite")}
     r = run("run", str(pb), "--dry-run", env=env)
     assert r.exit_code != 0 and "creds.cnf" in r.stderr, (r.exit_code, r.stderr)
     assert "Traceback" not in r.stderr + r.stdout
