@@ -76,7 +76,9 @@ def run_playbook(playbook: Path, *, hide: Sequence[Path], progress: Progress | N
             kind = event.get("event")
             if kind == "StepFinished":
                 out.steps.append(event)
-                say(f"{event.get('name')}: {event.get('status')} — {event.get('sentence', '')}")
+                # A failed step has no sentence: its error says why.
+                said = event.get("sentence") or event.get("error") or ""
+                say(f"{event.get('name')}: {event.get('status')} — {said}")
             elif kind == "RunFinished":
                 out.status, out.summary = str(event.get("status")), str(event.get("summary", ""))
         out.exit_code = proc.wait(timeout=timeout_s)
