@@ -17,7 +17,7 @@ import pytest
 from dbmigrate.db.inspector import HeavyWork
 from dbmigrate.engine.runner import RunPaused
 from dbmigrate.exceptions import RefusedWait, WaitTimeout
-from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams
+from dbmigrate.procedures.kit.switchover import Notify, Switchover, SwitchoverParams
 from tests.unit.fake_topology import FakeInspector, FakeRouter, FakeTopology, cluster
 
 ALTER = HeavyWork("DDL", 41, "app", 0, "ALTER TABLE app.big ADD COLUMN x INT, ALGORITHM=COPY")
@@ -25,8 +25,9 @@ UPDATE = HeavyWork("transaction", 42, "app", 1, "UPDATE app.big SET v = v + 1", 
 SMALL = HeavyWork("transaction", 43, "app", 0, "UPDATE app.big SET v = 1 WHERE id < 100", rows=99)
 
 
-def switchover(topo: FakeTopology, **settings) -> Switchover:
-    return Switchover(topo, "db1", "db2", SwitchoverParams(**settings), FakeRouter(topo, "db1"), clock=topo.clock)
+def switchover(topo: FakeTopology, log: Notify | None = None, **settings) -> Switchover:
+    return Switchover(topo, "db1", "db2", SwitchoverParams(**settings), FakeRouter(topo, "db1"), log=log,
+                      clock=topo.clock)
 
 
 def later(topo: FakeTopology, seconds: float) -> float:
@@ -45,8 +46,7 @@ def test_converged_by_count_it_still_waits_for_work_too_big_for_the_window(where
     topo = cluster()
     getattr(topo.servers[where], field).append((later(topo, 2.0), work))
     logged = []
-    sw = switchover(topo)
-    sw.log = lambda message, level="info": logged.append(message)
+    sw = switchover(topo, log=lambda message, level="info": logged.append(message))
     start = topo.clock.monotonic()
 
     sentence, behind = sw.converge()
@@ -180,8 +180,7 @@ def test_a_lagging_follower_is_still_a_warning_and_the_step_passes():
     topo = promoted()
     topo.servers["db3"].lag_until = float("inf")
     warnings = []
-    sw = switchover(topo)
-    sw.log = lambda message, level="info": warnings.append((level, message))
+    sw = switchover(topo, log=lambda message, level="info": warnings.append((level, message)))
     sentence = sw.verify_writes_flow("r1", timeout=2)
     assert sentence == "a probe write on db2 reached db1; NOT yet on db3 (lagging; see the log)"
     assert warnings and warnings[0][0] == "warning"

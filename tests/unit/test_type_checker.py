@@ -1,11 +1,12 @@
 """The type checker CI runs (mypy, strict, configured in pyproject.toml) catches what it is there for.
 
 `.ci/run` runs it over procedures/, engine/, db/, app/ and the packages beside them before the
-tests. These tests prove that it fails where it should: a call from one switchover step's file to a
-method another step's file defines, made with the wrong arguments or to a method that does not
-exist, and params read as the wrong procedure's model (through a helper, or in a step whose run
-context names its procedure's params). Each case is a module written next to the real package (so
-it imports the real code) and checked on its own.
+tests. These tests prove that it fails where it should: a call from one switchover step's
+collaborator to another it is handed, made with the wrong arguments or to a method that
+collaborator does not have, a collaborator built with the wrong one, and params read as the wrong
+procedure's model (through a helper, or in a step whose run context names its procedure's
+params). Each case is a module written next to the real package (so it imports the real code)
+and checked on its own.
 """
 
 from __future__ import annotations
@@ -40,33 +41,56 @@ def check(tmp_path: Path, cache: Path, source: str) -> subprocess.CompletedProce
 
 
 CROSS_STEP_OK = """
-    from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
+    from dbmigrate.procedures.kit.switchover.fence import OldPrimaryFence
+    from dbmigrate.procedures.kit.switchover.inputs import StepInputs
+    from dbmigrate.procedures.kit.switchover.reverse import ReverseReplication
+    from dbmigrate.procedures.kit.switchover.verify import VerifyWrites
 
 
-    class LateSteps(SwitchoverBase):
+    class LateFollowers:
+        \"\"\"A step built like the switchover's: the collaborators it calls are handed to it.\"\"\"
+
+        def __init__(self, on: StepInputs, fence: OldPrimaryFence, reverse: ReverseReplication):
+            self.on, self.fence, self.reverse = on, fence, reverse
+
         def late(self) -> bool:
-            return self.stopped_with_error(self.old) is not None
+            return self.reverse.stopped_with_error(self.on.old) is not None
+
+
+    def compose(on: StepInputs, reverse: ReverseReplication) -> VerifyWrites:
+        return VerifyWrites(on, reverse)
 """
+WELL_TYPED_CALL = "return self.reverse.stopped_with_error(self.on.old) is not None"
 
 
-def test_a_well_typed_cross_step_call_passes(tmp_path, cache_dir):
+def test_a_well_typed_call_to_another_collaborator_passes(tmp_path, cache_dir):
     result = check(tmp_path, cache_dir, CROSS_STEP_OK)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("body, error", [
-    # reverse.py defines stopped_with_error(name: str): an int is refused
-    ("return self.stopped_with_error(42) is not None", "arg-type"),
-    # a step that calls what no step defines
-    ("return self.stoped_with_error(self.old) is not None", "attr-defined"),
+@pytest.mark.parametrize("broken, error", [
+    # reverse.py's stopped_with_error takes a server's name: an int is refused
+    ("return self.reverse.stopped_with_error(42) is not None", "arg-type"),
+    # a method no collaborator defines
+    ("return self.reverse.stoped_with_error(self.on.old) is not None", "attr-defined"),
+    # a method of another collaborator, called on the wrong one (fence.py's, not reverse.py's)
+    ("return bool(self.reverse.bypass_users())", "attr-defined"),
     # fence.py's bypass_users takes no argument
-    ("return bool(self.bypass_users(self.old))", "call-arg"),
+    ("return bool(self.fence.bypass_users(self.on.old))", "call-arg"),
 ])
-def test_a_broken_cross_step_call_fails(tmp_path, cache_dir, body, error):
-    source = CROSS_STEP_OK.replace("return self.stopped_with_error(self.old) is not None", body)
-    result = check(tmp_path, cache_dir, source)
+def test_a_broken_call_to_another_collaborator_fails(tmp_path, cache_dir, broken, error):
+    result = check(tmp_path, cache_dir, CROSS_STEP_OK.replace(WELL_TYPED_CALL, broken))
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"[{error}]" in result.stdout, result.stdout
+
+
+def test_a_collaborator_handed_the_wrong_collaborator_fails(tmp_path, cache_dir):
+    # VerifyWrites is built with the reverse replication (it reads a stopped follower through it)
+    source = CROSS_STEP_OK.replace("def compose(on: StepInputs, reverse: ReverseReplication)",
+                                   "def compose(on: StepInputs, reverse: OldPrimaryFence)")
+    result = check(tmp_path, cache_dir, source)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[arg-type]" in result.stdout and "VerifyWrites" in result.stdout, result.stdout
 
 
 def test_params_read_as_the_wrong_model_fail(tmp_path, cache_dir):

@@ -6,14 +6,21 @@ from dbmigrate.db.connection import QueryError
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.db.readers.replication import ReplicationReader
 from dbmigrate.exceptions import WaitTimeout
-from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
+from dbmigrate.procedures.kit.switchover.converge import require_applying
+from dbmigrate.procedures.kit.switchover.inputs import StepInputs
 from dbmigrate.procedures.kit.switchover.settings import FIRST_CATCHUP_WAIT_S, IO_STALL_S
 
 
-class CatchUpSteps(SwitchoverBase):
-    # -- 2. catch up ---------------------------------------------------------
+class CatchUp:
+    """2. Inside the fenced window: the candidate applies the old primary's final position."""
+
+    def __init__(self, on: StepInputs):
+        self.on = on
+        self.topo, self.old, self.new, self.s = on.topo, on.old, on.new, on.params
+        self.dry_run, self.log, self.clock = on.dry_run, on.log, on.clock
+
     def caught_up(self, position: str) -> bool:
-        return self.insp(self.new).has_applied(position)
+        return self.on.insp(self.new).has_applied(position)
 
     def wait_catchup(self, position: str) -> str:
         """Inside the fenced window: one MASTER_GTID_WAIT on the session opened beforehand."""
@@ -24,12 +31,12 @@ class CatchUpSteps(SwitchoverBase):
         t0 = self.clock.monotonic()  # the bound counts from here, time blocked on the candidate included
         try:
             with self.topo.bounded(bound, self.new):
-                insp = self.insp(self.new)
+                insp = self.on.insp(self.new)
                 # The fence follows convergence, so the position is usually applied within a few ms:
                 # a short first wait spares the replica status read inside the window.
                 if insp.wait_for_gtid(position, min(FIRST_CATCHUP_WAIT_S, bound)):
                     return f"{self.new} applied {position} in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
-                if self._wait_renewing_stalled_io(insp, self._require_applying(insp), position, t0, bound):
+                if self._wait_renewing_stalled_io(insp, require_applying(insp, self.new), position, t0, bound):
                     return f"{self.new} applied {position} in {(self.clock.monotonic() - t0) * 1000:.1f} ms"
                 behind = insp.missing_from(position)
         except QueryError as e:
@@ -65,6 +72,6 @@ class CatchUpSteps(SwitchoverBase):
                 continue
             self.log(f"{self.new} received nothing from {self.old} for {IO_STALL_S:g}s while behind: "
                      f"its replication connection is renewed", "warning")
-            self.apply(self.new).restart_replica_io()
+            self.on.apply(self.new).restart_replica_io()
             renewed = True
         return False

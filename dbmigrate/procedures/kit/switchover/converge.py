@@ -10,8 +10,11 @@ from dbmigrate.db.inspector import Inspector
 from dbmigrate.db.readers.replication import ReplicationReader
 from dbmigrate.exceptions import DbmigrateError, RefusedWait
 from dbmigrate.procedures.kit.fence import CalmWait
-from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
+from dbmigrate.procedures.kit.switchover.fence import OldPrimaryFence
+from dbmigrate.procedures.kit.switchover.inputs import StepInputs
+from dbmigrate.procedures.kit.switchover.router import WriterRouter
 from dbmigrate.procedures.kit.switchover.settings import FAR_TIMES, SIZE_LOOK_POLL_S
+from dbmigrate.procedures.kit.switchover.state import SwitchoverState
 
 
 @dataclass
@@ -23,8 +26,16 @@ class _SizeSeen:
     drain_to: str | None = None  # the old primary's position once it ended: the candidate must apply it
 
 
-class ConvergeSteps(SwitchoverBase):
-    # -- 0. converge (before the fence) ---------------------------------------
+class Convergence:
+    """0. Before the fence: the candidate comes within reach, and the window is prepared (the
+    old primary's fence checks its GTID mode and reads who bypasses read_only)."""
+
+    def __init__(self, on: StepInputs, state: SwitchoverState, fence: OldPrimaryFence,
+                 router: WriterRouter | None):
+        self.on, self.state, self.fence, self.router = on, state, fence, router
+        self.topo, self.old, self.new, self.s = on.topo, on.old, on.new, on.params
+        self.dry_run, self.log, self.clock = on.dry_run, on.log, on.clock
+
     def converge(self) -> tuple[str, int]:
         """Wait (bounded) until the candidate is within `converge_max_trx` of the old primary.
 
@@ -50,8 +61,8 @@ class ConvergeSteps(SwitchoverBase):
 
     def _converge(self) -> tuple[str, int]:
         limit = self.s.converge_max_trx
-        old, new = self.insp(self.old), self.insp(self.new)
-        delay = self._require_applying(new).sql_delay_s
+        old, new = self.on.insp(self.old), self.on.insp(self.new)
+        delay = require_applying(new, self.new).sql_delay_s
         if delay:
             # Delayed by configuration, it cannot converge while writes flow: the bounded
             # catch-up after the fence (and the unfence when it times out) decides.
@@ -140,22 +151,24 @@ class ConvergeSteps(SwitchoverBase):
         that bypass read_only on the old primary, for `seal_old` inside the window."""
         if self.dry_run:
             return set()
-        self.insp(self.old).open_sessions(self.s.fence_timeout_s)
-        self.insp(self.new).open_sessions(self.s.catchup_timeout_s)
-        self._require_gtid_mode()
-        self.old_fence.expiry_s()  # read now: not inside the window
-        self._window_ready = True
+        self.on.insp(self.old).open_sessions(self.s.fence_timeout_s)
+        self.on.insp(self.new).open_sessions(self.s.catchup_timeout_s)
+        self.fence.require_gtid_mode()
+        self.state.old_fence.expiry_s()  # read now: not inside the window
+        self.state.window_ready = True
         # Grants (and roles' grants) are read now: inside the window only the sessions are.
-        bypass = self.bypass_users()
+        bypass = self.fence.bypass_users()
         prepare = getattr(self.router, "prepare_switch", None)
         if prepare is not None:
-            prepare(self.server(self.new), self.server(self.old))
+            prepare(self.on.server(self.new), self.on.server(self.old))
         return bypass
 
-    def _require_applying(self, insp: ReplicationReader) -> ReplicaStatus:
-        st = insp.replica_status()
-        if st is None or st.sql_running != "Yes":
-            raise DbmigrateError(f"{self.new} is not applying replication (SQL thread {st.sql_running if st else 'absent'}"
-                                 f"{': ' + st.last_error if st and st.last_error else ''})",
-                                 hint="fix replication on the candidate and run again")
-        return st
+
+def require_applying(insp: ReplicationReader, new: str) -> ReplicaStatus:
+    """The candidate `new`'s replica status, while its SQL thread applies (else it is refused)."""
+    st = insp.replica_status()
+    if st is None or st.sql_running != "Yes":
+        raise DbmigrateError(f"{new} is not applying replication (SQL thread {st.sql_running if st else 'absent'}"
+                             f"{': ' + st.last_error if st and st.last_error else ''})",
+                             hint="fix replication on the candidate and run again")
+    return st

@@ -10,13 +10,23 @@ from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
 from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, end_when_idle, protected_users
 from dbmigrate.routing import haproxy_hold
-from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
+from dbmigrate.procedures.kit.switchover.inputs import StepInputs
+from dbmigrate.procedures.kit.switchover.router import WriterRouter
+from dbmigrate.procedures.kit.switchover.state import SwitchoverState
 
 
-class FenceSteps(SwitchoverBase):
-    # -- 1. fence ------------------------------------------------------------
+class OldPrimaryFence:
+    """1. The old primary's side of the window: fenced through the kit's Fence (kit/fence.py,
+    kept in the state), its sessions held and ended, sealed before the candidate opens, or
+    unfenced when the candidate is known closed."""
+
+    def __init__(self, on: StepInputs, state: SwitchoverState, router: WriterRouter | None):
+        self.on, self.state, self.router = on, state, router
+        self.topo, self.old, self.new, self.s = on.topo, on.old, on.new, on.params
+        self.dry_run, self.log, self.clock = on.dry_run, on.log, on.clock
+
     def is_fenced(self) -> bool:
-        return self.insp(self.old).read_only()
+        return self.on.insp(self.old).read_only()
 
     def fence(self, before_retry: Callable[[], object] | None = None) -> tuple[str, str]:
         """read_only on the old primary through the kit's fence (kit/fence.py): tried up to
@@ -25,9 +35,9 @@ class FenceSteps(SwitchoverBase):
         between); returns (sentence, final position). `before_retry` runs before each new
         attempt: the candidate may have fallen behind while writes flowed, and the caller
         converges again (its calm wait too) so that the catch-up stays outside the window."""
-        if not self.dry_run and not self._window_ready:
-            self._require_gtid_mode()
-        fenced = self.old_fence.fence(self._applied_within, before_retry, calm=False)
+        if not self.dry_run and not self.state.window_ready:
+            self.require_gtid_mode()
+        fenced = self.state.old_fence.fence(self._applied_within, before_retry, calm=False)
         return fenced.sentence, fenced.position
 
     def name_fence_blocker(self, error: DbmigrateError) -> DbmigrateError:
@@ -39,7 +49,7 @@ class FenceSteps(SwitchoverBase):
             return error
         try:
             with self.topo.bounded(self.s.probe_timeout_s, self.old):
-                insp = self.insp(self.old)
+                insp = self.on.insp(self.old)
                 holders, _ = insp.lock_holders(insp.connection_id())
         except DbmigrateError:
             return error
@@ -59,13 +69,13 @@ class FenceSteps(SwitchoverBase):
     def _applied_within(self, position: str, budget_s: float) -> bool:
         """Inside the fenced window: has the candidate applied the final position within the budget?"""
         with self.topo.bounded(budget_s + ROUND_TRIP_MARGIN_S, self.new):
-            applied = self.insp(self.new).wait_for_gtid(position, budget_s)
+            applied = self.on.insp(self.new).wait_for_gtid(position, budget_s)
         if applied:
-            self.applied_at_fence = position
+            self.state.applied_at_fence = position
         return applied
 
-    def _require_gtid_mode(self) -> None:
-        problem = self.insp(self.old).gtid_mode_problem()
+    def require_gtid_mode(self) -> None:
+        problem = self.on.insp(self.old).gtid_mode_problem()
         if problem:
             # Without GTIDs the final position would be empty and the catch-up wait a no-op.
             raise SafetyError(f"{self.old} runs with {problem}",
@@ -74,7 +84,7 @@ class FenceSteps(SwitchoverBase):
     def require_fence_holds(self, expires_at: float | None) -> None:
         """Refuse to open the candidate when the old primary's fence expires (or expired) before
         the open can have landed: the expiry would make the old primary writable beside it."""
-        self.old_fence.require_not_expiring(expires_at, self.new)
+        self.state.old_fence.require_not_expiring(expires_at, self.new)
 
     def end_sessions(self, name: str | None = None) -> str:
         """Wait (bounded) for open app transactions on a fenced server, then end its app sessions:
@@ -89,7 +99,7 @@ class FenceSteps(SwitchoverBase):
         """Wait (bounded) for open app transactions to end, then end app sessions."""
         if self.dry_run:
             return 0, 0, 0
-        insp = self.insp(name)
+        insp = self.on.insp(name)
         if not insp.reachable():
             return 0, 0, 0  # unreachable: it has no sessions we could end, and takes no writes (fenced)
         protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
@@ -98,11 +108,11 @@ class FenceSteps(SwitchoverBase):
             # route; those stay, every other client session is ended (when idle, bounded).
             if not self.s.kill_app_sessions:
                 return 0, 0, 0
-            readers = haproxy_hold.reader_route_hosts(self.router, self.server(name))
-            ended = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
+            readers = haproxy_hold.reader_route_hosts(self.router, self.on.server(name))
+            ended = end_when_idle(insp, self.on.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
                                   spare_hosts=lambda: readers, clock=self.clock)
             return ended.ended_at_deadline, ended.ended_idle + ended.ended_at_deadline, ended.spared
-        done = drain(insp, self.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
+        done = drain(insp, self.on.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
                      until="transactions", end=self.s.kill_app_sessions, clock=self.clock)
         return done.open_at_start, done.ended, 0
 
@@ -121,12 +131,12 @@ class FenceSteps(SwitchoverBase):
         name = name or self.old
         if not self.holds_new_connections():
             return ""
-        haproxy_hold.hold_new_connections(self.router, self.server(name), journal)
-        insp = self.insp(name)
+        haproxy_hold.hold_new_connections(self.router, self.on.server(name), journal)
+        insp = self.on.insp(name)
         protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
-        writers = haproxy_hold.writer_route_hosts(self.router, self.server(name))
+        writers = haproxy_hold.writer_route_hosts(self.router, self.on.server(name))
         t0 = self.clock.monotonic()
-        done = end_when_idle(insp, self.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
+        done = end_when_idle(insp, self.on.apply(name), protected, timeout_s=self.s.fence_drain_timeout_s,
                              only_hosts=lambda: writers, clock=self.clock)
         late = f", {done.ended_at_deadline} still busy at {self.s.fence_drain_timeout_s:g}s ended" \
             if done.ended_at_deadline else ""
@@ -141,7 +151,7 @@ class FenceSteps(SwitchoverBase):
         if to_new is None:
             return haproxy_hold.release(self.router)
         other = self.old if to_new == self.new else self.new
-        return haproxy_hold.release(self.router, self.server(to_new), self.server(other))
+        return haproxy_hold.release(self.router, self.on.server(to_new), self.on.server(other))
 
     def current_hold(self) -> haproxy_hold.Hold | None:
         return haproxy_hold.current_hold(self.router)
@@ -165,10 +175,10 @@ class FenceSteps(SwitchoverBase):
             return self._seal_old(bypass)
 
     def _seal_old(self, bypass: set[str]) -> tuple[str, str]:
-        insp = self.insp(self.old)
+        insp = self.on.insp(self.old)
         # Before the read that proves the fence holds: once the expiry is dropped, nothing but
         # an operator can unfence the old primary, so "still fenced" stays true through the open.
-        self.old_fence.cancel_expiry()
+        self.state.old_fence.cancel_expiry()
         if not bypass:
             # No account can write past read_only: one round trip, no session list, inside the window.
             fenced, pos = insp.read_only_and_binlog_pos()
@@ -183,9 +193,9 @@ class FenceSteps(SwitchoverBase):
         own = self.topo.own_sessions(self.old)
         for sess in insp.sessions():
             if sess.user in bypass and sess.id not in own:
-                self.sealed_sessions.append(sess)
+                self.state.sealed_sessions.append(sess)
                 try:
-                    self.apply(self.old).kill_connection(sess.id)
+                    self.on.apply(self.old).kill_connection(sess.id)
                     ended += 1
                 except QueryError as e:
                     if e.errno != UNKNOWN_THREAD:
@@ -197,13 +207,13 @@ class FenceSteps(SwitchoverBase):
         return (f"ended {ended} session(s) of accounts that bypass read_only on {self.old}; " if ended else ""), pos
 
     def _require_still_fenced(self, fenced: bool) -> None:
-        self.old_fence.require_fenced(fenced, self.new)
+        self.state.old_fence.require_fenced(fenced, self.new)
 
     def bypass_users(self) -> set[str]:
         """Accounts whose sessions can write past read_only. The tool's own account is one of
         them: another client logged in as it (an operator's ALTER) writes past the fence like
         any other, so the seal ends its sessions too, sparing only this tool's own session ids."""
-        insp = self.insp(self.old)
+        insp = self.on.insp(self.old)
         return insp.read_only_bypass_users() - {self.topo.repl.user, "system user", "event_scheduler"}
 
     def unfence_old(self, candidate_known_closed: bool, candidate_writable: "bool | None | object" = ...) -> str:
@@ -212,7 +222,7 @@ class FenceSteps(SwitchoverBase):
         default the candidate is asked, within probe_timeout_s."""
         if not self.is_fenced():
             return f"{self.old} is already writable"
-        cand_writable = self.writable_or_none(self.new) if candidate_writable is ... else candidate_writable
+        cand_writable = self.on.writable_or_none(self.new) if candidate_writable is ... else candidate_writable
         if cand_writable is None:
             if not candidate_known_closed:
                 raise SafetyError(f"cannot unfence {self.old}: {self.new} is unreachable and may be writable (what it "
@@ -225,5 +235,5 @@ class FenceSteps(SwitchoverBase):
         if cand_writable:
             raise SafetyError(f"refusing to unfence {self.old}: {self.new} is writable (two primaries)",
                               hint="roll the switchover back instead: dbmigrate rollback RUN")
-        self.old_fence.unfence()
+        self.state.old_fence.unfence()
         return f"unfenced {self.old} (read_only=OFF): it takes writes again"

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
+from dbmigrate.procedures.kit.switchover.inputs import StepInputs
+from dbmigrate.procedures.kit.switchover.state import SwitchoverState
 
 
-class OpenSteps(SwitchoverBase):
-    # -- 3. open the candidate ----------------------------------------------
+class OpenCandidate:
+    """3. The candidate takes writes, once the old primary's fence (in the state) is seen holding."""
+
+    def __init__(self, on: StepInputs, state: SwitchoverState):
+        self.on, self.state = on, state
+        self.topo, self.old, self.new, self.s = on.topo, on.old, on.new, on.params
+        self.dry_run, self.clock = on.dry_run, on.clock
+
     def is_open(self) -> bool:
-        st = self.insp(self.new).replica_status()
-        return self.writable(self.new) and (st is None or st.sql_running != "Yes")
+        st = self.on.insp(self.new).replica_status()
+        return self.on.writable(self.new) and (st is None or st.sql_running != "Yes")
 
     def open_candidate(self, stop_replica: bool = True, sealed: bool = False) -> str:
         """Inside the fenced window, bounded like the catch-up: a candidate that stops answering
@@ -22,8 +29,8 @@ class OpenSteps(SwitchoverBase):
         if not sealed and not self.dry_run:
             # The old primary's fence may carry an expiry (a switch back fenced it): dropped, then
             # seen still fenced, before the candidate opens.
-            self.old_fence.before_open(self.new)
-        a = self.apply(self.new)
+            self.state.old_fence.before_open(self.new)
+        a = self.on.apply(self.new)
         with self.topo.bounded(self.s.catchup_timeout_s, self.new):
             if stop_replica:
                 a.stop_replica()

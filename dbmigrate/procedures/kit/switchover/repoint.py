@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from dbmigrate.exceptions import DbmigrateError, WaitTimeout
-from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 from dbmigrate.procedures.kit.switchover.errors import ReplicationStopped
+from dbmigrate.procedures.kit.switchover.inputs import StepInputs
 
 
-class RepointSteps(SwitchoverBase):
-    # -- 6. repoint the other replicas --------------------------------------
+class RepointReplicas:
+    """6. The other replicas follow the new primary."""
+
+    def __init__(self, on: StepInputs):
+        self.on = on
+        self.topo, self.old, self.new, self.s = on.topo, on.old, on.new, on.params
+        self.dry_run, self.log = on.dry_run, on.log
+
     def replicas_repointed(self) -> bool:
-        return all(self.replicating_from(r, self.new) for r in self.topo.replicas)
+        return all(self.on.replicating_from(r, self.new) for r in self.topo.replicas)
 
     def repoint_replicas(self, position: str) -> str:
         """Move the other replicas under the new primary. A replica that cannot be moved
@@ -19,7 +25,7 @@ class RepointSteps(SwitchoverBase):
         read replica would cost a second write outage. It is named, to move later."""
         done, left = [], []
         for r in self.topo.replicas:
-            if self.replicating_from(r, self.new):
+            if self.on.replicating_from(r, self.new):
                 continue
             try:
                 self.repoint(r, self.new, position)
@@ -37,7 +43,7 @@ class RepointSteps(SwitchoverBase):
             self._repoint_within(replica, source, position)
 
     def _repoint_within(self, replica: str, source: str, position: str) -> None:
-        insp = self.insp(replica)
+        insp = self.on.insp(replica)
         if not self.dry_run and position:
             self._restart_if_stopped(replica)
             st = insp.replica_status()
@@ -50,8 +56,8 @@ class RepointSteps(SwitchoverBase):
                 raise ReplicationStopped(replica, st)  # stopped while it was waited for: not lag
             raise WaitTimeout(f"replica {replica} did not reach {position} within {self.s.replica_timeout_s:g}s",
                               hint=f"check replication on {replica}; it still points at its old source")
-        host, port = self._repl_addr(source)
-        a = self.apply(replica)
+        host, port = self.on.repl_addr(source)
+        a = self.on.apply(replica)
         a.stop_replica()
         a.change_source(host, port, self.topo.repl)
         a.start_replica()
@@ -61,6 +67,6 @@ class RepointSteps(SwitchoverBase):
         applies nothing: start it on its current source so that it can reach the position it
         must wait for. A replica stuck otherwise (a thread stopped by hand, an error) is left
         for the operator and named by the repoint."""
-        st = self.insp(replica).replica_status()
+        st = self.on.insp(replica).replica_status()
         if st is not None and st.io_running == "No" and st.sql_running == "No" and not st.last_error:
-            self.apply(replica).start_replica()
+            self.on.apply(replica).start_replica()

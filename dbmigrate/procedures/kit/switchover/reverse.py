@@ -6,15 +6,22 @@ from dbmigrate.db.connection import QueryError
 from dbmigrate.db.flavor import ReplicaStatus
 from dbmigrate.exceptions import DbmigrateError, WaitTimeout
 from dbmigrate.procedures.kit.fence import hold_read_only
-from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 from dbmigrate.procedures.kit.switchover.errors import ReplicationStopped
+from dbmigrate.procedures.kit.switchover.inputs import StepInputs
 from dbmigrate.procedures.kit.switchover.settings import SQL_STOPPED_CONFIRM_S
 
 
-class ReverseSteps(SwitchoverBase):
-    # -- 7. reverse replication ---------------------------------------------
+class ReverseReplication:
+    """7. The old primary replicates from the new one; and the reads of a replica's threads
+    that the verification and the takeover use too."""
+
+    def __init__(self, on: StepInputs):
+        self.on = on
+        self.topo, self.old, self.new, self.s = on.topo, on.old, on.new, on.params
+        self.dry_run, self.clock = on.dry_run, on.clock
+
     def reverse_running(self) -> bool:
-        return self.replicating_from(self.old, self.new)
+        return self.on.replicating_from(self.old, self.new)
 
     def start_reverse(self) -> str:
         self.make_replica(self.old, self.new)
@@ -26,9 +33,9 @@ class ReverseSteps(SwitchoverBase):
         Read from the binlog states, the old primary's (a replica now) first, so that the new
         primary's live writes cannot look errant."""
         with self.topo.bounded(self.s.probe_timeout_s, self.old, self.new):
-            old_state = self.insp(self.old).gtid_state()
-            new_state = self.insp(self.new).gtid_state()
-        return self.insp(self.old).flavor.errant(old_state, new_state)
+            old_state = self.on.insp(self.old).gtid_state()
+            new_state = self.on.insp(self.new).gtid_state()
+        return self.on.insp(self.old).flavor.errant(old_state, new_state)
 
     def require_old_wrote_nothing(self, run_id: str) -> str:
         """The old primary wrote nothing of its own after the final position, and its replication
@@ -58,9 +65,9 @@ class ReverseSteps(SwitchoverBase):
                         hint=return_hint)
 
     def make_replica(self, name: str, source: str) -> None:
-        host, port = self._repl_addr(source)
-        self.drop_fence_expiry(name)
-        a = self.apply(name)
+        host, port = self.on.repl_addr(source)
+        self.on.drop_fence_expiry(name)
+        a = self.on.apply(name)
         hold_read_only(a)  # already fenced, or read-only: it takes no writes as a replica
         a.stop_replica()
         a.prepare_as_replica()
@@ -78,7 +85,7 @@ class ReverseSteps(SwitchoverBase):
         try:
             with self.topo.bounded(timeout + self.s.probe_timeout_s, name):
                 while True:
-                    st = self.insp(name).replica_status()
+                    st = self.on.insp(name).replica_status()
                     if st and st.running:
                         return
                     if st and st.sql_running == "No" and st.last_sql_error:
@@ -105,7 +112,7 @@ class ReverseSteps(SwitchoverBase):
         answer within probe_timeout_s (the caller's own wait says so)."""
         try:
             with self.topo.bounded(self.s.probe_timeout_s, name):
-                st = self.insp(name).replica_status()
+                st = self.on.insp(name).replica_status()
         except DbmigrateError:
             return None
         if st and ((st.sql_running == "No" and st.last_sql_error) or (st.io_running == "No" and st.last_io_error)):

@@ -12,11 +12,20 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol
 
 from dbmigrate.clock import Clock
+from dbmigrate.db.connection import Server
 from dbmigrate.exceptions import SafetyError
-from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
+from dbmigrate.procedures.kit.switchover.inputs import StepInputs
 from dbmigrate.routing.base import RouteIntent, RouterError, RouterGone
 
 SETTLE_POLL_S = 0.2
+
+
+class WriterRouter(Protocol):
+    """What a switchover needs of a router (see dbmigrate.routing.base.Router)."""
+
+    def current(self) -> Any: ...  # RouteState with .writer "host:port"
+    def switch_writer(self, new: Server, old: Server | None = None, *, persist: bool = True) -> Any: ...
+    def describe_switch(self, new: Server, old: Server | None = None) -> list[str]: ...
 
 
 class RouteJournal(Protocol):
@@ -147,12 +156,18 @@ class JournaledRouter:
         return list(self.router.describe_switch(new, old))
 
 
-class RouterSteps(SwitchoverBase):
-    # -- 4. router -----------------------------------------------------------
+class RouterFlip:
+    """4. The router sends writes to the new primary (none configured: hooks repoint the application)."""
+
+    def __init__(self, on: StepInputs, router: WriterRouter | None):
+        self.on, self.router = on, router
+        self.old, self.new = on.old, on.new
+        self.dry_run, self.record, self.clock = on.dry_run, on.record, on.clock
+
     def router_points_to(self, name: str) -> bool:
         if self.router is None:
             return True
-        host, port = self._addr(name)
+        host, port = self.on.addr(name)
         writer = self.router.current().writer
         return writer is not None and writer.rsplit(":", 1) == [host, str(port)]
 
@@ -162,12 +177,12 @@ class RouterSteps(SwitchoverBase):
         if self.router is None:
             return "no router configured: applications must be repointed (hooks can do it)"
         if self.dry_run:
-            for line in self.router.describe_switch(self.server(self.new), self.server(self.old)):
+            for line in self.router.describe_switch(self.on.server(self.new), self.on.server(self.old)):
                 if self.record:
                     self.record("router", line)
             return f"would switch the writer from {self.old} to {self.new}"
         t0 = self.clock.monotonic()
-        self.router.switch_writer(self.server(self.new), self.server(self.old), persist=persist)
+        self.router.switch_writer(self.on.server(self.new), self.on.server(self.old), persist=persist)
         return f"router sends writes to {self.new} (switched in {(self.clock.monotonic() - t0) * 1000:.1f} ms)"
 
     def confirm_router(self) -> str:
@@ -178,5 +193,5 @@ class RouterSteps(SwitchoverBase):
             return "no router configured"
         if self.dry_run:
             return f"would check that the router sends writes to {self.new} only and save that route"
-        self.router.switch_writer(self.server(self.new), self.server(self.old))
+        self.router.switch_writer(self.on.server(self.new), self.on.server(self.old))
         return f"router sends writes to {self.new} only (read back, saved for its restarts)"

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.routing.base import RouterError
 
-if TYPE_CHECKING:  # the package's Switchover is built from the steps, this one among its users
+if TYPE_CHECKING:  # the package's Switchover composes the steps; this module is one of its users
     from dbmigrate.procedures.kit.switchover import Switchover
 
 

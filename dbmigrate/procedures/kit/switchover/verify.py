@@ -5,17 +5,25 @@ from __future__ import annotations
 from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
 from dbmigrate.db.inspector import Session
 from dbmigrate.exceptions import DbmigrateError, WaitTimeout
-from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 from dbmigrate.procedures.kit.switchover.errors import (DISK_FULL_ERRNOS, ReplicationStopped, disk_full,
                                                        never_primary, replication_error, waiting_for_disk)
+from dbmigrate.procedures.kit.switchover.inputs import StepInputs
+from dbmigrate.procedures.kit.switchover.reverse import ReverseReplication
 
 
-class VerifySteps(SwitchoverBase):
-    # -- 8. verify -----------------------------------------------------------
+class VerifyWrites:
+    """8. Writes flow on the new primary; a follower whose replication stopped is told from
+    a late one by the reverse replication's read."""
+
+    def __init__(self, on: StepInputs, reverse: ReverseReplication):
+        self.on, self.reverse = on, reverse
+        self.topo, self.old, self.new, self.s = on.topo, on.old, on.new, on.params
+        self.dry_run, self.log = on.dry_run, on.log
+
     def _require_primary(self, name: str) -> None:
         """The probe goes only to the server this run made primary, and only while it is one:
         the tool's login bypasses read_only, and a row written on a replica breaks its replication."""
-        insp = self.insp(name)
+        insp = self.on.insp(name)
         if insp.read_only():
             raise never_primary(name, "it is read-only")
         st = insp.replica_status()
@@ -31,31 +39,31 @@ class VerifySteps(SwitchoverBase):
         followers = [*([] if old_gone else [self.old]), *self.topo.replicas]
         if self.dry_run:
             # Through the applier: in dry-run the probe is only described.
-            self.apply(self.new).write_switchover_probe(run_id, self.new)
+            self.on.apply(self.new).write_switchover_probe(run_id, self.new)
             return f"would write a probe row on {self.new} and wait up to {timeout:g}s for {', '.join(followers)}"
         try:
             with self.topo.bounded(timeout, self.new):
                 self._require_primary(self.new)
                 # Writes already waiting for disk space: say so without adding one (a write given
                 # up on stays in doubt until its session ends, which a disk wait delays).
-                waiting = self.insp(self.new).disk_full_waits()
+                waiting = self.on.insp(self.new).disk_full_waits()
                 if waiting:
                     raise disk_full(self.new, f"{waiting_for_disk(waiting)}; no probe written", run_id)
-                self.apply(self.new).write_switchover_probe(run_id, self.new)
-                pos = self.insp(self.new).gtid_binlog_pos()
+                self.on.apply(self.new).write_switchover_probe(run_id, self.new)
+                pos = self.on.insp(self.new).gtid_binlog_pos()
         except QueryError as e:
             raise self._probe_not_written(e, timeout, run_id) from None
         late = []
         for f in followers:
             try:
                 with self.topo.bounded(timeout + ROUND_TRIP_MARGIN_S, f):
-                    if not self.insp(f).wait_for_gtid(pos, timeout):
+                    if not self.on.insp(f).wait_for_gtid(pos, timeout):
                         late.append(f)
             except DbmigrateError:
                 late.append(f)
         # A follower whose replication stopped with an error is not late: it will never get
         # there by itself, and a run that said "done" would leave it broken unnoticed.
-        stopped = {f: st for f in late if (st := self.stopped_with_error(f)) is not None}
+        stopped = {f: st for f in late if (st := self.reverse.stopped_with_error(f)) is not None}
         if self.old in late:
             # Without the reverse path a rollback could not bring the new writes back.
             why = f" ({replication_error(stopped[self.old])})" if self.old in stopped else ""
@@ -77,7 +85,7 @@ class VerifySteps(SwitchoverBase):
         waiting: list[Session] = []
         try:
             with self.topo.bounded(self.s.probe_timeout_s, self.new):
-                waiting = self.insp(self.new).disk_full_waits()
+                waiting = self.on.insp(self.new).disk_full_waits()
         except DbmigrateError:
             pass
         if waiting or e.errno in DISK_FULL_ERRNOS or "errcode: 28" in e.message.lower():

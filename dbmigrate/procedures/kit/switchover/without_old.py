@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 from dbmigrate.exceptions import DbmigrateError
-from dbmigrate.procedures.kit.switchover.base import SwitchoverBase
 from dbmigrate.procedures.kit.switchover.errors import describe_behind
+from dbmigrate.procedures.kit.switchover.inputs import StepInputs
+from dbmigrate.procedures.kit.switchover.reverse import ReverseReplication
 
 
-class WithoutOldSteps(SwitchoverBase):
-    # -- completing without the old primary (it died after the fence) --------
+class WithoutOldPrimary:
+    """Completing a switchover whose old primary died after the fence; each replica moved is
+    waited for through the reverse replication's wait."""
+
+    def __init__(self, on: StepInputs, reverse: ReverseReplication):
+        self.on, self.reverse = on, reverse
+        self.topo, self.old, self.new, self.s = on.topo, on.old, on.new, on.params
+        self.log, self.clock = on.log, on.clock
+
     def old_answers(self) -> bool:
         """Does the old primary answer within probe_timeout_s?"""
         try:
             with self.topo.bounded(self.s.probe_timeout_s, self.old):
-                return self.insp(self.old).reachable()
+                return self.on.insp(self.old).reachable()
         except DbmigrateError:
             return False
 
@@ -25,7 +33,7 @@ class WithoutOldSteps(SwitchoverBase):
         bound = self.s.catchup_timeout_s
         t0 = self.clock.monotonic()
         with self.topo.bounded(bound + self.s.probe_timeout_s, self.new):
-            cand = self.insp(self.new)
+            cand = self.on.insp(self.new)
             st = cand.replica_status()
             for target in (final_pos, st.retrieved_gtid if st else ""):
                 left = bound - (self.clock.monotonic() - t0)
@@ -40,7 +48,7 @@ class WithoutOldSteps(SwitchoverBase):
         for r in self.topo.replicas:
             try:
                 with self.topo.bounded(self.s.probe_timeout_s, r):
-                    insp = self.insp(r)
+                    insp = self.on.insp(r)
                     rst = insp.replica_status()
                     mine = insp.gtid_executed()
                     received = rst.retrieved_gtid if rst else ""
@@ -60,14 +68,14 @@ class WithoutOldSteps(SwitchoverBase):
         for r in self.topo.replicas:
             try:
                 with self.topo.bounded(self.s.replica_timeout_s, r):
-                    if self.replicating_from(r, self.new):
+                    if self.on.replicating_from(r, self.new):
                         continue
-                    host, port = self._repl_addr(self.new)
-                    a = self.apply(r)
+                    host, port = self.on.repl_addr(self.new)
+                    a = self.on.apply(r)
                     a.stop_replica()
                     a.change_source(host, port, self.topo.repl)
                     a.start_replica()
-                self.wait_replica_running(r, min(10.0, self.s.replica_timeout_s))
+                self.reverse.wait_replica_running(r, min(10.0, self.s.replica_timeout_s))
                 done.append(r)
             except DbmigrateError as e:
                 left.append(f"{r} ({e.message})")
