@@ -33,6 +33,12 @@ log = logging.getLogger("dbmigrate.sql")
 # How long a guarded statement waits on the server for a bump in progress (a bump takes
 # milliseconds; the statement's own bound cuts this shorter).
 GUARD_LOCK_WAIT_S = 10
+# The bump's own bound where its caller set none: it takes milliseconds, but FLUSH TABLES WITH
+# READ LOCK (a backup's) blocks its write for as long as it is held. Past the bound the bump is in
+# doubt and ended like any statement given up on; a process's later decision then keeps the
+# generation it held (below), a new process refuses. Above GUARD_LOCK_WAIT_S: a guarded statement
+# that got the named lock first is waited for.
+BUMP_BOUND_S = GUARD_LOCK_WAIT_S + 2.0
 NO_SUCH_TABLE = 1146
 
 
@@ -132,9 +138,11 @@ GENERATIONS = _Generations()
 
 
 def bump(server: "Server", run_id: str) -> int:
-    """Bump `server`'s generation (the table created first when missing); returns the new one."""
+    """Bump `server`'s generation (the table created first when missing); returns the new one.
+    Bounded by BUMP_BOUND_S, or by the caller's bound when that is tighter."""
     flavor = server.flavor
-    return int(server.scalar_after(flavor.generation_bump_sql(run_id), flavor.generation_read_sql()))
+    with server.bounded(BUMP_BOUND_S):
+        return int(server.scalar_after(flavor.generation_bump_sql(run_id), flavor.generation_read_sql()))
 
 
 def read(server: "Server") -> int | None:

@@ -7,11 +7,13 @@ The rendering of the guarded SQL, and the registry a process holds, are tested l
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from dbmigrate.db.connection import Unresponsive
 from dbmigrate.db.flavor import MariaDB, MySQL
-from dbmigrate.db.generation import GENERATIONS, Superseded, send_guarded
+from dbmigrate.db.generation import BUMP_BOUND_S, GENERATIONS, Superseded, send_guarded
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams, switch_back
 from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
@@ -208,6 +210,9 @@ class Wire:
         self.name, self.address, self.flavor = "db1", "127.0.0.1:3301", MariaDB()
         self.server_gen, self.ran, self.sent = server_gen, ran, []
 
+    def bounded(self, seconds):
+        return contextlib.nullcontext(self)
+
     def scalar_after(self, statements, sql):
         self.sent += statements
         return self.server_gen
@@ -255,6 +260,11 @@ class _Bumps:
 
     def __init__(self) -> None:
         self.bumps = 0
+        self.bounds: list[float] = []
+
+    def bounded(self, seconds):
+        self.bounds.append(seconds)
+        return contextlib.nullcontext(self)
 
     @property
     def flavor(self):
@@ -287,3 +297,6 @@ def test_an_undo_that_cannot_bump_keeps_its_own_generation_and_a_new_process_can
     with pytest.raises(Unresponsive):
         fresh.ensure(server)
     assert fresh.current(server.address) is None
+    # Each bump had a bound of its own: a read lock held for minutes costs the undo BUMP_BOUND_S,
+    # not the connection's read timeout.
+    assert server.bounds == [BUMP_BOUND_S] * 3
