@@ -495,7 +495,11 @@ def rehearsal_failure(report: dict, regress: bool) -> str:
     why = []
     if report["lost_writes"]:
         why.append(f"{report['lost_writes']} acknowledged write(s) lost")
-    if regress and not (report["rolled_back"] and (report.get("guard") or {}).get("rollback")):
+    if regress and not report.get("guard"):
+        # Stopped before the guard judged anything: its steps above say where.
+        why.append(f"the run stopped before the guard judged (run {report['run_status']}"
+                   + (", rolled back" if report["rolled_back"] else "") + "); its steps above say where")
+    elif regress and not (report["rolled_back"] and report["guard"].get("rollback")):
         why.append(f"the guard did not roll back (run {report['run_status']})")
     elif not regress and (report["run_status"] != "done" or report["rolled_back"]):
         why.append(f"run {report['run_status']}" + (", rolled back" if report["rolled_back"] else ""))

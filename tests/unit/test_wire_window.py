@@ -88,3 +88,11 @@ def test_a_replay_whose_classes_fail_is_a_failed_rehearsal_naming_class_error_an
     report = {"lost_writes": 0, "run_status": "done", "rolled_back": False, "shape": {"failed_classes": failed}}
     why = rehearsal_failure(report, regress=False)
     assert "1 replayed class(es) failed" in why and "error 1046 x 70" in why and "pa_orders" in why
+
+
+def test_a_regress_rehearsal_stopped_before_the_guard_says_so_not_that_the_guard_did_not_roll_back():
+    stopped = {"lost_writes": 0, "run_status": "rolled_back", "rolled_back": True, "guard": None}
+    why = rehearsal_failure(stopped, regress=True)
+    assert "stopped before the guard judged (run rolled_back, rolled back)" in why and "guard did not" not in why
+    judged = {"lost_writes": 0, "run_status": "done", "rolled_back": False, "guard": {"rollback": False}}
+    assert "the guard did not roll back (run done)" in rehearsal_failure(judged, regress=True)
