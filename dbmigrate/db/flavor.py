@@ -108,6 +108,8 @@ class Flavor:
     def role_account(self, name: str, host: str) -> str: raise NotImplementedError
     def set_default_role_sql(self, role_account: str) -> str: raise NotImplementedError
     def global_status_sql(self, count: int) -> str: raise NotImplementedError
+    # The status variables whose values give the redo written since the last checkpoint, and how.
+    def checkpoint_age_status(self) -> tuple[str, ...]: raise NotImplementedError
     def innodb_tables_sql(self) -> str: raise NotImplementedError
     def with_statement_timeout(self, select: str, seconds: float) -> str: raise NotImplementedError
     statement_timeout_errnos: frozenset[int] = frozenset()
@@ -299,6 +301,9 @@ class MariaDB(Flavor):
     def global_status_sql(self, count: int) -> str:
         return ("SELECT VARIABLE_NAME AS n, VARIABLE_VALUE AS v FROM information_schema.GLOBAL_STATUS "
                 f"WHERE VARIABLE_NAME IN ({','.join(['%s'] * count)})")
+
+    def checkpoint_age_status(self) -> tuple[str, ...]:
+        return ("innodb_checkpoint_age",)  # bytes of redo since the last checkpoint, as one figure
 
     def innodb_tables_sql(self) -> str:
         # NAME is 'schema/table' in filename encoding; SPACE is what ib_buffer_pool lines name.
@@ -706,6 +711,10 @@ class MySQL(Flavor):
         # information_schema.GLOBAL_STATUS is gone in 8.0; performance_schema has it.
         return ("SELECT VARIABLE_NAME AS n, VARIABLE_VALUE AS v FROM performance_schema.global_status "
                 f"WHERE VARIABLE_NAME IN ({','.join(['%s'] * count)})")
+
+    def checkpoint_age_status(self) -> tuple[str, ...]:
+        # 8.0.30+ (manual, "InnoDB redo log"): the age is current LSN minus checkpoint LSN. Not run here.
+        return ("innodb_redo_log_current_lsn", "innodb_redo_log_checkpoint_lsn")
 
     def innodb_tables_sql(self) -> str:
         return "SELECT NAME AS name, SPACE AS space FROM information_schema.INNODB_TABLES"

@@ -25,6 +25,7 @@ from dbmigrate.app.runs import resolve_journal_path, start_run
 from dbmigrate.cli.render import ConsoleRenderer
 from dbmigrate.config import HostSpec
 from dbmigrate.engine.journal import Journal
+from dbmigrate.procedures.consolidate.physical_seed import REDO_WARN_BYTES
 from dbmigrate.procedures.consolidate.plan import measure_shards, plan
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
 from dbmigrate.rehearsal.provision import install as install_sandbox_provisioner
@@ -107,9 +108,12 @@ def test_a_paced_physical_seed_never_stalls_the_writer_over_100_ms_and_never_say
           f"{facts['bytes'] / 1e6:.0f} MB copied of an estimate of {facts['estimate_bytes'] / 1e6:.0f} MB; "
           f"backup locks {facts['backup_lock_s']} s (commit lock {facts['commit_lock_s']} s, "
           f"{facts['bytes_under_commit_lock'] / 1e6:.1f} MB crossed under it); longest heartbeat "
-          f"commit {facts['longest_source_write_ms']} ms; {len(reports)} progress reports: "
+          f"commit {facts['longest_source_write_ms']} ms; redo since the checkpoint at the start "
+          f"{facts['redo_since_checkpoint_bytes'] / 1e6:.1f} MB; {len(reports)} progress reports: "
           + ", ".join(f"{r['pct']}%" for r in reports))
     assert facts["method"] == "physical" and facts["rate_mb_s"] <= 20, facts  # it was paced
+    # Read before the copy: the redo that would cross under the commit lock; the settled server's is small.
+    assert facts["redo_since_checkpoint_bytes"] is not None and facts["redo_since_checkpoint_bytes"] < REDO_WARN_BYTES
     assert len(times) > 100 and gaps[-1] <= STALL_BOUND_MS, gaps[-5:]
     assert facts["commit_lock_s"] < STALL_BOUND_MS / 1000 and facts["bytes_under_commit_lock"] >= 0, facts
     # The estimate is the whole datadir, not the shard: at least what the copy carried, give or take its redo.

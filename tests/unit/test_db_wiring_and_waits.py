@@ -307,3 +307,19 @@ def test_stop_pid_of_a_process_already_gone():
     clock = FakeClock()
     stop_pid(2 ** 22 + 12345, 5, clock=clock)  # no such pid: nothing to signal, nothing to wait for
     assert clock.sleeps == []
+
+
+# -- redo since the last checkpoint (what a physical backup streams under its commit lock) --
+def test_redo_since_checkpoint_per_flavor():
+    from dbmigrate.db.flavor import MYSQL
+    from dbmigrate.db.readers.status import StatusReader
+
+    maria = ScriptedServer(lambda sql, p: [{"n": "INNODB_CHECKPOINT_AGE", "v": "7340032"}])
+    assert StatusReader(maria).redo_since_checkpoint_bytes() == 7340032
+    assert maria.sent[0][1] == ("INNODB_CHECKPOINT_AGE",)
+    mysql = ScriptedServer(lambda sql, p: [{"n": "Innodb_redo_log_current_lsn", "v": "5000"},
+                                           {"n": "Innodb_redo_log_checkpoint_lsn", "v": "1200"}], flavor=MYSQL)
+    assert StatusReader(mysql).redo_since_checkpoint_bytes() == 3800
+    assert "performance_schema.global_status" in mysql.sent[0][0]
+    # A server that does not say (older MySQL): unknown, never 0.
+    assert StatusReader(ScriptedServer(lambda sql, p: [], flavor=MYSQL)).redo_since_checkpoint_bytes() is None

@@ -33,6 +33,17 @@ class StatusReader(Reader):
     def version(self) -> str:
         return str(self.server.scalar("SELECT VERSION() AS v"))
 
+    def redo_since_checkpoint_bytes(self) -> int | None:
+        """Redo written since the last checkpoint (None where the server does not say): what a
+        physical backup streams under its commit lock at its end, beside what the copy's span writes."""
+        names = self.flavor.checkpoint_age_status()
+        try:
+            got = self.status(*names)
+            values = [int(got[n]) for n in names]
+        except (DbmigrateError, KeyError, ValueError):
+            return None
+        return values[0] if len(values) == 1 else max(0, values[0] - values[1])
+
     def datadir(self) -> str:
         return str(self.server.scalar("SELECT @@GLOBAL.datadir AS d"))
 

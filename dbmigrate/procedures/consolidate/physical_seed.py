@@ -55,6 +55,10 @@ from dbmigrate.procedures.kit.fence import hold_read_only
 BINLOG_INFO_FILES = ("xtrabackup_binlog_info", "mariadb_backup_binlog_info")
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 
+# Redo since the source's last checkpoint above which the seed warns: it crosses under the backup's
+# commit lock at the copy's end (backup_phases.py), a stall the applications feel.
+REDO_WARN_BYTES = 16 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class BackupPosition:
@@ -177,6 +181,11 @@ def seed_physically(ctx: ConsolidateContext, inst: PlannedInstance, source: str)
         valve, meter = Valve(), Meter(ctx.clock.monotonic)
         source_datadir = src.datadir()
         estimate = copy_estimate(src_host, source_datadir, src.log_basenames())
+        redo = src.redo_since_checkpoint_bytes()
+        if redo is not None and redo > REDO_WARN_BYTES:
+            ctx.log(f"seed {inst.name} from {source}: {redo / MB:,.0f} MB of redo since {source}'s last checkpoint; "
+                    f"the backup streams it at its end under its commit lock, while every commit on {source} "
+                    "waits (after a bulk load, seed once its checkpoint age has come down)", "warning")
         under_lock: dict[str, int] = {}
 
         def on_phase(ph: BackupPhases) -> None:
@@ -247,7 +256,8 @@ def seed_physically(ctx: ConsolidateContext, inst: PlannedInstance, source: str)
                              "backup_lock_s": round(phases.locked_s, 3), "commit_lock_s": round(phases.commit_lock_s, 3),
                              # what crossed while the source's commits waited (mostly the redo tail)
                              "bytes_under_commit_lock": under_lock.get("to", copied) - under_lock.get("from", copied),
-                             "estimate_bytes": estimate, "address": address}
+                             "estimate_bytes": estimate, "address": address,
+                             "redo_since_checkpoint_bytes": redo}
     with edit_state(ctx) as st:
         st.seeds[f"{inst.name}<-{source}"] = facts
     ctx.metric("seed_rate_mb_s", rate, "MB/s", instance=inst.name, source=source)
