@@ -57,8 +57,9 @@ class InDoubt:
 Listener = Callable[[list[InDoubt]], None]  # called with every unsettled record after each change
 
 
-class _Registry:
-    """Process-wide: every handle on the same address (twins, other steps' handles) sees the doubt."""
+class InDoubtRegistry:
+    """One per process, in its ledger (db/ledger.py): every handle on the same address (twins,
+    other steps' handles) sees the doubt."""
 
     def __init__(self) -> None:
         self._by_address: dict[str, list[InDoubt]] = {}
@@ -106,9 +107,6 @@ class _Registry:
         snapshot = self.all()
         for fn in list(self._listeners):
             fn(snapshot)
-
-
-REGISTRY = _Registry()
 
 
 class _Session(Protocol):
