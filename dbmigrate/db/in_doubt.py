@@ -5,7 +5,8 @@ kernel's retransmit queue (a partition, a frozen host) and land seconds later, o
 the server still holds open. Measured: a `SET GLOBAL read_only=OFF` given up after 5 s
 landed 1.5 s after the tool had read the server as read-only and unfenced the old primary.
 
-So every mutating statement given up on is recorded here, per server address, and the
+So every mutating statement given up on is recorded, per server address, in the registry of
+the process's safety ledger (db/ledger.py), which every handle of the process is given, and the
 server answers no other statement of this process until the doubt is settled: a fresh
 session ends the one the statement went on (`KILL CONNECTION`) and sees it gone from the
 processlist. Only then is a read of that server the truth. Where the server cannot be
