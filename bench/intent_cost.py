@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from dbmigrate.config import load_inventory
-from dbmigrate.db.generation import GENERATIONS, bump, send_guarded
+from dbmigrate.db.generation import bump, send_guarded
 from dbmigrate.engine.journal import Journal
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 
@@ -62,9 +62,10 @@ def server_cost(rounds: int) -> dict[str, dict[str, float]]:
                 t0 = time.perf_counter()
                 bump(server, "bench")
                 bumps.append((time.perf_counter() - t0) * 1e6)
-            GENERATIONS.arm("bench")  # a decision: the next statement bumps once more, then holds it
+            generations = server.ledger.generations
+            generations.arm("bench")  # a decision: the next statement bumps once more, then holds it
             try:
-                GENERATIONS.ensure(server)
+                generations.ensure(server)
                 for _ in range(rounds):
                     t0 = time.perf_counter()
                     server.execute("SET GLOBAL read_only=OFF")
@@ -73,7 +74,7 @@ def server_cost(rounds: int) -> dict[str, dict[str, float]]:
                     send_guarded(server, ["SET GLOBAL read_only=OFF"])
                     guarded.append((time.perf_counter() - t0) * 1e6)
             finally:
-                GENERATIONS.disarm()
+                generations.disarm()
     finally:
         boxes.down(NAME)
     return {"plain": _summary(plain), "guarded": _summary(guarded), "bump": _summary(bumps)}

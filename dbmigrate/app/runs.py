@@ -20,9 +20,8 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 from dbmigrate import faultpoint
 from dbmigrate.db import connection
-from dbmigrate.db.generation import GENERATIONS
-from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, InDoubt
-from dbmigrate.db.intent import INTENTS
+from dbmigrate.db.in_doubt import InDoubt
+from dbmigrate.db.ledger import SafetyLedger, process_ledger
 from dbmigrate.db.lease import SqlLease
 from dbmigrate.db.named_lock import SqlNamedLocks
 from dbmigrate.app.paths import check_journal
@@ -391,21 +390,23 @@ IN_DOUBT_KEY = "in_doubt"
 
 
 @contextmanager
-def _statements_in_doubt(journal: Journal, run_id: str) -> Iterator[None]:
+def _statements_in_doubt(journal: Journal, run_id: str, ledger: SafetyLedger | None = None) -> Iterator[None]:
     """Statements this run gave up on stay in doubt across processes: the journal keeps every
-    unsettled one, and a resume or rollback settles them before deciding anything."""
-    IN_DOUBT.clear()
-    IN_DOUBT.load([InDoubt.from_dict(d) for d in journal.get_state(run_id, IN_DOUBT_KEY, []) or []])
+    unsettled one, and a resume or rollback settles them before deciding anything. Kept in
+    `ledger` (the process's by default: every handle of the process must see them)."""
+    in_doubt = (ledger or process_ledger()).in_doubt
+    in_doubt.clear()
+    in_doubt.load([InDoubt.from_dict(d) for d in journal.get_state(run_id, IN_DOUBT_KEY, []) or []])
 
     def keep(doubts: list[InDoubt]) -> None:
         journal.set_state(run_id, IN_DOUBT_KEY, [d.as_dict() for d in doubts])
 
-    stop = IN_DOUBT.add_listener(keep)
+    stop = in_doubt.add_listener(keep)
     try:
         yield
     finally:
         stop()
-        IN_DOUBT.clear()
+        in_doubt.clear()
 
 
 class _JournalIntents:
@@ -432,7 +433,7 @@ def _servers(prepared: Prepared) -> list[Any]:
 
 @contextmanager
 def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry_run: bool,
-              servers: Iterable[Any] = ()) -> Iterator[None]:
+              servers: Iterable[Any] = (), ledger: SafetyLedger | None = None) -> Iterator[None]:
     """What this process decides, it decides after every earlier one, once it holds the cluster
     lock (so that no process still alive is superseded):
     - changes of this cluster's runs journaled as sent and never answered (a process killed with
@@ -441,20 +442,24 @@ def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry
       cluster's servers at once, before the first step, so that the cost stays out of the steps;
       any other, or one that did not answer then, on its first statement), and every role change
       carries it (db/generation.py); the first undo of this process is a new decision;
-    - every change is journaled before it is sent (db/intent.py)."""
+    - every change is journaled before it is sent (db/intent.py).
+    All three in `ledger`, armed here and disarmed after (the process's by default: every handle
+    of the process keeps them)."""
     if dry_run:
         yield
         return
+    ledger = ledger or process_ledger()
+    generations, intents = ledger.generations, ledger.intents
     doubts = []
     for row in journal.open_intents(cluster):
         if row["session_id"] is None:
             continue
         d = InDoubt(server=row["server"], address=row["address"], session_id=int(row["session_id"]),
                     user=row["user"] or "", statement=row["statement"], at=float(row["sent_at"]))
-        INTENTS.in_doubt(int(row["id"]), d.address, d.session_id, d.statement)
+        intents.in_doubt(int(row["id"]), d.address, d.session_id, d.statement)
         doubts.append(d)
-    INTENTS.arm(_JournalIntents(journal, run_id, cluster))
-    IN_DOUBT.load(doubts)
+    intents.arm(_JournalIntents(journal, run_id, cluster))
+    ledger.in_doubt.load(doubts)
 
     undoing = False
 
@@ -462,21 +467,21 @@ def _decision(journal: Journal, run_id: str, cluster: str, bus: EventBus, *, dry
         nonlocal undoing
         if isinstance(event, StepStarted) and event.action == "undo" and not undoing:
             undoing = True
-            GENERATIONS.new_decision()
+            generations.new_decision()
 
     unsubscribe = bus.subscribe(on_event)
-    GENERATIONS.arm(run_id)
+    generations.arm(run_id)
     try:
         for server in servers:
             try:
                 with server.bounded(EAGER_BUMP_S):
-                    GENERATIONS.ensure(server)
+                    generations.ensure(server)
             except DbmigrateError:
                 pass  # unreachable, or a statement there still in doubt: bumped on its first statement
         yield
     finally:
-        INTENTS.disarm()
-        GENERATIONS.disarm()
+        intents.disarm()
+        generations.disarm()
         unsubscribe()
 
 

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from dbmigrate.db.connection import Server
 from dbmigrate.db.credentials import Credentials, native_password_hash
-from dbmigrate.db.generation import GENERATIONS, send_guarded
+from dbmigrate.db.generation import send_guarded
 from dbmigrate.redact import redact, register_secret
 
 
@@ -38,10 +38,13 @@ class Applier:
     # -- role changes: each carries this decision's fencing generation (db/generation.py) ----
     def _generation(self) -> int | None:
         """The generation role changes carry here (None: dry-run, or outside a run's decision)."""
-        if self.dry_run or not GENERATIONS.armed:
+        if self.dry_run:
             return None
-        GENERATIONS.ensure(self.server)
-        return GENERATIONS.current(self.server.address)
+        generations = self.server.ledger.generations  # the process's, unless the server was given another
+        if not generations.armed:
+            return None
+        generations.ensure(self.server)
+        return generations.current(self.server.address)
 
     def _send_role_change(self, statements: list[str]) -> None:
         """One request that does nothing when it lands after a later decision (Superseded when

@@ -21,9 +21,9 @@ from mysql.connector import errorcode
 from dbmigrate import faultpoint
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, for_server
-from dbmigrate.db.generation import GENERATIONS
-from dbmigrate.db.in_doubt import REGISTRY as IN_DOUBT, SETTLE_GONE_S, InDoubt, settle_on
-from dbmigrate.db.intent import INTENTS, Intent
+from dbmigrate.db.in_doubt import SETTLE_GONE_S, InDoubt, settle_on
+from dbmigrate.db.intent import Intent
+from dbmigrate.db.ledger import SafetyLedger, process_ledger
 from dbmigrate.clock import Clock
 from dbmigrate.exceptions import AuthFailed, ConnectionFailed, DbmigrateError
 from dbmigrate.redact import redact
@@ -94,6 +94,8 @@ class Server:
     read_timeout: int = 60
     retries: int = 2
     unix_socket: str | None = None
+    # Generations held, intents, statements in doubt (db/ledger.py): the process's unless given one.
+    ledger: SafetyLedger = field(default_factory=process_ledger, repr=False, compare=False)
     _conn: Any = field(default=None, init=False, repr=False)
     _cursor: Any = field(default=None, init=False, repr=False)  # one per session: cursor() pings the server
     _flavor: Flavor | None = field(default=None, init=False, repr=False)
@@ -253,7 +255,7 @@ class Server:
             if not self._settling:
                 # A run's decision bumps the server's fencing generation before anything else
                 # there (db/generation.py); a no-op outside a run and once done.
-                GENERATIONS.ensure(self)
+                self.ledger.generations.ensure(self)
             conn = self.connect()
             bound = self.remaining()
             intent = self._intent(conn, sql, shown)
@@ -272,13 +274,13 @@ class Server:
                 else:
                     rows = cur.fetchall() if cur.with_rows else []
                     result = rows if fetch else cur.rowcount
-                INTENTS.done(intent, "done")
+                self.ledger.intents.done(intent, "done")
                 return result
             except mysql.connector.Error as e:
                 self._cursor = None  # a fresh one for the next statement, whatever state this one is in
                 errno = getattr(e, "errno", None)
                 if intent is not None and not self._lost(e, errno, conn):
-                    INTENTS.done(intent, f"failed [{errno}]")  # answered: it did not happen
+                    self.ledger.intents.done(intent, f"failed [{errno}]")  # answered: it did not happen
                 if errno == _IO_TIMEOUT or isinstance(e, (mysql.connector.errors.ReadTimeoutError,
                                                           mysql.connector.errors.WriteTimeoutError)):
                     doubt = self._give_up(conn, sql, shown, intent)
@@ -324,14 +326,15 @@ class Server:
         """Journal a change before it is sent (db/intent.py): a process killed while it is on the
         wire leaves a record the next process settles. Reads, and the session that settles doubts,
         change nothing."""
-        if not INTENTS.armed or self._settling or self._is_read(sql):
+        intents = self.ledger.intents
+        if not intents.armed or self._settling or self._is_read(sql):
             return None
         try:
             session: int | None = int(conn.connection_id)
         except (TypeError, ValueError, AttributeError):
             session = None
-        return INTENTS.record(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
-                              statement=shown, generation=GENERATIONS.current(self.address))
+        return intents.record(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
+                              statement=shown, generation=self.ledger.generations.current(self.address))
 
     # -- statements in doubt (see db/in_doubt.py) ------------------------------
     def _give_up(self, conn: Any, sql: str, shown: str, intent: Intent | None = None) -> InDoubt | None:
@@ -344,9 +347,9 @@ class Server:
             return None
         doubt = InDoubt(server=self.name, address=self.address, session_id=session, user=self.credentials.user,
                         statement=shown, at=time.time())
-        IN_DOUBT.add(doubt)
+        self.ledger.in_doubt.add(doubt)
         if intent is not None:
-            INTENTS.in_doubt(intent.id, doubt.address, doubt.session_id, doubt.statement)
+            self.ledger.intents.in_doubt(intent.id, doubt.address, doubt.session_id, doubt.statement)
         log.warning("%s: gave up on %s: in doubt until session %d is ended", self.name, shown, session)
         return doubt
 
@@ -358,7 +361,7 @@ class Server:
     def _settle_doubts(self) -> None:
         """Before any statement to a server with a statement in doubt: end that statement's
         session from a fresh one and see it gone, so that what is read next is final."""
-        pending = [] if self._settling else IN_DOUBT.pending(self.address)
+        pending = [] if self._settling else self.ledger.in_doubt.pending(self.address)
         if not pending:
             return
         left = self.remaining()
@@ -377,10 +380,10 @@ class Server:
         doubt = None
         try:
             with twin.bounded(bound if left is None else max(0.05, min(bound, left))):
-                for doubt in IN_DOUBT.pending(self.address):
+                for doubt in self.ledger.in_doubt.pending(self.address):
                     said = settle_on(twin, doubt)
-                    IN_DOUBT.settled(doubt)
-                    INTENTS.settled(doubt.address, doubt.session_id, doubt.statement, said)
+                    self.ledger.in_doubt.settled(doubt)
+                    self.ledger.intents.settled(doubt.address, doubt.session_id, doubt.statement, said)
                     log.warning("%s: %s; %s is no longer in doubt", self.name, said, doubt.statement)
         except DbmigrateError as e:
             assert doubt is not None
@@ -506,7 +509,7 @@ class Server:
     def dedicated(self) -> "Server":
         """A second handle on the same server with its own session (locks, long waits)."""
         twin = Server(self.name, self.host, self.port, self.credentials, self.connect_timeout,
-                      self.read_timeout, self.retries, self.unix_socket)
+                      self.read_timeout, self.retries, self.unix_socket, self.ledger)
         twin._version = self._version  # the same server: no second VERSION() round trip
         self._twins.append(twin)  # this process's own sessions there (the seal spares them)
         return twin

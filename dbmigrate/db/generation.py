@@ -46,10 +46,10 @@ class Superseded(SafetyError):
     """A role change was not made: a later decision bumped the server's generation first."""
 
 
-class _Generations:
-    """Process-wide: the generation this process's decision holds on each server (by address).
-    Armed only while a run holds its cluster lock (never for reads of other commands, which
-    must not supersede a run in progress)."""
+class Generations:
+    """The generation this process's decision holds on each server (by address); one per process,
+    in its ledger (db/ledger.py). Armed only while a run holds its cluster lock (never for reads of
+    other commands, which must not supersede a run in progress)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -134,9 +134,6 @@ class _Generations:
             log.info("%s: generation %d (run %s)", server.name, gen, run_id)
 
 
-GENERATIONS = _Generations()
-
-
 def bump(server: "Server", run_id: str) -> int:
     """Bump `server`'s generation (the table created first when missing); returns the new one.
     Bounded by BUMP_BOUND_S, or by the caller's bound when that is tighter."""
@@ -157,10 +154,10 @@ def read(server: "Server") -> int | None:
 
 
 def send_guarded(server: "Server", statements: list[str], read_after: str | None = None) -> list[dict[str, Any]]:
-    """Send `statements` as one request that runs them only under this decision's generation on
-    `server` (as they are when no generation is armed). With `read_after`, its rows are returned
+    """Send `statements` as one request that runs them only under the generation `server`'s ledger
+    holds there (as they are when no generation is armed). With `read_after`, its rows are returned
     (read in the same round trip). Raises Superseded when a later decision bumped the server."""
-    gen = GENERATIONS.current(server.address)
+    gen = server.ledger.generations.current(server.address)
     if gen is None:
         if read_after is None:
             for sql in statements:

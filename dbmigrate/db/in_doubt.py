@@ -5,7 +5,8 @@ kernel's retransmit queue (a partition, a frozen host) and land seconds later, o
 the server still holds open. Measured: a `SET GLOBAL read_only=OFF` given up after 5 s
 landed 1.5 s after the tool had read the server as read-only and unfenced the old primary.
 
-So every mutating statement given up on is recorded here, per server address, and the
+So every mutating statement given up on is recorded, per server address, in the registry of
+the process's safety ledger (db/ledger.py), which every handle of the process is given, and the
 server answers no other statement of this process until the doubt is settled: a fresh
 session ends the one the statement went on (`KILL CONNECTION`) and sees it gone from the
 processlist. Only then is a read of that server the truth. Where the server cannot be
@@ -57,8 +58,9 @@ class InDoubt:
 Listener = Callable[[list[InDoubt]], None]  # called with every unsettled record after each change
 
 
-class _Registry:
-    """Process-wide: every handle on the same address (twins, other steps' handles) sees the doubt."""
+class InDoubtRegistry:
+    """One per process, in its ledger (db/ledger.py): every handle on the same address (twins,
+    other steps' handles) sees the doubt."""
 
     def __init__(self) -> None:
         self._by_address: dict[str, list[InDoubt]] = {}
@@ -106,9 +108,6 @@ class _Registry:
         snapshot = self.all()
         for fn in list(self._listeners):
             fn(snapshot)
-
-
-REGISTRY = _Registry()
 
 
 class _Session(Protocol):

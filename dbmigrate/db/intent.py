@@ -61,8 +61,9 @@ class Intent:
     started: float
 
 
-class _Intents:
-    """Process-wide, armed while a run holds its cluster lock (as the generations are)."""
+class Intents:
+    """One per process, in its ledger (db/ledger.py); armed while a run holds its cluster lock (as
+    the generations are)."""
 
     def __init__(self) -> None:
         self.sink: IntentSink | None = None
@@ -113,5 +114,3 @@ class _Intents:
             with self._lock:
                 sink.intent_outcome(intent_id, f"settled: {said}")
 
-
-INTENTS = _Intents()

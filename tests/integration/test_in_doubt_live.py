@@ -14,7 +14,7 @@ import pytest
 
 from dbmigrate.config import load_inventory
 from dbmigrate.db.connection import Server, Unresponsive
-from dbmigrate.db.in_doubt import REGISTRY
+from dbmigrate.db.ledger import SafetyLedger
 
 def _can_partition() -> bool:
     return shutil.which("iptables") is not None and \
@@ -42,13 +42,18 @@ def partitioned(port: int) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def replica(make_sandbox):
+def ledger() -> SafetyLedger:
+    """The module's own (a process's is shared by every handle it opens, as these are)."""
+    return SafetyLedger()
+
+
+@pytest.fixture(scope="module")
+def replica(make_sandbox, ledger):
     state = make_sandbox("doubt", 1)
     inv = load_inventory(state.inventory_file)
     name = "doubt-2"
     spec = inv.cluster("doubt").servers[name]
-    yield lambda: Server(name, spec.host, spec.port, inv.credentials_for(spec))
-    REGISTRY.clear()
+    return lambda: Server(name, spec.host, spec.port, inv.credentials_for(spec), ledger=ledger)
 
 
 def give_up_on_open(server: Server) -> None:
@@ -69,12 +74,12 @@ def read_only_over(server: Server, seconds: float) -> set[int]:
     return seen
 
 
-def test_an_abandoned_change_lands_after_the_heal_when_nobody_ends_its_session(replica):
+def test_an_abandoned_change_lands_after_the_heal_when_nobody_ends_its_session(replica, ledger):
     """The hazard itself, so that the next test is known to test something."""
     with replica() as s:
         s.execute("SET GLOBAL read_only=ON")
         give_up_on_open(s)
-        REGISTRY.clear()  # forget the doubt: what a tool without the rule would do
+        ledger.in_doubt.clear()  # forget the doubt: what a tool without the rule would do
     with replica() as fresh:
         try:
             assert 0 in read_only_over(fresh, LANDS_WITHIN_S), "the abandoned read_only=OFF never landed"
@@ -82,11 +87,11 @@ def test_an_abandoned_change_lands_after_the_heal_when_nobody_ends_its_session(r
             fresh.execute("SET GLOBAL read_only=ON")
 
 
-def test_the_next_statement_ends_the_doubtful_session_first_and_the_change_never_lands(replica):
+def test_the_next_statement_ends_the_doubtful_session_first_and_the_change_never_lands(replica, ledger):
     with replica() as s:
         s.execute("SET GLOBAL read_only=ON")
         give_up_on_open(s)
-        assert REGISTRY.pending(s.address)
+        assert ledger.in_doubt.pending(s.address)
     with replica() as fresh:  # another handle, as a later step's would be
         assert read_only_over(fresh, LANDS_WITHIN_S) == {1}
-        assert REGISTRY.pending(fresh.address) == []
+        assert ledger.in_doubt.pending(fresh.address) == []

@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import InDoubtUnsettled, QueryError, Unresponsive
 from dbmigrate.db.in_doubt import InDoubt
+from dbmigrate.db.ledger import SafetyLedger
 from dbmigrate.db.credentials import Credentials
 from dbmigrate.db.flavor import Flavor, MariaDB, ReplicaStatus
 from dbmigrate.db.gtid import MariaGtid
@@ -135,6 +136,8 @@ class FakeTopology(SwitchoverServers):
     # decision (another process: every server is bumped again on its first statement).
     generations: bool = False
     held: dict[str, int] = field(default_factory=dict)  # server -> the generation this decision bumped it to
+    # The ledger the real Applier reads (never armed: the fake keeps generations and doubts itself).
+    ledger: SafetyLedger = field(default_factory=SafetyLedger)
 
     def new_decision(self) -> None:
         self.generations = True
@@ -494,7 +497,8 @@ class FakeApplier:
     def __init__(self, topo: FakeTopology, name: str, *, dry_run: bool = False, on_planned=None):
         self.topo, self.name, self.dry_run = topo, name, dry_run
         s = topo.servers[name]
-        wire = SimpleNamespace(name=name, flavor=s.flavor, execute=lambda sql, params=None: topo.send(name, sql))
+        wire = SimpleNamespace(name=name, flavor=s.flavor, ledger=topo.ledger,
+                               execute=lambda sql, params=None: topo.send(name, sql))
         self.real = Applier(wire, dry_run=dry_run, on_planned=on_planned)  # type: ignore[arg-type]
 
     @property

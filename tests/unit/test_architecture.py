@@ -64,6 +64,29 @@ ALLOWED_STATE = [
                        "a run resumed by another process reopens it, and the host's tcpdump ends on its own"),
 ]
 
+# Module-level state left in db/: the process's safety ledger, and what is the process's by nature.
+ALLOWED_DB_STATE = [
+    rules.StateAllowed("dbmigrate/db/ledger.py", "_PROCESS_LEDGER",
+                       "fencing generations, intents and statements in doubt hold for every connection of the "
+                       "process; each handle is given the ledger (this one by default), tests give fresh ones"),
+    rules.StateAllowed("dbmigrate/db/connection.py", "_listeners",
+                       "the fault matrix's pause hears every statement any handle of the process sends"),
+    rules.StateAllowed("dbmigrate/db/connection.py", "log",
+                       "the statements' logger: logging's own registry, configured by the front end"),
+    rules.StateAllowed("dbmigrate/db/generation.py", "log",
+                       "the statements' logger: logging's own registry, configured by the front end"),
+    rules.StateAllowed("dbmigrate/db/credentials.py", "_env_secrets",
+                       "a password_env value is taken out of the process's environment once, for every child"),
+    rules.StateAllowed("dbmigrate/db/credentials.py", "_live_files",
+                       "private defaults files of the process, removed by the signal that ends it"),
+    rules.StateAllowed("dbmigrate/db/credentials.py", "_live_lock",
+                       "guards the two above: the process's environment and its private files"),
+    rules.StateAllowed("dbmigrate/db/flavor.py", "MARIADB",
+                       "a flavour holds no state: it spells SQL"),
+    rules.StateAllowed("dbmigrate/db/flavor.py", "MYSQL",
+                       "a flavour holds no state: it spells SQL"),
+]
+
 
 @functools.cache
 def tree() -> dict[str, rules.Module]:
@@ -141,6 +164,25 @@ def test_module_level_state_in_procedures_is_caught():
         "UNITS = {'disk': 'GB'}\nNAMES = frozenset({'a'})\n_RE = re.compile('x')\n__all__ = []\n")})
     found = rules.module_state(modules, "dbmigrate.procedures", [])
     assert [v.split(" ")[1] for v in found] == ["SEEN", "LOCK", "PENDING"], found
+
+
+def test_db_holds_no_module_level_state_but_the_process_ledger_and_the_named_allowances():
+    assert rules.module_state(tree(), "dbmigrate.db", ALLOWED_DB_STATE) == []
+    for entry in ALLOWED_DB_STATE:
+        assert entry.reason
+        others = [a for a in ALLOWED_DB_STATE if a is not entry]
+        assert rules.module_state(tree(), "dbmigrate.db", others), f"{entry.path} no longer holds {entry.name}"
+
+
+def test_safety_state_outside_the_ledger_in_db_is_caught():
+    """A second registry of doubts, or generations kept beside the process ledger, is caught."""
+    modules = fake(**{
+        "dbmigrate.db.generation": "GENERATIONS = Generations()\nBUMP_BOUND_S = float(12)\n",
+        "dbmigrate.db.in_doubt": "_by_address: dict[str, list[str]] = {}\n",
+        "dbmigrate.db.ledger": "_PROCESS_LEDGER = SafetyLedger()\n_SPARE = SafetyLedger()\n",
+    })
+    found = rules.module_state(modules, "dbmigrate.db", ALLOWED_DB_STATE)
+    assert [v.split(" ")[1] for v in found] == ["GENERATIONS", "_by_address", "_SPARE"], found
 
 
 # Imports that cross a documented layer upward, each on purpose (docs/architecture.md says why).

@@ -142,6 +142,7 @@ def test_the_fence_is_one_request_of_the_flavors_statements_then_the_position_re
     from types import SimpleNamespace
 
     from dbmigrate.db.applier import Applier
+    from dbmigrate.db.ledger import SafetyLedger
 
     for flavor, statements, read, pos in (
             (MARIADB, ["SET STATEMENT lock_wait_timeout=5 FOR SET GLOBAL read_only=ON"],
@@ -149,7 +150,7 @@ def test_the_fence_is_one_request_of_the_flavors_statements_then_the_position_re
             (MYSQL, ["SET SESSION lock_wait_timeout=5", "SET GLOBAL super_read_only=ON"],
              MYSQL.gtid_executed_sql(), "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-9")):
         requests = []
-        server = SimpleNamespace(name="db1", flavor=flavor,
+        server = SimpleNamespace(name="db1", flavor=flavor, ledger=SafetyLedger(),
                                  scalar_after=lambda sts, sql, p=pos: requests.append((sts, sql)) or p)
         assert Applier(server).fence_and_read_binlog_pos(lock_wait_timeout=5) == pos  # type: ignore[arg-type]
         assert requests == [(statements, read)]  # one request: the fence's statements, then the read

@@ -3,7 +3,7 @@ a later decision (a new process: rollback, resume) bumped the server's generatio
 The tool's process is killed with the change in flight and nothing journaled it (`die()`): only
 the generation stands between the late change and the server. Each case has its control, the
 same story without generations, which the fake fails on (two writable) to show the test bites.
-The rendering of the guarded SQL, and the registry a process holds, are tested last."""
+The rendering of the guarded SQL, and the generations a process holds in its ledger, are tested last."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 from dbmigrate.db.connection import Unresponsive
 from dbmigrate.db.flavor import MariaDB, MySQL
-from dbmigrate.db.generation import BUMP_BOUND_S, GENERATIONS, Superseded, send_guarded
+from dbmigrate.db.generation import BUMP_BOUND_S, Generations, Superseded, send_guarded
+from dbmigrate.db.ledger import SafetyLedger
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams, switch_back
 from tests.unit.fake_topology import FakeRouter, FakeTopology, cluster
@@ -201,13 +202,15 @@ def test_mysql_guards_through_a_procedure_and_sends_event_ddl_as_it_is():
     assert any(s.startswith("CREATE EVENT dbmigrate.fence_expiry") and "= 3 AND" in s for s in out)
 
 
-# -- the process's registry -----------------------------------------------------------------
+# -- the generations a process holds (in its ledger) ------------------------------------------
 
 class Wire:
-    """A scripted session: answers the guard's check with `ran` and the server's generation."""
+    """A scripted session: answers the guard's check with `ran` and the server's generation. It
+    has a ledger of its own, as a handle is given one (the process's, outside tests)."""
 
     def __init__(self, server_gen: int, ran: int):
         self.name, self.address, self.flavor = "db1", "127.0.0.1:3301", MariaDB()
+        self.ledger = SafetyLedger()
         self.server_gen, self.ran, self.sent = server_gen, ran, []
 
     def bounded(self, seconds):
@@ -224,33 +227,37 @@ class Wire:
 
 def test_a_decision_bumps_each_server_once_and_a_new_decision_bumps_again():
     wire = Wire(server_gen=4, ran=1)
-    GENERATIONS.arm("run-1")
-    try:
-        GENERATIONS.ensure(wire)  # type: ignore[arg-type]
-        GENERATIONS.ensure(wire)  # type: ignore[arg-type]
-        assert GENERATIONS.current(wire.address) == 4
-        assert sum("gen = gen + 1" in s for s in wire.sent) == 1
-        GENERATIONS.new_decision()
-        wire.server_gen = 5
-        GENERATIONS.ensure(wire)  # type: ignore[arg-type]
-        assert GENERATIONS.current(wire.address) == 5
-    finally:
-        GENERATIONS.disarm()
-    assert GENERATIONS.current(wire.address) is None
+    gens = wire.ledger.generations
+    gens.arm("run-1")
+    gens.ensure(wire)  # type: ignore[arg-type]
+    gens.ensure(wire)  # type: ignore[arg-type]
+    assert gens.current(wire.address) == 4
+    assert sum("gen = gen + 1" in s for s in wire.sent) == 1
+    gens.new_decision()
+    wire.server_gen = 5
+    gens.ensure(wire)  # type: ignore[arg-type]
+    assert gens.current(wire.address) == 5
+    gens.disarm()
+    assert gens.current(wire.address) is None
 
 
 def test_a_role_change_refused_under_a_later_generation_says_another_decision_took_over():
     wire = Wire(server_gen=4, ran=1)
-    GENERATIONS.arm("run-1")
-    try:
-        GENERATIONS.ensure(wire)  # type: ignore[arg-type]
-        assert send_guarded(wire, ["SET GLOBAL read_only=OFF"], "SELECT @@GLOBAL.gtid_binlog_pos AS pos") == \
-            [{"pos": "0-1-5"}]  # type: ignore[arg-type]
-        wire.server_gen, wire.ran = 5, 0  # another process bumped db1 since
-        with pytest.raises(Superseded, match="generation 5, this run holds 4"):
-            send_guarded(wire, ["SET GLOBAL read_only=OFF"])  # type: ignore[arg-type]
-    finally:
-        GENERATIONS.disarm()
+    wire.ledger.generations.arm("run-1")
+    wire.ledger.generations.ensure(wire)  # type: ignore[arg-type]
+    assert send_guarded(wire, ["SET GLOBAL read_only=OFF"], "SELECT @@GLOBAL.gtid_binlog_pos AS pos") == \
+        [{"pos": "0-1-5"}]  # type: ignore[arg-type]
+    wire.server_gen, wire.ran = 5, 0  # another process bumped db1 since
+    with pytest.raises(Superseded, match="generation 5, this run holds 4"):
+        send_guarded(wire, ["SET GLOBAL read_only=OFF"])  # type: ignore[arg-type]
+
+
+def test_a_role_change_outside_a_decision_is_sent_as_it_is():
+    wire = Wire(server_gen=4, ran=0)  # a guard would refuse it: it is not guarded
+    wire.executed = []
+    wire.execute = wire.executed.append
+    assert send_guarded(wire, ["SET GLOBAL read_only=OFF"]) == []  # type: ignore[arg-type]
+    assert wire.executed == ["SET GLOBAL read_only=OFF"] and wire.sent == []
 
 
 class _Bumps:
@@ -283,16 +290,15 @@ class _Bumps:
 
 def test_an_undo_that_cannot_bump_keeps_its_own_generation_and_a_new_process_cannot():
     from dbmigrate.db.connection import Unresponsive
-    from dbmigrate.db.generation import _Generations
 
-    gens, server = _Generations(), _Bumps()
+    gens, server = Generations(), _Bumps()
     gens.arm("r1")
     gens.ensure(server)
     assert gens.current(server.address) == 7
     gens.new_decision()  # the run's own undo: bump again; the read lock stops it, 7 is kept
     gens.ensure(server)
     assert gens.current(server.address) == 7 and server.bumps == 2
-    fresh = _Generations()  # a resume or rollback in a new process holds nothing to keep
+    fresh = Generations()  # a resume or rollback in a new process holds nothing to keep
     fresh.arm("r1")
     with pytest.raises(Unresponsive):
         fresh.ensure(server)

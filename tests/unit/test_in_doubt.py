@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from dbmigrate.db.connection import InDoubtUnsettled, QueryError, Unresponsive
-from dbmigrate.db.in_doubt import REGISTRY, InDoubt, settle_on
+from dbmigrate.db.in_doubt import InDoubt, InDoubtRegistry, settle_on
 from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams, switch_back
 from tests.unit.fake_topology import FakeRouter, FakeTopology
@@ -211,14 +211,14 @@ def test_a_session_that_does_not_leave_after_the_kill_stays_in_doubt():
 
 def test_the_registry_keeps_doubts_per_address_and_tells_its_listener_each_change():
     seen: list[list[InDoubt]] = []
-    stop = REGISTRY.add_listener(seen.append)
-    try:
-        REGISTRY.add(DOUBT)
-        assert REGISTRY.pending("127.0.0.1:3302") == [DOUBT] and REGISTRY.pending("127.0.0.1:3301") == []
-        REGISTRY.settled(DOUBT)
-        assert REGISTRY.pending("127.0.0.1:3302") == []
-        assert seen == [[DOUBT], []]
-        assert InDoubt.from_dict(DOUBT.as_dict()) == DOUBT  # journaled and read back by a resume
-    finally:
-        stop()
-        REGISTRY.clear()
+    registry = InDoubtRegistry()
+    stop = registry.add_listener(seen.append)
+    registry.add(DOUBT)
+    assert registry.pending("127.0.0.1:3302") == [DOUBT] and registry.pending("127.0.0.1:3301") == []
+    registry.settled(DOUBT)
+    assert registry.pending("127.0.0.1:3302") == []
+    assert seen == [[DOUBT], []]
+    assert InDoubt.from_dict(DOUBT.as_dict()) == DOUBT  # journaled and read back by a resume
+    stop()
+    registry.add(DOUBT)
+    assert seen == [[DOUBT], []]  # stopped: no longer told

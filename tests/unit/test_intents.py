@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 
 from dbmigrate.app import runs
-from dbmigrate.db.generation import GENERATIONS
-from dbmigrate.db.in_doubt import REGISTRY
-from dbmigrate.db.intent import INTENTS, kind_of
+from dbmigrate.db.intent import kind_of
+from dbmigrate.db.ledger import SafetyLedger
 from dbmigrate.engine.events import EventBus, StepStarted
 from dbmigrate.engine.journal import Journal
 
@@ -38,20 +37,17 @@ def test_the_next_process_of_the_cluster_takes_an_unanswered_intent_as_in_doubt_
         j.intent_outcome(j.record_intent("run-1", "c1", dict(server="db1", address="127.0.0.1:3301", session_id=40,
                                                              user="dbmigrate", statement="SET GLOBAL read_only=ON",
                                                              at=time.time())), "done")
-        REGISTRY.clear()
-        try:
-            with runs._decision(j, "run-2", "c1", EventBus(), dry_run=False):
-                [doubt] = REGISTRY.pending("127.0.0.1:3302")
-                assert (doubt.session_id, doubt.user, doubt.statement) == (41, "dbmigrate", OPEN)
-                assert REGISTRY.pending("127.0.0.1:3301") == []  # answered: nothing in doubt
-                assert INTENTS.armed and GENERATIONS.armed
-                INTENTS.settled(doubt.address, doubt.session_id, doubt.statement, "ended session 41 on db2")
-            assert not INTENTS.armed and not GENERATIONS.armed
-            assert j.open_intents("c1") == []
-            with runs._decision(j, "run-3", "other-cluster", EventBus(), dry_run=False):
-                pass
-        finally:
-            REGISTRY.clear()
+        ledger = SafetyLedger()
+        with runs._decision(j, "run-2", "c1", EventBus(), dry_run=False, ledger=ledger):
+            [doubt] = ledger.in_doubt.pending("127.0.0.1:3302")
+            assert (doubt.session_id, doubt.user, doubt.statement) == (41, "dbmigrate", OPEN)
+            assert ledger.in_doubt.pending("127.0.0.1:3301") == []  # answered: nothing in doubt
+            assert ledger.intents.armed and ledger.generations.armed
+            ledger.intents.settled(doubt.address, doubt.session_id, doubt.statement, "ended session 41 on db2")
+        assert not ledger.intents.armed and not ledger.generations.armed
+        assert j.open_intents("c1") == []
+        with runs._decision(j, "run-3", "other-cluster", EventBus(), dry_run=False, ledger=SafetyLedger()):
+            pass
         row = j._rows("SELECT outcome FROM intents WHERE id=?", (intent,))[0]  # noqa: SLF001 (a test's look)
         assert row["outcome"] == "settled: ended session 41 on db2"
 
@@ -59,19 +55,19 @@ def test_the_next_process_of_the_cluster_takes_an_unanswered_intent_as_in_doubt_
 def test_another_cluster_and_a_dry_run_load_nothing():
     with Journal(":memory:") as j:
         killed_with_an_open_in_flight(j)
-        REGISTRY.clear()
         for cluster, dry in (("c2", False), ("c1", True)):
-            with runs._decision(j, "run-2", cluster, EventBus(), dry_run=dry):
-                assert REGISTRY.all() == []
-                assert GENERATIONS.armed is (not dry)
+            ledger = SafetyLedger()
+            with runs._decision(j, "run-2", cluster, EventBus(), dry_run=dry, ledger=ledger):
+                assert ledger.in_doubt.all() == []
+                assert ledger.generations.armed is (not dry)
         assert len(j.open_intents("c1")) == 1
 
 
 def test_the_first_undo_of_a_process_is_a_new_decision():
-    bus = EventBus()
-    with Journal(":memory:") as j, runs._decision(j, "run-1", "c1", bus, dry_run=False):
-        GENERATIONS._known["127.0.0.1:3301"] = 4  # noqa: SLF001 (what a bump left)
+    bus, ledger = EventBus(), SafetyLedger()
+    with Journal(":memory:") as j, runs._decision(j, "run-1", "c1", bus, dry_run=False, ledger=ledger):
+        ledger.generations._known["127.0.0.1:3301"] = 4  # noqa: SLF001 (what a bump left)
         bus.emit(StepStarted(run_id="run-1", index=1, phase="cutover", name="open", action="run"))
-        assert GENERATIONS.current("127.0.0.1:3301") == 4
+        assert ledger.generations.current("127.0.0.1:3301") == 4
         bus.emit(StepStarted(run_id="run-1", index=1, phase="cutover", name="open", action="undo"))
-        assert GENERATIONS.current("127.0.0.1:3301") is None  # bumped again before it is next touched
+        assert ledger.generations.current("127.0.0.1:3301") is None  # bumped again before it is next touched

@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
-from dbmigrate.db.generation import GENERATIONS
 from dbmigrate.db.credentials import option_file_text
 from dbmigrate.db.inspector import Inspector
 
@@ -227,9 +226,11 @@ def seed_physically(ctx: ConsolidateContext, inst: PlannedInstance, source: str)
             ctx.log(f"seed {inst.name}: after the failed swap it did not start again either: {again}")
         raise
     address = control.start(inst)
-    # The copy brought the source's fencing generation with its datadir: bump the instance again.
+    # The copy brought the source's fencing generation with its datadir: bump the instance again
+    # (in the ledger of its handle, the process's; a fresh handle sends nothing until used).
+    generations = server_of(ctx, inst.name).ledger.generations
     for where in {address, f"{inst.address}:{inst.port}"}:
-        GENERATIONS.forget(where)
+        generations.forget(where)
     dst_host.run(["rm", "-rf", "--", f"{datadir}.dbmigrate-old"], what="remove the replaced datadir", check=False)
     dropped = keep_only_shards(ctx, inst, shards)
     a = applier_of(ctx, inst.name)
