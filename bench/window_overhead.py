@@ -76,8 +76,8 @@ def one_window(journal: Journal, marks: Marks, console: ConsoleRenderer) -> None
     router = FakeRouter(topo, "db1")
     settings = SwitchoverParams()
 
-    def make(ctx, record):
-        return Switchover(topo, "db1", "db2", settings, router, dry_run=ctx.dry_run or record is not None,
+    def make(ctx, record, routed):
+        return Switchover(topo, "db1", "db2", settings, routed(router, settings), dry_run=ctx.dry_run or record is not None,
                           log=ctx.log, record=record or ctx.record_statement, clock=topo.clock)
 
     cut = kit.Cutover(old="db1", new="db2", switchover=make)

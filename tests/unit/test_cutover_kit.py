@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cutover():
-    return kit.Cutover(old="p1", new="r1", switchover=lambda ctx, record: None)
+    return kit.Cutover(old="p1", new="r1", switchover=lambda ctx, record, routed: None)
 
 
 def test_the_kit_fence_is_undone_even_when_it_did_not_finish():

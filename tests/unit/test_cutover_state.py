@@ -108,7 +108,7 @@ def world(tmp_path):
         sw = FakeSwitchover(holder)
         ctx = RunContext(run_id="run1", procedure="promote", cluster="c", journal=j, bus=EventBus(), clock=FakeClock(42.0))
         holder.append(ctx)
-        yield ctx, sw, kit.Cutover(old="p1", new="r1", switchover=lambda c, record: sw)
+        yield ctx, sw, kit.Cutover(old="p1", new="r1", switchover=lambda c, record, routed: sw)
 
 
 def test_fence_journals_the_final_position(world):

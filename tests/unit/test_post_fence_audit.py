@@ -35,7 +35,7 @@ def world(tmp_path):
         sw = Switchover(topo, "db1", "db2", SwitchoverParams(catchup_timeout_s=3), FakeRouter(topo, "db1"),
                         clock=topo.clock)
         ctx = RunContext(run_id="run1", procedure="promote", cluster="c", journal=j, bus=EventBus(), clock=topo.clock)
-        cut = kit.Cutover(old="db1", new="db2", switchover=lambda c, record: sw)
+        cut = kit.Cutover(old="db1", new="db2", switchover=lambda c, record, routed: sw)
         yield topo, ctx, cut
 
 

@@ -160,7 +160,7 @@ def run(tmp_path):
 
 
 def cut_of(topo: FakeTopology, **settings) -> kit.Cutover:
-    return kit.Cutover(old="db1", new="db2", switchover=lambda c, record: switchover(topo, **settings))
+    return kit.Cutover(old="db1", new="db2", switchover=lambda c, record, routed: switchover(topo, **settings))
 
 
 def test_the_fence_step_journals_the_convergence_before_read_only(run):
@@ -252,8 +252,8 @@ def test_a_candidate_that_stalls_after_the_fence_is_unfenced_within_the_budget_a
     ctx = run(topo)
     logged: list[str] = []
     settings = SwitchoverParams(fence_attempts=3, fence_retry_pause_s=0.2, fenced_catchup_budget_s=0.05)
-    cut = kit.Cutover(old="db1", new="db2", switchover=lambda c, record: Switchover(
-        topo, "db1", "db2", settings, FakeRouter(topo, "db1"), clock=topo.clock,
+    cut = kit.Cutover(old="db1", new="db2", switchover=lambda c, record, routed: Switchover(
+        topo, "db1", "db2", settings, routed(FakeRouter(topo, "db1"), settings), clock=topo.clock,
         log=lambda message, level="info": logged.append(message)))
     attempts, once = stalling_after_first_convergence(topo, stall_s=0.4)
     monkeypatch.setattr(Fence, "_fence_once", once)
@@ -309,3 +309,26 @@ def test_a_candidate_that_stalls_at_every_attempt_is_waited_for_only_at_the_last
     assert "(attempt 2 of 2)" in sentence and "applied it" not in sentence
     assert kit.catch_up_step(cut).run(ctx).startswith("db2 applied")
     assert topo.missing_on("db2") == []
+
+
+def test_the_cutover_hands_its_maker_a_router_that_journals_every_change_unless_dry_run(tmp_path):
+    from dbmigrate.procedures.kit.switchover.router import JournaledRouter
+
+    topo = cluster()
+    settings = SwitchoverParams(router_doubt_wait_s=7)
+    cut = kit.Cutover(old="db1", new="db2", switchover=lambda c, record, routed: Switchover(
+        topo, "db1", "db2", settings, routed(FakeRouter(topo, "db1"), settings), clock=topo.clock,
+        dry_run=c.dry_run))
+    with Journal(tmp_path / "j.sqlite") as j:
+        for run_id, dry in (("run1", False), ("run2", True)):
+            j.create_run(run_id, procedure="promote", cluster="c", params={}, playbook="", playbook_sha="", dry_run=dry)
+            ctx = RunContext(run_id=run_id, procedure="promote", cluster="c", journal=j, bus=EventBus(),
+                             clock=topo.clock, dry_run=dry)
+            router = cut.sw(ctx).router
+            if dry:
+                assert isinstance(router, FakeRouter)  # a dry run sends nothing: nothing to journal
+            else:
+                assert isinstance(router, JournaledRouter) and isinstance(router.router, FakeRouter), router
+                assert router.wait_s == 7  # the playbook's bound, not a default
+                cut.sw(ctx).switch_router()
+                assert CutoverState.load(ctx.state).router_seq >= 1  # journaled before it was sent

@@ -17,7 +17,7 @@ from dbmigrate.engine.state import TypedState
 from dbmigrate.engine.step import FunctionStep, RunContext, Step
 from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.audit import writes_after_fence
-from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back
+from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverParams, WriterRouter, switch_back
 from dbmigrate.procedures.kit.switchover.router import JournaledRouter
 
 
@@ -65,15 +65,18 @@ class RouteJournal:
                 s.router_change = None
 
 
-MakeSwitchover = Callable[[RunContext[Any, Any], Optional[Record]], Switchover]
+# What a maker hands its router through before building the switchover (Cutover.sw: journaled).
+RouterOf = Callable[[Optional[WriterRouter], SwitchoverParams], Optional[WriterRouter]]
+MakeSwitchover = Callable[[RunContext[Any, Any], Optional[Record], RouterOf], Switchover]
 
 
 @dataclass(frozen=True)
 class Cutover:
     """One planned switchover inside a procedure.
 
-    `switchover(ctx, record)` builds the mechanics from the run's resources; with a
-    `record` it must be a dry-run that hands each statement it would send to `record`.
+    `switchover(ctx, record, routed)` builds the mechanics from the run's resources, its router
+    passed through `routed` (which journals every change before it is sent); with a `record` it
+    must be a dry-run that hands each statement it would send to `record`.
     """
 
     old: str
@@ -81,12 +84,13 @@ class Cutover:
     switchover: MakeSwitchover
 
     def sw(self, ctx: RunContext[Any, Any], record: Record | None = None) -> Switchover:
-        sw = self.switchover(ctx, record)
-        router = getattr(sw, "router", None)
-        if router is not None and not ctx.dry_run and not isinstance(router, JournaledRouter):
+        def routed(router: WriterRouter | None, params: SwitchoverParams) -> WriterRouter | None:
             # Every router change of the cutover (and of its undo) journaled before it is sent.
-            sw.router = JournaledRouter(router, RouteJournal(ctx), ctx.clock, sw.s.router_doubt_wait_s, ctx.log)
-        return sw
+            if router is None or ctx.dry_run or isinstance(router, JournaledRouter):
+                return router
+            return JournaledRouter(router, RouteJournal(ctx), ctx.clock, params.router_doubt_wait_s, ctx.log)
+
+        return self.switchover(ctx, record, routed)
 
     def planned(self, action: Callable[[RunContext[Any, Any], Switchover], Any]) -> Callable[[RunContext[Any, Any]], list[tuple[str, str]]]:
         """describe() for a dry-run: the (server, statement) pairs `action` would send."""

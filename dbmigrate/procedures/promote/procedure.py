@@ -22,7 +22,7 @@ from dbmigrate.engine.step import Phase, Procedure, RunContext
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.kit import cutover as kit_cutover
 from dbmigrate.procedures.kit import guard
-from dbmigrate.procedures.kit.cutover import Cutover
+from dbmigrate.procedures.kit.cutover import Cutover, RouterOf
 from dbmigrate.procedures.kit.preflight import preflight_gate
 from dbmigrate.procedures.kit.switchover import Record, Switchover, SwitchoverParams
 from dbmigrate.procedures.kit.takeover import takeover_procedure
@@ -73,9 +73,9 @@ def cutover_of(ctx: PromoteBuildContext, params: PromoteParams) -> Cutover:
     r = ctx.resources
     old, new = (r.old, r.new) if r is not None else plan_names(ctx, params)
 
-    def make(c: PromoteContext, record: Record | None) -> Switchover:
+    def make(c: PromoteContext, record: Record | None, routed: RouterOf) -> Switchover:
         res = c.resources
-        return Switchover(res.topology, res.old, res.new, c.params, res.router,
+        return Switchover(res.topology, res.old, res.new, c.params, routed(res.router, c.params),
                           dry_run=c.dry_run or record is not None, log=c.log, record=record or c.record_statement,
                           clock=c.clock)
 

@@ -5,23 +5,24 @@ from __future__ import annotations
 
 from dbmigrate.engine.step import Phase
 from dbmigrate.procedures.kit import cutover as kit_cutover
-from dbmigrate.procedures.kit.cutover import Cutover
+from dbmigrate.procedures.kit.cutover import Cutover, RouterOf
 from dbmigrate.procedures.kit.preflight import preflight_gate
 from dbmigrate.procedures.kit.switchover import Record, Switchover, switch_back
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
 from dbmigrate.procedures.schema_swap.context import SwapBuildContext, SwapContext, plan_names
 
 
-def switchover(ctx: SwapContext, old: str, new: str, record: Record | None = None) -> Switchover:
+def switchover(ctx: SwapContext, old: str, new: str, record: Record | None = None,
+               routed: RouterOf = lambda router, params: router) -> Switchover:
     r = ctx.resources
-    return Switchover(r.topology, old, new, ctx.params, r.router,
+    return Switchover(r.topology, old, new, ctx.params, routed(r.router, ctx.params),
                       dry_run=ctx.dry_run or record is not None, log=ctx.log, record=record or ctx.record_statement,
                       clock=ctx.clock)
 
 
 def primary_cutover(primary: str, candidate: str) -> Cutover:
     """The switchover of the primary's side: to an already altered replica."""
-    return Cutover(old=primary, new=candidate, switchover=lambda c, record: switchover(c, primary, candidate, record))
+    return Cutover(old=primary, new=candidate, switchover=lambda c, record, routed: switchover(c, primary, candidate, record, routed))
 
 
 def switchover_phase(ctx: SwapBuildContext, params: SchemaSwapParams, primary: str, candidate: str) -> Phase:

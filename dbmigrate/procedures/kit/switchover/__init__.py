@@ -94,13 +94,6 @@ class Switchover:
     def router(self) -> WriterRouter | None:
         return self._router
 
-    @router.setter
-    def router(self, router: WriterRouter | None) -> None:
-        """The cutover wraps the router its maker passed (JournaledRouter) before any step runs:
-        the steps that use the router are built again around it; the state is kept."""
-        self._router = router
-        self._compose()
-
     @property
     def topo(self) -> SwitchoverServers:
         return self.on.topo
