@@ -422,8 +422,7 @@ def _killed_after(w: World, k: int) -> co.ServerCutover:
     w.in_cutover = True
     for step in steps[:k]:
         subs.execute(step)
-    if run.in_window:
-        co.WINDOWS.leave()
+    run.leave_window(w.ctx)
     w.in_cutover = None  # a later process: no window of its own to check at its open
     if w.route == ADDR[INST] and not w.read_only[INST]:
         w.app_writes(3)  # the applications write on the instance meanwhile

@@ -151,14 +151,29 @@ class ServerCutover:
 
     # -- the kit's parts -----------------------------------------------------------------
     def do_fence(self, ctx: ConsolidateContext) -> str:
+        WINDOWS.wait_quiet()  # another server's fenced window first
         with edit_state(ctx) as st:  # before anything changes: a crash from here on is found by rollback and resume
             st.fencing[self.source] = ctx.clock.now()
-        WINDOWS.enter()  # the fleet's other work waits until this window ends
-        self.in_window = True
+        self.enter_window(ctx)
         self.kit, self.fenced = fence(ctx, self.source, self.targets(ctx))
         self.parts = WindowParts(ctx.clock, self.fenced.started)
         self.mark("fence")  # read_only, the final position, and the catch-up budget when there is one
         return self.fenced.sentence
+
+    def enter_window(self, ctx: ConsolidateContext) -> None:
+        """The fleet's other work waits until this window ends; the displays get the steps'
+        events when it does (the journal and the fault matrix's pause at once)."""
+        WINDOWS.enter()
+        self.in_window = True
+        ctx.bus.hold()
+
+    def leave_window(self, ctx: ConsolidateContext) -> None:
+        if not self.in_window:
+            return
+        self.in_window = False
+        WINDOWS.leave()
+        if not WINDOWS.open_now():  # the last window of the fleet closed
+            ctx.bus.release()
 
     def _fenced(self) -> Fenced[tuple[str, int]]:
         if self.fenced is None:  # the checks keep a resumed attempt from getting here
@@ -237,9 +252,7 @@ class ServerCutover:
         if self.fenced is not None:
             self.fenced_ms = (ctx.clock.monotonic() - self.fenced.started) * 1000
         self.mark("open")
-        if self.in_window:
-            WINDOWS.leave()
-            self.in_window = False
+        self.leave_window(ctx)
         if self.fenced_ms is not None:
             ctx.metric("fenced_window_ms", self.fenced_ms, "ms", source=self.source)  # journaled as the window ends
             return f"{names} opened after {self.fenced_ms:.0f} ms fenced"
@@ -379,9 +392,7 @@ def cutover(ctx: ConsolidateContext, source: str) -> str:
                 ctx.log(f"putting {source} back failed too: {undo_exc}; run: dbmigrate rollback {ctx.run_id}",
                         "error")
             finally:
-                if run.in_window:  # put back (or not) at full speed: its applications wait on it
-                    WINDOWS.leave()
-                    run.in_window = False
+                run.leave_window(ctx)  # put back (or not) at full speed: its applications wait on it
             if undone and isinstance(exc, FenceLost) and attempt == 1:
                 ctx.log(exc.message, "warning")
                 continue
