@@ -372,8 +372,12 @@ def cutover(ctx: ConsolidateContext, source: str) -> str:
         return f"would fence {source} and route its shards to {', '.join(t.name for t in targets)}"
     st = state_of(ctx)
     if source in st.fencing and source not in st.reverse:  # an earlier attempt stopped inside its window
-        ctx.log(f"the cutover of {source} began earlier in this run and stopped before its reverse position was "
-                f"journaled: putting it back before starting again: {undo_cutover(ctx, source)}", "warning")
+        ctx.log(f"the cutover of {source} began earlier in this run and did not finish (it stopped before its "
+                f"reverse position was journaled): putting it back before starting again: "
+                f"{undo_cutover(ctx, source)}", "warning")
+    elif source in st.reverse and not cutover_finished(ctx, source):
+        ctx.log(f"the cutover of {source} began earlier in this run and did not finish: going on from its journaled "
+                f"reverse position, each step asked first whether it is in place", "warning")
     for attempt in (1, 2):
         run = ServerCutover(source)
         steps = SubSteps(ctx, run.steps())
