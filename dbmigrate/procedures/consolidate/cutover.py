@@ -161,11 +161,13 @@ class ServerCutover:
         return self.fenced.sentence
 
     def enter_window(self, ctx: ConsolidateContext) -> None:
-        """The fleet's other work waits until this window ends; the displays get the steps'
-        events when it does (the journal and the fault matrix's pause at once)."""
+        """The fleet's other work waits until this window ends; as in promote's window, nothing
+        of the tool's own pauses it (the garbage collector held off, the displays get the steps'
+        events when it closes: the journal and the fault matrix's pause at once, the process's
+        own CPU priority back)."""
         WINDOWS.enter()
         self.in_window = True
-        ctx.bus.hold()
+        ctx.hold_for_fenced_window()
 
     def leave_window(self, ctx: ConsolidateContext) -> None:
         if not self.in_window:
@@ -173,7 +175,7 @@ class ServerCutover:
         self.in_window = False
         WINDOWS.leave()
         if not WINDOWS.open_now():  # the last window of the fleet closed
-            ctx.bus.release()
+            ctx.release_fenced_window()
 
     def _fenced(self) -> Fenced[tuple[str, int]]:
         if self.fenced is None:  # the checks keep a resumed attempt from getting here
