@@ -106,7 +106,9 @@ class FakeApplier:
         self.w.events.append(f"{self.name} START SLAVE {conn}")
 
     def remove_source(self, conn) -> None:
-        self.w.conns[self.name].pop(conn, None)
+        if conn not in self.w.conns[self.name]:  # as the server: STOP SLAVE 'x' on no such connection fails
+            raise DbmigrateError(f"{self.name}: There is no master connection '{conn}'")
+        self.w.conns[self.name].pop(conn)
         self.w.events.append(f"{self.name} RESET SLAVE {conn} ALL")
 
     def fence_and_read_binlog_pos(self, lock_wait_timeout: float, expiry_s: float | None = None) -> str:
@@ -471,3 +473,14 @@ def test_a_server_rolled_back_on_its_own_is_cut_over_again_from_its_first_step(w
     w.in_cutover = False
     assert w.route == ADDR[INST] and not w.read_only[INST] and w.read_only[OLD]
     assert f"{OLD} read_only=ON" in w.events
+
+
+def test_killed_inside_the_forward_step_after_its_statement_resume_finishes_it(world):
+    """As the tool killed right after `RESET SLAVE '...' ALL` on the instance: the step journaled
+    as started, the connection gone; resume runs the step again without failing on it."""
+    w = world
+    run = _killed_after(w, len(STEPS) - 1)
+    co.applier_of(w.ctx, INST).remove_source(connection_name(OLD))
+    co.cutover(w.ctx, OLD)
+    assert co.cutover_finished(w.ctx, OLD) and connection_name(OLD) not in w.conns[INST]
+    assert run.source == OLD

@@ -291,8 +291,11 @@ class ServerCutover:
 
     def do_forward(self, ctx: ConsolidateContext) -> str:
         WINDOWS.wait_quiet()
+        conn = connection_name(self.source)
         for t in self.targets(ctx):  # not needed to open writes, so after the route switch
-            applier_of(ctx, t.name).remove_source(connection_name(self.source))
+            # Only where it is still there: a process stopped in this step may have removed some.
+            if Inspector(server_of(ctx, t.name)).connection_status(conn) is not None:
+                applier_of(ctx, t.name).remove_source(conn)
         self.reached = wait_accounts_reach(ctx, self.source, self.targets(ctx), self.seen)
         with edit_state(ctx) as st:
             rec = st.cut.get(self.source)
