@@ -484,3 +484,20 @@ def test_killed_inside_the_forward_step_after_its_statement_resume_finishes_it(w
     co.cutover(w.ctx, OLD)
     assert co.cutover_finished(w.ctx, OLD) and connection_name(OLD) not in w.conns[INST]
     assert run.source == OLD
+
+
+def test_a_fence_that_expired_before_the_resume_is_put_back_and_the_cutover_begun_again(world):
+    """Killed after the reverse position was journaled, its fence expired before `resume` (the old
+    server writable again, maybe written): the steps that go on from the routes find it writable,
+    put it back and begin again from the fence, so nothing written there meanwhile is left behind."""
+    w = world
+    _killed_after(w, STEPS.index(f"cut over {OLD}: journal the reverse position") + 1)
+    w.read_only[OLD] = False  # the expiry fired: one writable server, the instance still read-only
+    w.events.clear()
+    co.cutover(w.ctx, OLD)
+    assert co.cutover_finished(w.ctx, OLD)
+    assert w.route == ADDR[INST] and not w.read_only[INST] and w.read_only[OLD]
+    assert w.events.count(f"{OLD} read_only=ON") == 1  # fenced anew
+    w.app_writes(2)
+    co.undo_cutover(w.ctx, OLD)
+    assert w.lost() == []
