@@ -22,6 +22,7 @@ the points that pause at a statement.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,8 +61,15 @@ class Pauser:
 
     def __init__(self, point: PausePoint, marker: Path, max_s: float = 30.0):
         self.point, self.marker, self.max_s = point, marker, max_s
-        self.step: str | None = None  # the forward step running now
+        # The forward step running now, per thread: a fleet runs each old server's steps in a
+        # thread of its own, and a statement belongs to the step of the thread that sends it.
+        self._steps: dict[int, str] = {}
         self.done = False
+
+    @property
+    def step(self) -> str | None:
+        """The forward step the calling thread runs now (None: between steps)."""
+        return self._steps.get(threading.get_ident())
 
     def _is_our_step(self, name: str) -> bool:
         return name.lower().startswith(self.point.step)
@@ -70,7 +78,15 @@ class Pauser:
         kind, name, action = type(event).__name__, getattr(event, "name", None), getattr(event, "action", "run")
         if name is None or action != "run" or kind not in ("StepStarted", "StepFinished"):
             return
-        self.step = name if kind == "StepStarted" else None
+        me = threading.get_ident()
+        if kind == "StepStarted":
+            self._steps[me] = name
+        elif getattr(event, "parent", "") and self._steps.get(me) == name:
+            # A sub-step ended: its thread is back in its parent's step (the parent runs on
+            # another thread: a fleet's lane), or in the parent's own thread.
+            self._steps[me] = event.parent
+        else:
+            self._steps.pop(me, None)
         if self._is_our_step(name) and (kind, self.point.when) in (("StepStarted", "before"), ("StepFinished", "after")):
             self.pause()
 

@@ -88,14 +88,15 @@ class ConsoleRenderer:
         elif isinstance(event, PhaseStarted):
             c.print(f"[bold blue]── {escape(event.phase)}[/]")
         elif isinstance(event, StepStarted) and self.verbose:
-            c.print(f"  [dim]… {escape(event.name)}[/]")
+            c.print(f"  {'  ' if event.parent else ''}[dim]… {escape(event.name)}[/]")
         elif isinstance(event, StepFinished):
             mark = _STATUS_MARK.get(event.status, "?")
             what = escape(event.sentence or ("" if event.error else event.status))
             err = f"[red]{escape(event.error)}[/]" if event.error else ""
             undo = "undo " if event.action == "undo" else ""
             detail = " ".join(part for part in (what, err) if part)
-            c.print(f"  {mark} {undo}{escape(event.name)}: {detail} [dim]{_ms(event.duration_ms)}[/]")
+            indent = "    " if event.parent else "  "  # a fleet's per-server step, under its fleet step
+            c.print(f"{indent}{mark} {undo}{escape(event.name)}: {detail} [dim]{_ms(event.duration_ms)}[/]")
         elif isinstance(event, GateWaiting) and event.kind == "manual":
             c.print(f"  [bold yellow]?[/] gate {escape(event.gate)}: {escape(event.prompt)}")
         elif isinstance(event, GateDecided):

@@ -48,6 +48,7 @@ class StepStarted(Event):
     name: str
     action: str = "run"  # "run" or "undo"
     mutating: bool = True
+    parent: str = ""  # the step that runs this one as a sub-step (a fleet's per-server steps); "" for a step of the run
 
 
 # Statuses a finished step can have; "interrupted" is set when the operator
@@ -65,6 +66,7 @@ class StepFinished(Event):
     duration_ms: float = 0.0
     error: str | None = None
     action: str = "run"
+    parent: str = ""  # as StepStarted.parent
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -154,7 +154,12 @@ class Journal:
         self._db = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
-        self._current_step: dict[str, int] = {}
+        # The step rows open now, by (run, phase, name, action): a fleet step's sub-steps run in
+        # threads of their own while their parent is open. Statements are attributed to the newest
+        # step opened by the thread that sends them (else to the run's newest).
+        self._open_steps: dict[tuple[str, str, str, str], int] = {}
+        self._thread_steps: dict[tuple[str, int], list[int]] = {}
+        self._newest_step: dict[str, int] = {}
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             # WAL + NORMAL survives a crash of the tool (SIGKILL) without an fsync per
@@ -319,8 +324,33 @@ class Journal:
             " VALUES (?,?,?,?,?,?,?)",
             (run_id, index, phase, name, action, "started", utc_now_iso()),
         )
-        self._current_step[run_id] = row
+        with self._lock:
+            self._open_steps[(run_id, phase, name, action)] = row
+            self._thread_steps.setdefault((run_id, threading.get_ident()), []).append(row)
+            self._newest_step[run_id] = row
         return row
+
+    def _close_step(self, run_id: str, phase: str, name: str, action: str) -> int | None:
+        with self._lock:
+            row = self._open_steps.pop((run_id, phase, name, action), None)
+            if row is None:
+                return None
+            for key, rows in list(self._thread_steps.items()):
+                if key[0] == run_id and row in rows:
+                    rows.remove(row)
+                    if not rows:
+                        del self._thread_steps[key]
+            if self._newest_step.get(run_id) == row:
+                del self._newest_step[run_id]
+            return row
+
+    def _current_step(self, run_id: str) -> int | None:
+        """The step a statement sent now belongs to: this thread's newest open step, else the run's."""
+        with self._lock:
+            rows = self._thread_steps.get((run_id, threading.get_ident()))
+            if rows:
+                return rows[-1]
+            return self._newest_step.get(run_id)
 
     def step_finished(
         self,
@@ -335,7 +365,7 @@ class Journal:
         duration_ms: float = 0.0,
         action: str = "run",
     ) -> None:
-        row = self._current_step.pop(run_id, None)
+        row = self._close_step(run_id, phase, name, action)
         now = utc_now_iso()
         if row is not None:
             self._write(
@@ -447,7 +477,7 @@ class Journal:
         self._write(
             "INSERT INTO statements (run_id, step_id, server, sql, duration_ms, dry_run, at)"
             " VALUES (?,?,?,?,?,?,?)",
-            (run_id, self._current_step.get(run_id), server, redact(sql), duration_ms, int(dry_run),
+            (run_id, self._current_step(run_id), server, redact(sql), duration_ms, int(dry_run),
              utc_now_iso()),
         )
 

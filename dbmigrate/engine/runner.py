@@ -84,6 +84,22 @@ def not_undone_sentence(rows: list[dict[str, Any]], limit: int = 3) -> str:
     return "not undone (left in place): " + ", ".join(parts)
 
 
+def describe_step(step: Step, ctx: RunContext[Any, Any]) -> str:
+    """Journal what a mutating step would send (a dry run), and say it in one sentence."""
+    if step.describe is None:
+        return "would run; this step does not describe its statements"
+    lines = list(step.describe(ctx))
+    texts = []
+    for line in lines:
+        server, text = line if isinstance(line, tuple) else ("", line)
+        ctx.record_statement(server, text)
+        texts.append(f"{server}: {text}" if server else text)
+    if not texts:
+        return "would send nothing"
+    shown = "; ".join(texts[:2]) + (f" (+{len(texts) - 2} more)" if len(texts) > 2 else "")
+    return f"would send {len(texts)} statement{'s' if len(texts) > 1 else ''}: {shown}"
+
+
 def _elapsed_ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
@@ -281,6 +297,7 @@ class Runner:
         ctx.emit(StepStarted(index=index, phase=phase.name, name=step.name, run_id=ctx.run_id,
                              mutating=step.mutating))
         self.current = step.name
+        ctx.step_at = (index, phase.name, step.name)
         try:
             sentence = step.run(ctx)
         except RunPaused as exc:
@@ -315,19 +332,7 @@ class Runner:
 
     @staticmethod
     def _describe(step: Step, ctx: RunContext[Any, Any]) -> str:
-        """Journal what a mutating step would send, and say it in one sentence."""
-        if step.describe is None:
-            return "would run; this step does not describe its statements"
-        lines = list(step.describe(ctx))
-        texts = []
-        for line in lines:
-            server, text = line if isinstance(line, tuple) else ("", line)
-            ctx.record_statement(server, text)
-            texts.append(f"{server}: {text}" if server else text)
-        if not texts:
-            return "would send nothing"
-        shown = "; ".join(texts[:2]) + (f" (+{len(texts) - 2} more)" if len(texts) > 2 else "")
-        return f"would send {len(texts)} statement{'s' if len(texts) > 1 else ''}: {shown}"
+        return describe_step(step, ctx)
 
     @staticmethod
     def _step_failed(step: Step, phase: Phase, ctx: RunContext[Any, Any], reason: str) -> StepFailed:
@@ -441,7 +446,9 @@ class Runner:
             found = procedure.find_step(row["phase"], row["name"])
             if found is not None and found[1].undo_if_started:
                 rows[(row["phase"], row["name"])] = row  # once, even if an earlier attempt finished
-        return sorted(rows.values(), key=lambda r: r["index"])
+        # A step's sub-steps share its index and come after it: undone newest first, they are
+        # undone before the step that ran them (whose own undo then finds their work undone).
+        return sorted(rows.values(), key=lambda r: (r["index"], bool(procedure.parent_of(r["phase"], r["name"]))))
 
     def _backward(self, procedure: Procedure, ctx: RunContext[Any, Any]) -> RunOutcome:
         pending = list(reversed(self._to_undo(procedure, ctx)))
@@ -487,7 +494,8 @@ class Runner:
             if found is None:
                 return False, f"step '{row['name']}' is no longer part of the procedure; {undone} step(s) undone"
             index, step = found
-            where = dict(index=index, phase=row["phase"], name=step.name, action="undo")
+            where = dict(index=index, phase=row["phase"], name=step.name, action="undo",
+                         parent=procedure.parent_of(row["phase"], step.name))
             started = time.perf_counter()
             if step.undo is None:
                 ctx.emit(StepFinished(**where, status="skipped", sentence="nothing to undo"))

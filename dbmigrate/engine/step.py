@@ -51,6 +51,10 @@ class Step:
     # Undo this step on rollback even when it did not finish (killed or failed half-way):
     # for steps whose partial effect must not outlive the run, like a fence.
     undo_if_started: bool = False
+    # Steps this step runs itself (a fleet step's per-server steps, through `engine.substeps`):
+    # each journaled as a step of its own under this step's index, found by rollback and resume
+    # by its name like any other step.
+    substeps: Sequence["Step"] = ()
     check: Callable[["RunContext[Any, Any]"], bool] | None = None
     verify: Callable[["RunContext[Any, Any]"], None] | None = None
     undo: Callable[["RunContext[Any, Any]"], str | None] | None = None
@@ -82,6 +86,7 @@ class FunctionStep(Step):
         mutating: bool = True,
         undo_if_started: bool = False,
         observes_only: bool = False,
+        substeps: Sequence[Step] = (),
     ) -> None:
         if not name:
             raise ValueError("a step needs a name")
@@ -94,6 +99,7 @@ class FunctionStep(Step):
         self.mutating = mutating
         self.undo_if_started = undo_if_started
         self.observes_only = observes_only
+        self.substeps = tuple(substeps)
 
 
 # Every field a step carries, derived from the class so that a field added to Step
@@ -215,10 +221,33 @@ class Procedure:
                 index += 1
 
     def find_step(self, phase: str, name: str) -> tuple[int, Step] | None:
+        """The step (or a step's sub-step, under its parent's index) named `name` in `phase`."""
         for index, p, step in self.steps():
-            if p.name == phase and step.name == name:
+            if p.name != phase:
+                continue
+            if step.name == name:
                 return index, step
+            sub = _find_substep(step, name)
+            if sub is not None:
+                return index, sub
         return None
+
+    def parent_of(self, phase: str, name: str) -> str:
+        """The name of the step that runs `name` as a sub-step; "" for a step of the run itself."""
+        for _, p, step in self.steps():
+            if p.name == phase and step.name != name and _find_substep(step, name) is not None:
+                return step.name
+        return ""
+
+
+def _find_substep(step: Step, name: str) -> Step | None:
+    for sub in step.substeps:
+        if sub.name == name:
+            return sub
+        deeper = _find_substep(sub, name)
+        if deeper is not None:
+            return deeper
+    return None
 
 
 class RunState:
@@ -299,6 +328,9 @@ class RunContext(Generic[P, R]):
         # Set once the operator asked the run to stop (the runner's cancel): a step that does
         # many independent pieces of work may finish the one in progress and start no other.
         self.cancel: threading.Event | None = None
+        # (index, phase, name) of the step the runner runs now: a step that runs sub-steps
+        # journals them under it (engine/substeps.py).
+        self.step_at: tuple[int, str, str] | None = None
 
     def hold_for_fenced_window(self) -> None:
         """From just before a fence until the candidate opens, nothing of the tool's own pauses

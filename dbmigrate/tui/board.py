@@ -96,6 +96,8 @@ class RunBoard:
             self.rollback = event.rollback
             self.dry_run = event.dry_run
             return True
+        if isinstance(event, (StepStarted, StepFinished)) and event.parent:
+            return False  # a fleet's per-server step: its server's row on the fleet board shows it
         if isinstance(event, StepStarted):
             row = self._row(event.index, event.phase, event.name)
             row.status = "undoing" if event.action == "undo" else "running"

@@ -105,7 +105,8 @@ class FleetBoard:
                         row.stage = "catching up"
                     changed = True
             return changed
-        if isinstance(event, StepFinished) and event.action == "undo" and event.status == "undone":
+        if isinstance(event, StepFinished) and event.action == "undo" and event.status == "undone" \
+                and not event.parent:  # the fleet step's own undo ends the rollback of every server
             if event.phase == "cutover":
                 for row in self.rows.values():
                     if row.stage in ("cut over", "cutting over"):

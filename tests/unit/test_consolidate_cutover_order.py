@@ -16,6 +16,7 @@ from dbmigrate.db.inspector import Session
 from dbmigrate.engine.events import EventBus
 from dbmigrate.engine.journal import Journal
 from dbmigrate.engine.step import RunContext
+from dbmigrate.engine.substeps import SubSteps
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate import cutover as co
 from dbmigrate.procedures.consolidate.context import ConsolidateParams, PlanOnly, edit_state
@@ -65,7 +66,7 @@ class World:
         self.read_only[name] = on
         self.events.append(f"{name} read_only={'ON' if on else 'OFF'}")
         assert sum(not v for v in self.read_only.values()) <= 1, f"two writable: {self.read_only}"
-        if name == INST and not on and self.read_only[OLD]:
+        if name == INST and not on and self.read_only[OLD] and self.in_cutover is not None:
             # The fleet's other work waits from the fence to the open.
             assert co.WINDOWS.open_now() == (1 if self.in_cutover else 0)
         if name == INST and not on:
@@ -105,7 +106,9 @@ class FakeApplier:
         self.w.events.append(f"{self.name} START SLAVE {conn}")
 
     def remove_source(self, conn) -> None:
-        self.w.conns[self.name].pop(conn, None)
+        if conn not in self.w.conns[self.name]:  # as the server: STOP SLAVE 'x' on no such connection fails
+            raise DbmigrateError(f"{self.name}: There is no master connection '{conn}'")
+        self.w.conns[self.name].pop(conn)
         self.w.events.append(f"{self.name} RESET SLAVE {conn} ALL")
 
     def fence_and_read_binlog_pos(self, lock_wait_timeout: float, expiry_s: float | None = None) -> str:
@@ -389,3 +392,112 @@ def test_a_reverse_connection_that_cannot_be_set_up_after_the_open_fails_the_cut
     w.app_writes(2)
     co.undo_cutover(w.ctx, OLD)
     assert w.lost() == [] and w.route == ADDR[OLD] and not w.read_only[OLD]
+
+
+STEPS = [s.name for s in co.server_steps(OLD)]
+
+
+def test_one_old_servers_cutover_is_the_kits_steps_in_order_each_journaled_under_the_fleet_step(world):
+    """fence -> catch up -> check -> journal the reverse position -> routes -> open -> reverse ->
+    sessions, between consolidation's own checks before the fence and its login and forward
+    connections after: each one a journaled step (its own row), the fence the kit's."""
+    w = world
+    assert STEPS == [f"cut over {OLD}: {part}" for part in (
+        "checks before the fence", "fence", "catch up", "check in the window", "journal the reverse position",
+        "routes", "open", "reverse replication", "end sessions", "app login", "forward connections")]
+    w.in_cutover = True
+    co.cutover(w.ctx, OLD)
+    w.in_cutover = False
+    rows = w.journal.step_rows("r1")
+    assert [(r["name"], r["status"]) for r in rows] == [(n, "done") for n in STEPS]
+    assert co.cutover_finished(w.ctx, OLD)
+    # The kit's fence: its statement went through the kit (the fake applier's fence), read_only=ON once.
+    assert w.events.count(f"{OLD} read_only=ON") == 1
+
+
+def _killed_after(w: World, k: int) -> co.ServerCutover:
+    """The tool killed -9 right after the k-th step of the cutover finished: nothing of its
+    process runs after that (no undo in place); its window is no longer held by it."""
+    run = co.ServerCutover(OLD)
+    steps = run.steps()
+    subs = SubSteps(w.ctx, steps)
+    w.in_cutover = True
+    for step in steps[:k]:
+        subs.execute(step)
+    run.leave_window(w.ctx)
+    w.in_cutover = None  # a later process: no window of its own to check at its open
+    if w.route == ADDR[INST] and not w.read_only[INST]:
+        w.app_writes(3)  # the applications write on the instance meanwhile
+    return run
+
+
+@pytest.mark.parametrize("k", range(1, len(STEPS) + 1), ids=lambda k: STEPS[k - 1].rpartition(": ")[2])
+def test_killed_after_any_step_resume_ends_cut_over_with_nothing_lost(world, k):
+    w = world
+    _killed_after(w, k)
+    co.cutover(w.ctx, OLD)  # resume: the fleet's lane runs the server's steps again, each asked its check first
+    assert co.cutover_finished(w.ctx, OLD)
+    assert w.route == ADDR[INST] and not w.read_only[INST] and w.read_only[OLD]
+    assert w.conns[OLD].get(REV, {}).get("running") and connection_name(OLD) not in w.conns[INST]
+    assert OLD not in w.expiry
+    w.app_writes(2)
+    co.undo_cutover(w.ctx, OLD)  # and its rollback later loses nothing the instance took, before or after
+    assert w.lost() == [] and w.route == ADDR[OLD] and not w.read_only[OLD] and w.read_only[INST]
+
+
+@pytest.mark.parametrize("k", range(1, len(STEPS) + 1), ids=lambda k: STEPS[k - 1].rpartition(": ")[2])
+def test_killed_after_any_step_rollback_puts_it_back_with_nothing_lost(world, k):
+    """The engine's rollback: every step done (or started, when it asks to be undone), newest
+    first; the first undo puts the whole cutover back, the others find nothing left."""
+    w = world
+    run = _killed_after(w, k)
+    said = [step.undo(w.ctx) for step in reversed(run.steps()[:k]) if step.undo is not None]
+    assert w.lost() == [] and w.route == ADDR[OLD] and not w.read_only[OLD] and w.read_only[INST]
+    assert REV not in w.conns[OLD] and OLD not in w.expiry
+    st = ConsolidateState.load(w.ctx.state)
+    assert OLD not in st.fencing and OLD not in st.cut and OLD not in st.reverse
+    assert all(s.startswith("nothing left to undo") for s in said[1:]), said
+
+
+def test_a_server_rolled_back_on_its_own_is_cut_over_again_from_its_first_step(world):
+    """The terminal session's per-server rollback ('b'): the steps journaled done earlier are asked
+    their checks again, so a resume cuts that server over anew."""
+    w = world
+    w.in_cutover = True
+    co.cutover(w.ctx, OLD)
+    co.rollback_one(w.ctx, OLD)
+    assert w.route == ADDR[OLD] and not w.read_only[OLD]
+    w.events.clear()
+    w.conns[INST][connection_name(OLD)] = {"from": 0, "running": True}  # seeded again, replicating
+    co.cutover(w.ctx, OLD)
+    w.in_cutover = False
+    assert w.route == ADDR[INST] and not w.read_only[INST] and w.read_only[OLD]
+    assert f"{OLD} read_only=ON" in w.events
+
+
+def test_killed_inside_the_forward_step_after_its_statement_resume_finishes_it(world):
+    """As the tool killed right after `RESET SLAVE '...' ALL` on the instance: the step journaled
+    as started, the connection gone; resume runs the step again without failing on it."""
+    w = world
+    run = _killed_after(w, len(STEPS) - 1)
+    co.applier_of(w.ctx, INST).remove_source(connection_name(OLD))
+    co.cutover(w.ctx, OLD)
+    assert co.cutover_finished(w.ctx, OLD) and connection_name(OLD) not in w.conns[INST]
+    assert run.source == OLD
+
+
+def test_a_fence_that_expired_before_the_resume_is_put_back_and_the_cutover_begun_again(world):
+    """Killed after the reverse position was journaled, its fence expired before `resume` (the old
+    server writable again, maybe written): the steps that go on from the routes find it writable,
+    put it back and begin again from the fence, so nothing written there meanwhile is left behind."""
+    w = world
+    _killed_after(w, STEPS.index(f"cut over {OLD}: journal the reverse position") + 1)
+    w.read_only[OLD] = False  # the expiry fired: one writable server, the instance still read-only
+    w.events.clear()
+    co.cutover(w.ctx, OLD)
+    assert co.cutover_finished(w.ctx, OLD)
+    assert w.route == ADDR[INST] and not w.read_only[INST] and w.read_only[OLD]
+    assert w.events.count(f"{OLD} read_only=ON") == 1  # fenced anew
+    w.app_writes(2)
+    co.undo_cutover(w.ctx, OLD)
+    assert w.lost() == []

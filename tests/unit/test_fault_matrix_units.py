@@ -348,3 +348,47 @@ def test_bounds_of_a_partition_and_of_a_frozen_tool():
     fault.sc = sc
     # Frozen 40 s: the fence expires on the server; the bound is the expiry's, not the freeze's.
     assert harness._bound_ms(res, fault) == base + harness.frozen_tool_bound_s(SETTINGS) * 1000 < base + 40_000
+
+
+def test_a_statement_belongs_to_the_step_of_the_thread_that_sends_it(tmp_path):
+    """A fleet runs each old server's steps in a thread of its own: another lane's step ending
+    does not end this one, and a sub-step that ends hands its thread back to its parent."""
+    import threading
+
+    r = _recorder("in:cut over a:read_only=on", tmp_path)
+    r.pauser.on_event(_started("cut over 2 old server(s)"))  # the fleet step, on the run's thread
+    seen = []
+
+    def lane(name: str, other_done: threading.Event | None, mine_started: threading.Event) -> None:
+        r.pauser.on_event(StepStarted(index=0, phase="cutover", name=f"cut over {name}: fence", parent="x"))
+        mine_started.set()
+        if other_done is not None:
+            other_done.wait(5)
+            r.pauser.on_sent(name, "SET GLOBAL read_only=ON")
+            seen.append(r.pauser.step)
+
+    a_started, b_done = threading.Event(), threading.Event()
+    a = threading.Thread(target=lane, args=("a", b_done, a_started))
+    a.start()
+    a_started.wait(5)
+    b = threading.Thread(target=lambda: (lane("b", None, threading.Event()),
+                                         r.pauser.on_event(StepFinished(index=0, phase="cutover", status="done",
+                                                                        name="cut over b: fence", parent="x"))))
+    b.start()
+    b.join()
+    b_done.set()
+    a.join()
+    assert r.where == ["cut over a: fence"] and seen == ["cut over a: fence"]
+
+
+def test_the_consolidation_boundaries_name_the_first_old_servers_steps():
+    from dbmigrate.procedures.consolidate.cutover import server_steps
+    from dbmigrate.rehearsal.faultmatrix.scenarios import CONSOLIDATE_BOUNDARIES
+
+    names = [s.name for s in server_steps("cm-1")]
+    for where, pause in CONSOLIDATE_BOUNDARIES.items():
+        point = faultpoint.parse_point(pause.format(old="cm-1"))
+        assert point.when == "after" and [n for n in names if n.lower().startswith(point.step)], where
+    assert len(CONSOLIDATE_BOUNDARIES) == len(names)  # one after each step
+    kills = [s for s in all_scenarios() if s.procedure == "consolidate" and s.fault == "kill9"]
+    assert len(kills) == 2 * len(names) and all(s.after_exit_s == 30 for s in kills)

@@ -1,13 +1,15 @@
-"""The cutover of one old server: checks, fence, catch up, bounded check, reverse connection, route, open,
-end the old sessions, and its undo."""
+"""The cutover of one old server as the kit's steps over its instances and routes (kit/target.py):
+checks, fence, catch up, bounded check, reverse position journaled, routes, open, reverse connection,
+end the old sessions, app login, forward connections; and its undo."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from dbmigrate.db.inspector import Inspector
-from dbmigrate.engine.step import FunctionStep
+from dbmigrate.engine.step import Described, FunctionStep, Step
+from dbmigrate.engine.substeps import SubSteps
 from dbmigrate.exceptions import DbmigrateError, RefusedWait, SafetyError
 from dbmigrate.procedures.consolidate.model import PlannedInstance
 from dbmigrate.procedures.consolidate.plan import connection_name
@@ -34,6 +36,7 @@ from dbmigrate.procedures.consolidate.accounts import (
 )
 from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_fence, check_in_fence
 from dbmigrate.procedures.kit.drain import drain, protected_users
+from dbmigrate.procedures.kit import target as kit_target
 from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer, FenceParams
 from dbmigrate.procedures.consolidate.windows import WINDOWS
 
@@ -53,116 +56,360 @@ def end_app_sessions(ctx: ConsolidateContext, name: str) -> tuple[int, set[str]]
     return done.ended, {s.user for s in done.left}
 
 
-def cutover(ctx: ConsolidateContext, source: str) -> str:
-    """Move one old server's shards to their instances, in the order that keeps every
-    application writing somewhere: (before the fence) the accounts and the copy checked ->
-    fence (kit fence: calm wait, watchdog, fenced catch-up budget) -> each instance applies the
-    final position -> the ranges that kept changing compared -> each instance's binlog position
-    journaled -> routes switched -> the instances opened -> (outside the window) the old server
-    replicates back from those positions (reverse connections) -> the application's sessions on
-    the old server ended, so that pools reconnect through the new route -> every account that
-    writes the shards can write there, the app account logs in there -> forward connections
-    dropped."""
-    plan, p = plan_of(ctx), ctx.params
-    targets = targets_of(plan, source)
-    old_addr = address_of(ctx, source)
-    if ctx.dry_run:
-        return f"would fence {source} and route its shards to {', '.join(t.name for t in targets)}"
-    src = Inspector(server_of(ctx, source))
-    # Every check the window needs, before anything changes (held while another server is fenced).
-    WINDOWS.wait_quiet()
-    accounts = require_accounts(ctx, source, targets)
-    copies = verify_copies(ctx, source, targets) if p.checksum else {}
-    with edit_state(ctx) as st:  # before anything changes: a crash from here on is found by rollback and resume
-        st.fencing[source] = ctx.clock.now()
-    in_window = False
-    try:
-        WINDOWS.enter()  # the fleet's other work waits until this window ends
-        in_window = True
-        kit, fenced = fence(ctx, source, targets)
-        started = fenced.started
-        parts = WindowParts(ctx.clock, started)
-        parts.mark("fence")  # read_only, the final position, and the catch-up budget when there is one
+def step_prefix(source: str) -> str:
+    """Every step of one old server's cutover is named `cut over <source>: <part>`."""
+    return f"cut over {source}"
+
+
+# Parts of consolidation's own, around the kit's: before the fence, and after the sessions.
+PRECHECK, LOGIN, FORWARD = "checks before the fence", "app login", "forward connections"
+# A failure in these puts the old server back at once (in the lane); one after them leaves it cut
+# over (writes flow on the instances) and fails its lane.
+UNDONE_IN_PLACE = (kit_target.FENCE, kit_target.CATCH_UP, kit_target.CHECK, kit_target.JOURNAL,
+                   kit_target.ROUTES, kit_target.OPEN, kit_target.REVERSE, kit_target.SESSIONS, LOGIN)
+
+
+class FenceLost(ConsolidateError):
+    """A cutover continued by a later process found its old server writable again (its fence
+    expired while no process held it): put back and begun again."""
+
+
+class ServerCutover:
+    """One old server's cutover as the kit's steps (a `CutoverTarget`: the old server fenced, its
+    instances and their DSN routes taking its shards' writes), with consolidation's own steps
+    around them. What one attempt learns (the fence, the copy checks, the window's parts) is kept
+    here; what resume and rollback need is journaled in the run state (st.fencing before the
+    fence, st.reverse before the open, st.cut once the old server replicates back)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.prefix = step_prefix(source)
+        self.accounts: Accounts | None = None
+        self.copies: dict[str, CopyCheck] = {}
+        self.kit: Fence[tuple[str, int]] | None = None
+        self.fenced: Fenced[tuple[str, int]] | None = None
+        self.parts: WindowParts | None = None
+        self.in_window = False  # this attempt fenced the old server and has not opened (WINDOWS entered)
+        self.caught_ms = 0.0
+        self.checked = 0
+        self.moved: list[str] = []
+        self.fenced_ms: float | None = None
+        self.killed = 0
+        self.seen: set[str] = set()
+        self.logged_in = ""
+        self.reached = ""
+        self.said: dict[str, str] = {}
+
+    def targets(self, ctx: ConsolidateContext) -> list[PlannedInstance]:
+        return targets_of(plan_of(ctx), self.source)
+
+    def mark(self, part: str) -> None:
+        if self.parts is not None:
+            self.parts.mark(part)
+
+    # -- checks (True: in place, skipped) ------------------------------------------------
+    def past_window(self, ctx: ConsolidateContext) -> bool:
+        """The fence, catch-up, check and the reverse position are journaled (st.reverse) by an
+        earlier process of the run: a resume goes on from the routes."""
+        if self.in_window:
+            return False  # asked inside this attempt's window: no journal read there
+        st = state_of(ctx)
+        return self.source in st.reverse or self.source in st.cut
+
+    def routes_done(self, ctx: ConsolidateContext) -> bool:
+        if self.in_window:
+            return False  # this attempt has not moved them yet: nothing to read inside the window
+        plan = plan_of(ctx)
+        return all(route_of(ctx, shard).current().writer == address_of(ctx, t.name)
+                   for t in self.targets(ctx) for shard in shards_of(plan, t.name, self.source))
+
+    def open_done(self, ctx: ConsolidateContext) -> bool:
+        if self.in_window:
+            return False
+        return all(not Inspector(server_of(ctx, t.name)).read_only() for t in self.targets(ctx))
+
+    def reverse_done(self, ctx: ConsolidateContext) -> bool:
+        """The cut record is journaled once every reverse connection runs."""
+        return is_cut(ctx, self.source)
+
+    def finished(self, ctx: ConsolidateContext) -> bool:
+        return cutover_finished(ctx, self.source)
+
+    # -- consolidation's steps before the fence ------------------------------------------
+    def do_prechecks(self, ctx: ConsolidateContext) -> str:
+        """Every check the window needs, before anything changes (held while another server is fenced)."""
+        WINDOWS.wait_quiet()
+        targets = self.targets(ctx)
+        self.accounts = require_accounts(ctx, self.source, targets)
+        self.copies = verify_copies(ctx, self.source, targets) if ctx.params.checksum else {}
+        said = (f"{len(self.accounts.users)} account(s) and {len(self.accounts.roles)} role(s) with grants on the "
+                f"shards present on the instance(s)")
+        if ctx.params.checksum:
+            said = (f"copy verified before the fence ({sum(c.chunks for c in self.copies.values())} range(s), "
+                    f"{sum(c.rows for c in self.copies.values())} row(s) equal); {said}")
+        return said
+
+    # -- the kit's parts -----------------------------------------------------------------
+    def do_fence(self, ctx: ConsolidateContext) -> str:
+        WINDOWS.wait_quiet()  # another server's fenced window first
+        with edit_state(ctx) as st:  # before anything changes: a crash from here on is found by rollback and resume
+            st.fencing[self.source] = ctx.clock.now()
+        self.enter_window(ctx)
+        self.kit, self.fenced = fence(ctx, self.source, self.targets(ctx))
+        self.parts = WindowParts(ctx.clock, self.fenced.started)
+        self.mark("fence")  # read_only, the final position, and the catch-up budget when there is one
+        return self.fenced.sentence
+
+    def enter_window(self, ctx: ConsolidateContext) -> None:
+        """The fleet's other work waits until this window ends; as in promote's window, nothing
+        of the tool's own pauses it (the garbage collector held off, the displays get the steps'
+        events when it closes: the journal and the fault matrix's pause at once, the process's
+        own CPU priority back)."""
+        WINDOWS.enter()
+        self.in_window = True
+        ctx.hold_for_fenced_window()
+
+    def leave_window(self, ctx: ConsolidateContext) -> None:
+        if not self.in_window:
+            return
+        self.in_window = False
+        WINDOWS.leave()
+        if not WINDOWS.open_now():  # the last window of the fleet closed
+            ctx.release_fenced_window()
+
+    def _fenced(self) -> Fenced[tuple[str, int]]:
+        if self.fenced is None:  # the checks keep a resumed attempt from getting here
+            raise ConsolidateError(f"{self.source}'s final position is not known to this process: not going on "
+                                   f"inside a window it did not open")
+        return self.fenced
+
+    def do_catch_up(self, ctx: ConsolidateContext) -> str:
+        fenced, p, source = self._fenced(), ctx.params, self.source
         log_file, log_pos = fenced.position
         if not fenced.applied_within_budget:
-            for t in targets:
+            for t in self.targets(ctx):
                 t_insp = Inspector(server_of(ctx, t.name))
                 if not t_insp.wait_for_position(connection_name(source), log_file, log_pos, p.catchup_timeout_s):
                     raise CatchUpTimeout(f"{t.name} did not apply {source}'s final position {log_file}:{log_pos} "
                                          f"within {p.catchup_timeout_s:g}s",
                                          hint=f"check the connection: SHOW SLAVE '{connection_name(source)}' STATUS "
                                               f"on {t.name}; {source} was unfenced")
-        caught_ms = (ctx.clock.monotonic() - started) * 1000
-        parts.mark("catch_up")
-        checked = check_in_window(ctx, source, targets, copies)
-        parts.mark("check")
+        self.caught_ms = (ctx.clock.monotonic() - fenced.started) * 1000
+        self.mark("catch_up")
+        return f"caught up in {self.caught_ms:.0f} ms"
+
+    def do_check(self, ctx: ConsolidateContext) -> str:
+        self._fenced()
+        self.checked = check_in_window(ctx, self.source, self.targets(ctx), self.copies)
+        self.mark("check")
+        return f"{self.checked} range(s) compared in the window" if ctx.params.checksum else "no copy check asked"
+
+    def do_journal(self, ctx: ConsolidateContext) -> str:
         # Where each instance's binlog stands while it is still read-only and caught up: what it
         # writes from here on is exactly what it takes once open. Journaled before the open, so
         # that whoever finds this cutover half done (rollback, resume) can replicate it back.
-        reverse = {t.name: list(Inspector(server_of(ctx, t.name)).binlog_coordinates()) for t in targets}
-        parts.mark("reverse_position")
+        self._fenced()
+        reverse = {t.name: list(Inspector(server_of(ctx, t.name)).binlog_coordinates()) for t in self.targets(ctx)}
+        self.mark("reverse_position")
         with edit_state(ctx) as st:
-            st.reverse[source] = reverse
-        parts.mark("journal")
+            st.reverse[self.source] = reverse
+        self.mark("journal")
+        return "reverse position(s) " + ", ".join(f"{n} {f}:{pos}" for n, (f, pos) in reverse.items())
+
+    def require_still_fenced(self, ctx: ConsolidateContext) -> None:
+        """A cutover continued by another process: its old server must still be fenced."""
+        if not self.in_window and not Inspector(server_of(ctx, self.source)).read_only():
+            raise FenceLost(f"{self.source} is writable again (its fence expired while no process held the "
+                            f"cutover): putting it back and beginning again")
+
+    def do_routes(self, ctx: ConsolidateContext) -> str:
         # The routes move while both sides are read-only, then the instances open (promote flips
         # its router before the open too): a tool stopped after an open leaves the applications
         # on a writable instance, not on the fenced server.
-        moved = []
-        for t in targets:
-            for shard in shards_of(plan, t.name, source):
-                route_of(ctx, shard).switch_writer(address_of(ctx, t.name), old=old_addr)
-                moved.append(f"{shard}->{t.name}")
-        parts.mark("routes")
-        kit.before_open(", ".join(t.name for t in targets))
-        parts.mark("fence_held")
-        for t in targets:
+        self.require_still_fenced(ctx)
+        plan, old_addr = plan_of(ctx), address_of(ctx, self.source)
+        for t in self.targets(ctx):
+            addr = address_of(ctx, t.name)
+            for shard in shards_of(plan, t.name, self.source):
+                route = route_of(ctx, shard)
+                if self.in_window or route.current().writer != addr:  # a resumed attempt moves what is left
+                    route.switch_writer(addr, old=old_addr)
+                self.moved.append(f"{shard}->{t.name}")
+        self.mark("routes")
+        return f"routes {', '.join(self.moved)}"
+
+    def do_open(self, ctx: ConsolidateContext) -> str:
+        p, names = ctx.params, ", ".join(t.name for t in self.targets(ctx))
+        self.require_still_fenced(ctx)
+        # A resumed attempt holds no fence of its own: the kit's fence of the old server, asked
+        # before the open, drops the expiry the earlier process scheduled and sees it still fenced.
+        kit = self.kit or server_fence(ctx, self.source, p, names)
+        kit.before_open(names)
+        self.mark("fence_held")
+        for t in self.targets(ctx):
             # Bounded as promote's open: past it the open is in doubt (db/in_doubt.py) and the
             # undo ends its session before it reads or changes the instance.
             with server_of(ctx, t.name).bounded(p.catchup_timeout_s):
                 applier_of(ctx, t.name).set_read_only(False)
-        fenced_ms = (ctx.clock.monotonic() - started) * 1000
-        parts.mark("open")
-        WINDOWS.leave()
-        in_window = False
-        ctx.metric("fenced_window_ms", fenced_ms, "ms", source=source)  # journaled as the window ends
+        if self.fenced is not None:
+            self.fenced_ms = (ctx.clock.monotonic() - self.fenced.started) * 1000
+        self.mark("open")
+        self.leave_window(ctx)
+        if self.fenced_ms is not None:
+            ctx.metric("fenced_window_ms", self.fenced_ms, "ms", source=self.source)  # journaled as the window ends
+            return f"{names} opened after {self.fenced_ms:.0f} ms fenced"
+        return f"{names} opened (the window was begun by an earlier process of the run)"
+
+    def do_reverse(self, ctx: ConsolidateContext) -> str:
         # After the open (three round trips and the relay log's files on the old server, not
         # needed to take writes): the old server replicates back from the journaled positions.
         # A failure here fails the cutover; putting it back sets the connection up again first.
-        start_reverse(ctx, source, reverse, fresh=True)
+        reverse = state_of(ctx).reverse.get(self.source) or {}
+        start_reverse(ctx, self.source, reverse, fresh=self.fenced is not None)
+        if self.fenced is None and ctx.params.fence_expiry != "off":
+            # Continued from an earlier process, past its open: the expiry that process scheduled
+            # (inert since this process's decision) is dropped, not left on the server.
+            applier_of(ctx, self.source).cancel_fence_expiry()
         with edit_state(ctx) as st:
-            st.cut[source] = CutRecord(targets=[t.name for t in targets], at=ctx.clock.now())
-            st.fencing.pop(source, None)
-        parts.journal(ctx, source)
-        record_fence_checks(ctx, copies)
+            st.cut[self.source] = CutRecord(targets=[t.name for t in self.targets(ctx)], at=ctx.clock.now())
+            st.fencing.pop(self.source, None)
+        if self.parts is not None:
+            self.parts.journal(ctx, self.source)
+        record_fence_checks(ctx, self.copies)
+        return f"{self.source} replicates them back for rollback"
+
+    def do_sessions(self, ctx: ConsolidateContext) -> str:
         # Only now, with every route naming an instance: a pool that reconnects at once finds the new writer.
-        killed, seen = end_app_sessions(ctx, source)
+        self.killed, self.seen = end_app_sessions(ctx, self.source)
+        return f"{self.killed} app session(s) on {self.source} ended"
+
+    # -- consolidation's steps after the sessions ----------------------------------------
+    def do_login(self, ctx: ConsolidateContext) -> str:
         WINDOWS.wait_quiet()
-        logged_in = try_app_login(ctx, source, targets, accounts)
-    except BaseException as exc:
-        undone = False
+        self.logged_in = try_app_login(ctx, self.source, self.targets(ctx), self.accounts)
+        return self.logged_in
+
+    def do_forward(self, ctx: ConsolidateContext) -> str:
+        WINDOWS.wait_quiet()
+        conn = connection_name(self.source)
+        for t in self.targets(ctx):  # not needed to open writes, so after the route switch
+            # Only where it is still there: a process stopped in this step may have removed some.
+            if Inspector(server_of(ctx, t.name)).connection_status(conn) is not None:
+                applier_of(ctx, t.name).remove_source(conn)
+        self.reached = wait_accounts_reach(ctx, self.source, self.targets(ctx), self.seen)
+        with edit_state(ctx) as st:
+            rec = st.cut.get(self.source)
+            if rec is not None:
+                rec.finished = True
+        return f"forward connection(s) '{connection_name(self.source)}' dropped{self.reached}"
+
+    def undo(self, ctx: ConsolidateContext) -> str:
+        return undo_server(ctx, self.source)
+
+    def describe(self, part: str, ctx: ConsolidateContext) -> list[Described]:
+        return describe_part(ctx, self.source, part)
+
+    # -- the steps -------------------------------------------------------------------------
+    def steps(self) -> list[Step]:
+        def own(part: str, run: Callable[[ConsolidateContext], str], **kw: Any) -> FunctionStep:
+            return FunctionStep(kit_target.part_name(self.prefix, part), run,
+                                describe=lambda c: self.describe(part, c), **kw)
+
+        return [
+            own(PRECHECK, self.do_prechecks, check=self.past_window, mutating=False),
+            *kit_target.target_steps(self),
+            own(LOGIN, self.do_login, mutating=False),
+            own(FORWARD, self.do_forward, check=self.finished, undo=self.undo,
+                verify=lambda c: verify_cutover(c, self.source)),
+        ]
+
+    def sentence(self, ctx: ConsolidateContext) -> str:
+        p = ctx.params
+        said_check = (f"copy verified before the fence ({sum(c.chunks for c in self.copies.values())} range(s), "
+                      f"{sum(c.rows for c in self.copies.values())} row(s) equal), {self.checked} range(s) compared "
+                      f"in it; " if p.checksum and self.copies else "")
+        fenced = f"{self.fenced.sentence}; caught up in {self.caught_ms:.0f} ms; " if self.fenced is not None else \
+            "continued from its journaled reverse position; "
+        window = f"after {self.fenced_ms:.0f} ms fenced" if self.fenced_ms is not None else "(opened earlier)"
+        accounts = (f"{len(self.accounts.users)} account(s) and {len(self.accounts.roles)} role(s) with grants on "
+                    f"the shards present on the instance(s); " if self.accounts is not None else "")
+        return (f"{said_check}{fenced}routes {', '.join(self.moved) or '(moved earlier)'} {window}; then "
+                f"{self.killed} app session(s) on {self.source} ended; {self.logged_in}{self.reached}; {accounts}"
+                f"{self.source} replicates them back for rollback")
+
+
+def server_steps(source: str) -> list[Step]:
+    """One old server's cutover steps (as the procedure declares them: names, undo, describe)."""
+    return ServerCutover(source).steps()
+
+
+def cutover_finished(ctx: ConsolidateContext, source: str) -> bool:
+    """Every step of the old server's cutover ran (the fleet skips it on resume)."""
+    rec = state_of(ctx).cut.get(source)
+    return rec is not None and rec.finished
+
+
+def undo_server(ctx: ConsolidateContext, source: str) -> str:
+    """The undo of every step of one old server's cutover: the whole cutover put back, when the
+    run state says one began (st.fencing) or ended (st.cut); else nothing (undone already, by an
+    earlier step's undo or the per-server rollback)."""
+    st = state_of(ctx)
+    if source not in st.fencing and source not in st.cut:
+        return f"nothing left to undo of {source}'s cutover"
+    return undo_cutover(ctx, source)
+
+
+def cutover(ctx: ConsolidateContext, source: str) -> str:
+    """Move one old server's shards to their instances, in the order that keeps every
+    application writing somewhere, as the kit's steps (kit/target.py), each journaled as a step of
+    its own under the fleet's step: (before the fence) the accounts and the copy checked ->
+    fence (kit fence: calm wait, watchdog, fenced catch-up budget) -> each instance applies the
+    final position -> the ranges that kept changing compared -> each instance's binlog position
+    journaled -> routes switched -> the instances opened -> (outside the window) the old server
+    replicates back from those positions (reverse connections) -> the application's sessions on
+    the old server ended, so that pools reconnect through the new route -> every account that
+    writes the shards can write there, the app account logs in there -> forward connections
+    dropped. A step that finds its part in place (a resumed run) is skipped. A failure up to the
+    app login puts this old server back at once; one begun by a process that stopped before
+    journaling the reverse position is put back before beginning again."""
+    targets = targets_of(plan_of(ctx), source)
+    if ctx.dry_run:
+        return f"would fence {source} and route its shards to {', '.join(t.name for t in targets)}"
+    st = state_of(ctx)
+    if source in st.fencing and source not in st.reverse:  # an earlier attempt stopped inside its window
+        ctx.log(f"the cutover of {source} began earlier in this run and did not finish (it stopped before its "
+                f"reverse position was journaled): putting it back before starting again: "
+                f"{undo_cutover(ctx, source)}", "warning")
+    elif source in st.reverse and not cutover_finished(ctx, source):
+        ctx.log(f"the cutover of {source} began earlier in this run and did not finish: going on from its journaled "
+                f"reverse position, each step asked first whether it is in place", "warning")
+    for attempt in (1, 2):
+        run = ServerCutover(source)
+        steps = SubSteps(ctx, run.steps())
         try:
-            ctx.log(f"cutover of {source} failed: {undo_cutover(ctx, source)}", "warning")
-            undone = True
-        except Exception as undo_exc:  # keep the original error; say what is left to do
-            ctx.log(f"putting {source} back failed too: {undo_exc}; run: dbmigrate rollback {ctx.run_id}", "error")
-        finally:
-            if in_window:  # put back (or not) at full speed: its applications wait on it
-                WINDOWS.leave()
-        if undone and isinstance(exc, (CatchUpTimeout, RefusedWait)):  # undone in place: as it was
-            raise ConsolidateRefused(f"{exc.message}: {source} was unfenced, nothing changed", hint=exc.hint) from None
-        raise
-    WINDOWS.wait_quiet()
-    for t in targets:  # not needed to open writes, so after the route switch
-        applier_of(ctx, t.name).remove_source(connection_name(source))
-    reached = wait_accounts_reach(ctx, source, targets, seen)
-    said_check = (f"copy verified before the fence ({sum(c.chunks for c in copies.values())} range(s), "
-                  f"{sum(c.rows for c in copies.values())} row(s) equal), {checked} range(s) compared in it; "
-                  if p.checksum else "")
-    return (f"{said_check}{fenced.sentence}; caught up in {caught_ms:.0f} ms; routes {', '.join(moved)} "
-            f"after {fenced_ms:.0f} ms fenced; then {killed} app session(s) on {source} ended; {logged_in}{reached}; "
-            f"{len(accounts.users)} account(s) and {len(accounts.roles)} role(s) with grants on the shards present "
-            f"on the instance(s); "
-            f"{source} replicates them back for rollback")
+            steps.run()
+            return run.sentence(ctx)
+        except BaseException as exc:
+            failed = steps.failed
+            in_place = failed is not None and failed.name.rpartition(": ")[2] in UNDONE_IN_PLACE
+            undone = False
+            try:
+                if in_place:
+                    ctx.log(f"cutover of {source} failed: {undo_cutover(ctx, source)}", "warning")
+                    undone = True
+            except Exception as undo_exc:  # keep the original error; say what is left to do
+                ctx.log(f"putting {source} back failed too: {undo_exc}; run: dbmigrate rollback {ctx.run_id}",
+                        "error")
+            finally:
+                run.leave_window(ctx)  # put back (or not) at full speed: its applications wait on it
+            if undone and isinstance(exc, FenceLost) and attempt == 1:
+                ctx.log(exc.message, "warning")
+                continue
+            if undone and isinstance(exc, (CatchUpTimeout, RefusedWait)):  # undone in place: as it was
+                raise ConsolidateRefused(f"{exc.message}: {source} was unfenced, nothing changed",
+                                         hint=exc.hint) from None
+            raise
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 BUDGET_POLL_S = 0.002
@@ -514,33 +761,35 @@ def verify_cutover(ctx: ConsolidateContext, source: str) -> None:
         raise SafetyError(f"after the cutover of {source}: " + "; ".join(wrong))
 
 
-def describe_cutover(ctx: ConsolidateContext, source: str) -> list[tuple[str, str]]:
+def describe_part(ctx: ConsolidateContext, source: str, part: str) -> list[Described]:
+    """What one step of a server's cutover would send (a dry run), as (server, statement) pairs."""
     p = ctx.params
     targets = [t.name for t in targets_of(plan_of(ctx), source)]
     conn = connection_name(source)
-    check = [*[(t, f"before the fence: chunked checksums of every table of its shards against {source}, each "
-                   f"after MASTER_POS_WAIT(<{source}'s position>, '{conn}')") for t in targets]] if p.checksum else []
-    return [(source, "before the fence: accounts with grants on the shards compared with each instance"),
-            *check,
-            (source, f"{p.described()}; SHOW MASTER STATUS"),
-            *[(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {p.catchup_timeout_s:g}, '{conn}')"
-                  + ("; the ranges that kept changing compared again" if p.checksum else "")) for t in targets],
-            *[(t, "its binlog position read and journaled (where the reverse connection will start)") for t in targets],
-            ("routes", f"DSN file: each shard of {source} -> its instance (both sides still read-only)"),
-            *[(t, f"read_only=OFF (bounded by {p.catchup_timeout_s:g}s): takes the shards' writes") for t in targets],
-            *[(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t}'s journaled position> (reverse, for "
-                       f"rollback); START SLAVE '{connection_name(t)}'") for t in targets],
-            (source, "KILL CONNECTION <app sessions> (after the routes moved: pools reconnect to the instance)"),
-            *[(t, f"the app account logs in and reaches its tables; stop and remove replication connection "
-                  f"'{conn}'") for t in targets]]
-
-
-def cutover_step(source: str, targets: list[str]) -> FunctionStep:
-    """One old server's cutover as a step of its own (the fleet runs the same parts)."""
-    return FunctionStep(f"cut over {source} -> {', '.join(targets)}", lambda c: cutover(c, source),
-                        check=lambda c: not c.dry_run and is_cut(c, source),
-                        verify=lambda c: verify_cutover(c, source), undo=lambda c: undo_cutover(c, source),
-                        describe=lambda c: describe_cutover(c, source))
+    lines: dict[str, list[Described]] = {
+        PRECHECK: [(source, "accounts with grants on the shards compared with each instance"),
+                   *[(t, f"chunked checksums of every table of its shards against {source}, each after "
+                         f"MASTER_POS_WAIT(<{source}'s position>, '{conn}')") for t in targets if p.checksum]],
+        kit_target.FENCE: [(source, f"{p.described()}; SHOW MASTER STATUS")],
+        kit_target.CATCH_UP: [(t, f"SELECT MASTER_POS_WAIT(<final file>, <final pos>, {p.catchup_timeout_s:g}, "
+                                  f"'{conn}')") for t in targets],
+        kit_target.CHECK: [(t, "the ranges that kept changing compared again") for t in targets if p.checksum],
+        kit_target.JOURNAL: [(t, "its binlog position read and journaled (where the reverse connection will "
+                                 "start)") for t in targets],
+        kit_target.ROUTES: [("routes", f"DSN file: each shard of {source} -> its instance (both sides still "
+                                       f"read-only)")],
+        kit_target.OPEN: [(source, "the fence's expiry dropped, read_only read back (still fenced)"),
+                          *[(t, f"read_only=OFF (bounded by {p.catchup_timeout_s:g}s): takes the shards' writes")
+                            for t in targets]],
+        kit_target.REVERSE: [(source, f"CHANGE MASTER '{connection_name(t)}' TO <{t}'s journaled position> "
+                                      f"(reverse, for rollback); START SLAVE '{connection_name(t)}'")
+                             for t in targets],
+        kit_target.SESSIONS: [(source, "KILL CONNECTION <app sessions> (after the routes moved: pools reconnect "
+                                       "to the instance)")],
+        LOGIN: [(t, "the app account logs in and reaches its tables") for t in targets],
+        FORWARD: [(t, f"stop and remove replication connection '{conn}'") for t in targets],
+    }
+    return lines.get(part, [])
 
 
 def rollback_one(ctx: ConsolidateContext, source: str) -> str:

@@ -20,10 +20,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from dbmigrate.engine.runner import explain
-from dbmigrate.engine.step import FunctionStep
+from dbmigrate.engine.step import FunctionStep, Step
 from dbmigrate.exceptions import DbmigrateError, Refused
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan
 from dbmigrate.procedures.consolidate.context import ConsolidateContext, ConsolidateError, ConsolidateRefused, edit_state, state_of
@@ -115,7 +115,7 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[C
                done: Callable[[ConsolidateContext, str], bool], blocked: Callable[[ConsolidateContext, str], str | None],
                undo: Callable[[ConsolidateContext], str], describe: Callable[[ConsolidateContext], list[Any]],
                defer_failures: bool = False, undo_if_started: bool = False,
-               stop_between_servers: bool = False) -> FunctionStep:
+               stop_between_servers: bool = False, substeps: Sequence[Step] = ()) -> FunctionStep:
     """One engine step that runs `work` for every old server of the plan as a fleet.
 
     With `defer_failures` (seeding), under on_failure=continue the step passes with its
@@ -169,7 +169,8 @@ def fleet_step(name: str, stage: str, plan: ConsolidationPlan, work: Callable[[C
     def check(ctx: ConsolidateContext) -> bool:
         return not ctx.dry_run and all(done(ctx, s) for s in sources)
 
-    return FunctionStep(name, run, check=check, undo=undo, describe=describe, undo_if_started=undo_if_started)
+    return FunctionStep(name, run, check=check, undo=undo, describe=describe, undo_if_started=undo_if_started,
+                        substeps=substeps)
 
 
 def failed_at(ctx: ConsolidateContext, server: str, stage: str) -> str | None:

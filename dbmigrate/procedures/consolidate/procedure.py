@@ -40,7 +40,8 @@ from typing import Any
 from dbmigrate.db.inspector import Inspector
 from dbmigrate.engine.step import AutoGate, FunctionStep, Phase, Procedure, Step
 from dbmigrate.exceptions import SafetyError, UsageError
-from dbmigrate.procedures.consolidate.cutover import cutover, describe_cutover, undo_cutover, verify_cutover
+from dbmigrate.procedures.consolidate.cutover import (cutover, cutover_finished, server_steps, undo_cutover,
+                                                     verify_cutover)
 from dbmigrate.procedures.consolidate.fleet import failed_at, fleet_step
 from dbmigrate.procedures.consolidate.readiness import evaluate_caught_up, evaluate_preflight, source_caught_up
 from dbmigrate.procedures.consolidate.instances import provision_instances
@@ -154,10 +155,15 @@ def cutover_fleet(plan: ConsolidationPlan, params: ConsolidateParams) -> Step:
     sources = sorted({s.source for s in plan.shards})
 
     def work(ctx: ConsolidateContext, src: str) -> str:
-        if src in state_of(ctx).fencing:  # an earlier attempt stopped part way (the tool was killed)
-            ctx.log(f"the cutover of {src} began earlier in this run and did not finish: putting it back "
-                    f"before starting again: {undo_cutover(ctx, src)}", "warning")
         WINDOWS.wait_quiet()  # another server's fenced window first
+        st = state_of(ctx)
+        if src in st.reverse or src in st.cut:
+            # Begun by an earlier process of the run and journaled past its window (the tool was
+            # stopped): its steps go on from the first one not in place.
+            sentence = cutover(ctx, src)
+            WINDOWS.wait_quiet()
+            verify_cutover(ctx, src)
+            return sentence
         ok, reason, details = source_caught_up(ctx, ctx.params, src)
         for conn, d in details.items():  # how far behind each of its connections was, for a live board
             if isinstance(d, dict) and d.get("seconds_behind") is not None:
@@ -181,11 +187,16 @@ def cutover_fleet(plan: ConsolidationPlan, params: ConsolidateParams) -> Step:
         order = begun + sorted(st.cut, key=lambda s: st.cut[s].at, reverse=True)
         return "; ".join(f"{s}: {undo_cutover(ctx, s)}" for s in order) or "no old server was cut over"
 
+    # Each old server's cutover is a list of steps of its own (cutover.py), run by the fleet's lane
+    # for that server and journaled under this step; rollback undoes them, newest first, then
+    # this step's undo (what a run journaled before its servers had steps of their own).
     # Undone even when the tool stopped inside it (killed): a fenced old server must not stay read-only.
+    steps = {src: server_steps(src) for src in sources}
     return fleet_step(f"cut over {len(sources)} old server(s)", "cutover", plan, work,
-                      done=lambda c, src: is_cut(c, src), blocked=blocked, undo=undo, undo_if_started=True,
-                      stop_between_servers=True,
-                      describe=lambda c: [line for src in sources for line in describe_cutover(c, src)])
+                      done=lambda c, src: cutover_finished(c, src), blocked=blocked, undo=undo, undo_if_started=True,
+                      stop_between_servers=True, substeps=[s for src in sources for s in steps[src]],
+                      describe=lambda c: [line for src in sources for s in steps[src] if s.describe is not None
+                                          for line in s.describe(c)])
 
 
 def build_phases(ctx: ConsolidateBuildContext, params: ConsolidateParams) -> list[Phase]:

@@ -25,6 +25,9 @@ from dbmigrate.procedures.kit.resources import handed_over, inventory_of
 class CutRecord(BaseModel):
     targets: list[str]
     at: float
+    # Every step of its cutover ran (its forward connections dropped last); False: a resume runs
+    # the steps after the reverse connection again (each is idempotent).
+    finished: bool = False
 
 
 class ConsolidateState(TypedState):

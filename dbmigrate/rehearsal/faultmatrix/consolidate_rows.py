@@ -18,6 +18,7 @@ the next row starts from the old servers.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -81,6 +82,8 @@ class _ConsolidateFault:
     def pause(self) -> str:
         if self.sc.fault == INFLIGHT_FAULT:
             return self.sc.pause or ""
+        if self.sc.fault == "kill9":  # a boundary between two steps of the first old server's cutover
+            return (self.sc.pause or "").format(old=self.old)
         return self.st.after if self.sc.fault == "freeze-tool" else ARM_AT
 
     def _cut_off(self, target: str):
@@ -95,6 +98,10 @@ class _ConsolidateFault:
         return netfault.partition(int(addr.rpartition(":")[2]), both_ways=True)
 
     def inject(self, proc: subprocess.Popen, marker) -> None:
+        if self.sc.fault == "kill9":
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            return
         if self.sc.fault == INFLIGHT_FAULT:
             self.held, self.cut_off_target = kill_in_flight(proc, marker, self.sc.hold_s or 0.0, self._cut_off)
             if self.held is None:
@@ -126,6 +133,10 @@ def bound_ms(sc: Scenario, operator: bool) -> float:
     bound = settings["catchup_timeout_s"] * 1000 + TOOL_OVERHEAD_MS
     if sc.fault == INFLIGHT_FAULT:
         bound += (sc.hold_s or 0.0) * 1000  # the target cut off from the statement's send until it heals
+    if sc.fault == "kill9":
+        # Killed between two steps: the fenced window stays open until the operator's command
+        # (the fence's expiry at the latest), as for a frozen tool.
+        bound += frozen_tool_bound_s(settings) * 1000
     if st is not None and sc.hold_s is not None:
         if sc.fault == "freeze-tool":
             bound += min(sc.hold_s, frozen_tool_bound_s(settings)) * 1000

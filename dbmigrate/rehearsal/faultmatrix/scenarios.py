@@ -233,6 +233,24 @@ CONSOLIDATE_STATEMENTS = {
 CONSOLIDATE_NETWORK_FAULTS = ("partition-old", "partition-new", "partition-own-conn")
 
 
+# The step boundaries of the first old server's cutover (its steps are named `cut over <old>:
+# <part>`; `{old}` is that server's name, filled in by the row): after each step (journaled as
+# finished, the next not started), the tool killed -9, then the operator's `resume` or `rollback`.
+CONSOLIDATE_BOUNDARIES = {
+    "after-prechecks": "after:cut over {old}: checks before the fence",
+    "after-fence": "after:cut over {old}: fence",
+    "after-catchup": "after:cut over {old}: catch up",
+    "after-check": "after:cut over {old}: check in the window",
+    "after-journal": "after:cut over {old}: journal the reverse position",
+    "after-routes": "after:cut over {old}: routes",
+    "after-open": "after:cut over {old}: open",
+    "after-reverse": "after:cut over {old}: reverse replication",
+    "after-sessions": "after:cut over {old}: end sessions",
+    "after-login": "after:cut over {old}: app login",
+    "after-forward": "after:cut over {old}: forward connections",
+}
+
+
 def consolidate_settings() -> dict:
     return {**CONSOLIDATE_SETTINGS, "read_timeout_s": CONSOLIDATE_READ_TIMEOUT_S}
 
@@ -241,7 +259,9 @@ def consolidate_matrix() -> list[Scenario]:
     """The per-server fence and the open of the new instance: the old server's port, the new
     instance's port, or only the tool's own connection partitioned from the statement for
     0.5x, 1x and 1.5x its bound; the tool frozen right after it for 2x. Each ends rolled back
-    (by the run or by the operator's one `rollback`); judged 30 s after exit."""
+    (by the run or by the operator's one `rollback`). Then the tool killed -9 at every boundary
+    between the steps of the first old server's cutover, followed by `resume` or `rollback`.
+    Each judged 30 s after exit."""
     out = []
     settings = consolidate_settings()
     for key, st in CONSOLIDATE_STATEMENTS.items():
@@ -252,6 +272,8 @@ def consolidate_matrix() -> list[Scenario]:
                                     round(k * bound, 2), after_exit_s=JUDGED_AFTER_EXIT_S))
         out.append(Scenario("consolidate", "freeze-tool", f"{key}@2x", "rollback", st.after, key,
                             round(2 * bound, 2), after_exit_s=JUDGED_AFTER_EXIT_S))
+    out += [Scenario("consolidate", "kill9", where, rec, pause, after_exit_s=JUDGED_AFTER_EXIT_S)
+            for where, pause in CONSOLIDATE_BOUNDARIES.items() for rec in RECOVERIES]
     return out
 
 
