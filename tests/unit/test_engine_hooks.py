@@ -7,15 +7,9 @@ import time
 
 import pytest
 
-from dbmigrate.engine import Journal, Runner
+from dbmigrate.engine import Runner
 from dbmigrate.engine.hooks import HookRunner, parse_hook_command
 from tests.unit.test_engine_support import World, new_context, two_phase_procedure
-
-
-@pytest.fixture
-def journal(tmp_path):
-    with Journal(tmp_path / "journal.sqlite") as j:
-        yield j
 
 
 def script(tmp_path, name, body):

@@ -5,16 +5,10 @@ from __future__ import annotations
 import pytest
 
 from dbmigrate.db.named_lock import SqlNamedLocks
-from dbmigrate.engine import ClusterLock, Journal
+from dbmigrate.engine import ClusterLock
 from dbmigrate.engine.lock import lock_name
 from dbmigrate.exceptions import LockHeld
 from tests.unit.test_engine_support import FakeLockServer
-
-
-@pytest.fixture
-def journal(tmp_path):
-    with Journal(tmp_path / "journal.sqlite") as j:
-        yield j
 
 
 def test_lock_is_taken_in_the_database_and_the_journal_and_released(journal):

@@ -24,12 +24,6 @@ from dbmigrate.exceptions import GateFailed, NotUndone, SafetyError
 from tests.unit.test_engine_support import World, new_context, two_phase_procedure
 
 
-@pytest.fixture
-def journal(tmp_path):
-    with Journal(tmp_path / "journal.sqlite") as j:
-        yield j
-
-
 def statuses(journal, run_id, action="run"):
     return [(r["name"], r["status"]) for r in journal.step_rows(run_id) if r["action"] == action]
 

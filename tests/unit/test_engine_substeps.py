@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure, Runner, StepFinished
+from dbmigrate.engine import FunctionStep, Phase, Procedure, Runner, StepFinished
 from dbmigrate.engine.substeps import SubSteps
 from tests.unit.test_engine_support import World, new_context
 
@@ -50,12 +50,6 @@ def fleet(world: World, *, fail_at: str | None = None) -> Procedure:
                                                                          for s in SERVERS),
                           undo=undo, undo_if_started=True, substeps=[st for s in SERVERS for st in subs[s]])
     return Procedure("fleet", [Phase("prepare", [world.step("a")]), Phase("cutover", [parent])])
-
-
-@pytest.fixture
-def journal(tmp_path):
-    with Journal(tmp_path / "journal.sqlite") as j:
-        yield j
 
 
 def test_sub_steps_run_in_threads_are_journaled_each_with_its_own_row_and_statements(journal):

@@ -13,15 +13,9 @@ import threading
 import pytest
 
 from dbmigrate.app.runs import SignalStop, mark_orphans
-from dbmigrate.engine import FunctionStep, Journal, Phase, Procedure, Runner
+from dbmigrate.engine import FunctionStep, Phase, Procedure, Runner
 from dbmigrate.exceptions import RefusedWait
 from tests.unit.test_engine_support import World, new_context
-
-
-@pytest.fixture
-def journal(tmp_path):
-    with Journal(tmp_path / "journal.sqlite") as j:
-        yield j
 
 
 def refusing(name: str) -> FunctionStep:

@@ -25,12 +25,6 @@ def dead_pid() -> int:
     return proc.pid
 
 
-@pytest.fixture
-def journal(tmp_path):
-    with Journal(tmp_path / "journal.sqlite") as j:
-        yield j
-
-
 def started(journal: Journal, run_id: str, *, cluster: str = "orders", steps: str = "done") -> None:
     journal.create_run(run_id, procedure="promote", cluster=cluster)
     journal.step_started(run_id, 0, "cutover", "fence db-1")
