@@ -33,10 +33,15 @@ rounds back run with that slower server as the primary.
 Where ORCHESTRATOR_URL is set, rounds alternate dbmigrate and orchestrator
 (`via: orchestrator`) on the same sandbox and load, and the p50 ratio is printed.
 
+--alternate-with TREE (a checkout of another commit) alternates this checkout's tool with TREE's
+on the same sandbox, load, pools and harness, two rounds (there and back) each: a before/after
+of a change in one run, each result labelled with its commit.
+
 Targets on a quiet machine: p50 <= 10 ms, max <= 60 ms, 0 lost.
 
     python bench/switchover.py [--rounds 10] [--json] [--lagging] [--rate TPS] [--candidate-buffer-pool-mb MB]
                                [--tool-cpus LIST] [--in-process] [--hold-new-connections]
+                               [--alternate-with TREE]
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -242,19 +248,50 @@ def dbmigrate_cmd() -> list[str]:
     return [sys.executable, "-m", "dbmigrate"]
 
 
-def tool_env() -> dict[str, str]:
-    """As installed: compiled modules cached (in the bench's home), not compiled at every start."""
+def tool_env(tree: Path | None = None) -> dict[str, str]:
+    """As installed: compiled modules cached (in the bench's home), not compiled at every start.
+    With `tree` (--alternate-with), that checkout's package comes first on the path."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(Path(os.environ["DBMIGRATE_HOME"]) / "pycache")
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
     return env
 
 
-def warm_compiled_modules(pb: Path) -> None:
+def commit_of(tree: Path) -> str:
+    """The checkout's commit, short, with "+changes" when its tracked files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short=7", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """Who runs a round: this checkout's dbmigrate, another checkout's (--alternate-with), or
+    orchestrator. `via` is the playbook's; `label` names the tool in the results."""
+    label: str
+    via: str = "dbmigrate"
+    tree: Path | None = None
+    commit: str | None = None
+
+
+def tools_for(orchestrator_url: str | None, alternate_with: Path | None) -> list[Tool]:
+    here = Path(__file__).resolve().parents[1]
+    tools = [Tool("dbmigrate", commit=commit_of(here))]
+    if alternate_with is not None:
+        other = commit_of(alternate_with)
+        tools.append(Tool(f"dbmigrate@{other}", tree=alternate_with.resolve(), commit=other))
+    if orchestrator_url:
+        tools.append(Tool("orchestrator", via="orchestrator"))
+    return tools
+
+
+def warm_compiled_modules(pb: Path, tree: Path | None = None) -> None:
     """One dry run before the writer and the load start, not counted: an installed package has its
     modules compiled, so the first measured round must not compile them."""
-    import subprocess
-
-    subprocess.run(dbmigrate_cmd() + ["run", str(pb), "--dry-run", "--yes", "--json"], env=tool_env(),
+    subprocess.run(dbmigrate_cmd() + ["run", str(pb), "--dry-run", "--yes", "--json"], env=tool_env(tree),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -279,17 +316,15 @@ def pin_apart(tool_cpus: str) -> str:
     return ",".join(map(str, sorted(rest)))
 
 
-def run_as_operator(pb: Path, moments: "Moments") -> tuple[Any, float, float, float]:
+def run_as_operator(pb: Path, moments: "Moments", tree: Path | None = None) -> tuple[Any, float, float, float]:
     """`dbmigrate run PB --yes --json` in a process of its own, as an operator starts it: its
     start-up and CPU count. Returns (outcome, exec time, exit time (monotonic), CPU seconds)."""
-    import subprocess
-
     from dbmigrate.engine import events as ev
 
     offset = time.time() - time.monotonic()
     moments.time_of = lambda e: datetime.fromisoformat(e.at.replace("Z", "+00:00")).timestamp() - offset
     t0 = time.monotonic()
-    env = tool_env()
+    env = tool_env(tree)
     pin = ["taskset", "-c", TOOL_CPUS] if TOOL_CPUS else []  # --tool-cpus: cores of its own
     p = subprocess.Popen(pin + dbmigrate_cmd() + ["run", str(pb), "--yes", "--json"], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, env=env)
@@ -380,9 +415,10 @@ def load_without_tool(load: Sysbench, rate: int | None, seconds: float) -> tuple
             pass
 
 
-def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier, rate: int | None,
+def one_round(state, name: str, target: str, tool: Tool, load: Sysbench, verifier, rate: int | None,
               spans: list[tuple[float, float]], budget_s: float | None = FENCED_CATCHUP_BUDGET_S,
               operator: bool = True, baselines: list[tuple[float, float]] | None = None, clients=None) -> dict:
+    via = tool.via
     # Debian's sysbench 1.0.20 dies on reconnect after a flip (upstream #527): one per round.
     bg = load.start_background(time_s=60, rate=rate)
     time.sleep(1.0)
@@ -392,8 +428,8 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
     t0 = time.monotonic()
     wall0 = time.time()
     cpu_s = None
-    if operator and via == "dbmigrate":
-        outcome, t0, t1, cpu_s = run_as_operator(playbook(state, name, target, via, budget_s), moments)
+    if (operator and via == "dbmigrate") or tool.tree is not None:
+        outcome, t0, t1, cpu_s = run_as_operator(playbook(state, name, target, via, budget_s), moments, tool.tree)
     else:
         # Progress rendered as `dbmigrate run` renders it (to a null device): its cost is the tool's.
         console = ConsoleRenderer(Console(file=DEVNULL, force_terminal=True, width=160, highlight=False,
@@ -438,7 +474,7 @@ def one_round(state, name: str, target: str, via: str, load: Sysbench, verifier,
                                       "from_ms_after_exec": round((m[1] - t0) * 1000)}
                                      if (m := max(outside, default=None)) else None),
         "tool_cpu_s": round(cpu_s, 3) if cpu_s is not None else None,
-        "via": via, "target": target, "status": outcome.status,
+        "via": via, "tool": tool.label, "target": target, "status": outcome.status,
         "refused": outcome.summary if outcome.status != "done" else None,
         # A round that did not switch still counts what the writer saw while it tried.
         "gap_ms": round(max(gap_in(acks, *w) for w in windows), 1) if windows else None,
@@ -516,13 +552,14 @@ def outside_window_summary(rounds: list[dict], base_gaps: list[float]) -> dict |
                          key=lambda w: w["ms"], default=None)}
 
 
-def summary(rounds: list[dict], via: str) -> dict:
-    mine = [r for r in rounds if r["via"] == via]
+def summary(rounds: list[dict], tool: Tool) -> dict:
+    mine = [r for r in rounds if r.get("tool", r["via"]) == tool.label]
+    via = tool.via
     gaps = [r["gap_ms"] for r in mine if r["gap_ms"] is not None and r["status"] == "done"]
     unswitched = [r["gap_ms"] for r in mine if r["gap_ms"] is not None and r["status"] != "done"]
     waits = [r["converge_wait_ms"] for r in mine if r["converge_wait_ms"] is not None]
     lags = [r["lag_at_fence_trx"] for r in mine if r["lag_at_fence_trx"] is not None]
-    return {"via": via, "rounds": len(mine), "switched": len(gaps),
+    return {"via": via, "tool": tool.label, "commit": tool.commit, "rounds": len(mine), "switched": len(gaps),
             "refused": [r["refused"] for r in mine if r["refused"]],
             "gap_ms": gap_stats(gaps),
             "gap_ms_from_first_convergence": gap_stats(
@@ -574,7 +611,9 @@ def discover(state, name: str, url: str) -> None:
 
 def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rate: int | None = None,
               candidate_buffer_pool_mb: int | None = None,
-              budget_s: float | None = FENCED_CATCHUP_BUDGET_S, operator: bool = True) -> dict:
+              budget_s: float | None = FENCED_CATCHUP_BUDGET_S, operator: bool = True,
+              alternate_with: Path | None = None) -> dict:
+    tools = tools_for(orchestrator_url, alternate_with)
     boxes = Sandboxes()
     name = f"bench{os.getpid() % 10000}"
     boxes.up(name, 2)
@@ -593,7 +632,9 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                                     table_size=5000 if lagging else 2000, threads=8 if lagging else 2)
         load.prepare()
         if operator:
-            warm_compiled_modules(playbook(state, name, f"{name}-new", "dbmigrate", budget_s))
+            for tool in tools:
+                if tool.via == "dbmigrate":
+                    warm_compiled_modules(playbook(state, name, f"{name}-new", "dbmigrate", budget_s), tool.tree)
         # The application: its own process (see writer_process.py), one write every ~1 ms.
         verifier = WriterProcess(state.inventory_file, name, interval_s=WRITER_INTERVAL_S,
                                  retry_pause_s=WRITER_RETRY_PAUSE_S)
@@ -605,20 +646,19 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         router = inv.cluster(name).router
         clients = ClientProcess(FixedAddress(router.address, router.writer_port), inv.app_credentials(name)).start()
         clients.wait_for_calls(5)
-        vias = ["dbmigrate", "orchestrator"] if orchestrator_url else ["dbmigrate"]
         targets = [f"{name}-new", f"{name}-1"]
         done: list[dict] = []
         spans: list[tuple[float, float]] = []  # (start, end) of each cutover run, monotonic
         baselines: list[tuple[float, float]] = []  # the same load, no tool, as long as each run
         where = 0  # index in targets of the current primary's successor
-        for i in range(rounds * len(vias)):
-            via = vias[(i // 2) % len(vias)]  # two rounds (there and back) per tool, alternating
-            r = one_round(state, name, targets[where], via, load, verifier, rate, spans, budget_s, operator,
+        for i in range(rounds * len(tools)):
+            tool = tools[(i // 2) % len(tools)]  # two rounds (there and back) per tool, alternating
+            r = one_round(state, name, targets[where], tool, load, verifier, rate, spans, budget_s, operator,
                           baselines, clients)
             done.append(r)
             if r["status"] == "done":
                 where = 1 - where
-            say(f"{via} round {len(done)}: -> {r['target']} {r['status']}, gap {r['gap_ms']} ms, fence->open "
+            say(f"{tool.label} round {len(done)}: -> {r['target']} {r['status']}, gap {r['gap_ms']} ms, fence->open "
                 f"{r['fence_to_open_ms']} ms, converge wait {r['converge_wait_ms']} ms, lag at fence "
                 f"{r['lag_at_fence_trx']} trx, writer errors {r['writer_errors'] or 0}, run {r['run_ms']} ms; "
                 f"{console_line(r)}"
@@ -633,7 +673,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         report = verifier.check(catch_up_timeout_s=60)
         writer = targets[1 - where]  # the primary after the last round
         out = {"lagging": lagging, "load_rate_tps": rate, "fenced_catchup_budget_s": budget_s, "candidate_buffer_pool_mb": candidate_buffer_pool_mb
-               or (LAGGING_BUFFER_POOL_MB if lagging else BUFFER_POOL_MB), "results": [summary(done, v) for v in vias], "rounds": done,
+               or (LAGGING_BUFFER_POOL_MB if lagging else BUFFER_POOL_MB), "results": [summary(done, t) for t in tools], "rounds": done,
                # Lost: acknowledged and not on the server that takes the writes at the end.
                "lost_writes": len(report.lost.get(writer, [])), "acknowledged": report.acknowledged,
                "missing_anywhere": report.lost_total,
@@ -652,9 +692,17 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                "tool_cpus": TOOL_CPUS or "shared with everything else",
                "tool_started_as": "dbmigrate run (its own process)" if operator else "start_run in the bench's process",
                "load_average_1min": round(os.getloadavg()[0], 2)}
-        if len(vias) == 2:
-            a, b = (x["gap_ms"]["p50"] for x in out["results"])
-            out["p50_ratio_vs_orchestrator"] = round(a / max(b, 0.001), 3) if a and b else None
+        by_label = {x["tool"]: x for x in out["results"]}
+        for key, other in (("p50_ratio_vs_orchestrator", "orchestrator"),
+                           ("p50_ratio_vs_alternate", tools[1].label if alternate_with is not None else None)):
+            if other in by_label:
+                a, b = by_label["dbmigrate"]["gap_ms"]["p50"], by_label[other]["gap_ms"]["p50"]
+                out[key] = round(a / max(b, 0.001), 3) if a and b else None
+        # The whole call's longest gap per tool: with --alternate-with, the before/after of it.
+        out["gap_ms_whole_call_by_tool"] = {t.label: gap_stats([r["gap_ms_whole_call"] for r in done
+                                                                if r.get("tool") == t.label
+                                                                and r.get("gap_ms_whole_call") is not None])
+                                            for t in tools}
         return out
     finally:
         if clients is not None:
@@ -669,7 +717,7 @@ def render(out: dict) -> None:
           + (" (lagging by design: single-threaded apply, 8 sysbench threads)" if out["lagging"] else ""))
     for r in out["results"]:
         g, w = r["gap_ms"], r["converge_wait_ms"]
-        print(f"{r['via']:>12}: {r['switched']}/{r['rounds']} switched; gap at the cutover p50 {g['p50']} ms, "
+        print(f"{r['tool']:>12}" + (f" ({r['commit']})" if r.get("commit") else "") + f": {r['switched']}/{r['rounds']} switched; gap at the cutover p50 {g['p50']} ms, "
               f"p95 {g['p95']} ms, max {g['max']} ms; converge wait p50 {w['p50']} ms, max {w['max']} ms; "
               f"lag at fence max {r['lag_at_fence_trx_max']} trx; writer errors {r['writer_errors']}")
         if r.get("client_errors"):
@@ -724,6 +772,11 @@ def render(out: dict) -> None:
           f"missing anywhere after the wait: {out['missing_anywhere']} {out['missing_by_server'] or ''}")
     if out.get("p50_ratio_vs_orchestrator") is not None:
         print(f"p50 dbmigrate / orchestrator = {out['p50_ratio_vs_orchestrator']}")
+    if out.get("p50_ratio_vs_alternate") is not None:
+        print(f"p50 this checkout / the other = {out['p50_ratio_vs_alternate']}")
+    if len(out.get("gap_ms_whole_call_by_tool") or {}) > 1:
+        print("longest gap over the whole call, per tool: " + "; ".join(
+            f"{label} p50 {g['p50']} ms, max {g['max']} ms" for label, g in out["gap_ms_whole_call_by_tool"].items()))
 
 
 def main() -> int:
@@ -747,7 +800,14 @@ def main() -> int:
     ap.add_argument("--hold-new-connections", action="store_true",
                     help="the playbook's hold_new_connections: HAProxy holds new connections while the writer "
                          "moves, and the old writer's sessions end when idle")
+    ap.add_argument("--alternate-with", type=Path, default=None, metavar="TREE",
+                    help="a checkout of another commit: rounds alternate its tool with this checkout's, on the "
+                         "same sandbox and load (a before/after in one run)")
     args = ap.parse_args()
+    if args.alternate_with is not None and not (args.alternate_with / "dbmigrate" / "__main__.py").is_file():
+        ap.error(f"--alternate-with {args.alternate_with}: not a checkout of this project (no dbmigrate/__main__.py)")
+    if args.alternate_with is not None and args.in_process:
+        ap.error("--alternate-with runs each tool in a process of its own (not --in-process)")
     if args.hold_new_connections:
         EXTRA_PARAMS["hold_new_connections"] = True
     if args.tool_cpus:
@@ -770,7 +830,8 @@ def main() -> int:
         say("orchestrator: skipped (ORCHESTRATOR_URL is not set: no orchestrator to compare with)")
     out = run_bench(args.rounds, args.lagging, url, say, rate=args.rate,
                     candidate_buffer_pool_mb=args.candidate_buffer_pool_mb,
-                    budget_s=args.fenced_catchup_budget_ms / 1000 or None, operator=not args.in_process)
+                    budget_s=args.fenced_catchup_budget_ms / 1000 or None, operator=not args.in_process,
+                    alternate_with=args.alternate_with)
     if not url:
         out["orchestrator"] = "skipped: ORCHESTRATOR_URL is not set"
     if args.json:

@@ -103,3 +103,39 @@ def test_the_tool_is_given_cores_of_its_own_and_everything_else_the_others():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     others = ",".join(map(str, cores[:-1]))
     assert out == f"{others}|{cores[-1]}|{others}"
+
+
+def test_alternate_with_runs_the_other_checkouts_tool_and_labels_it_by_commit(tmp_path, monkeypatch):
+    """--alternate-with: the other checkout's package first on the tool's path, its rounds
+    summed apart from this checkout's, each labelled with its commit."""
+    monkeypatch.setenv("DBMIGRATE_HOME", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setattr(bench, "commit_of", lambda tree: "abc1234" if tree == tmp_path else "def5678")
+    here, other = bench.tools_for(None, tmp_path)
+    assert (here.label, here.tree, here.commit) == ("dbmigrate", None, "def5678")
+    assert (other.label, other.via, other.commit) == ("dbmigrate@abc1234", "dbmigrate", "abc1234")
+    assert bench.tool_env(other.tree)["PYTHONPATH"] == f"{tmp_path.resolve()}:/elsewhere"
+    assert bench.tool_env(None)["PYTHONPATH"] == "/elsewhere"
+    base = {"via": "dbmigrate", "status": "done", "converge_wait_ms": None, "lag_at_fence_trx": None,
+            "gap_ms_from_first_convergence": None, "refused": None, "load_tps": None, "writer_errors": {},
+            "fence_given_up": [], "target": "db2"}
+    rounds = [base | {"tool": "dbmigrate", "gap_ms": 10.0}, base | {"tool": "dbmigrate@abc1234", "gap_ms": 30.0},
+              base | {"tool": "dbmigrate", "gap_ms": 12.0}]
+    mine, theirs = bench.summary(rounds, here), bench.summary(rounds, other)
+    assert (mine["rounds"], mine["gap_ms"]["max"], mine["commit"]) == (2, 12.0, "def5678")
+    assert (theirs["rounds"], theirs["gap_ms"]["p50"], theirs["tool"]) == (1, 30.0, "dbmigrate@abc1234")
+
+
+def test_commit_of_names_a_checkout_with_changes(tmp_path):
+    import subprocess
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "f").write_text("1")
+    git("add", "f")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = bench.commit_of(tmp_path)
+    assert len(head) == 7 and not head.endswith("+changes")
+    (tmp_path / "f").write_text("2")
+    assert bench.commit_of(tmp_path) == head + "+changes"
