@@ -40,7 +40,7 @@ of a change in one run, each result labelled with its commit.
 Targets on a quiet machine: p50 <= 10 ms, max <= 60 ms, 0 lost.
 
     python bench/switchover.py [--rounds 10] [--json] [--lagging] [--rate TPS] [--candidate-buffer-pool-mb MB]
-                               [--tool-cpus LIST] [--in-process] [--hold-new-connections]
+                               [--tool-cpus LIST] [--in-process] [--hold-new-connections [on|off|both]]
                                [--alternate-with TREE]
 """
 
@@ -222,11 +222,9 @@ class Moments:
 # How long after the fence the candidate may take to apply the final position before the
 # attempt is given up (unfenced, tried again): a guard against a candidate that stalls.
 FENCED_CATCHUP_BUDGET_S = 0.03
-# Playbook params every dbmigrate round adds (--hold-new-connections).
-EXTRA_PARAMS: dict[str, Any] = {}
-
-
-def playbook(state, name: str, candidate: str, via: str, budget_s: float | None = FENCED_CATCHUP_BUDGET_S) -> Path:
+def playbook(state, name: str, candidate: str, via: str, budget_s: float | None = FENCED_CATCHUP_BUDGET_S,
+             extra: dict[str, Any] | None = None, label: str = "") -> Path:
+    """The round's playbook; `extra`: the tool's own params (hold_new_connections)."""
     doc = {"procedure": "promote", "inventory": str(state.inventory_file), "cluster": name,
            "params": {"candidate": candidate, "via": via, "catchup_timeout_s": 5, "fence_drain_timeout_s": 0.2,
                       "max_lag_ms": 60000, "lag_wait_s": 5, "converge_timeout_s": 10,
@@ -234,9 +232,9 @@ def playbook(state, name: str, candidate: str, via: str, budget_s: float | None 
                       # 100 under this load) gives up after 30 ms and is tried again, writes flowing between;
                       # so does one whose candidate has not applied the final position 30 ms after it.
                       **({"fence_block_s": 0.03, "fence_attempts": 5, "fence_retry_pause_s": 0.2,
-                          **({"fenced_catchup_budget_s": budget_s} if budget_s else {}), **EXTRA_PARAMS}
+                          **({"fenced_catchup_budget_s": budget_s} if budget_s else {}), **(extra or {})}
                          if via == "dbmigrate" else {})}}
-    path = state.path / f"bench-{candidate}-{via}.yaml"
+    path = state.path / f"bench-{candidate}-{label or via}.yaml".replace("@", "-").replace("+", "-")
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -275,11 +273,20 @@ class Tool:
     via: str = "dbmigrate"
     tree: Path | None = None
     commit: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
 
 
-def tools_for(orchestrator_url: str | None, alternate_with: Path | None) -> list[Tool]:
+HOLD = {"hold_new_connections": True}
+
+
+def tools_for(orchestrator_url: str | None, alternate_with: Path | None, hold: str = "off") -> list[Tool]:
+    """hold: "on" gives this checkout's tool hold_new_connections, "both" runs it with and without
+    (the other checkout's tool, which may predate the option, never gets it)."""
     here = Path(__file__).resolve().parents[1]
-    tools = [Tool("dbmigrate", commit=commit_of(here))]
+    mine = commit_of(here)
+    tools = [Tool("dbmigrate", commit=mine, params=HOLD if hold == "on" else {})]
+    if hold == "both":
+        tools.append(Tool("dbmigrate+hold", commit=mine, params=HOLD))
     if alternate_with is not None:
         other = commit_of(alternate_with)
         tools.append(Tool(f"dbmigrate@{other}", tree=alternate_with.resolve(), commit=other))
@@ -429,12 +436,13 @@ def one_round(state, name: str, target: str, tool: Tool, load: Sysbench, verifie
     wall0 = time.time()
     cpu_s = None
     if (operator and via == "dbmigrate") or tool.tree is not None:
-        outcome, t0, t1, cpu_s = run_as_operator(playbook(state, name, target, via, budget_s), moments, tool.tree)
+        outcome, t0, t1, cpu_s = run_as_operator(playbook(state, name, target, via, budget_s, tool.params, tool.label),
+                                                 moments, tool.tree)
     else:
         # Progress rendered as `dbmigrate run` renders it (to a null device): its cost is the tool's.
         console = ConsoleRenderer(Console(file=DEVNULL, force_terminal=True, width=160, highlight=False,
                                           soft_wrap=True))
-        outcome = start_run(playbook(state, name, target, via, budget_s), assume_yes=True,
+        outcome = start_run(playbook(state, name, target, via, budget_s, tool.params, tool.label), assume_yes=True,
                             subscribers=[moments, console])
         t1 = time.monotonic()
     spans.append((t0, t1))
@@ -612,8 +620,8 @@ def discover(state, name: str, url: str) -> None:
 def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rate: int | None = None,
               candidate_buffer_pool_mb: int | None = None,
               budget_s: float | None = FENCED_CATCHUP_BUDGET_S, operator: bool = True,
-              alternate_with: Path | None = None) -> dict:
-    tools = tools_for(orchestrator_url, alternate_with)
+              alternate_with: Path | None = None, hold: str = "off") -> dict:
+    tools = tools_for(orchestrator_url, alternate_with, hold)
     boxes = Sandboxes()
     name = f"bench{os.getpid() % 10000}"
     boxes.up(name, 2)
@@ -634,7 +642,8 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         if operator:
             for tool in tools:
                 if tool.via == "dbmigrate":
-                    warm_compiled_modules(playbook(state, name, f"{name}-new", "dbmigrate", budget_s), tool.tree)
+                    warm_compiled_modules(playbook(state, name, f"{name}-new", "dbmigrate", budget_s, tool.params,
+                                                   tool.label), tool.tree)
         # The application: its own process (see writer_process.py), one write every ~1 ms.
         verifier = WriterProcess(state.inventory_file, name, interval_s=WRITER_INTERVAL_S,
                                  retry_pause_s=WRITER_RETRY_PAUSE_S)
@@ -694,7 +703,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                "load_average_1min": round(os.getloadavg()[0], 2)}
         by_label = {x["tool"]: x for x in out["results"]}
         for key, other in (("p50_ratio_vs_orchestrator", "orchestrator"),
-                           ("p50_ratio_vs_alternate", tools[1].label if alternate_with is not None else None)):
+                           ("p50_ratio_vs_alternate", next((t.label for t in tools if t.tree is not None), None))):
             if other in by_label:
                 a, b = by_label["dbmigrate"]["gap_ms"]["p50"], by_label[other]["gap_ms"]["p50"]
                 out[key] = round(a / max(b, 0.001), 3) if a and b else None
@@ -797,9 +806,10 @@ def main() -> int:
     ap.add_argument("--tool-cpus", default="",
                     help="run the tool on these cores (taskset list, e.g. 1) and everything else the bench starts "
                          "on the others: the tool as from a host of its own, as far as CPU goes")
-    ap.add_argument("--hold-new-connections", action="store_true",
+    ap.add_argument("--hold-new-connections", nargs="?", const="on", default="off", choices=["on", "off", "both"],
                     help="the playbook's hold_new_connections: HAProxy holds new connections while the writer "
-                         "moves, and the old writer's sessions end when idle")
+                         "moves, and the old writer's sessions end when idle; `both`: this checkout's tool "
+                         "alternately with and without it (another checkout's tool never gets it)")
     ap.add_argument("--alternate-with", type=Path, default=None, metavar="TREE",
                     help="a checkout of another commit: rounds alternate its tool with this checkout's, on the "
                          "same sandbox and load (a before/after in one run)")
@@ -808,8 +818,6 @@ def main() -> int:
         ap.error(f"--alternate-with {args.alternate_with}: not a checkout of this project (no dbmigrate/__main__.py)")
     if args.alternate_with is not None and args.in_process:
         ap.error("--alternate-with runs each tool in a process of its own (not --in-process)")
-    if args.hold_new_connections:
-        EXTRA_PARAMS["hold_new_connections"] = True
     if args.tool_cpus:
         if args.in_process:
             ap.error("--tool-cpus needs the tool in a process of its own (not --in-process)")
@@ -831,7 +839,7 @@ def main() -> int:
     out = run_bench(args.rounds, args.lagging, url, say, rate=args.rate,
                     candidate_buffer_pool_mb=args.candidate_buffer_pool_mb,
                     budget_s=args.fenced_catchup_budget_ms / 1000 or None, operator=not args.in_process,
-                    alternate_with=args.alternate_with)
+                    alternate_with=args.alternate_with, hold=args.hold_new_connections)
     if not url:
         out["orchestrator"] = "skipped: ORCHESTRATOR_URL is not set"
     if args.json:

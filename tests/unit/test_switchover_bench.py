@@ -116,6 +116,11 @@ def test_alternate_with_runs_the_other_checkouts_tool_and_labels_it_by_commit(tm
     assert (other.label, other.via, other.commit) == ("dbmigrate@abc1234", "dbmigrate", "abc1234")
     assert bench.tool_env(other.tree)["PYTHONPATH"] == f"{tmp_path.resolve()}:/elsewhere"
     assert bench.tool_env(None)["PYTHONPATH"] == "/elsewhere"
+    # With and without the hold: this checkout's tool twice; the other checkout's never gets it.
+    labels = [(t.label, t.params, t.tree is None) for t in bench.tools_for(None, tmp_path, "both")]
+    assert labels == [("dbmigrate", {}, True), ("dbmigrate+hold", {"hold_new_connections": True}, True),
+                      ("dbmigrate@abc1234", {}, False)]
+    assert bench.tools_for(None, None, "on")[0].params == {"hold_new_connections": True}
     base = {"via": "dbmigrate", "status": "done", "converge_wait_ms": None, "lag_at_fence_trx": None,
             "gap_ms_from_first_convergence": None, "refused": None, "load_tps": None, "writer_errors": {},
             "fence_given_up": [], "target": "db2"}
