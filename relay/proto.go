@@ -118,20 +118,24 @@ func writePacket(w *bufio.Writer, seq byte, payload []byte) error {
 	return err
 }
 
-// readLogical reads a whole logical packet (physical packets of maxPayload joined) into a new
-// slice, and how many physical packets carried it: a command is rewritten whole, and the
-// response's sequence numbers follow the count of packets sent.
-func readLogical(r *bufio.Reader) (payload []byte, packets int, err error) {
-	var buf []byte
+// readLogical reads a whole logical packet (physical packets of maxPayload joined) into buf
+// (reused when large enough), and how many physical packets carried it: a command is rewritten
+// whole, and the response's sequence numbers follow the count of packets sent.
+func readLogical(r *bufio.Reader, buf []byte) (payload []byte, packets int, err error) {
+	buf = buf[:0]
 	for {
-		var p []byte
-		p, _, err = readPacket(r, nil)
-		if err != nil {
-			return nil, packets, err
+		var h [4]byte
+		if _, err = io.ReadFull(r, h[:]); err != nil {
+			return buf, packets, err
+		}
+		n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
+		start := len(buf)
+		buf = append(buf, make([]byte, n)...)
+		if _, err = io.ReadFull(r, buf[start:]); err != nil {
+			return buf, packets, err
 		}
 		packets++
-		buf = append(buf, p...)
-		if len(p) < maxPayload {
+		if n < maxPayload {
 			return buf, packets, nil
 		}
 	}

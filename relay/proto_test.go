@@ -184,7 +184,7 @@ func TestLogicalPacketsRoundTrip(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("writeLogical = %d, %v", n, err)
 	}
-	got, packets, err := readLogical(bufio.NewReader(&buf))
+	got, packets, err := readLogical(bufio.NewReader(&buf), nil)
 	if err != nil || packets != 2 || !bytes.Equal(got, payload) {
 		t.Fatalf("readLogical: %d packets, %v", packets, err)
 	}

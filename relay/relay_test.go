@@ -317,3 +317,37 @@ func TestWrongPasswordIsRefused(t *testing.T) {
 		t.Fatalf("got %v", p)
 	}
 }
+
+func TestATransactionStillOpenAfterTheDrainIsEndedWithAClearError(t *testing.T) {
+	h2 := sha1sum(sha1sum([]byte("pw")))
+	a, b := newFakeBackend(t, h2, 1), newFakeBackend(t, h2, 1)
+	users := filepath.Join(t.TempDir(), "users")
+	os.WriteFile(users, []byte(fmt.Sprintf("app *%X\n", h2)), 0o600)
+	r, _ := newRelay(a.addr(), users, 5*time.Second, time.Second)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	go r.serve(ln)
+	tx := dialRelay(t, ln.Addr().String(), "app", "pw", "")
+	idle := dialRelay(t, ln.Addr().String(), "app", "pw", "")
+	tx.do(append([]byte{comQuery}, "BEGIN"...), respResults)
+	res, _ := r.move(b.addr(), 150*time.Millisecond)
+	if res.Moved != 1 || res.WaitingForCommit != 1 {
+		t.Fatalf("%+v", res)
+	}
+	// Within the drain the transaction goes on, on the old backend.
+	if p, err := tx.do(append([]byte{comQuery}, "INSERT 1"...), respResults); err != nil || p[0] != 0 {
+		t.Fatalf("%v %v", p, err)
+	}
+	waitFor(t, "the session ended", func() bool { return r.status().Ended == 1 })
+	p, err := tx.do(append([]byte{comQuery}, "COMMIT"...), respResults)
+	code, msg := errInfo(p)
+	if err != nil || code != erConnectionKilled || !strings.Contains(msg, "still in a transaction") {
+		t.Fatalf("got %d %q %v", code, msg, err)
+	}
+	if strings.Contains(a.log(), "COMMIT") || strings.Contains(b.log(), "COMMIT") {
+		t.Fatal("the COMMIT of an ended session reached a backend")
+	}
+	if p, _ := idle.do(append([]byte{comQuery}, "SELECT 1"...), respResults); p[0] != 0 || !strings.Contains(b.log(), "SELECT 1") {
+		t.Fatal("the idle session works on the new backend")
+	}
+}

@@ -66,7 +66,8 @@ type session struct {
 	status atomic.Uint32 // the server status flags of the last OK/EOF
 	ended  atomic.Pointer[string]
 	beConn atomic.Pointer[backendConn] // for end(), from another goroutine
-	buf    []byte
+	buf    []byte                      // the response packet being forwarded, reused
+	cmdBuf []byte                      // the command being relayed, reused
 }
 
 func (s *session) inTrans() bool { return s.status.Load()&statusInTrans != 0 }
@@ -89,7 +90,8 @@ func (s *session) serve() {
 	}
 	for {
 		s.phase.Store(phaseIdle)
-		cmd, packets, err := readLogical(s.cr)
+		cmd, packets, err := readLogical(s.cr, s.cmdBuf)
+		s.cmdBuf = cmd
 		if err != nil || len(cmd) == 0 || cmd[0] == comQuit {
 			return
 		}
