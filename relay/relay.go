@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,10 @@ func (r *Relay) reload() error {
 	r.hashes = h
 	r.mu.Unlock()
 	log.Printf("users file %s: %d accounts", r.usersPath, len(h))
+	// A stored hash and a token seen on the wire give h1, which logs in anywhere as that account.
+	if fi, err := os.Stat(r.usersPath); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Printf("users file %s is readable by others (mode %v): its hashes are as good as passwords here; chmod 600 it", r.usersPath, fi.Mode().Perm())
+	}
 	return nil
 }
 
