@@ -85,7 +85,7 @@ def build_relay(out_dir: Path) -> Path:
     out = out_dir / "relay"
     t0 = time.monotonic()
     subprocess.run(["nice", "-n", "10", go, "build", "-o", str(out), "."], cwd=REPO / "relay", check=True)
-    print(f"go build: {time.monotonic() - t0:.1f} s")
+    print(f"go build: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     return out
 
 
