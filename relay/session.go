@@ -136,8 +136,8 @@ func (s *session) handshake() error {
 	}
 	s.client.SetReadDeadline(time.Now().Add(10 * time.Second))
 	p, seq, err := readPacket(s.cr, nil)
-	if err != nil {
-		return err
+	if err != nil { // gone before a word (a port check, a balancer's probe): not worth a log line
+		return io.EOF
 	}
 	hr, err := parseHandshakeResponse(p)
 	if err != nil {
