@@ -1,0 +1,341 @@
+package main
+
+// The relay: accepts sessions, keeps the backend they go to, and the hold / move / release
+// controls a switchover drives.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// target is the backend new sessions and moved sessions go to; gen counts the moves.
+type target struct {
+	addr string
+	gen  uint64
+}
+
+// gate is one hold: sessions at a boundary wait until ch is closed.
+type gate struct {
+	ch    chan struct{}
+	since time.Time
+}
+
+type Relay struct {
+	usersPath   string
+	maxHold     time.Duration
+	drain       time.Duration
+	dialTimeout time.Duration
+	verbose     bool
+
+	target atomic.Pointer[target]
+	gate   atomic.Pointer[gate]
+
+	mu        sync.Mutex // guards the fields below, and the hold's timer
+	holdTimer *time.Timer
+	hashes    map[string][]byte
+	greet     greeting
+	sessions  map[uint32]*session
+	nextID    uint32
+}
+
+func newRelay(backend, usersPath string, maxHold, drain time.Duration) (*Relay, error) {
+	r := &Relay{usersPath: usersPath, maxHold: maxHold, drain: drain, dialTimeout: 3 * time.Second,
+		sessions: map[uint32]*session{}}
+	if _, _, err := net.SplitHostPort(backend); err != nil {
+		return nil, fmt.Errorf("backend %q: %v", backend, err)
+	}
+	r.target.Store(&target{addr: backend, gen: 1})
+	if err := r.reload(); err != nil {
+		return nil, err
+	}
+	// The relay greets clients itself (a held client has no backend yet): with the version and
+	// character set of the backend, when it answers, so that clients see the server they expect.
+	r.greet = greeting{version: "5.5.5-10.11.0-MariaDB-relay", caps: relayCaps, charset: 45, plugin: nativePlugin}
+	if g, err := probe(backend, r.dialTimeout); err != nil {
+		log.Printf("backend %s did not greet (%v): clients see version %s", backend, err, r.greet.version)
+	} else {
+		r.greet.version, r.greet.charset = g.version, g.charset
+		r.greet.caps = relayCaps & (g.caps | clientLongPassword)
+	}
+	r.greet.status = statusAutocommit
+	return r, nil
+}
+
+func (r *Relay) reload() error {
+	h, err := loadHashes(r.usersPath)
+	if err != nil {
+		return fmt.Errorf("users file: %v", err)
+	}
+	r.mu.Lock()
+	r.hashes = h
+	r.mu.Unlock()
+	log.Printf("users file %s: %d accounts", r.usersPath, len(h))
+	// A stored hash and a token seen on the wire give h1, which logs in anywhere as that account.
+	if fi, err := os.Stat(r.usersPath); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Printf("users file %s is readable by others (mode %v): its hashes are as good as passwords here; chmod 600 it", r.usersPath, fi.Mode().Perm())
+	}
+	return nil
+}
+
+func (r *Relay) hash(user string) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.hashes[user]
+	return h, ok
+}
+
+func (r *Relay) greetingFor(id uint32, nonce []byte) greeting {
+	g := r.greet
+	g.connID, g.nonce = id, nonce
+	return g
+}
+
+func (r *Relay) serve(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.nextID++
+		s := &session{id: r.nextID, r: r, client: c, cr: bufio.NewReaderSize(c, 16<<10),
+			cw: bufio.NewWriterSize(c, 16<<10), remote: c.RemoteAddr().String(), stmts: map[uint32]*stmt{}}
+		r.sessions[s.id] = s
+		r.mu.Unlock()
+		if r.verbose {
+			log.Printf("session %d: connection from %s", s.id, s.remote)
+		}
+		go s.serve()
+	}
+}
+
+func (r *Relay) forget(s *session) {
+	r.mu.Lock()
+	delete(r.sessions, s.id)
+	r.mu.Unlock()
+}
+
+func (r *Relay) snapshot() []*session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// hold: from now on each session's next command waits at its boundary (a session in a
+// transaction goes on until the transaction ends), and new sessions wait after their login to
+// the relay. Released by release, or by itself after maxHold: the relay is never a dead end.
+func (r *Relay) hold() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gate.Load() != nil {
+		return
+	}
+	r.gate.Store(&gate{ch: make(chan struct{}), since: time.Now()})
+	r.holdTimer = time.AfterFunc(r.maxHold, func() { r.release(fmt.Sprintf("held %s (max hold): released by itself", r.maxHold)) })
+	log.Printf("hold: sessions wait at their next statement boundary (released by itself after %s)", r.maxHold)
+}
+
+func (r *Relay) release(why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.gate.Load()
+	if g == nil {
+		return
+	}
+	r.gate.Store(nil)
+	r.holdTimer.Stop()
+	close(g.ch)
+	log.Printf("release: %s, after %.0f ms, to %s", why, float64(time.Since(g.since).Microseconds())/1000, r.target.Load().addr)
+}
+
+type moveResult struct {
+	Moved            int      `json:"moved"`
+	Failed           int      `json:"failed"`
+	Errors           []string `json:"errors,omitempty"`
+	WaitingForCommit int      `json:"waiting_in_transaction"`
+	MovingLater      int      `json:"moving_at_next_command"`
+}
+
+// move points the relay at addr: every session not busy and not pinned logs in there now and
+// replays its state (a held one is then released onto it); a busy one moves at its next
+// boundary; a pinned one when its transaction ends, or is ended drain after the move.
+func (r *Relay) move(addr string, drain time.Duration) (moveResult, error) {
+	var res moveResult
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return res, fmt.Errorf("move: %q is not host:port", addr)
+	}
+	r.mu.Lock()
+	t := r.target.Load()
+	if t.addr != addr {
+		t = &target{addr: addr, gen: t.gen + 1}
+		r.target.Store(t)
+		log.Printf("move: backend is now %s (generation %d)", addr, t.gen)
+	}
+	r.mu.Unlock()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	sem := make(chan struct{}, 8) // logins in parallel, not all at once
+	for _, s := range r.snapshot() {
+		wg.Add(1)
+		go func(s *session) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			ph := s.phase.Load()
+			var err error
+			switch {
+			case s.be == nil || s.gen.Load() == t.gen || s.ended.Load() != nil:
+				return
+			case ph == phaseBusy:
+				mu.Lock()
+				res.MovingLater++
+				mu.Unlock()
+				return
+			case s.pinned():
+				mu.Lock()
+				res.WaitingForCommit++
+				mu.Unlock()
+				return
+			default:
+				err = s.moveTo(t.addr, t.gen)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				res.Failed++
+				res.Errors = append(res.Errors, fmt.Sprintf("session %d: %v", s.id, err))
+				s.logf("move to %s failed (tried again at its next command): %v", t.addr, err)
+			} else {
+				res.Moved++
+			}
+		}(s)
+	}
+	wg.Wait()
+	log.Printf("move to %s: %d sessions moved in %.0f ms, %d failed, %d in a transaction, %d busy", t.addr, res.Moved,
+		float64(time.Since(start).Microseconds())/1000, res.Failed, res.WaitingForCommit, res.MovingLater)
+	if res.WaitingForCommit > 0 || res.MovingLater > 0 {
+		time.AfterFunc(drain, func() { r.endPinned(t, drain) })
+	}
+	return res, nil
+}
+
+// endPinned ends the sessions still in a transaction on an old backend drain after a move.
+func (r *Relay) endPinned(t *target, drain time.Duration) {
+	for _, s := range r.snapshot() {
+		if s.gen.Load() < t.gen && s.inTrans() && s.ended.Load() == nil {
+			s.end(fmt.Sprintf("relay: session ended: still in a transaction %s after the move to %s (the transaction is rolled back)", drain, t.addr))
+		}
+	}
+}
+
+type status struct {
+	Backend       string  `json:"backend"`
+	Generation    uint64  `json:"generation"`
+	Holding       bool    `json:"holding"`
+	HeldForS      float64 `json:"held_for_s"`
+	MaxHoldS      float64 `json:"max_hold_s"`
+	Sessions      int     `json:"sessions"`
+	Idle          int     `json:"idle"`
+	Held          int     `json:"held"`
+	Busy          int     `json:"busy"`
+	LoggingIn     int     `json:"logging_in"`
+	InTransaction int     `json:"in_transaction"`
+	OnOldBackend  int     `json:"on_old_backend"`
+	Ended         int     `json:"ended"`
+}
+
+func (r *Relay) status() status {
+	t := r.target.Load()
+	st := status{Backend: t.addr, Generation: t.gen, MaxHoldS: r.maxHold.Seconds()}
+	if g := r.gate.Load(); g != nil {
+		st.Holding, st.HeldForS = true, time.Since(g.since).Seconds()
+	}
+	for _, s := range r.snapshot() {
+		st.Sessions++
+		switch s.phase.Load() {
+		case phaseIdle:
+			st.Idle++
+		case phaseHeld:
+			st.Held++
+		case phaseBusy:
+			st.Busy++
+		case phaseLogin:
+			st.LoggingIn++
+		}
+		if s.inTrans() {
+			st.InTransaction++
+		}
+		if g := s.gen.Load(); g != 0 && g != t.gen {
+			st.OnOldBackend++
+		}
+		if s.ended.Load() != nil {
+			st.Ended++
+		}
+	}
+	return st
+}
+
+// control answers one command per line with one JSON line: hold, release, move HOST:PORT
+// [DRAIN_S], status, reload. Each command is idempotent.
+func (r *Relay) control(c net.Conn) {
+	defer c.Close()
+	sc := bufio.NewScanner(c)
+	enc := json.NewEncoder(c)
+	for sc.Scan() {
+		args := strings.Fields(sc.Text())
+		if len(args) == 0 {
+			continue
+		}
+		out := map[string]any{"ok": true}
+		var err error
+		switch args[0] {
+		case "hold":
+			r.hold()
+		case "release":
+			r.release("released")
+		case "move":
+			drain := r.drain
+			if len(args) == 3 {
+				var sec float64
+				if sec, err = strconv.ParseFloat(args[2], 64); err == nil {
+					drain = time.Duration(sec * float64(time.Second))
+				}
+			} else if len(args) != 2 {
+				err = fmt.Errorf("usage: move HOST:PORT [DRAIN_S]")
+			}
+			if err == nil {
+				var res moveResult
+				res, err = r.move(args[1], drain)
+				out["move"] = res
+			}
+		case "status":
+		case "reload":
+			err = r.reload()
+		default:
+			err = fmt.Errorf("unknown command %q (hold, release, move HOST:PORT [DRAIN_S], status, reload)", args[0])
+		}
+		if err != nil {
+			out["ok"], out["error"] = false, err.Error()
+		}
+		out["status"] = r.status()
+		if enc.Encode(out) != nil {
+			return
+		}
+	}
+}
