@@ -35,7 +35,6 @@ from dbmigrate.routing.relay import RelayControl
 
 RELAY_SOURCES = Path(__file__).resolve().parents[3] / "relay"
 MAX_SOCKET_PATH = 100
-USERS_SQL = "SELECT User, authentication_string FROM mysql.user WHERE plugin='mysql_native_password'"
 
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -72,10 +71,9 @@ def relay_binary(src: Path = RELAY_SOURCES) -> Path:
     return out
 
 
-def write_users_file(path: Path, rows: list[dict[str, Any]]) -> int:
+def write_users_file(path: Path, accounts: list[tuple[str, str]]) -> int:
     """One `user *HEX` line per mysql_native_password account; mode 0600 from its creation."""
-    lines = sorted({f"{r['User']} {r['authentication_string']}\n" for r in rows
-                    if r.get("User") and str(r.get("authentication_string") or "").startswith("*")})
+    lines = sorted({f"{user} {h}\n" for user, h in accounts if user and h.startswith("*")})
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.writelines(lines)
@@ -123,7 +121,8 @@ def start(boxes: Any, sandbox_name: str, *, max_hold_s: float = 10, drain_s: flo
     """Start the relay in front of the sandbox's cluster (backend: its writable instance) and
     make it the cluster's router in the inventory. Returns state.relay. Idempotent while it runs."""
     from dbmigrate.config import load_inventory
-    from dbmigrate.rehearsal.sandbox.haproxy import _writable_instance
+    from dbmigrate.db.inspector import Inspector
+    from dbmigrate.rehearsal.sandbox.haproxy import writable_instance
 
     state = boxes.find(sandbox_name)
     if state.relay and state.relay.get("pid") and _is_our_relay(state.relay["pid"], state.relay["binary"]):
@@ -131,13 +130,13 @@ def start(boxes: Any, sandbox_name: str, *, max_hold_s: float = 10, drain_s: flo
     names = [n for n, i in state.instances.items() if i.cluster == state.name]
     if not names:
         raise SandboxError(f"sandbox {state.name} has no instance in cluster {state.name}")
-    writer = _writable_instance(boxes, state, names)
+    writer = writable_instance(boxes, state, names)
     binary = relay_binary()
     rdir = state.path / "relay"
     rdir.mkdir(exist_ok=True)
     users_file = rdir / "users"
     with load_inventory(state.inventory_file).open(writer) as server:
-        count = write_users_file(users_file, server.query(USERS_SQL))
+        count = write_users_file(users_file, Inspector(server).native_password_hashes())
     if not count:
         raise SandboxError(f"{writer} has no mysql_native_password account: the relay could log nobody in")
     control, tmp_dir = _socket_path(rdir)
