@@ -138,7 +138,12 @@ class RelayRouter(Router):
         intent = RouteIntent(seq if seq is not None else 0, "; ".join(cmds), "; ".join(back), self.by_hand())
         if log is not None:
             log.sent(intent)
-        answer = self.control.request(cmds)  # RouterNoAnswer: in doubt, the caller's journal says so
+        try:
+            answer = self.control.request(cmds)  # RouterNoAnswer: in doubt, the caller's journal says so
+        except RouterGone:
+            if log is not None:
+                log.answered(intent)  # not sent: nothing listens there, it can never run
+            raise
         if log is not None:
             log.answered(intent)
         if answer.get("ok") is not True:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dbmigrate.clock import Clock
-from dbmigrate.routing.base import RouterError, ServerLike, as_ref
+from dbmigrate.routing.base import RouterError, RouterGone, ServerLike, as_ref
 from dbmigrate.routing.relay import RelayRouter
 
 QUIET_POLL_S = 0.005
@@ -61,6 +61,16 @@ def _change(router: Any, cmds: list[str], back: list[str], what: str) -> None:
         router.send_change(cmds, back)
     else:
         router.send_change(cmds, back, what=what)
+
+
+def _release(router: Any, what: str) -> str:
+    """`release`; a relay that is gone (nothing listens) holds nothing: its hold went with it, and
+    a relay started again starts without one. Empty when released, else what happened."""
+    try:
+        _change(router, ["release"], ["release"], what=what)
+    except RouterGone as e:
+        return f"the relay is gone ({e.message}): its hold went with it"
+    return ""
 
 
 def can_hold(router: Any) -> bool:
@@ -123,8 +133,8 @@ def release(router: Any, new: ServerLike | None = None, old: ServerLike | None =
         if new is not None:
             router.switch_writer(new, old, persist=False)
     finally:
-        _change(router, ["release"], ["release"], what="to release the relay's held sessions")
-    return f"sessions held by the relay released to {as_ref(new) if new is not None else held.address}"
+        gone = _release(router, "to release the relay's held sessions")
+    return gone or f"sessions held by the relay released to {as_ref(new) if new is not None else held.address}"
 
 
 def release_leftover(router: Any, saved: dict[str, Any] | None) -> str:
@@ -134,5 +144,5 @@ def release_leftover(router: Any, saved: dict[str, Any] | None) -> str:
         return release(router)
     if not saved:
         return ""
-    _change(router, ["release"], ["release"], what="to release a hold of the relay left by a stopped run")
-    return "the relay's hold left by a stopped run released"
+    gone = _release(router, "to release a hold of the relay left by a stopped run")
+    return gone or "the relay's hold left by a stopped run released"

@@ -149,3 +149,16 @@ def test_a_hold_a_dead_process_left_is_released_by_the_undo_through_the_journal(
     assert not world.relay.holding and "released" in said
     assert world.events()[0] == "release" and CutoverState.load(world.ctx.state).held is None
     assert world.relay.backend == DB1 and world.topo.writable() == ["db1"]
+
+
+def test_a_relay_killed_while_holding_releases_nothing_and_the_undo_goes_on(world: World) -> None:
+    """kill -9 of the relay after the hold: its hold went with it; the undo of the fence step
+    does not stop on the release it can no longer send (RouterGone), and the old primary stays
+    the writer."""
+    sw = world.cut.sw(world.ctx)
+    kit.hold_and_end_idle(sw, world.ctx)
+    world.relay.close()  # nothing listens on the control socket any more
+    said = kit.undo_fence(world.cut, world.ctx)
+    st = CutoverState.load(world.ctx.state)
+    assert "its hold went with it" in said and st.held is None and st.router_change is None
+    assert world.topo.writable() == ["db1"]
