@@ -41,7 +41,11 @@ Targets on a quiet machine: p50 <= 10 ms, max <= 60 ms, 0 lost.
 
     python bench/switchover.py [--rounds 10] [--json] [--lagging] [--rate TPS] [--candidate-buffer-pool-mb MB]
                                [--tool-cpus LIST] [--in-process] [--hold-new-connections [on|off|both]]
-                               [--alternate-with TREE]
+                               [--alternate-with TREE] [--router haproxy|relay]
+
+--router relay puts the relay (relay/, docs/internals/relay.md) in front of the cluster as its
+router (HAProxy still starts, unused for writes): the writer, sysbench and the pools write through
+the relay, and promote drives it (with --hold-new-connections: hold, wait, fence, open, move).
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ from dbmigrate.engine.journal import Journal
 from dbmigrate.rehearsal.clients import ClientProcess, FixedAddress, console_line, create_table
 from dbmigrate.rehearsal.clients.pools import KINDS
 from dbmigrate.rehearsal.sandbox import haproxy
+from dbmigrate.rehearsal.sandbox import relay as sandbox_relay
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.rehearsal.sysbench import Sysbench
 from writer_process import WriterProcess
@@ -620,7 +625,7 @@ def discover(state, name: str, url: str) -> None:
 def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rate: int | None = None,
               candidate_buffer_pool_mb: int | None = None,
               budget_s: float | None = FENCED_CATCHUP_BUDGET_S, operator: bool = True,
-              alternate_with: Path | None = None, hold: str = "off") -> dict:
+              alternate_with: Path | None = None, hold: str = "off", router_kind: str = "haproxy") -> dict:
     tools = tools_for(orchestrator_url, alternate_with, hold)
     boxes = Sandboxes()
     name = f"bench{os.getpid() % 10000}"
@@ -632,6 +637,8 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                            or (LAGGING_BUFFER_POOL_MB if lagging else BUFFER_POOL_MB),
                            extra=LAGGING_CANDIDATE if lagging else None)
         haproxy.start(boxes, name)
+        if router_kind == "relay":
+            sandbox_relay.start(boxes, name, max_hold_s=15)  # the cluster's router from here on
         state = boxes.find(name)
         if orchestrator_url:
             discover(state, name, orchestrator_url)
@@ -653,7 +660,12 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         with inv.open(f"{name}-1") as p:
             create_table(p)
         router = inv.cluster(name).router
-        clients = ClientProcess(FixedAddress(router.address, router.writer_port), inv.app_credentials(name)).start()
+        if router.kind == "relay":
+            relay_host, _, relay_port = router.address.rpartition(":")
+            writes_to = FixedAddress(relay_host, int(relay_port))
+        else:
+            writes_to = FixedAddress(router.address, router.writer_port)
+        clients = ClientProcess(writes_to, inv.app_credentials(name)).start()
         clients.wait_for_calls(5)
         targets = [f"{name}-new", f"{name}-1"]
         done: list[dict] = []
@@ -681,7 +693,7 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
                    for i, r in enumerate(done) if (r.get("gap_ms_whole_call") or 0) > 30]
         report = verifier.check(catch_up_timeout_s=60)
         writer = targets[1 - where]  # the primary after the last round
-        out = {"lagging": lagging, "load_rate_tps": rate, "fenced_catchup_budget_s": budget_s, "candidate_buffer_pool_mb": candidate_buffer_pool_mb
+        out = {"router": router_kind, "lagging": lagging, "load_rate_tps": rate, "fenced_catchup_budget_s": budget_s, "candidate_buffer_pool_mb": candidate_buffer_pool_mb
                or (LAGGING_BUFFER_POOL_MB if lagging else BUFFER_POOL_MB), "results": [summary(done, t) for t in tools], "rounds": done,
                # Lost: acknowledged and not on the server that takes the writes at the end.
                "lost_writes": len(report.lost.get(writer, [])), "acknowledged": report.acknowledged,
@@ -813,6 +825,8 @@ def main() -> int:
     ap.add_argument("--alternate-with", type=Path, default=None, metavar="TREE",
                     help="a checkout of another commit: rounds alternate its tool with this checkout's, on the "
                          "same sandbox and load (a before/after in one run)")
+    ap.add_argument("--router", choices=("haproxy", "relay"), default="haproxy",
+                    help="the router the writer, the load and the pools write through, and promote drives")
     args = ap.parse_args()
     if args.alternate_with is not None and not (args.alternate_with / "dbmigrate" / "__main__.py").is_file():
         ap.error(f"--alternate-with {args.alternate_with}: not a checkout of this project (no dbmigrate/__main__.py)")
@@ -839,7 +853,8 @@ def main() -> int:
     out = run_bench(args.rounds, args.lagging, url, say, rate=args.rate,
                     candidate_buffer_pool_mb=args.candidate_buffer_pool_mb,
                     budget_s=args.fenced_catchup_budget_ms / 1000 or None, operator=not args.in_process,
-                    alternate_with=args.alternate_with, hold=args.hold_new_connections)
+                    alternate_with=args.alternate_with, hold=args.hold_new_connections,
+                    router_kind=args.router)
     if not url:
         out["orchestrator"] = "skipped: ORCHESTRATOR_URL is not set"
     if args.json:

@@ -187,7 +187,15 @@ class NoRouterSpec(Strict):
     kind: Literal["none"]
 
 
-RouterSpec = Union[HAProxyRouterSpec, DsnFileRouterSpec, NoRouterSpec]
+class RelayRouterSpec(Strict):
+    """The relay (relay/, docs/internals/relay.md): writes only, sessions moved with their state."""
+
+    kind: Literal["relay"]
+    address: str = Field(description="HOST:PORT where the applications connect to the relay")
+    control_socket: str = Field(description="the relay's control socket (its -control)")
+
+
+RouterSpec = Union[HAProxyRouterSpec, DsnFileRouterSpec, NoRouterSpec, RelayRouterSpec]
 
 
 class ClusterSpec(Strict):

@@ -2,7 +2,8 @@
 // and move it, with its state, to another backend: a switchover with no client error.
 //
 //	relay -listen 127.0.0.1:3307 -backend 127.0.0.1:3306 -users FILE -control /run/relay.sock
-//	relay ctl -control /run/relay.sock hold | release | move HOST:PORT [DRAIN_S] | status | reload
+//	relay ctl -control /run/relay.sock hold | release | move HOST:PORT [DRAIN_S] | status | reload | seq N
+//	relay ... -state FILE   (the backend saved on every move, read at start)
 //
 // FILE holds one "user *HEX" line per account: mysql.user.authentication_string, the
 // mysql_native_password hash (never a password). See docs/internals/relay.md.
@@ -33,16 +34,28 @@ func main() {
 	maxHold := flag.Float64("max-hold-s", 10, "a hold not released within this many seconds releases by itself")
 	drain := flag.Float64("drain-s", 5, "after a move, sessions still in a transaction this long are ended")
 	verbose := flag.Bool("v", false, "log every session's connection")
+	statePath := flag.String("state", "", "file where every move saves the backend; read at start (it wins over -backend)")
 	flag.Parse()
 	if *backend == "" || *users == "" || *control == "" {
 		fmt.Fprintln(os.Stderr, "relay: -backend, -users and -control are required")
 		flag.Usage()
 		os.Exit(2)
 	}
+	if *statePath != "" {
+		saved, err := loadState(*statePath)
+		if err != nil {
+			log.Fatalf("relay: %v", err)
+		}
+		if saved != "" && saved != *backend {
+			log.Printf("relay: state file %s: backend %s (not -backend %s)", *statePath, saved, *backend)
+			*backend = saved
+		}
+	}
 	r, err := newRelay(*backend, *users, seconds(*maxHold), seconds(*drain))
 	if err != nil {
 		log.Fatalf("relay: %v", err)
 	}
+	r.statePath = *statePath
 	r.verbose = *verbose
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

@@ -39,6 +39,10 @@ type Relay struct {
 	target atomic.Pointer[target]
 	gate   atomic.Pointer[gate]
 
+	statePath string        // -state: the backend saved on every move, read at start ("" = none)
+	started   time.Time     // this process's start (status: started_ms)
+	seq       atomic.Uint64 // the largest `seq N` marker run so far (status: seq)
+
 	mu        sync.Mutex // guards the fields below, and the hold's timer
 	holdTimer *time.Timer
 	hashes    map[string][]byte
@@ -54,6 +58,7 @@ func newRelay(backend, usersPath string, maxHold, drain time.Duration) (*Relay, 
 		return nil, fmt.Errorf("backend %q: %v", backend, err)
 	}
 	r.target.Store(&target{addr: backend, gen: 1})
+	r.started = time.Now()
 	if err := r.reload(); err != nil {
 		return nil, err
 	}
@@ -180,6 +185,10 @@ func (r *Relay) move(addr string, drain time.Duration) (moveResult, error) {
 	r.mu.Lock()
 	t := r.target.Load()
 	if t.addr != addr {
+		if err := r.saveState(addr); err != nil {
+			r.mu.Unlock()
+			return res, err // not moved: a restart would read the old backend back
+		}
 		t = &target{addr: addr, gen: t.gen + 1}
 		r.target.Store(t)
 		log.Printf("move: backend is now %s (generation %d)", addr, t.gen)
@@ -258,11 +267,14 @@ type status struct {
 	InTransaction int     `json:"in_transaction"`
 	OnOldBackend  int     `json:"on_old_backend"`
 	Ended         int     `json:"ended"`
+	Seq           uint64  `json:"seq"`
+	StartedMs     int64   `json:"started_ms"`
 }
 
 func (r *Relay) status() status {
 	t := r.target.Load()
-	st := status{Backend: t.addr, Generation: t.gen, MaxHoldS: r.maxHold.Seconds()}
+	st := status{Backend: t.addr, Generation: t.gen, MaxHoldS: r.maxHold.Seconds(), Seq: r.seq.Load(),
+		StartedMs: r.started.UnixMilli()}
 	if g := r.gate.Load(); g != nil {
 		st.Holding, st.HeldForS = true, time.Since(g.since).Seconds()
 	}
@@ -291,51 +303,127 @@ func (r *Relay) status() status {
 	return st
 }
 
-// control answers one command per line with one JSON line: hold, release, move HOST:PORT
-// [DRAIN_S], status, reload. Each command is idempotent.
+// control answers each line with one JSON line. A line holds one command or several separated by
+// ";", run in order until one fails: hold, release, move HOST:PORT [DRAIN_S], status, reload, and
+// seq N, a marker that records N (the largest so far shows in status as seq): put last on a line,
+// a seq seen in status says that every command before it on its line has run. Each command is
+// idempotent.
 func (r *Relay) control(c net.Conn) {
 	defer c.Close()
 	sc := bufio.NewScanner(c)
 	enc := json.NewEncoder(c)
 	for sc.Scan() {
-		args := strings.Fields(sc.Text())
-		if len(args) == 0 {
-			continue
-		}
 		out := map[string]any{"ok": true}
-		var err error
-		switch args[0] {
-		case "hold":
-			r.hold()
-		case "release":
-			r.release("released")
-		case "move":
-			drain := r.drain
-			if len(args) == 3 {
-				var sec float64
-				if sec, err = strconv.ParseFloat(args[2], 64); err == nil {
-					drain = time.Duration(sec * float64(time.Second))
-				}
-			} else if len(args) != 2 {
-				err = fmt.Errorf("usage: move HOST:PORT [DRAIN_S]")
+		ran := 0
+		for _, cmd := range strings.Split(sc.Text(), ";") {
+			args := strings.Fields(cmd)
+			if len(args) == 0 {
+				continue
 			}
-			if err == nil {
-				var res moveResult
-				res, err = r.move(args[1], drain)
-				out["move"] = res
+			ran++
+			if err := r.command(args, out); err != nil {
+				out["ok"], out["error"] = false, err.Error()
+				break
 			}
-		case "status":
-		case "reload":
-			err = r.reload()
-		default:
-			err = fmt.Errorf("unknown command %q (hold, release, move HOST:PORT [DRAIN_S], status, reload)", args[0])
 		}
-		if err != nil {
-			out["ok"], out["error"] = false, err.Error()
+		if ran == 0 {
+			continue
 		}
 		out["status"] = r.status()
 		if enc.Encode(out) != nil {
 			return
 		}
 	}
+}
+
+func (r *Relay) command(args []string, out map[string]any) error {
+	var err error
+	switch args[0] {
+	case "hold":
+		r.hold()
+	case "release":
+		r.release("released")
+	case "move":
+		drain := r.drain
+		if len(args) == 3 {
+			var sec float64
+			if sec, err = strconv.ParseFloat(args[2], 64); err == nil {
+				drain = time.Duration(sec * float64(time.Second))
+			}
+		} else if len(args) != 2 {
+			err = fmt.Errorf("usage: move HOST:PORT [DRAIN_S]")
+		}
+		if err == nil {
+			var res moveResult
+			res, err = r.move(args[1], drain)
+			out["move"] = res
+		}
+	case "seq":
+		var n uint64
+		if len(args) != 2 {
+			return fmt.Errorf("usage: seq N")
+		}
+		if n, err = strconv.ParseUint(args[1], 10, 64); err != nil {
+			return fmt.Errorf("seq: %q is not a number", args[1])
+		}
+		for {
+			old := r.seq.Load()
+			if n <= old || r.seq.CompareAndSwap(old, n) {
+				break
+			}
+		}
+	case "status":
+	case "reload":
+		err = r.reload()
+	default:
+		err = fmt.Errorf("unknown command %q (hold, release, move HOST:PORT [DRAIN_S], status, reload, seq N)", args[0])
+	}
+	return err
+}
+
+// saveState writes the backend to the -state file (a temporary file synced, then renamed over
+// it), so that a restarted relay starts on the backend of its last move, not its -backend flag.
+func (r *Relay) saveState(addr string) error {
+	if r.statePath == "" {
+		return nil
+	}
+	tmp := r.statePath + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("state file: %v", err)
+	}
+	_, err = fmt.Fprintf(f, "backend %s\n", addr)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, r.statePath)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("state file %s not written (not moved): %v", r.statePath, err)
+	}
+	return nil
+}
+
+// loadState reads the backend the -state file saved; "" when there is no file yet.
+func loadState(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 || f[0] != "backend" {
+		return "", fmt.Errorf("state file %s: not a \"backend HOST:PORT\" line", path)
+	}
+	if _, _, err := net.SplitHostPort(f[1]); err != nil {
+		return "", fmt.Errorf("state file %s: %v", path, err)
+	}
+	return f[1], nil
 }

@@ -1,7 +1,7 @@
 """Traffic routers: where applications send writes and reads, and how to move them.
 
 `router_for(inventory, cluster)` builds the router named in the cluster's
-`router:` section (haproxy, dsn-file or none).
+`router:` section (haproxy, dsn-file, relay or none).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 from dbmigrate.routing.base import NoRouting, RouterError, RouteState, Router, ServerRef, as_ref
 from dbmigrate.routing.dsn_file import DsnFileRouter
 from dbmigrate.routing.haproxy import HAProxyRouter
+from dbmigrate.routing.relay import RelayRouter
 
 if TYPE_CHECKING:  # pragma: no cover
     from dbmigrate.config import Inventory
 
 __all__ = ["Router", "RouteState", "RouterError", "ServerRef", "as_ref", "router_for",
-           "HAProxyRouter", "DsnFileRouter", "NoRouting"]
+           "HAProxyRouter", "DsnFileRouter", "NoRouting", "RelayRouter"]
 
 
 def _path(base: Path, value: str) -> str:
@@ -39,4 +40,6 @@ def router_for(inventory: "Inventory", cluster: str) -> Router:
         return HAProxyRouter(cluster, sock, spec.writer_backend, spec.reader_backend,
                              _path(inventory.base, spec.state_file) if spec.state_file else None,
                              writer_address=f"{spec.address}:{spec.writer_port}" if spec.writer_port else None)
+    if spec.kind == "relay":
+        return RelayRouter(cluster, _path(inventory.base, spec.control_socket), spec.address)
     raise RouterError(f"unknown router kind {spec.kind!r} for cluster {cluster}")  # pragma: no cover - model forbids it

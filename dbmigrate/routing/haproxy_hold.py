@@ -187,6 +187,12 @@ def hold_new_connections(router: Any, old: ServerLike,
     return held
 
 
+def quiesce(router: Any, timeout_s: float, clock: Any) -> str | None:
+    """Nothing to wait for here: the switchover ends the old writer's sessions when idle itself
+    (routing/holds.py; the relay waits instead, routing/relay_hold.py)."""
+    return None
+
+
 def release(router: Any, new: ServerLike | None = None, old: ServerLike | None = None) -> str:
     """End the hold: with `new`, the writer flip first (the queue goes to `new` at once); then
     the old writer's maxconn as it was, then the placeholder closes. A no-op without a hold."""

@@ -29,6 +29,13 @@ class AccountReader(Reader):
         return bool(self.server.scalar("SELECT COUNT(*) AS n FROM mysql.user WHERE User=%s AND Host=%s",
                                        (user, host)))
 
+    def native_password_hashes(self) -> list[tuple[str, str]]:
+        """(user, `*HEX` hash) of every mysql_native_password account: the relay's users file
+        (relay/, docs/internals/relay.md), hashes only, never a password."""
+        rows = self.server.query("SELECT User AS u, authentication_string AS h FROM mysql.user "
+                                 "WHERE plugin='mysql_native_password'")
+        return [(str(r["u"]), str(r["h"] or "")) for r in rows]
+
     def user_hosts(self, user: str) -> list[str]:
         """Host parts of the accounts named `user` (for SHOW GRANTS FOR user@host)."""
         rows = self.server.query("SELECT Host AS h FROM mysql.user WHERE User=%s ORDER BY Host", (user,))

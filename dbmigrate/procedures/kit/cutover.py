@@ -193,8 +193,22 @@ def undo_fence(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     except DbmigrateError:
         untouched = False  # cannot tell: converge on the safe shape
     if untouched:
-        return f"nothing to undo: {cut.old} was not fenced"
+        # A hold a process that died before the fence left (the old primary stays the writer). A hold
+        # is journaled before it is sent: with none journaled the router is not even read (a dead or
+        # frozen router must not fail an undo that changes nothing).
+        released = release_leftover(sw, ctx) if state(ctx).held else ""
+        return f"nothing to undo: {cut.old} was not fenced" + (f"; {released}" if released else "")
     return undo_switchover(cut, ctx)
+
+
+def release_leftover(sw: Switchover, ctx: RunContext[Any, Any]) -> str:
+    """A hold of new connections this process (or one that died) left: the router put back,
+    through the journaled router (a change still in doubt is settled before it is sent)."""
+    released = sw.release_leftover_hold(state(ctx).held) if not ctx.dry_run else ""
+    if released:
+        with CutoverState.edit(ctx.state) as s:
+            s.held = None
+    return released
 
 
 def is_fenced(cut: Cutover, ctx: RunContext[Any, Any]) -> bool:
@@ -209,12 +223,8 @@ def undo_switchover(cut: Cutover, ctx: RunContext[Any, Any]) -> str:
     # ends, unless the change went with the router's process (nothing listens there any more).
     in_doubt = st.router_change is not None and not (isinstance(sw.router, JournaledRouter)
                                                       and sw.router.change_gone())
-    # A hold of new connections this process (or one that died) left: the router back first,
-    # through the journaled router (a change still in doubt is settled before it is sent).
-    released = sw.release_leftover_hold(st.held) if not ctx.dry_run else ""
-    if released:
-        with CutoverState.edit(ctx.state) as s:
-            s.held = None
+    # A hold of new connections this process (or one that died) left: the router back first.
+    released = release_leftover(sw, ctx)
     said = switch_back(sw, candidate_opened=st.candidate_opened,
                        router_switched=st.switched_at is not None or in_doubt)
     return f"{released}; {said}" if released else said

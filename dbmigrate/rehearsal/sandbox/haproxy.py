@@ -95,7 +95,7 @@ def _socket_path(hdir: Path) -> tuple[str, str | None]:
     return f"{tmp}/admin.sock", tmp
 
 
-def _writable_instance(boxes, state, names: list[str]) -> str:
+def writable_instance(boxes, state, names: list[str]) -> str:
     """The one instance of the cluster that is writable now (asked, not assumed: after a
     switchover the instance created as primary is no longer the writer)."""
     from dbmigrate.config import load_inventory
@@ -148,7 +148,7 @@ def start(boxes, sandbox_name: str) -> dict[str, Any]:
     names = [n for n, i in state.instances.items() if i.cluster == state.name]
     if not names:
         raise SandboxError(f"sandbox {state.name} has no instance in cluster {state.name}")
-    writer = _writable_instance(boxes, state, names)
+    writer = writable_instance(boxes, state, names)
     hdir = state.path / "haproxy"
     hdir.mkdir(exist_ok=True)
     admin_socket, tmp_dir = _socket_path(hdir)

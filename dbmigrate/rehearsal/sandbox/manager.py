@@ -97,6 +97,7 @@ class SandboxState:
     created: float
     instances: dict[str, InstanceState] = field(default_factory=dict)
     haproxy: dict[str, Any] | None = None
+    relay: dict[str, Any] | None = None  # the relay in front of the cluster (sandbox/relay.py): its router
     timings: dict[str, float] = field(default_factory=dict)
     ssh: dict[str, Any] | None = None  # instance -> its sshd (pid, config, access block)
     # mariadbd processes created for this sandbox by other means (a consolidation rehearsal's
@@ -370,6 +371,11 @@ class Sandboxes:
                                 "writer_port": state.haproxy["writer_port"], "reader_port": state.haproxy["reader_port"]}
                 if state.haproxy.get("state_file"):
                     hc["router"]["state_file"] = state.haproxy["state_file"]
+        if state.relay:
+            rc = clusters.get(state.name)
+            if rc is not None:  # where the applications write: the cluster's router, HAProxy or not
+                rc["router"] = {"kind": "relay", "address": f"127.0.0.1:{state.relay['port']}",
+                                "control_socket": state.relay["control_socket"]}
         doc = {"version": 1,
                "defaults": {"credentials": {"defaults_file": "credentials.cnf", "group": "client-admin"}},
                "clusters": clusters}
@@ -454,6 +460,10 @@ class Sandboxes:
             from dbmigrate.rehearsal.sandbox import haproxy as hap  # optional component
 
             hap.stop(state)
+        if state.relay:
+            from dbmigrate.rehearsal.sandbox import relay  # optional component
+
+            relay.stop(state)
         if state.ssh:
             from dbmigrate.rehearsal.sandbox import sshd  # optional component
 

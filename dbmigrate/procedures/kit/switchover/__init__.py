@@ -57,7 +57,7 @@ from dbmigrate.procedures.kit.switchover.state import SwitchoverState
 from dbmigrate.procedures.kit.switchover.switch_back import switch_back
 from dbmigrate.procedures.kit.switchover.verify import VerifyWrites
 from dbmigrate.procedures.kit.switchover.without_old import WithoutOldPrimary
-from dbmigrate.routing import haproxy_hold
+from dbmigrate.routing.holds import HeldRoute
 
 __all__ = ["Notify", "Record", "ReplicationStopped", "Switchover", "SwitchoverServers",
            "SwitchoverParams", "WriterRouter", "switch_back"]
@@ -191,13 +191,13 @@ class Switchover:
         return self.fencing.holds_new_connections()
 
     def hold_and_end_idle(self, name: str | None = None,
-                          journal: Callable[[haproxy_hold.Hold], None] | None = None) -> str:
+                          journal: Callable[[HeldRoute], None] | None = None) -> str:
         return self.fencing.hold_and_end_idle(name, journal)
 
     def release_hold(self, to_new: str | None = None) -> str:
         return self.fencing.release_hold(to_new)
 
-    def current_hold(self) -> haproxy_hold.Hold | None:
+    def current_hold(self) -> HeldRoute | None:
         return self.fencing.current_hold()
 
     def release_leftover_hold(self, saved: dict[str, Any] | None) -> str:

@@ -10,6 +10,7 @@ from dbmigrate.db.connection import ROUND_TRIP_MARGIN_S, QueryError
 from dbmigrate.exceptions import DbmigrateError, SafetyError
 from dbmigrate.procedures.kit.drain import UNKNOWN_THREAD, drain, end_when_idle, protected_users
 from dbmigrate.routing import haproxy_hold
+from dbmigrate.routing.holds import ConnectionHold, HeldRoute, hold_of
 from dbmigrate.procedures.kit.switchover.inputs import StepInputs
 from dbmigrate.procedures.kit.switchover.router import WriterRouter
 from dbmigrate.procedures.kit.switchover.state import SwitchoverState
@@ -117,21 +118,33 @@ class OldPrimaryFence:
         return done.open_at_start, done.ended, 0
 
     # -- the edges of the window: new connections held, the old writer's sessions ended when idle
+    # (HAProxy) or held and moved with the flip (the relay); routing/holds.py picks the hold
+    @property
+    def holding(self) -> ConnectionHold | None:
+        return hold_of(self.router)
+
     def holds_new_connections(self) -> bool:
+        kind = self.holding
         return (not self.dry_run and self.s.hold_new_connections and self.s.kill_app_sessions
-                and haproxy_hold.can_hold(self.router))
+                and kind is not None and kind.can_hold(self.router))
 
     def hold_and_end_idle(self, name: str | None = None,
-                          journal: Callable[[haproxy_hold.Hold], None] | None = None) -> str:
+                          journal: Callable[[HeldRoute], None] | None = None) -> str:
         """Just before the fence: the router holds new connections in its queue, then each of
         `name`'s writer-route sessions is ended as soon as it is idle (in-flight statements
         finish; transactions get fence_drain_timeout_s, then end). A pool that checks a kept
         connection before reuse meets a dead one and opens a new one, which waits in the queue
-        until the candidate opens: no 1290, no statement cut. Empty when the router cannot hold."""
+        until the candidate opens: no 1290, no statement cut. Empty when the router cannot hold.
+        Through the relay no session is ended: each is held at its next boundary, and the wait
+        (fence_drain_timeout_s) is until none is busy or in a transaction; the flip moves them."""
         name = name or self.old
-        if not self.holds_new_connections():
+        kind = self.holding
+        if kind is None or not self.holds_new_connections():
             return ""
-        haproxy_hold.hold_new_connections(self.router, self.on.server(name), journal)
+        kind.hold_new_connections(self.router, self.on.server(name), journal)
+        quiet = kind.quiesce(self.router, self.s.fence_drain_timeout_s, self.clock)
+        if quiet is not None:
+            return quiet
         insp = self.on.insp(name)
         protected = protected_users(insp, self.topo.repl.user, self.s.admin_users)
         writers = haproxy_hold.writer_route_hosts(self.router, self.on.server(name))
@@ -146,24 +159,27 @@ class OldPrimaryFence:
     def release_hold(self, to_new: str | None = None) -> str:
         """End the hold: with `to_new`, the writer flip to it first (held connections go there at
         once); without, the held connections go on to the old writer. A no-op without a hold."""
-        if self.dry_run or haproxy_hold.haproxy_of(self.router) is None:
+        kind = self.holding
+        if self.dry_run or kind is None:
             return ""
         if to_new is None:
-            return haproxy_hold.release(self.router)
+            return kind.release(self.router)
         other = self.old if to_new == self.new else self.new
-        return haproxy_hold.release(self.router, self.on.server(to_new), self.on.server(other))
+        return kind.release(self.router, self.on.server(to_new), self.on.server(other))
 
-    def current_hold(self) -> haproxy_hold.Hold | None:
-        return haproxy_hold.current_hold(self.router)
+    def current_hold(self) -> HeldRoute | None:
+        kind = self.holding
+        return kind.current_hold(self.router) if kind is not None else None
 
     def release_leftover_hold(self, saved: dict[str, Any] | None) -> str:
         """The router's hold put back: this process's, or one a process that died left (journaled)."""
-        if self.dry_run or haproxy_hold.haproxy_of(self.router) is None:
+        kind = self.holding
+        if self.dry_run or kind is None:
             return ""
-        return haproxy_hold.release_leftover(self.router, saved)
+        return kind.release_leftover(self.router, saved)
 
     def is_holding(self) -> bool:
-        return haproxy_hold.current_hold(self.router) is not None
+        return self.current_hold() is not None
 
     def seal_old(self, bypass: set[str] | None = None) -> tuple[str, str]:
         """Before the candidate opens: the old primary must still be read-only, and every session

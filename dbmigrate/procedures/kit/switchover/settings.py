@@ -69,9 +69,11 @@ class SwitchoverParams(FenceParams):
                                                       "that pools reconnect through the router")
     hold_new_connections: bool = Field(False, description="opt-in: through an HAProxy router with a writer port, "
                                        "new connections wait in its queue from just before the fence until the "
-                                       "candidate opens, and the old primary's writer sessions end when idle (the "
-                                       "router's flip then moves into the open step, not yet covered by the fault "
-                                       "matrix); docs/operations/what-the-application-sees.md")
+                                       "candidate opens, and the old primary's writer sessions end when idle; "
+                                       "through a relay router, every session waits at its next statement boundary "
+                                       "and is moved to the candidate as it opens, none ended (the router's flip "
+                                       "then moves into the open step, not yet covered by the fault matrix); "
+                                       "docs/operations/what-the-application-sees.md")
     admin_users: list[str] = Field(default_factory=list, description="accounts whose sessions on the fenced server "
                                    "are not ended (the tool's own and the replication account's never are)")
     catchup_timeout_s: float = Field(5, gt=0, le=300, description="after the fence, the candidate must apply the old "

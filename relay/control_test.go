@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func controlLine(t *testing.T, r *Relay, line string) map[string]any {
+	t.Helper()
+	a, b := net.Pipe()
+	go r.control(b)
+	defer a.Close()
+	a.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintln(a, line); err != nil {
+		t.Fatal(err)
+	}
+	answer, err := bufio.NewReader(a).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal([]byte(answer), &out); err != nil {
+		t.Fatalf("%q: %v", answer, err)
+	}
+	return out
+}
+
+func TestControlLineOfSeveralCommandsAndTheSeqMarker(t *testing.T) {
+	h2 := sha1sum(sha1sum([]byte("pw")))
+	a, b := newFakeBackend(t, h2, 1), newFakeBackend(t, h2, 1)
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	os.WriteFile(users, []byte(fmt.Sprintf("app *%X\n", h2)), 0o600)
+	r, err := newRelay(a.addr(), users, 5*time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := controlLine(t, r, "status")["status"].(map[string]any)
+	if st["seq"].(float64) != 0 || st["started_ms"].(float64) < float64(time.Now().Add(-time.Minute).UnixMilli()) {
+		t.Fatalf("%v", st)
+	}
+	out := controlLine(t, r, "hold; move "+b.addr()+"; release; seq 42")
+	st = out["status"].(map[string]any)
+	if out["ok"] != true || st["backend"] != b.addr() || st["generation"].(float64) != 2 || st["holding"] != false || st["seq"].(float64) != 42 {
+		t.Fatalf("%v", out)
+	}
+	// A smaller marker leaves the largest; a failed command stops the line before its marker.
+	controlLine(t, r, "seq 7")
+	out = controlLine(t, r, "move nowhere; seq 50")
+	st = out["status"].(map[string]any)
+	if out["ok"] != false || st["seq"].(float64) != 42 || st["backend"] != b.addr() {
+		t.Fatalf("%v", out)
+	}
+}
+
+func TestStateFileSavedOnEveryMoveAndReadAtStart(t *testing.T) {
+	h2 := sha1sum(sha1sum([]byte("pw")))
+	a, b := newFakeBackend(t, h2, 1), newFakeBackend(t, h2, 1)
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	os.WriteFile(users, []byte(fmt.Sprintf("app *%X\n", h2)), 0o600)
+	state := filepath.Join(dir, "relay.state")
+	if saved, err := loadState(state); saved != "" || err != nil {
+		t.Fatalf("no file yet: %q %v", saved, err)
+	}
+	r, _ := newRelay(a.addr(), users, 5*time.Second, time.Second)
+	r.statePath = state
+	if _, err := r.move(b.addr(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if saved, err := loadState(state); saved != b.addr() || err != nil {
+		t.Fatalf("%q %v", saved, err)
+	}
+	if fi, _ := os.Stat(state); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", fi.Mode().Perm())
+	}
+	// A state file that cannot be written refuses the move: a restart would go back.
+	r.statePath = filepath.Join(dir, "missing", "relay.state")
+	if _, err := r.move(a.addr(), time.Second); err == nil || r.status().Backend != b.addr() {
+		t.Fatalf("moved without its state saved: %v %v", err, r.status().Backend)
+	}
+	os.WriteFile(state, []byte("garbage\n"), 0o600)
+	if _, err := loadState(state); err == nil {
+		t.Fatal("a garbled state file must be refused")
+	}
+}

@@ -1,0 +1,102 @@
+"""A stand-in for the relay's control socket (relay/relay.go `control`): a unix-socket server in
+a thread that answers each line as the relay does (commands separated by ";", run in order until
+one fails, one JSON line with the status), keeps the backend, generation, hold and seq marker,
+and records every command, in `sent` (shared with a fake topology's when given) as
+("relay", command)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+
+class FakeRelay:
+    def __init__(self, path: Path, backend: str, sent: list[tuple[str, str]] | None = None):
+        self.path = str(path)
+        self.backend, self.generation, self.holding, self.seq = backend, 1, False, 0
+        self.started_ms = int(time.time() * 1000)
+        self.sent: list[tuple[str, str]] = sent if sent is not None else []
+        self.lines: list[str] = []
+        # status fields a test sets; `busy_polls` status answers report one busy session first
+        self.counts = {"sessions": 3, "idle": 3, "held": 0, "busy": 0, "logging_in": 0, "in_transaction": 0}
+        self.busy_polls = 0
+        self.mute = False  # read the line, never answer (a frozen relay)
+        self.on_command: Callable[[str], None] | None = None
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(16)
+        self._stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def status(self) -> dict[str, Any]:
+        counts = dict(self.counts)
+        if self.busy_polls > 0:
+            self.busy_polls -= 1
+            counts["busy"] = 1
+        if self.holding:
+            counts["held"], counts["idle"] = counts["idle"], 0
+        return {"backend": self.backend, "generation": self.generation, "holding": self.holding,
+                "held_for_s": 0, "max_hold_s": 10, **counts, "on_old_backend": 0, "ended": 0,
+                "seq": self.seq, "started_ms": self.started_ms}
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                line = data.decode().strip()
+                if not line:
+                    continue
+                self.lines.append(line)
+                if self.mute:
+                    time.sleep(1.0)
+                    continue
+                conn.sendall((json.dumps(self.answer(line)) + "\n").encode())
+
+    def answer(self, line: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": True}
+        for cmd in (c.strip() for c in line.split(";")):
+            if not cmd:
+                continue
+            args = cmd.split()
+            if args[0] != "status":
+                self.sent.append(("relay", cmd))
+            if self.on_command is not None:
+                self.on_command(cmd)
+            if args[0] == "hold":
+                self.holding = True
+            elif args[0] == "release":
+                self.holding = False
+            elif args[0] == "move" and len(args) >= 2 and ":" in args[1]:
+                if args[1] != self.backend:
+                    self.backend, self.generation = args[1], self.generation + 1
+                out["move"] = {"moved": 3, "failed": 0, "waiting_in_transaction": 0, "moving_at_next_command": 0}
+            elif args[0] == "seq":
+                self.seq = max(self.seq, int(args[1]))
+            elif args[0] != "status":
+                out["ok"], out["error"] = False, f"unknown command {cmd!r}"
+                break
+        out["status"] = self.status()
+        return out
