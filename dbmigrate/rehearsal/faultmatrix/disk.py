@@ -3,8 +3,9 @@
 The sandboxes' datadirs share the machine's disk; filling that would fill it for every
 other process. `SmallDatadir` stops the instance, mounts a tmpfs of `size_mb` over its
 datadir (its files copied in), and starts it again; `fill()` takes every free byte of that
-filesystem, `free()` gives them back. The default size leaves the 1 GiB the preflight
-wants free on a candidate (a tmpfs takes memory only for what is written to it). On the way out the instance is stopped and the tmpfs
+filesystem, `free()` gives them back. Its size is the datadir's files plus `headroom_mb`, whose
+default leaves the 1 GiB the preflight wants free on a candidate, however much earlier rows
+grew the datadir (a tmpfs takes memory only for what is written to it). On the way out the instance is stopped and the tmpfs
 unmounted whatever happened (the files under the mount point are the ones from before the
 row: the caller rebuilds the sandbox rather than trusting them).
 """
@@ -41,10 +42,18 @@ def _mounted(path: Path) -> bool:
         return any(line.split()[1] == target for line in f)
 
 
+def size_for(datadir: Path, headroom_mb: int) -> int:
+    """MB for a tmpfs that holds `datadir`'s files with `headroom_mb` free beside them (a sandbox
+    reused by many rows grows its binary and relay logs: a fixed size once left 42 MB)."""
+    used = sum(f.stat().st_size for f in datadir.rglob("*") if f.is_file() and not f.is_symlink())
+    return headroom_mb + -(-used // CHUNK)
+
+
 class SmallDatadir:
-    def __init__(self, boxes: Sandboxes, sandbox: str, instance: str, size_mb: int = 1280):
-        self.boxes, self.sandbox, self.instance, self.size_mb = boxes, sandbox, instance, size_mb
+    def __init__(self, boxes: Sandboxes, sandbox: str, instance: str, headroom_mb: int = 1280):
+        self.boxes, self.sandbox, self.instance = boxes, sandbox, instance
         self.datadir = boxes.find(sandbox).spec(instance).datadir
+        self.size_mb = size_for(self.datadir, headroom_mb)
         self.filler = self.datadir / FILLER
         self.filled_bytes = 0
         self.filled_peak = 0  # what fill() took, kept after free()
