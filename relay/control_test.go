@@ -90,3 +90,34 @@ func TestStateFileSavedOnEveryMoveAndReadAtStart(t *testing.T) {
 		t.Fatal("a garbled state file must be refused")
 	}
 }
+
+func TestALineNumberedBeforeAChangeThatRanIsRefusedWhole(t *testing.T) {
+	h2 := sha1sum(sha1sum([]byte("pw")))
+	a, b := newFakeBackend(t, h2, 1), newFakeBackend(t, h2, 1)
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	os.WriteFile(users, []byte(fmt.Sprintf("app *%X\n", h2)), 0o600)
+	r, err := newRelay(a.addr(), users, 5*time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := controlLine(t, r, "move "+b.addr()+"; release; seq 100"); out["ok"] != true {
+		t.Fatalf("%v", out)
+	}
+	// The move back of an older decision, landing late: nothing of it runs.
+	out := controlLine(t, r, "hold; move "+a.addr()+"; release; seq 99")
+	st := out["status"].(map[string]any)
+	if out["ok"] != false || st["backend"] != b.addr() || st["holding"] != false || st["seq"].(float64) != 100 {
+		t.Fatalf("a stale line ran: %v", out)
+	}
+	// The same change sent again, and a newer one, still run; a line with no marker (by hand) too.
+	if out := controlLine(t, r, "move "+b.addr()+"; release; seq 100"); out["ok"] != true {
+		t.Fatalf("%v", out)
+	}
+	if out := controlLine(t, r, "move "+a.addr()+"; release; seq 101"); out["ok"] != true {
+		t.Fatalf("%v", out)
+	}
+	if out := controlLine(t, r, "status"); out["ok"] != true {
+		t.Fatalf("%v", out)
+	}
+}

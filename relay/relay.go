@@ -306,8 +306,8 @@ func (r *Relay) status() status {
 // control answers each line with one JSON line. A line holds one command or several separated by
 // ";", run in order until one fails: hold, release, move HOST:PORT [DRAIN_S], status, reload, and
 // seq N, a marker that records N (the largest so far shows in status as seq): put last on a line,
-// a seq seen in status says that every command before it on its line has run. Each command is
-// idempotent.
+// a seq seen in status says that every command before it on its line has run. A line whose marker
+// is smaller than the largest already run is refused whole. Each command is idempotent.
 func (r *Relay) control(c net.Conn) {
 	defer c.Close()
 	sc := bufio.NewScanner(c)
@@ -315,6 +315,16 @@ func (r *Relay) control(c net.Conn) {
 	for sc.Scan() {
 		out := map[string]any{"ok": true}
 		ran := 0
+		if n, ok := lineSeq(sc.Text()); ok && n < r.seq.Load() {
+			// A change numbered before one that already ran (sent by a process that died or was
+			// given up on, landing late): refused whole, so it can never undo the newer decision.
+			out["ok"], out["error"] = false, fmt.Sprintf("stale: seq %d is older than %d, a later change already ran; nothing run", n, r.seq.Load())
+			out["status"] = r.status()
+			if enc.Encode(out) != nil {
+				return
+			}
+			continue
+		}
 		for _, cmd := range strings.Split(sc.Text(), ";") {
 			args := strings.Fields(cmd)
 			if len(args) == 0 {
@@ -334,6 +344,18 @@ func (r *Relay) control(c net.Conn) {
 			return
 		}
 	}
+}
+
+// lineSeq is the `seq N` marker of a control line, if it has one.
+func lineSeq(line string) (uint64, bool) {
+	for _, cmd := range strings.Split(line, ";") {
+		if args := strings.Fields(cmd); len(args) == 2 && args[0] == "seq" {
+			if n, err := strconv.ParseUint(args[1], 10, 64); err == nil {
+				return n, true
+			}
+		}
+	}
+	return 0, false
 }
 
 func (r *Relay) command(args []string, out map[string]any) error {
