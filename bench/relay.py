@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from dbmigrate.config import load_inventory  # noqa: E402
 from dbmigrate.rehearsal.sandbox import haproxy  # noqa: E402
+from dbmigrate.rehearsal.sandbox import relay as sandbox_relay  # noqa: E402
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes  # noqa: E402
 from dbmigrate.rehearsal.sandbox.ports import free_port  # noqa: E402
 from dbmigrate.rehearsal.sysbench import parse_report  # noqa: E402
@@ -76,17 +77,6 @@ function thread_done()
   con:disconnect()
 end
 """
-
-
-def build_relay(out_dir: Path) -> Path:
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not os.path.exists(go):
-        sys.exit("go is not installed: cannot build the relay (or pass --relay-binary)")
-    out = out_dir / "relay"
-    t0 = time.monotonic()
-    subprocess.run(["nice", "-n", "10", go, "build", "-o", str(out), "."], cwd=REPO / "relay", check=True)
-    print(f"go build: {time.monotonic() - t0:.1f} s", file=sys.stderr)
-    return out
 
 
 def cpu_ticks(pid: int) -> int:
@@ -164,7 +154,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=10, help="length of each measured run")
     ap.add_argument("--rounds", type=int, default=3, help="rounds, each one run through HAProxy and one through the relay")
     ap.add_argument("--threads", type=int, default=4, help="client connections")
-    ap.add_argument("--relay-binary", type=Path, help="a built relay (default: go build into a temp dir)")
+    ap.add_argument("--relay-binary", type=Path, help="a built relay (default: built from relay/ as the sandbox builds it)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not shutil.which("sysbench"):
@@ -172,7 +162,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="dbm-bench-relay-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)
     os.environ["DBMIGRATE_HOME"] = str(work / "home")
-    binary = a.relay_binary or build_relay(work)
+    binary = a.relay_binary or sandbox_relay.relay_binary()  # built once per version of its sources
     script = work / "relay_bench.lua"
     script.write_text(LUA)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -22,29 +21,20 @@ import mysql.connector
 import pytest
 
 from dbmigrate.config import load_inventory
+from dbmigrate.rehearsal.sandbox import relay as sandbox_relay
+from dbmigrate.exceptions import SandboxError
 from dbmigrate.rehearsal.sandbox.ports import free_port
 
 pytestmark = pytest.mark.integration
 
-RELAY_DIR = Path(__file__).resolve().parents[2] / "relay"
-
-
-def _go() -> str | None:
-    return shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
-
-
 @pytest.fixture(scope="module")
-def relay_binary(tmp_path_factory) -> Path:
-    go = _go()
-    if go is None:
-        pytest.skip("go is not installed: the relay (relay/, a Go program) cannot be built")
-    out = tmp_path_factory.mktemp("relay-bin") / "relay"
-    t0 = time.monotonic()
-    r = subprocess.run(["nice", "-n", "10", go, "build", "-o", str(out), "."], cwd=RELAY_DIR,
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    print(f"go build of the relay: {time.monotonic() - t0:.1f} s")
-    return out
+def relay_binary() -> Path:
+    """Built once per version of its sources, as the sandbox builds it."""
+    try:
+        sandbox_relay.go_binary()
+    except SandboxError as e:
+        pytest.skip(e.message)
+    return sandbox_relay.relay_binary()
 
 
 class Relay:
@@ -54,9 +44,7 @@ class Relay:
                  max_hold_s: float = 20, drain_s: float = 3):
         self.workdir = workdir
         self.users_file = workdir / "users"
-        fd = os.open(self.users_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.writelines(f"{u} {h}\n" for u, h in users.items())
+        sandbox_relay.write_users_file(self.users_file, list(users.items()))
         self.control = str(workdir / "control.sock")
         self.port = free_port()
         self.log = workdir / "relay.log"
