@@ -78,6 +78,7 @@ from dbmigrate.rehearsal.sandbox import haproxy
 from dbmigrate.rehearsal.sandbox import relay as sandbox_relay
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.rehearsal.sysbench import Sysbench
+from dbmigrate.routing import router_for
 from writer_process import WriterProcess
 
 TARGET_P50_MS, TARGET_MAX_MS = 10, 60
@@ -228,9 +229,10 @@ class Moments:
 # attempt is given up (unfenced, tried again): a guard against a candidate that stalls.
 FENCED_CATCHUP_BUDGET_S = 0.03
 def playbook(state, name: str, candidate: str, via: str, budget_s: float | None = FENCED_CATCHUP_BUDGET_S,
-             extra: dict[str, Any] | None = None, label: str = "") -> Path:
-    """The round's playbook; `extra`: the tool's own params (hold_new_connections)."""
-    doc = {"procedure": "promote", "inventory": str(state.inventory_file), "cluster": name,
+             extra: dict[str, Any] | None = None, label: str = "", inventory: Path | None = None) -> Path:
+    """The round's playbook; `extra`: the tool's own params (hold_new_connections); `inventory`:
+    the one naming the router the tool drives (default: the sandbox's)."""
+    doc = {"procedure": "promote", "inventory": str(inventory or state.inventory_file), "cluster": name,
            "params": {"candidate": candidate, "via": via, "catchup_timeout_s": 5, "fence_drain_timeout_s": 0.2,
                       "max_lag_ms": 60000, "lag_wait_s": 5, "converge_timeout_s": 10,
                       # A fence stuck behind application transactions waiting on each other (about 3 in
@@ -279,25 +281,60 @@ class Tool:
     tree: Path | None = None
     commit: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    router: str = "haproxy"  # the router kind its rounds drive, and the clients write through
 
 
 HOLD = {"hold_new_connections": True}
 
 
-def tools_for(orchestrator_url: str | None, alternate_with: Path | None, hold: str = "off") -> list[Tool]:
+def tools_for(orchestrator_url: str | None, alternate_with: Path | None, hold: str = "off",
+              router: str = "haproxy", alternate_router: str | None = None) -> list[Tool]:
     """hold: "on" gives this checkout's tool hold_new_connections, "both" runs it with and without
-    (the other checkout's tool, which may predate the option, never gets it)."""
+    (the other checkout's tool, which may predate the option, never gets it). `router` is the
+    router this checkout's tool drives; `alternate_router` the other checkout's (default: the
+    same), e.g. HAProxy for a commit that predates the relay."""
     here = Path(__file__).resolve().parents[1]
     mine = commit_of(here)
-    tools = [Tool("dbmigrate", commit=mine, params=HOLD if hold == "on" else {})]
+    tools = [Tool("dbmigrate", commit=mine, params=HOLD if hold == "on" else {}, router=router)]
     if hold == "both":
-        tools.append(Tool("dbmigrate+hold", commit=mine, params=HOLD))
+        tools.append(Tool("dbmigrate+hold", commit=mine, params=HOLD, router=router))
     if alternate_with is not None:
         other = commit_of(alternate_with)
-        tools.append(Tool(f"dbmigrate@{other}", tree=alternate_with.resolve(), commit=other))
+        tools.append(Tool(f"dbmigrate@{other}", tree=alternate_with.resolve(), commit=other,
+                          router=alternate_router or router))
     if orchestrator_url:
-        tools.append(Tool("orchestrator", via="orchestrator"))
+        tools.append(Tool("orchestrator", via="orchestrator", router="haproxy"))
     return tools
+
+
+def routers_of(tools: list[Tool]) -> list[str]:
+    """The router kinds the run needs, in the order the tools name them."""
+    return list(dict.fromkeys(t.router for t in tools))
+
+
+def verify_table(router: str, routers: list[str]) -> dict[str, Any]:
+    """The zero-loss writer's table: one writer per router when rounds drive different ones."""
+    return {} if len(routers) == 1 else {"table": f"app.dbmigrate_verify_{router}"}
+
+
+def pools_through(inv, name: str):
+    """A maker of the application's three pools writing through the cluster's router in `inv`."""
+    router = inv.cluster(name).router
+    if router.kind == "relay":
+        relay_host, _, relay_port = router.address.rpartition(":")
+        writes_to = FixedAddress(relay_host, int(relay_port))
+    else:
+        writes_to = FixedAddress(router.address, router.writer_port)
+    return lambda: ClientProcess(writes_to, inv.app_credentials(name))
+
+
+def point_other_routers(inventories: dict[str, Path], name: str, round_router: str, writer: str) -> None:
+    """Between rounds of tools that drive different routers: every router the round did not
+    drive is pointed at the writer it left, as an operator keeping two routers would; nothing
+    else changes (a no-op when it already points there)."""
+    for kind, path in inventories.items():
+        if kind != round_router:
+            router_for(load_inventory(path), name).switch_writer(writer)
 
 
 def warm_compiled_modules(pb: Path, tree: Path | None = None) -> None:
@@ -429,7 +466,8 @@ def load_without_tool(load: Sysbench, rate: int | None, seconds: float) -> tuple
 
 def one_round(state, name: str, target: str, tool: Tool, load: Sysbench, verifier, rate: int | None,
               spans: list[tuple[float, float]], budget_s: float | None = FENCED_CATCHUP_BUDGET_S,
-              operator: bool = True, baselines: list[tuple[float, float]] | None = None, clients=None) -> dict:
+              operator: bool = True, baselines: list[tuple[float, float]] | None = None, clients=None,
+              inventory: Path | None = None) -> dict:
     via = tool.via
     # Debian's sysbench 1.0.20 dies on reconnect after a flip (upstream #527): one per round.
     bg = load.start_background(time_s=60, rate=rate)
@@ -441,13 +479,13 @@ def one_round(state, name: str, target: str, tool: Tool, load: Sysbench, verifie
     wall0 = time.time()
     cpu_s = None
     if (operator and via == "dbmigrate") or tool.tree is not None:
-        outcome, t0, t1, cpu_s = run_as_operator(playbook(state, name, target, via, budget_s, tool.params, tool.label),
-                                                 moments, tool.tree)
+        outcome, t0, t1, cpu_s = run_as_operator(playbook(state, name, target, via, budget_s, tool.params, tool.label,
+                                                          inventory), moments, tool.tree)
     else:
         # Progress rendered as `dbmigrate run` renders it (to a null device): its cost is the tool's.
         console = ConsoleRenderer(Console(file=DEVNULL, force_terminal=True, width=160, highlight=False,
                                           soft_wrap=True))
-        outcome = start_run(playbook(state, name, target, via, budget_s, tool.params, tool.label), assume_yes=True,
+        outcome = start_run(playbook(state, name, target, via, budget_s, tool.params, tool.label, inventory), assume_yes=True,
                             subscribers=[moments, console])
         t1 = time.monotonic()
     spans.append((t0, t1))
@@ -487,7 +525,7 @@ def one_round(state, name: str, target: str, tool: Tool, load: Sysbench, verifie
                                       "from_ms_after_exec": round((m[1] - t0) * 1000)}
                                      if (m := max(outside, default=None)) else None),
         "tool_cpu_s": round(cpu_s, 3) if cpu_s is not None else None,
-        "via": via, "tool": tool.label, "target": target, "status": outcome.status,
+        "via": via, "tool": tool.label, "router": tool.router, "target": target, "status": outcome.status,
         "refused": outcome.summary if outcome.status != "done" else None,
         # A round that did not switch still counts what the writer saw while it tried.
         "gap_ms": round(max(gap_in(acks, *w) for w in windows), 1) if windows else None,
@@ -572,7 +610,8 @@ def summary(rounds: list[dict], tool: Tool) -> dict:
     unswitched = [r["gap_ms"] for r in mine if r["gap_ms"] is not None and r["status"] != "done"]
     waits = [r["converge_wait_ms"] for r in mine if r["converge_wait_ms"] is not None]
     lags = [r["lag_at_fence_trx"] for r in mine if r["lag_at_fence_trx"] is not None]
-    return {"via": via, "tool": tool.label, "commit": tool.commit, "rounds": len(mine), "switched": len(gaps),
+    return {"via": via, "tool": tool.label, "commit": tool.commit, "router": tool.router, "rounds": len(mine),
+            "switched": len(gaps),
             "refused": [r["refused"] for r in mine if r["refused"]],
             "gap_ms": gap_stats(gaps),
             "gap_ms_from_first_convergence": gap_stats(
@@ -625,48 +664,60 @@ def discover(state, name: str, url: str) -> None:
 def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rate: int | None = None,
               candidate_buffer_pool_mb: int | None = None,
               budget_s: float | None = FENCED_CATCHUP_BUDGET_S, operator: bool = True,
-              alternate_with: Path | None = None, hold: str = "off", router_kind: str = "haproxy") -> dict:
-    tools = tools_for(orchestrator_url, alternate_with, hold)
+              alternate_with: Path | None = None, hold: str = "off", router_kind: str = "haproxy",
+              alternate_router: str | None = None) -> dict:
+    tools = tools_for(orchestrator_url, alternate_with, hold, router_kind, alternate_router)
+    routers = routers_of(tools)
     boxes = Sandboxes()
     name = f"bench{os.getpid() % 10000}"
     boxes.up(name, 2)
-    verifier = clients = None
+    writers: dict[str, WriterProcess] = {}
+    clients = None
     try:
         boxes.add_instance(name, f"{name}-new", replica_of=f"{name}-1",
                            buffer_pool_mb=candidate_buffer_pool_mb
                            or (LAGGING_BUFFER_POOL_MB if lagging else BUFFER_POOL_MB),
                            extra=LAGGING_CANDIDATE if lagging else None)
         haproxy.start(boxes, name)
-        if router_kind == "relay":
-            sandbox_relay.start(boxes, name, max_hold_s=15)  # the cluster's router from here on
         state = boxes.find(name)
+        # One inventory per router kind: the sandbox's names the relay once it starts, a copy
+        # taken before keeps HAProxy for the tool that drives it (one that predates the relay).
+        inventories = {"haproxy": state.inventory_file}
+        if "relay" in routers:
+            if "haproxy" in routers:
+                inventories["haproxy"] = state.path / "inventory-haproxy.yaml"
+                inventories["haproxy"].write_text(state.inventory_file.read_text())
+            sandbox_relay.start(boxes, name, max_hold_s=15)  # the cluster's router from here on
+            state = boxes.find(name)
+            inventories["relay"] = state.inventory_file
+        inventories = {k: v for k, v in inventories.items() if k in routers}
         if orchestrator_url:
             discover(state, name, orchestrator_url)
-        inv = load_inventory(state.inventory_file)
-        load = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=4 if lagging else 2,
-                                    table_size=5000 if lagging else 2000, threads=8 if lagging else 2)
-        load.prepare()
+        invs = {k: load_inventory(v) for k, v in inventories.items()}
+        loads = {k: Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=4 if lagging else 2,
+                                         table_size=5000 if lagging else 2000, threads=8 if lagging else 2)
+                 for k, inv in invs.items()}
+        loads[routers[0]].prepare()  # one set of tables, whichever router the round's load goes through
         if operator:
             for tool in tools:
                 if tool.via == "dbmigrate":
                     warm_compiled_modules(playbook(state, name, f"{name}-new", "dbmigrate", budget_s, tool.params,
-                                                   tool.label), tool.tree)
-        # The application: its own process (see writer_process.py), one write every ~1 ms.
-        verifier = WriterProcess(state.inventory_file, name, interval_s=WRITER_INTERVAL_S,
-                                 retry_pause_s=WRITER_RETRY_PAUSE_S)
-        verifier.start()
-        verifier.wait_for_acks(50)
-        # The application's three pool kinds side by side, writing through the router.
-        with inv.open(f"{name}-1") as p:
+                                                   tool.label, inventories[tool.router]), tool.tree)
+        # The application: its own process (see writer_process.py), one write every ~1 ms; one
+        # per router when the tools drive different ones (each round's gap is its router's writer's).
+        for kind, path in inventories.items():
+            writers[kind] = WriterProcess(path, name, interval_s=WRITER_INTERVAL_S,
+                                          retry_pause_s=WRITER_RETRY_PAUSE_S, **verify_table(kind, routers))
+            writers[kind].start()
+            writers[kind].wait_for_acks(50)
+        # The application's three pool kinds side by side, writing through the router: for the
+        # whole run, or (tools on different routers) started for each round through its router.
+        with invs[routers[0]].open(f"{name}-1") as p:
             create_table(p)
-        router = inv.cluster(name).router
-        if router.kind == "relay":
-            relay_host, _, relay_port = router.address.rpartition(":")
-            writes_to = FixedAddress(relay_host, int(relay_port))
-        else:
-            writes_to = FixedAddress(router.address, router.writer_port)
-        clients = ClientProcess(writes_to, inv.app_credentials(name)).start()
-        clients.wait_for_calls(5)
+        pools_for = {k: pools_through(inv, name) for k, inv in invs.items()}
+        if len(routers) == 1:
+            clients = pools_for[routers[0]]().start()
+            clients.wait_for_calls(5)
         targets = [f"{name}-new", f"{name}-1"]
         done: list[dict] = []
         spans: list[tuple[float, float]] = []  # (start, end) of each cutover run, monotonic
@@ -674,37 +725,62 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
         where = 0  # index in targets of the current primary's successor
         for i in range(rounds * len(tools)):
             tool = tools[(i // 2) % len(tools)]  # two rounds (there and back) per tool, alternating
-            r = one_round(state, name, targets[where], tool, load, verifier, rate, spans, budget_s, operator,
-                          baselines, clients)
+            round_clients = clients
+            if round_clients is None:
+                round_clients = pools_for[tool.router]().start()
+                round_clients.wait_for_calls(5)
+            try:
+                r = one_round(state, name, targets[where], tool, loads[tool.router], writers[tool.router], rate,
+                              spans, budget_s, operator, baselines, round_clients, inventories[tool.router])
+            finally:
+                if clients is None:
+                    round_clients.stop()
             done.append(r)
             if r["status"] == "done":
                 where = 1 - where
+            if len(routers) > 1:
+                point_other_routers(inventories, name, tool.router,
+                                    f"127.0.0.1:{state.instances[targets[1 - where]].port}")
+                # The other routers' writers reconnect to the writer now; until then they were
+                # refused (not a gap of any tool's): the span outside cutovers starts after.
+                time.sleep(WRITER_RETRY_PAUSE_S + 0.5)
+                spans[-1] = (spans[-1][0], time.monotonic())
             say(f"{tool.label} round {len(done)}: -> {r['target']} {r['status']}, gap {r['gap_ms']} ms, fence->open "
                 f"{r['fence_to_open_ms']} ms, converge wait {r['converge_wait_ms']} ms, lag at fence "
                 f"{r['lag_at_fence_trx']} trx, writer errors {r['writer_errors'] or 0}, run {r['run_ms']} ms; "
                 f"{console_line(r)}"
                 + (f"\n    refused: {r['refused']}" if r["refused"] else ""))
-        verifier.wait_for_acks(len(verifier.acks) + 20)
         names = {i.server_id: n for n, i in state.instances.items()}
-        without_cutover = gaps_without_cutover(verifier.acks, spans, names)
-        outside = outside_window_summary(done, no_tool_gaps(verifier.acks, baselines))
+        without_cutover, outside = {}, {}
+        for kind, w in writers.items():
+            w.wait_for_acks(len(w.acks) + 20)
+            without_cutover[kind] = gaps_without_cutover(w.acks, spans, names)
+            # Each writer against the no-tool spans taken after its own router's rounds.
+            own = [(r, base) for r, base in zip(done, baselines) if r["router"] == kind]
+            outside[kind] = outside_window_summary([r for r, _ in own], no_tool_gaps(w.acks, [x for _, x in own]))
         whole = [r["gap_ms_whole_call"] for r in done if r.get("gap_ms_whole_call") is not None]
         over_30 = [{"round": i + 1, "gap_ms": r["gap_ms_whole_call"], **(r["gap_whole_call_where"] or {})}
                    for i, r in enumerate(done) if (r.get("gap_ms_whole_call") or 0) > 30]
-        report = verifier.check(catch_up_timeout_s=60)
+        reports = {kind: w.check(catch_up_timeout_s=60) for kind, w in writers.items()}
         writer = targets[1 - where]  # the primary after the last round
-        out = {"router": router_kind, "lagging": lagging, "load_rate_tps": rate, "fenced_catchup_budget_s": budget_s, "candidate_buffer_pool_mb": candidate_buffer_pool_mb
+        mixed = len(routers) > 1
+        out = {"router": router_kind if not mixed else "/".join(routers),
+               "routers_by_tool": {t.label: t.router for t in tools},
+               "lagging": lagging, "load_rate_tps": rate, "fenced_catchup_budget_s": budget_s, "candidate_buffer_pool_mb": candidate_buffer_pool_mb
                or (LAGGING_BUFFER_POOL_MB if lagging else BUFFER_POOL_MB), "results": [summary(done, t) for t in tools], "rounds": done,
                # Lost: acknowledged and not on the server that takes the writes at the end.
-               "lost_writes": len(report.lost.get(writer, [])), "acknowledged": report.acknowledged,
-               "missing_anywhere": report.lost_total,
+               "lost_writes": sum(len(rep.lost.get(writer, [])) for rep in reports.values()),
+               "acknowledged": sum(rep.acknowledged for rep in reports.values()),
+               "missing_anywhere": sum(rep.lost_total for rep in reports.values()),
                # Per server, with whether it caught up within the check: a replica still behind
                # counts its not-yet-applied writes here too.
-               "missing_by_server": {n: len(ids) for n, ids in report.lost.items() if ids},
-               "caught_up": report.caught_up,
-               "writer_gap_ms_without_cutover": without_cutover,
+               "missing_by_server": {n: sum(len(rep.lost.get(n, [])) for rep in reports.values())
+                                     for n in {n for rep in reports.values() for n, ids in rep.lost.items() if ids}},
+               "caught_up": {n: all(rep.caught_up.get(n, True) for rep in reports.values())
+                             for n in {n for rep in reports.values() for n in rep.caught_up}},
+               "writer_gap_ms_without_cutover": without_cutover[routers[0]] if not mixed else without_cutover,
                # The tool's whole call (exec to exit), outside its fenced windows, against no tool at all.
-               "outside_window": outside,
+               "outside_window": outside[routers[0]] if not mixed else outside,
                "gap_ms_whole_call": {"p50": round(statistics.median(whole), 1) if whole else None,
                                      "max": max(whole) if whole else None, "rounds": len(whole)},
                "rounds_over_30_ms_whole_call": over_30,
@@ -728,8 +804,8 @@ def run_bench(rounds: int, lagging: bool, orchestrator_url: str | None, say, rat
     finally:
         if clients is not None:
             clients.stop()
-        if verifier is not None:
-            verifier.kill()
+        for w in writers.values():
+            w.kill()
         boxes.down(name)
 
 
@@ -827,9 +903,16 @@ def main() -> int:
                          "same sandbox and load (a before/after in one run)")
     ap.add_argument("--router", choices=("haproxy", "relay"), default="haproxy",
                     help="the router the writer, the load and the pools write through, and promote drives")
+    ap.add_argument("--alternate-router", choices=("haproxy", "relay"), default=None,
+                    help="with --alternate-with: the router the other checkout's tool drives (default: --router), "
+                         "e.g. haproxy for a commit that predates the relay; each round's writer, load and pools "
+                         "then write through that round's router, and the router a round did not drive is "
+                         "pointed at the new writer after it")
     args = ap.parse_args()
     if args.alternate_with is not None and not (args.alternate_with / "dbmigrate" / "__main__.py").is_file():
         ap.error(f"--alternate-with {args.alternate_with}: not a checkout of this project (no dbmigrate/__main__.py)")
+    if args.alternate_router is not None and args.alternate_with is None:
+        ap.error("--alternate-router names the router of --alternate-with's tool: give --alternate-with TREE")
     if args.alternate_with is not None and args.in_process:
         ap.error("--alternate-with runs each tool in a process of its own (not --in-process)")
     if args.tool_cpus:
@@ -854,7 +937,7 @@ def main() -> int:
                     candidate_buffer_pool_mb=args.candidate_buffer_pool_mb,
                     budget_s=args.fenced_catchup_budget_ms / 1000 or None, operator=not args.in_process,
                     alternate_with=args.alternate_with, hold=args.hold_new_connections,
-                    router_kind=args.router)
+                    router_kind=args.router, alternate_router=args.alternate_router)
     if not url:
         out["orchestrator"] = "skipped: ORCHESTRATOR_URL is not set"
     if args.json:

@@ -131,6 +131,34 @@ def test_alternate_with_runs_the_other_checkouts_tool_and_labels_it_by_commit(tm
     assert (theirs["rounds"], theirs["gap_ms"]["p50"], theirs["tool"]) == (1, 30.0, "dbmigrate@abc1234")
 
 
+def test_the_other_checkouts_tool_may_drive_another_router(tmp_path, monkeypatch):
+    """--router relay --alternate-router haproxy: this checkout's tool drives the relay, the
+    other checkout's (which predates it) HAProxy; each router gets its own writer's table, and
+    after a round the router it did not drive is pointed at the new writer, the other left alone."""
+    monkeypatch.setattr(bench, "commit_of", lambda tree: "abc1234" if tree == tmp_path else "def5678")
+    here, other = bench.tools_for(None, tmp_path, "on", "relay", "haproxy")
+    assert (here.router, other.router) == ("relay", "haproxy")
+    assert bench.routers_of([here, other]) == ["relay", "haproxy"]
+    assert [t.router for t in bench.tools_for(None, tmp_path, "off", "relay")] == ["relay", "relay"]
+    assert bench.verify_table("relay", ["relay"]) == {}
+    assert bench.verify_table("haproxy", ["relay", "haproxy"]) == {"table": "app.dbmigrate_verify_haproxy"}
+    switched: list[tuple[str, str]] = []
+
+    class Router:
+        def __init__(self, path):
+            self.path = path
+
+        def switch_writer(self, new):
+            switched.append((self.path, new))
+
+    monkeypatch.setattr(bench, "load_inventory", lambda path: path)
+    monkeypatch.setattr(bench, "router_for", lambda inv, name: Router(inv))
+    inventories = {"relay": Path("relay.yaml"), "haproxy": Path("haproxy.yaml")}
+    bench.point_other_routers(inventories, "c1", "relay", "127.0.0.1:3307")
+    assert switched == [(Path("haproxy.yaml"), "127.0.0.1:3307")]
+    assert bench.summary([], other)["router"] == "haproxy"
+
+
 def test_commit_of_names_a_checkout_with_changes(tmp_path):
     import subprocess
 
