@@ -7,12 +7,15 @@ and the relay moves every session with its state to it (`move`, then `release`):
 ended, no statement meets the fence. Then the rollback, the same way back.
 
 Asserted: 0 lost writes (every acknowledged id on the final primary and its replicas), never two
-writable (sampled every 5 ms), and the pools' error counts and longest call, printed."""
+writable (sampled every 5 ms), 0 errors for every pool (counts, classes and longest call printed),
+and reader sessions on servers that stay readers (a replica left out of the switchover, kept
+connections with server-side prepared statements) untouched: each still reads at the end."""
 
 from __future__ import annotations
 
 import json
 
+import mysql.connector
 import pytest
 
 from dbmigrate.app.runs import rollback_run, start_run
@@ -34,6 +37,25 @@ def sentences(run_id: str) -> str:
 
     with Journal(resolve_journal_path()) as j:
         return " | ".join(str(r["sentence"] or "") for r in j.step_rows(run_id))
+
+
+def readers_kept_on(inv, name: str, server: str, count: int = 4) -> list:
+    """Reader connections an application keeps on `server` (a replica it reads from directly),
+    each with a prepared statement it will execute again."""
+    spec, creds = inv.cluster(name).servers[server], inv.app_credentials(name)
+    conns = []
+    for _ in range(count):
+        c = mysql.connector.connect(host=spec.host, port=spec.port, user=creds.user, password=creds.password or "",
+                                    database="app", use_pure=True, ssl_disabled=True)
+        read(c)
+        conns.append(c)
+    return conns
+
+
+def read(conn) -> int:
+    cur = conn.cursor(prepared=True)
+    cur.execute("SELECT COUNT(*) FROM app.client_writes WHERE id > ?", (0,))
+    return int(cur.fetchall()[0][0])
 
 
 def test_the_pools_see_no_error_of_a_promote_and_its_rollback_through_the_relay(boxes):
@@ -62,6 +84,7 @@ def test_the_pools_see_no_error_of_a_promote_and_its_rollback_through_the_relay(
     verifier.prepare()
     verifier.start()
     monitor = WritableMonitor.for_cluster(inv, name).start()
+    stays_reader = readers_kept_on(inv, name, f"{name}-2")  # a replica the switchover leaves alone
     try:
         assert clients.wait_for_calls(20)
         verifier.wait_for_acks(30)
@@ -78,7 +101,11 @@ def test_the_pools_see_no_error_of_a_promote_and_its_rollback_through_the_relay(
         assert clients.wait_for_calls(60)
         seen = clients.summary()
         verifier.wait_for_acks(len(verifier.acks) + 20, timeout_s=15)
+        # Never ended: each kept reader session still executes its prepared statement.
+        kept = sum(1 for c in stays_reader if read(c) >= 0)
     finally:
+        for c in stays_reader:
+            c.close()
         clients.stop()
         verifier.stop()
         watched = monitor.stop()
@@ -99,6 +126,7 @@ def test_the_pools_see_no_error_of_a_promote_and_its_rollback_through_the_relay(
                                             or "release" in line)[:3000])
     assert report.lost_total == 0, report.summary()
     assert watched.two_writable_moments == 0, watched.to_dict()
+    assert kept == len(stays_reader) == 4
     assert creds.password and creds.password not in relay_log
     assert seen["client_errors"]["go_pool"] == 0, seen
     for kind in KINDS:
