@@ -14,7 +14,7 @@ from dbmigrate.procedures.schema_swap import capture
 from dbmigrate.procedures.schema_swap import ddl as schema_ddl
 from dbmigrate.procedures.schema_swap.expect import conflicts, ddl_applied
 from dbmigrate.procedures.schema_swap.params import SchemaSwapParams
-from dbmigrate.procedures.schema_swap.readers import router_of
+from dbmigrate.procedures.schema_swap.readers import reader_router, router_of
 from dbmigrate.procedures.schema_swap.context import SwapContext, server_of
 
 
@@ -136,7 +136,12 @@ def preflight(ctx: SwapContext) -> tuple[bool, str, dict[str, Any]]:
                            f"existing tables and columns")
 
     def router() -> tuple[bool, str]:
-        rt = router_of(ctx)
+        rt, writes = reader_router(ctx), router_of(ctx)
+        if rt is None and writes is not None:
+            # The relay routes writes only: read here too, so that one that does not answer is found now.
+            return True, (f"{writes.describe()}: writes go to {writes.current().writer}; it routes no reads, so "
+                          "sides are not taken out of reader traffic (the DDL is online; their sessions end "
+                          "before it)")
         if rt is None:
             return True, "no router configured: sides cannot be taken out of traffic (the DDL is online)"
         readers = rt.current().readers

@@ -34,8 +34,12 @@ def switchover_phase(ctx: SwapBuildContext, params: SchemaSwapParams, primary: s
 
 
 def switch_back_to_primary(ctx: SwapContext) -> str:
+    """The undo of the primary's cutover, as promote's rollback runs it: through the run's
+    journaled router (every change journaled before it is sent, one in doubt settled first), and
+    with the router's hold when the playbook asks for it (through the relay: sessions held at their
+    next statement boundary, the candidate fenced, the old primary opened, then moved back)."""
     r = ctx.resources
-    return switch_back(switchover(ctx, r.primary, r.candidate), candidate_opened=True)
+    return switch_back(primary_cutover(r.primary, r.candidate).sw(ctx), candidate_opened=True)
 
 
 def is_switched_back(ctx: SwapContext) -> bool:

@@ -48,11 +48,11 @@ from dbmigrate.procedures.schema_swap.readers import (
     in_readers,
     is_back,
     put_back,
+    reader_router,
     readers_routed,
     record_pool,
     restore_reader_pool,
     route_reads,
-    router_of,
     take_out,
 )
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, prepare
@@ -100,7 +100,7 @@ def side_phases(ctx: SwapBuildContext, params: SchemaSwapParams, side: str, *, p
     capturing = not params.replay_digest and params.replay_capture_s > 0
     alter: list[Step] = [
         FunctionStep(f"take {side} out of the reader pool", lambda c: take_out(c, side),
-                     check=lambda c: router_of(c) is not None and not c.dry_run and not in_readers(c, side),
+                     check=lambda c: reader_router(c) is not None and not c.dry_run and not in_readers(c, side),
                      undo=lambda c: put_back(c, side), describe=lambda c: describe_take_out(c, side)),
         FunctionStep(f"end client sessions on {side}", lambda c: end_sessions(c, side),
                      describe=lambda c: [(side, f"wait up to {c.params.drain_timeout_s:g}s for client sessions to "

@@ -1,5 +1,14 @@
 """The reader pool during a schema swap: a side leaves it while altered and comes back;
-at the end the pool is as it was (with the new primary replaced when the run keeps it)."""
+at the end the pool is as it was (with the new primary replaced when the run keeps it).
+
+A router that routes writes only (the relay, router kind `relay`: its set_readers refuses) is no
+reader pool: the applications reach the replicas by their own list, which the tool does not
+drive. The swap then treats reads as it does with no router at all: a side is not taken out of
+reader traffic (its DDL runs online while it serves reads; its sessions still end before it, as
+any side's), and the reader steps say so and change nothing. Not a second route of another kind
+beside the relay: the inventory names one router per cluster, and a reader route the tool drives
+beside the relay would need a second one.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,7 @@ from dbmigrate.procedures.kit.resources import typed
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, SchemaSwapState
 from dbmigrate.procedures.schema_swap.context import SwapContext, current_primary, server_of
 from dbmigrate.routing.base import Router, same_address
+from dbmigrate.routing.relay_hold import relay_of
 
 
 def address_of(ctx: SwapContext, name: str) -> str:
@@ -24,10 +34,29 @@ def router_of(ctx: SwapContext) -> Router | None:
     return r.router if r is not None else None
 
 
-def readers_now(ctx: SwapContext) -> list[str]:
+def routes_reads(router: Router | None) -> bool:
+    """Does `router` route this cluster's reads? The relay routes writes only."""
+    return router is not None and relay_of(router) is None
+
+
+def reader_router(ctx: SwapContext) -> Router | None:
+    """The router of the reader pool: None with no router, and with one that routes writes only."""
+    router = router_of(ctx)
+    return router if routes_reads(router) else None
+
+
+def no_reader_route(ctx: SwapContext) -> str:
+    """Why no side is taken out of reader traffic: no router, or one that routes writes only."""
     router = router_of(ctx)
     if router is None:
-        raise SafetyError("the readers cannot be read: the inventory names no router for this cluster")
+        return "no router configured"
+    return f"the router ({router.describe()}) routes writes only, not reads"
+
+
+def readers_now(ctx: SwapContext) -> list[str]:
+    router = reader_router(ctx)
+    if router is None:
+        raise SafetyError(f"the readers cannot be read: {no_reader_route(ctx)}")
     return list(router.current().readers)
 
 
@@ -49,10 +78,10 @@ def pool_without(ctx: SwapContext, side: str) -> tuple[list[str], list[str]]:
 
 
 def take_out(ctx: SwapContext, side: str) -> str:
-    router = router_of(ctx)
+    router = reader_router(ctx)
     if router is None:
-        return (f"no router configured: {side} keeps its traffic (the DDL is online; stop reads to it by other "
-                "means, e.g. a before_phase hook)")
+        return (f"{no_reader_route(ctx)}: {side} keeps its reader traffic (the DDL is online; stop reads to it "
+                "by other means, e.g. a before_phase hook)")
     remaining, added = pool_without(ctx, side)
     # Journaled before the change: a crash right after it must still know how to put the side back.
     with SchemaSwapState.edit(ctx.state) as st:
@@ -65,8 +94,8 @@ def take_out(ctx: SwapContext, side: str) -> str:
 
 
 def describe_take_out(ctx: SwapContext, side: str) -> list[tuple[str, str]]:
-    if router_of(ctx) is None:
-        return [("router", f"no router configured: {side} keeps its traffic")]
+    if reader_router(ctx) is None:
+        return [("router", f"{no_reader_route(ctx)}: {side} keeps its reader traffic")]
     if not in_readers(ctx, side):
         return [("router", f"{side} is not in the reader pool: nothing to change")]
     remaining, _ = pool_without(ctx, side)
@@ -76,7 +105,7 @@ def describe_take_out(ctx: SwapContext, side: str) -> list[tuple[str, str]]:
 def put_back(ctx: SwapContext, side: str) -> str:
     """Return `side` to the reader pool if it was in it before this run took it out;
     withdraw any reader added only for the meantime."""
-    router = router_of(ctx)
+    router = reader_router(ctx)
     st = SchemaSwapState.load(ctx.state)
     before = st.readers_before.get(side)
     if router is None or before is None:
@@ -102,7 +131,7 @@ def put_back(ctx: SwapContext, side: str) -> str:
 
 
 def is_back(ctx: SwapContext, side: str) -> bool:
-    router = router_of(ctx)
+    router = reader_router(ctx)
     st = SchemaSwapState.load(ctx.state)
     before = st.readers_before.get(side)
     if router is None or before is None:
@@ -131,10 +160,10 @@ def final_readers(ctx: SwapContext) -> list[str] | None:
 
 
 def route_reads(ctx: SwapContext) -> str:
-    router = router_of(ctx)
+    router = reader_router(ctx)
     wanted = final_readers(ctx)
     if router is None or wanted is None:
-        return "no router configured: readers unchanged"
+        return f"{no_reader_route(ctx)}: readers unchanged"
     current = readers_now(ctx)
     if sorted(current) == sorted(wanted):
         return f"reader pool already as intended: {', '.join(wanted)}"
@@ -145,20 +174,20 @@ def route_reads(ctx: SwapContext) -> str:
 
 def describe_route_reads(ctx: SwapContext) -> list[tuple[str, str]]:
     wanted = final_readers(ctx) if typed(ctx, SchemaSwapResources) is not None else None
-    if router_of(ctx) is None or wanted is None:
-        return [("router", "no router configured: readers unchanged")]
+    if reader_router(ctx) is None or wanted is None:
+        return [("router", f"{no_reader_route(ctx)}: readers unchanged")]
     if sorted(readers_now(ctx)) == sorted(wanted):
         return [("router", f"reader pool already as intended: {', '.join(wanted)}")]
     return [("router", f"readers -> {', '.join(wanted)}")]
 
 
 def readers_routed(ctx: SwapContext) -> bool:
-    router, wanted = router_of(ctx), final_readers(ctx)
+    router, wanted = reader_router(ctx), final_readers(ctx)
     return not ctx.dry_run and router is not None and wanted is not None and sorted(readers_now(ctx)) == sorted(wanted)
 
 
 def restore_reader_pool(ctx: SwapContext) -> str:
-    router, before = router_of(ctx), SchemaSwapState.load(ctx.state).readers_at_start
+    router, before = reader_router(ctx), SchemaSwapState.load(ctx.state).readers_at_start
     if router is None or before is None:
         return "nothing to restore"
     router.set_readers(before)
@@ -170,9 +199,9 @@ def restore_reader_pool(ctx: SwapContext) -> str:
 
 
 def record_pool(ctx: SwapContext) -> str:
-    router = router_of(ctx)
+    router = reader_router(ctx)
     if router is None:
-        return "no router configured"
+        return f"{no_reader_route(ctx)}: no reader pool to record; each side keeps its reader traffic"
     readers = readers_now(ctx)
     with SchemaSwapState.edit(ctx.state) as st:
         st.readers_at_start = readers
