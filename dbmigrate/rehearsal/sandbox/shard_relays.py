@@ -12,7 +12,9 @@ from typing import Any
 
 from dbmigrate.exceptions import SandboxError
 from dbmigrate.rehearsal.sandbox.ports import free_port
-from dbmigrate.rehearsal.sandbox.relay import _is_our_relay, _launch, _socket_path, _stop, relay_binary, write_users_file
+from dbmigrate.rehearsal.sandbox.relay import (
+    is_our_relay, launch, relay_binary, socket_path, stop_pid_of, write_users_file,
+)
 
 
 def start(boxes: Any, sandbox_name: str, backends: dict[str, str], *, max_hold_s: float = 10,
@@ -28,7 +30,7 @@ def start(boxes: Any, sandbox_name: str, backends: dict[str, str], *, max_hold_s
     out = {}
     for shard, server in backends.items():
         r = state.shard_relays.get(shard)
-        if r and r.get("pid") and _is_our_relay(r["pid"], r["binary"]):
+        if r and r.get("pid") and is_our_relay(r["pid"], r["binary"]):
             out[shard] = dict(r)
             continue
         if server not in state.instances:
@@ -39,14 +41,14 @@ def start(boxes: Any, sandbox_name: str, backends: dict[str, str], *, max_hold_s
         with inv.open(server) as s:
             if not write_users_file(users_file, Inspector(s).native_password_hashes()):
                 raise SandboxError(f"{server} has no mysql_native_password account: the relay could log nobody in")
-        control, tmp_dir = _socket_path(rdir)
+        control, tmp_dir = socket_path(rdir)
         state_file = rdir / "relay.state"
         state_file.unlink(missing_ok=True)  # an earlier run's backend must not pick the writer
         taken = {i.port for i in state.instances.values()} | {x["port"] for x in state.shard_relays.values()}
         r = {"binary": str(binary), "port": free_port(taken), "backend": f"127.0.0.1:{state.instances[server].port}",
              "users_file": str(users_file), "control_socket": control, "state_file": str(state_file),
              "log": str(rdir / "relay.log"), "socket_tmp_dir": tmp_dir, "max_hold_s": max_hold_s, "drain_s": drain_s}
-        r["pid"] = _launch(r).pid
+        r["pid"] = launch(r).pid
         r["address"] = f"127.0.0.1:{r['port']}"
         state.shard_relays[shard] = r
         state.save()
@@ -63,7 +65,7 @@ def inventory_entries(relays: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
 def stop(state: Any) -> None:
     for r in (state.shard_relays or {}).values():
         if r.get("pid"):
-            _stop(r["pid"], r.get("binary"))
+            stop_pid_of(r["pid"], r.get("binary"))
             r["pid"] = None
         if r.get("socket_tmp_dir"):
             shutil.rmtree(r["socket_tmp_dir"], ignore_errors=True)
