@@ -205,6 +205,11 @@ class ClusterSpec(Strict):
     replication_credentials: Optional[CredentialsRef] = None
     app_credentials: Optional[CredentialsRef] = None
     router: Optional[RouterSpec] = Field(None, discriminator="kind")
+    # Consolidation moves shards one by one: a shard whose applications write through a relay of
+    # its own names it here (its backend is the shard's server); the others route by the DSN file.
+    shard_routers: dict[str, RelayRouterSpec] = Field(
+        default_factory=dict, description="per shard, the relay its applications write through (kind: relay); "
+                                          "a shard not named routes through the cluster's DSN file")
 
     @field_validator("servers")
     @classmethod

@@ -5,19 +5,21 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Literal, Optional
+from typing import Any, Iterator, Literal, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dbmigrate.db.applier import Applier
 from dbmigrate.db.connection import Server
 from dbmigrate.engine.step import RunContext
-from dbmigrate.exceptions import DbmigrateError, Refused
+from dbmigrate.exceptions import DbmigrateError, Refused, UsageError
 from dbmigrate.procedures.consolidate.plan import ConsolidationPlan, PlannedInstance
 from dbmigrate.procedures.consolidate.resources import ConsolidateResources, ConsolidateState
 from dbmigrate.procedures.kit.fence import FenceParams
 from dbmigrate.procedures.kit.resources import required, typed
+from dbmigrate.procedures.kit.switchover.router import JournaledRouter
 from dbmigrate.routing.dsn_file import DsnFileRouter
+from dbmigrate.routing.relay import RelayRouter
 
 @dataclass(frozen=True)
 class PlanOnly:
@@ -92,7 +94,11 @@ class ConsolidateParams(FenceParams):
                                        "account seen on the old server to have a session on its instance (a "
                                        "warning past it: an idle application may just not have come back yet)")
     fence_drain_timeout_s: float = Field(1, ge=0, le=60, description="after the fence, how long open application "
-                                                                     "transactions may take to finish")
+                                                                     "transactions may take to finish; through a "
+                                                                     "relay, before it: how long its held sessions "
+                                                                     "may take to be idle")
+    router_doubt_wait_s: float = Field(10, gt=0, le=600, description="a relay change sent without an answer is in "
+                                       "doubt: how long to wait for the relay to show it ran before stopping")
     seed_timeout_s: float = Field(3600, gt=0, le=7 * 86400)
     seed: SeedSettings = Field(default_factory=SeedSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
@@ -140,8 +146,54 @@ def applier_of(ctx: ConsolidateContext, name: str) -> Applier:
     return Applier(srv, dry_run=ctx.dry_run, on_planned=lambda s, sql: ctx.record_statement(s, sql))
 
 
-def route_of(ctx: ConsolidateContext, shard: str) -> DsnFileRouter:
-    return DsnFileRouter(shard, resources_of(ctx).routes)
+class ShardRoute(Protocol):
+    """A shard's writer route: its DSN entry, or its relay (through the run's journaled router)."""
+
+    def current(self) -> Any: ...  # RouteState: .writer "host:port"
+    def switch_writer(self, new: Any, old: Any = None, *, persist: bool = True) -> Any: ...
+
+
+def route_of(ctx: ConsolidateContext, shard: str) -> ShardRoute:
+    res = resources_of(ctx)
+    spec = res.relays.get(shard)
+    if spec is not None:
+        return relay_route(ctx, shard, spec.control_socket, spec.address)
+    if res.routes is None:
+        raise UsageError(f"shard {shard} has neither a relay (shard_routers) nor a DSN file to route it")
+    return DsnFileRouter(shard, res.routes)
+
+
+class RelayJournal:
+    """One relay's changes in the run state (kit/switchover/router.py's RouteJournal): each sent
+    change journaled before it is sent, cleared once answered; one in doubt is settled (seen run,
+    or gone with the relay's process) before that relay is read or changed again. Numbered for the
+    whole run: a late line of an older decision is refused by the relay (its `seq`)."""
+
+    def __init__(self, ctx: ConsolidateContext, control: str):
+        self.ctx, self.control = ctx, control
+
+    def pending(self) -> dict[str, Any] | None:
+        return state_of(self.ctx).relay_changes.get(self.control)
+
+    def last_seq(self) -> int:
+        return state_of(self.ctx).relay_seq
+
+    def sent(self, change: dict[str, Any]) -> None:
+        with edit_state(self.ctx) as st:
+            st.relay_changes[self.control] = {**change, "sent_at": self.ctx.clock.now()}
+            st.relay_seq = max(st.relay_seq, int(change["seq"]))
+
+    def answered(self, seq: int) -> None:
+        with edit_state(self.ctx) as st:
+            change = st.relay_changes.get(self.control)
+            if change is not None and int(change["seq"]) <= seq:
+                st.relay_changes.pop(self.control)
+
+
+def relay_route(ctx: ConsolidateContext, shard: str, control: str, address: str | None = None) -> JournaledRouter:
+    """The relay of a shard (or of several: one control socket, one route), journaled as promote's router."""
+    return JournaledRouter(RelayRouter(shard, control, address), RelayJournal(ctx, control), ctx.clock,
+                           ctx.params.router_doubt_wait_s, ctx.log)
 
 
 def address_of(ctx: ConsolidateContext, name: str) -> str:

@@ -38,6 +38,7 @@ from dbmigrate.procedures.consolidate.copy_check import CopyCheck, check_before_
 from dbmigrate.procedures.kit.drain import drain, protected_users
 from dbmigrate.procedures.kit import target as kit_target
 from dbmigrate.procedures.kit.fence import Fence, Fenced, FencedServer, FenceParams
+from dbmigrate.procedures.consolidate import relay_edges
 from dbmigrate.procedures.consolidate.windows import WINDOWS
 
 
@@ -98,6 +99,8 @@ class ServerCutover:
         self.seen: set[str] = set()
         self.logged_in = ""
         self.reached = ""
+        self.relays: list[relay_edges.Relayed] = []  # the relays of its shards this attempt holds
+        self.relayed = False  # every shard writes through a relay: no session of the old server is ended
         self.said: dict[str, str] = {}
 
     def targets(self, ctx: ConsolidateContext) -> list[PlannedInstance]:
@@ -140,6 +143,7 @@ class ServerCutover:
         """Every check the window needs, before anything changes (held while another server is fenced)."""
         WINDOWS.wait_quiet()
         targets = self.targets(ctx)
+        relay_edges.relays_of(ctx, self.source, route_of=route_of)  # refused when one relay would have two backends
         self.accounts = require_accounts(ctx, self.source, targets)
         self.copies = verify_copies(ctx, self.source, targets) if ctx.params.checksum else {}
         said = (f"{len(self.accounts.users)} account(s) and {len(self.accounts.roles)} role(s) with grants on the "
@@ -155,10 +159,29 @@ class ServerCutover:
         with edit_state(ctx) as st:  # before anything changes: a crash from here on is found by rollback and resume
             st.fencing[self.source] = ctx.clock.now()
         self.enter_window(ctx)
-        self.kit, self.fenced = fence(ctx, self.source, self.targets(ctx))
+        # Shards routed through relays: their sessions held at a statement boundary, none busy or
+        # in a transaction, before the fence (relay_edges.py): nothing of theirs meets it.
+        self.relays = relay_edges.relays_of(ctx, self.source, route_of=route_of)
+        held = self.hold(ctx)
+
+        def again(converge_again: Callable[[], None]) -> None:
+            # A retried attempt lets writes flow in between (fence_retry_pause_s): released to
+            # the old server, unfenced, then held again just before the next attempt.
+            relay_edges.release(ctx, self.source)
+            converge_again()
+            self.hold(ctx)
+
+        try:
+            self.kit, self.fenced = fence(ctx, self.source, self.targets(ctx), around_retry=again)
+        except BaseException:
+            relay_edges.release(ctx, self.source)  # the old server stays the writer: held sessions go on there
+            raise
         self.parts = WindowParts(ctx.clock, self.fenced.started)
         self.mark("fence")  # read_only, the final position, and the catch-up budget when there is one
-        return self.fenced.sentence
+        return f"{held}; {self.fenced.sentence}" if held else self.fenced.sentence
+
+    def hold(self, ctx: ConsolidateContext) -> str:
+        return relay_edges.hold(ctx, self.source, self.relays, address_of(ctx, self.source))
 
     def enter_window(self, ctx: ConsolidateContext) -> None:
         """The fleet's other work waits until this window ends; as in promote's window, nothing
@@ -233,7 +256,7 @@ class ServerCutover:
             for shard in shards_of(plan, t.name, self.source):
                 route = route_of(ctx, shard)
                 if self.in_window or route.current().writer != addr:  # a resumed attempt moves what is left
-                    route.switch_writer(addr, old=old_addr)
+                    relay_edges.switch(ctx, route, addr, old_addr)  # a held relay moves its sessions, still held
                 self.moved.append(f"{shard}->{t.name}")
         self.mark("routes")
         return f"routes {', '.join(self.moved)}"
@@ -254,7 +277,11 @@ class ServerCutover:
         if self.fenced is not None:
             self.fenced_ms = (ctx.clock.monotonic() - self.fenced.started) * 1000
         self.mark("open")
+        # The instances take writes: the relays' held commands go on there (they moved at the routes).
+        released = relay_edges.release(ctx, self.source)
         self.leave_window(ctx)
+        if released:
+            ctx.log(released)
         if self.fenced_ms is not None:
             ctx.metric("fenced_window_ms", self.fenced_ms, "ms", source=self.source)  # journaled as the window ends
             return f"{names} opened after {self.fenced_ms:.0f} ms fenced"
@@ -279,9 +306,17 @@ class ServerCutover:
         return f"{self.source} replicates them back for rollback"
 
     def do_sessions(self, ctx: ConsolidateContext) -> str:
+        # A hold a process that died past the open left (a resumed run): released now.
+        released = relay_edges.release(ctx, self.source)
+        released = f"; {released}" if released else ""
+        if relay_edges.every_shard_relayed(ctx, self.source, route_of=route_of):
+            # Every session that came through a relay was moved by it, with its state: ending one
+            # still on the old server (in a transaction the relay moves at its end) would cut it.
+            self.relayed = True
+            return f"no app session on {self.source} ended: its shards' relays moved them{released}"
         # Only now, with every route naming an instance: a pool that reconnects at once finds the new writer.
         self.killed, self.seen = end_app_sessions(ctx, self.source)
-        return f"{self.killed} app session(s) on {self.source} ended"
+        return f"{self.killed} app session(s) on {self.source} ended{released}"
 
     # -- consolidation's steps after the sessions ----------------------------------------
     def do_login(self, ctx: ConsolidateContext) -> str:
@@ -333,8 +368,10 @@ class ServerCutover:
         window = f"after {self.fenced_ms:.0f} ms fenced" if self.fenced_ms is not None else "(opened earlier)"
         accounts = (f"{len(self.accounts.users)} account(s) and {len(self.accounts.roles)} role(s) with grants on "
                     f"the shards present on the instance(s); " if self.accounts is not None else "")
+        ended = (f"the relays moved the app sessions (none ended on {self.source})" if self.relayed else
+                 f"{self.killed} app session(s) on {self.source} ended")
         return (f"{said_check}{fenced}routes {', '.join(self.moved) or '(moved earlier)'} {window}; then "
-                f"{self.killed} app session(s) on {self.source} ended; {self.logged_in}{self.reached}; {accounts}"
+                f"{ended}; {self.logged_in}{self.reached}; {accounts}"
                 f"{self.source} replicates them back for rollback")
 
 
@@ -456,10 +493,13 @@ class CatchUpTimeout(ConsolidateError):
     """An instance did not apply the fenced server's final position in time."""
 
 
-def fence(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance]) -> tuple[Fence[tuple[str, int]], Fenced[tuple[str, int]]]:
+def fence(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance],
+          around_retry: Callable[[Callable[[], None]], None] | None = None,
+          ) -> tuple[Fence[tuple[str, int]], Fenced[tuple[str, int]]]:
     """The kit fence on the old server (calm wait, watchdog with its timeline, fenced catch-up
     budget and attempts); its final position is a binlog (file, pos): replication here is by
-    file and position on named connections."""
+    file and position on named connections. `around_retry(converge)`: what runs before a retried
+    attempt, around the convergence again (the relays' release and hold)."""
     p, plan = ctx.params, plan_of(ctx)
 
     def applied_within(pos: tuple[str, int], budget_s: float) -> bool:
@@ -483,7 +523,8 @@ def fence(ctx: ConsolidateContext, source: str, targets: list[PlannedInstance]) 
 
     del plan
     kit = server_fence(ctx, source, p, ", ".join(t.name for t in targets))
-    return kit, kit.fence(applied_within=applied_within, before_retry=converge_again)
+    retry = converge_again if around_retry is None else (lambda: around_retry(converge_again))
+    return kit, kit.fence(applied_within=applied_within, before_retry=retry)
 
 
 def server_fence(ctx: ConsolidateContext, name: str, params: FenceParams, targets: str) -> Fence[tuple[str, int]]:
@@ -662,7 +703,18 @@ def undo_cutover(ctx: ConsolidateContext, source: str) -> str:
 
     Also puts back a cutover that stopped part way (the tool killed in it): fenced only, a
     reverse connection set up but not journaled, an instance opened before any route moved,
-    routes moved or the instance opened before the reverse connection was set up or started."""
+    routes moved or the instance opened before the reverse connection was set up or started.
+    Shards routed through relays: held before the instance's fence, moved back held, released
+    once the old server takes writes; a hold a process that died left is released then too."""
+    try:
+        said = _undo_cutover(ctx, source)
+    except BaseException:
+        relay_edges.release(ctx, source)  # nothing is held past a failed undo: the relay's backend goes on
+        raise
+    return said
+
+
+def _undo_cutover(ctx: ConsolidateContext, source: str) -> str:
     plan, p = plan_of(ctx), ctx.params
     targets = targets_of(plan, source)
     old_addr = address_of(ctx, source)
@@ -681,6 +733,12 @@ def undo_cutover(ctx: ConsolidateContext, source: str) -> str:
             start_reverse(ctx, source, {t.name: reverse[t.name]}, fresh=False)
         if t.name in reverse and src.connection_status(conn) is not None:
             if routed_here:
+                # Its relays first hold their sessions (none busy or in a transaction), so that
+                # nothing of theirs meets the instance's fence (relay_edges.py).
+                holding = relay_edges.hold(ctx, source, relay_edges.relays_of(ctx, source, t.name, route_of),
+                                           address_of(ctx, t.name))
+                if holding:
+                    ctx.log(holding)
                 # Fences every shard on the instance for a moment (the kit's fence); rollback
                 # undoes newest first, so the others move back right after or are reopened below.
                 held = instance_fence(ctx, t.name, source)
@@ -692,12 +750,15 @@ def undo_cutover(ctx: ConsolidateContext, source: str) -> str:
                                        f"within {p.catchup_timeout_s:g}s; the routes still point at {t.name}",
                                        hint=f"check SHOW SLAVE '{conn}' STATUS on {source}, then: dbmigrate rollback RUN")
             for s in routed_here:
-                route_of(ctx, s).switch_writer(old_addr, old=address_of(ctx, t.name))
+                # A held relay moves its sessions back, still held until the old server opens.
+                relay_edges.switch(ctx, route_of(ctx, s), old_addr, address_of(ctx, t.name))
                 back.append(s)
             if held is not None and not routed_to(ctx, t):
                 # No route names the instance now: it stays read-only, its fence no longer expires.
                 held.before_open(source)
-            if routed_here:  # after the routes name the old server again: pools reconnect there
+            if routed_here and not relay_edges.every_shard_relayed(ctx, source, routed_here, route_of):
+                # After the routes name the old server again: pools reconnect there. Not through
+                # relays: they moved their sessions back.
                 end_app_sessions(ctx, t.name)
             applier_of(ctx, source).remove_source(conn)
         elif routed_here:
@@ -718,13 +779,16 @@ def undo_cutover(ctx: ConsolidateContext, source: str) -> str:
     if p.fence_expiry != "off":  # a fence this run set may have scheduled its expiry
         applier_of(ctx, source).cancel_fence_expiry()
     applier_of(ctx, source).set_read_only(False)
+    # It takes writes again: the relays' held commands go on there (this process's holds, or
+    # ones a process that died left).
+    released = relay_edges.release(ctx, source)
     verify_undone(ctx, source)
     with edit_state(ctx) as st:
         st.reverse.pop(source, None)
         st.cut.pop(source, None)
         st.fencing.pop(source, None)
     routed = f"routes {', '.join(back)} back to {source}" if back else "no route had moved"
-    return f"{routed}; {source} is writable again"
+    return f"{routed}; {source} is writable again" + (f"; {released}" if released else "")
 
 
 def verify_undone(ctx: ConsolidateContext, source: str) -> None:
@@ -777,7 +841,8 @@ def describe_part(ctx: ConsolidateContext, source: str, part: str) -> list[Descr
         kit_target.JOURNAL: [(t, "its binlog position read and journaled (where the reverse connection will "
                                  "start)") for t in targets],
         kit_target.ROUTES: [("routes", f"DSN file: each shard of {source} -> its instance (both sides still "
-                                       f"read-only)")],
+                                       f"read-only); a relay that holds its sessions: move INSTANCE (released at "
+                                       f"the open)")],
         kit_target.OPEN: [(source, "the fence's expiry dropped, read_only read back (still fenced)"),
                           *[(t, f"read_only=OFF (bounded by {p.catchup_timeout_s:g}s): takes the shards' writes")
                             for t in targets]],
@@ -785,7 +850,7 @@ def describe_part(ctx: ConsolidateContext, source: str, part: str) -> list[Descr
                                       f"(reverse, for rollback); START SLAVE '{connection_name(t)}'")
                              for t in targets],
         kit_target.SESSIONS: [(source, "KILL CONNECTION <app sessions> (after the routes moved: pools reconnect "
-                                       "to the instance)")],
+                                       "to the instance); none when every shard routes through a relay (moved)")],
         LOGIN: [(t, "the app account logs in and reaches its tables") for t in targets],
         FORWARD: [(t, f"stop and remove replication connection '{conn}'") for t in targets],
     }

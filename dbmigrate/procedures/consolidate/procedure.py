@@ -81,7 +81,7 @@ def publish_routes(ctx: ConsolidateContext) -> str:
             if not ctx.dry_run:
                 r.switch_writer(address_of(ctx, s.source))
             added.append(s.name)
-    routes = resources_of(ctx).routes
+    routes = resources_of(ctx).routes or "the shards' relays"
     return f"routes of {', '.join(added)} added to {routes}" if added else \
         f"all {len(plan.shards)} shard routes present in {routes}"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -34,7 +34,7 @@ class ConsolidateState(TypedState):
     """Instances created, old servers cut over, and the reverse connections rollback needs."""
 
     KEY = "consolidate"
-    VERSION = 2  # 2: `fencing`
+    VERSION = 3  # 2: `fencing`; 3: `held`, `relay_changes`, `relay_seq`
     FLAT_KEYS = {"instances": "instances", "checksums": "checksums"}
 
     instances: dict[str, str] = Field(default_factory=dict)  # instance -> host:port where it was created
@@ -46,6 +46,12 @@ class ConsolidateState(TypedState):
     checksums: dict[str, Any] = Field(default_factory=dict)  # shard -> {"old": ..., "new": ...}
     seeds: dict[str, dict[str, Any]] = Field(default_factory=dict)  # "instance<-source" -> method, bytes, s, position
     servers: dict[str, dict[str, Any]] = Field(default_factory=dict)  # old server -> fleet stage, status, error
+    # Shards routed through a relay (inventory `shard_routers`): each relay's hold of its sessions,
+    # journaled before it is sent (a process that dies holding leaves it to rollback and resume),
+    # and each relay's change sent and not answered yet (in doubt), as promote's router changes.
+    held: dict[str, dict[str, Any]] = Field(default_factory=dict)  # control socket -> {source, address, ...}
+    relay_changes: dict[str, dict[str, Any]] = Field(default_factory=dict)  # control socket -> change in doubt
+    relay_seq: int = 0  # the number of the last relay change this run sent
 
     @classmethod
     def from_flat(cls, flat: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +62,7 @@ class ConsolidateState(TypedState):
 
     @classmethod
     def migrate(cls, version: int, data: dict[str, Any]) -> dict[str, Any] | None:
-        return dict(data) if version == 1 else None  # version 1 did not journal a begun cutover
+        return dict(data) if version in (1, 2) else None  # 1: no begun cutover journaled; 2: no relay hold
 
 
 # Under a key of its own, not in ConsolidateState: `consolidate throttle` writes it from
@@ -125,10 +131,11 @@ class Servers:
 class ConsolidateResources:
     inventory: Any
     plan: ConsolidationPlan
-    routes: Path
+    routes: Optional[Path]  # the DSN file; None when every shard routes through a relay of its own
     repl: Credentials
     app: Optional[Credentials]
     servers: Servers
+    relays: dict[str, Any] = field(default_factory=dict)  # shard -> its RelayRouterSpec (inventory shard_routers)
 
     def close(self) -> None:
         self.servers.close()
@@ -149,14 +156,18 @@ def plan_path(playbook: PlaybookView, params: Any) -> Path:
     return p if p.is_absolute() else (playbook.base_dir / p).resolve()
 
 
-def routes_path(inventory: Any, cluster: str, playbook: PlaybookView, params: Any) -> Path:
+def routes_path(inventory: Any, cluster: str, playbook: PlaybookView, params: Any,
+                every_shard_relayed: bool = False) -> Path | None:
     if params.routes:
         p = Path(params.routes).expanduser()
         return p if p.is_absolute() else (playbook.base_dir / p).resolve()
     router = inventory.cluster(cluster).router
     if router is None or router.kind != "dsn-file":
+        if every_shard_relayed:
+            return None  # each shard's route is its relay (shard_routers): no DSN file to read
         raise UsageError(f"cluster {cluster} has no dsn-file router and the playbook names no `routes:` file",
-                         hint="shards are routed one by one through a DSN file: set params.routes")
+                         hint="shards are routed one by one through a DSN file (set params.routes), or each "
+                              "through a relay of its own (the cluster's shard_routers)")
     p = Path(router.path).expanduser()
     return p if p.is_absolute() else inventory.base / p
 
@@ -169,8 +180,10 @@ def prepare(playbook: PlaybookView, store: RunState, *, old_gone: bool = False) 
     for src in sources:
         inv.find_server(src)  # every old server of the plan is in the inventory
     servers = Servers(inv, plan, lambda: ConsolidateState.load(store).instances)
-    resources = ConsolidateResources(inventory=inv, plan=plan, routes=routes_path(inv, playbook.cluster, playbook, params),
+    relays = dict(inv.cluster(playbook.cluster).shard_routers)
+    routes = routes_path(inv, playbook.cluster, playbook, params, all(s.name in relays for s in plan.shards))
+    resources = ConsolidateResources(inventory=inv, plan=plan, routes=routes,
                                      repl=inv.replication_credentials(playbook.cluster),
-                                     app=inv.app_credentials(playbook.cluster), servers=servers)
+                                     app=inv.app_credentials(playbook.cluster), servers=servers, relays=relays)
     # One run at a time for these old servers: the lock lives on the first one.
     return handed_over(resources, inv.open(sources[0]).dedicated())

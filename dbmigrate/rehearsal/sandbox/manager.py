@@ -98,6 +98,7 @@ class SandboxState:
     instances: dict[str, InstanceState] = field(default_factory=dict)
     haproxy: dict[str, Any] | None = None
     relay: dict[str, Any] | None = None  # the relay in front of the cluster (sandbox/relay.py): its router
+    shard_relays: dict[str, dict[str, Any]] = field(default_factory=dict)  # shard -> its relay (shard_relays.py)
     timings: dict[str, float] = field(default_factory=dict)
     ssh: dict[str, Any] | None = None  # instance -> its sshd (pid, config, access block)
     # mariadbd processes created for this sandbox by other means (a consolidation rehearsal's
@@ -464,6 +465,10 @@ class Sandboxes:
             from dbmigrate.rehearsal.sandbox import relay  # optional component
 
             relay.stop(state)
+        if state.shard_relays:
+            from dbmigrate.rehearsal.sandbox import shard_relays  # optional component
+
+            shard_relays.stop(state)
         if state.ssh:
             from dbmigrate.rehearsal.sandbox import sshd  # optional component
 

@@ -81,7 +81,7 @@ def write_users_file(path: Path, accounts: list[tuple[str, str]]) -> int:
     return len(lines)
 
 
-def _socket_path(rdir: Path) -> tuple[str, str | None]:
+def socket_path(rdir: Path) -> tuple[str, str | None]:
     candidate = rdir / "control.sock"
     if len(str(candidate)) <= MAX_SOCKET_PATH:
         return str(candidate), None
@@ -89,7 +89,7 @@ def _socket_path(rdir: Path) -> tuple[str, str | None]:
     return f"{tmp}/control.sock", tmp
 
 
-def _launch(r: dict[str, Any]) -> subprocess.Popen[bytes]:
+def launch(r: dict[str, Any]) -> subprocess.Popen[bytes]:
     args = [r["binary"], "-listen", f"127.0.0.1:{r['port']}", "-backend", r["backend"], "-users", r["users_file"],
             "-control", r["control_socket"], "-state", r["state_file"], "-max-hold-s", str(r["max_hold_s"]),
             "-drain-s", str(r["drain_s"])]
@@ -112,7 +112,7 @@ def _launch(r: dict[str, Any]) -> subprocess.Popen[bytes]:
         except RouterError as e:
             last = e.message
         time.sleep(0.05)
-    _stop(proc.pid, r["binary"])
+    stop_pid_of(proc.pid, r["binary"])
     tail = " | ".join(Path(r["log"]).read_text(errors="replace").strip().splitlines()[-3:])
     raise SandboxError(f"the relay did not start: {last} {tail}", hint=f"see {r['log']}")
 
@@ -125,7 +125,7 @@ def start(boxes: Any, sandbox_name: str, *, max_hold_s: float = 10, drain_s: flo
     from dbmigrate.rehearsal.sandbox.haproxy import writable_instance
 
     state = boxes.find(sandbox_name)
-    if state.relay and state.relay.get("pid") and _is_our_relay(state.relay["pid"], state.relay["binary"]):
+    if state.relay and state.relay.get("pid") and is_our_relay(state.relay["pid"], state.relay["binary"]):
         return dict(state.relay)
     names = [n for n, i in state.instances.items() if i.cluster == state.name]
     if not names:
@@ -139,14 +139,14 @@ def start(boxes: Any, sandbox_name: str, *, max_hold_s: float = 10, drain_s: flo
         count = write_users_file(users_file, Inspector(server).native_password_hashes())
     if not count:
         raise SandboxError(f"{writer} has no mysql_native_password account: the relay could log nobody in")
-    control, tmp_dir = _socket_path(rdir)
+    control, tmp_dir = socket_path(rdir)
     state_file = rdir / "relay.state"
     state_file.unlink(missing_ok=True)  # an earlier run's backend must not pick the writer
     taken = {i.port for i in state.instances.values()}
     r = {"binary": str(binary), "port": free_port(taken), "backend": f"127.0.0.1:{state.instances[writer].port}",
          "users_file": str(users_file), "control_socket": control, "state_file": str(state_file),
          "log": str(rdir / "relay.log"), "socket_tmp_dir": tmp_dir, "max_hold_s": max_hold_s, "drain_s": drain_s}
-    proc = _launch(r)
+    proc = launch(r)
     r["pid"] = proc.pid
     state.relay = r
     state.save()
@@ -162,8 +162,8 @@ def restart(boxes: Any, sandbox_name: str) -> dict[str, Any]:
         raise SandboxError(f"sandbox {sandbox_name} has no relay")
     r = state.relay
     if r.get("pid"):
-        _stop(r["pid"], r["binary"])
-    proc = _launch(r)
+        stop_pid_of(r["pid"], r["binary"])
+    proc = launch(r)
     r["pid"] = proc.pid
     state.save()
     return dict(r)
@@ -173,7 +173,7 @@ def kill(boxes: Any, sandbox_name: str) -> None:
     """kill -9 the sandbox's relay (a fault): its control socket stays, nothing listens."""
     state = boxes.find(sandbox_name)
     r = state.relay or {}
-    if r.get("pid") and _is_our_relay(r["pid"], r["binary"]):
+    if r.get("pid") and is_our_relay(r["pid"], r["binary"]):
         os.kill(r["pid"], 9)
         proc = _children.pop(r["pid"], None)
         if proc is not None:
@@ -184,7 +184,7 @@ def kill(boxes: Any, sandbox_name: str) -> None:
 def stop(state: Any) -> None:
     r = state.relay or {}
     if r.get("pid"):
-        _stop(r["pid"], r.get("binary"))
+        stop_pid_of(r["pid"], r.get("binary"))
     if r.get("socket_tmp_dir"):
         shutil.rmtree(r["socket_tmp_dir"], ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):
@@ -195,7 +195,7 @@ def stop(state: Any) -> None:
             state.save()
 
 
-def _is_our_relay(pid: int, binary: str | None) -> bool:
+def is_our_relay(pid: int, binary: str | None) -> bool:
     if not pid_alive(pid):
         return False
     try:
@@ -205,8 +205,8 @@ def _is_our_relay(pid: int, binary: str | None) -> bool:
     return bool(args) and (binary is None or args[0] == binary)
 
 
-def _stop(pid: int, binary: str | None = None) -> None:
-    if _is_our_relay(pid, binary):
+def stop_pid_of(pid: int, binary: str | None = None) -> None:
+    if is_our_relay(pid, binary):
         stop_pid(pid, timeout=5)
     proc = _children.pop(pid, None)
     if proc is not None:
