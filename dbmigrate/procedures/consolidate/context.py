@@ -97,8 +97,6 @@ class ConsolidateParams(FenceParams):
                                                                      "transactions may take to finish; through a "
                                                                      "relay, before it: how long its held sessions "
                                                                      "may take to be idle")
-    router_doubt_wait_s: float = Field(10, gt=0, le=600, description="a relay change sent without an answer is in "
-                                       "doubt: how long to wait for the relay to show it ran before stopping")
     seed_timeout_s: float = Field(3600, gt=0, le=7 * 86400)
     seed: SeedSettings = Field(default_factory=SeedSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)

@@ -83,6 +83,10 @@ class FenceParams(BaseModel):
     fence_expiry_s: Optional[int] = Field(
         None, ge=2, le=600, description="when the fence expires by itself (whole seconds); default "
                                         "fence_timeout_s + catchup_timeout_s + 3")
+    # Every procedure that fences changes a router (promote's, a swap's, a shard's relay).
+    router_doubt_wait_s: float = Field(10, gt=0, le=600, description="a router change sent without an answer is in "
+                                       "doubt: before the route is read or changed again, wait this long for the "
+                                       "router to show that it ran; past it, stop and say how to finish")
 
     @model_validator(mode="before")
     @classmethod

@@ -86,9 +86,6 @@ class SwitchoverParams(FenceParams):
                                                                   "reach every server")
     probe_timeout_s: float = Field(2, gt=0, le=60, description="how long an undo waits for a server to answer "
                                                                "before taking it as down")
-    router_doubt_wait_s: float = Field(10, gt=0, le=600, description="a router change sent without an answer is in "
-                                       "doubt: before the route is read or changed again, wait this long for the "
-                                       "router to show that it ran; past it, stop and say how to finish")
 
     def expiry_s(self) -> float:
         """Seconds after which the old primary's fence expires by itself (0: never scheduled)."""
