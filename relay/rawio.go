@@ -24,6 +24,16 @@ import (
 type rawIO struct {
 	conn net.Conn
 	rc   syscall.RawConn
+	r, w rawOp // one per direction: a read and a write never share their state
+}
+
+// rawOp is one direction's call in progress, and the function RawConn runs for it: kept in the
+// connection, made once, so that a call allocates nothing.
+type rawOp struct {
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
 }
 
 // newRawIO wraps a TCP connection; any other net.Conn (a test's pipe) is returned as it is.
@@ -36,28 +46,21 @@ func newRawIO(c net.Conn) io.ReadWriter {
 	if err != nil {
 		return c
 	}
-	return &rawIO{conn: c, rc: rc}
+	x := &rawIO{conn: c, rc: rc}
+	x.r.fn = x.r.read
+	x.w.fn = x.w.write
+	return x
 }
 
 func (c *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN: // nothing yet: the poller parks the goroutine until there is
-				return false
-			}
-			n, errno = int(r), e
-			return true
-		}
-	})
+	op := &c.r
+	op.p, op.n, op.errno = p, 0, 0
+	err := c.rc.Read(op.fn)
+	n, errno := op.n, op.errno
+	op.p = nil
 	if err != nil {
 		return 0, c.opError("read", err)
 	}
@@ -70,25 +73,30 @@ func (c *rawIO) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *rawIO) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
-			switch e {
-			case 0:
-				n += int(r)
-			case syscall.EINTR:
-			case syscall.EAGAIN: // the socket's send buffer is full: wait until it drains
-				return false
-			default:
-				errno = e
-				return true
-			}
+// read: one read(2); false (wait for the socket to be readable, then again) on EAGAIN.
+func (op *rawOp) read(fd uintptr) bool {
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&op.p[0])), uintptr(len(op.p)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN: // nothing yet: the poller parks the goroutine until there is
+			return false
+		case 0:
+			op.n = int(r)
+		default:
+			op.errno = e
 		}
 		return true
-	})
+	}
+}
+
+func (c *rawIO) Write(p []byte) (int, error) {
+	op := &c.w
+	op.p, op.n, op.errno = p, 0, 0
+	err := c.rc.Write(op.fn)
+	n, errno := op.n, op.errno
+	op.p = nil
 	if err == nil && errno != 0 {
 		err = os.NewSyscallError("write", errno)
 	}
@@ -96,6 +104,25 @@ func (c *rawIO) Write(p []byte) (int, error) {
 		return n, c.opError("write", err)
 	}
 	return n, nil
+}
+
+// write: write(2) until all of op.p is written; false (wait until the socket's send buffer
+// drains, then again) on EAGAIN.
+func (op *rawOp) write(fd uintptr) bool {
+	for op.n < len(op.p) {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&op.p[op.n])), uintptr(len(op.p)-op.n))
+		switch e {
+		case 0:
+			op.n += int(r)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			op.errno = e
+			return true
+		}
+	}
+	return true
 }
 
 // opError words an error as net.Conn's Read and Write do ("read tcp A->B: ..."), the
