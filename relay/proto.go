@@ -154,6 +154,15 @@ func nextPacket(r *bufio.Reader, buf *[]byte) ([]byte, byte, error) {
 	return p, seq, nil
 }
 
+// packetBuffered: the next packet is whole in the reader's buffer (reading it will not wait).
+func packetBuffered(r *bufio.Reader) bool {
+	if r.Buffered() < 4 {
+		return false
+	}
+	h, _ := r.Peek(4)
+	return r.Buffered() >= 4+(int(h[0])|int(h[1])<<8|int(h[2])<<16)
+}
+
 // writeHeader writes a packet header without allocating (into the writer's free space).
 func writeHeader(w *bufio.Writer, n int, seq byte) error {
 	if w.Available() >= 4 {

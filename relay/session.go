@@ -304,6 +304,14 @@ func (s *session) command(cmd []byte, packets int) error {
 	next := clientSeq
 	w := newWalker(kind, s.deprecateEOF)
 	for first := true; ; first = false {
+		// The response goes to the client in one write when it came whole (the usual case),
+		// but what was forwarded is never kept back while the relay waits for the backend
+		// (a result set streamed slowly reaches the client as it comes).
+		if s.cw.Buffered() > 0 && !packetBuffered(b.r) {
+			if err := s.cw.Flush(); err != nil {
+				return err
+			}
+		}
 		p, seq, err := nextPacket(b.r, &s.buf) // valid until the next read from b.r
 		if err != nil {
 			if w.cont { // in the middle of a long packet: nothing can be said, only closed
