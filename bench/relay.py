@@ -10,11 +10,14 @@ so that drift on the machine hits both alike), --seconds each, after a warm-up t
 
 Per side, the median over the rounds of: p50 and p99 event latency (from sysbench's
 latency histogram: buckets about 1.6% wide), statements per second, and the router's CPU per 1,000
-statements (utime + stime from /proc/PID/stat over the run). Then the relay's added p50 and p99
+statements (utime + stime from /proc/PID/stat over the run) and its context switches per 1,000
+statements (voluntary + involuntary, summed over its threads: the figure that shows a router's
+scheduling cost, little moved by the machine's other load). Then the relay's added p50 and p99
 and its throughput ratio, and whether it meets the bar to ship: added p50 <= 10% and throughput >=
 0.9x HAProxy's. HAProxy, the relay and sysbench run at the priority this script runs at.
 
-    python bench/relay.py [--seconds 10] [--rounds 3] [--threads 4] [--relay-binary PATH] [--json]
+    python bench/relay.py [--seconds 10] [--rounds 3] [--threads 4] [--relay-binary PATH]
+                          [--relay-gomaxprocs N] [--json]
 """
 
 from __future__ import annotations
@@ -84,6 +87,17 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of the whole line)
 
 
+def context_switches(pid: int) -> int:
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # a thread gone meanwhile
+            continue
+        total += sum(int(v) for v in re.findall(r"^(?:non)?voluntary_ctxt_switches:\s+(\d+)$", text, re.M))
+    return total
+
+
 def histogram_percentiles(text: str, *ps: float) -> list[float | None]:
     """Percentiles (ms) from sysbench's `--histogram` table: each bucket's upper value and count."""
     buckets = [(float(v), int(c)) for v, c in re.findall(r"^\s*([\d.]+)\s*\|\**\s+(\d+)\s*$", text, re.M)]
@@ -115,7 +129,8 @@ def run_load(port: int, user: str, password: str, script: Path, threads: int, se
 
 
 class RelayProcess:
-    def __init__(self, binary: Path, workdir: Path, backend: str, user: str, stored_hash: str):
+    def __init__(self, binary: Path, workdir: Path, backend: str, user: str, stored_hash: str,
+                 gomaxprocs: int | None = None):
         users = workdir / "users"
         fd = os.open(users, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -123,7 +138,8 @@ class RelayProcess:
         self.port = free_port()
         self.log = workdir / "relay.log"
         self.proc = subprocess.Popen([str(binary), "-listen", f"127.0.0.1:{self.port}", "-backend", backend,
-                                      "-users", str(users), "-control", str(workdir / "relay.sock")],
+                                      "-users", str(users), "-control", str(workdir / "relay.sock"),
+                                      *(["-gomaxprocs", str(gomaxprocs)] if gomaxprocs else [])],
                                      stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"), stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
@@ -155,6 +171,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds, each one run through HAProxy and one through the relay")
     ap.add_argument("--threads", type=int, default=4, help="client connections")
     ap.add_argument("--relay-binary", type=Path, help="a built relay (default: built from relay/ as the sandbox builds it)")
+    ap.add_argument("--relay-gomaxprocs", type=int, help="the relay's -gomaxprocs (default: the relay's own default)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not shutil.which("sysbench"):
@@ -181,7 +198,7 @@ def main() -> None:
             admin.execute("CREATE TABLE app.relay_bench (id INT AUTO_INCREMENT PRIMARY KEY, k INT NOT NULL, "
                           "pad CHAR(60) NOT NULL, KEY (k))")
             admin.execute(f"INSERT INTO app.relay_bench (k, pad) SELECT seq, 'x' FROM app.seq_1_to_{ROWS}")
-        relay = RelayProcess(binary, work, f"127.0.0.1:{server.port}", creds.user, stored)
+        relay = RelayProcess(binary, work, f"127.0.0.1:{server.port}", creds.user, stored, a.relay_gomaxprocs)
         ports = {"haproxy": (h["writer_port"], h["pid"]), "relay": (relay.port, relay.proc.pid)}
         for side in ports:  # warm-up: connections, buffer pool, both routers
             run_load(ports[side][0], creds.user, creds.password or "", script, a.threads, 2)
@@ -189,14 +206,18 @@ def main() -> None:
             order = ("haproxy", "relay") if rnd % 2 == 0 else ("relay", "haproxy")
             for side in order:
                 port, pid = ports[side]
-                before = cpu_ticks(pid)
+                before, switches = cpu_ticks(pid), context_switches(pid)
                 r = run_load(port, creds.user, creds.password or "", script, a.threads, a.seconds)
                 cpu_ms = (cpu_ticks(pid) - before) * 1000 / CLK_TCK
+                switches = context_switches(pid) - switches
                 r["cpu_ms_per_1k"] = round(cpu_ms * 1000 / r["queries"], 2) if r["queries"] else None
+                r["ctx_switches_per_1k"] = round(switches * 1000 / r["queries"]) if r["queries"] else None
+                r["loadavg_1m"] = round(os.getloadavg()[0], 2)
                 runs[side].append(r)
                 if not a.json:
                     print(f"round {rnd + 1} {side:>7}: p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  "
-                          f"{r['qps']:.0f} statements/s  CPU {r['cpu_ms_per_1k']} ms per 1k statements")
+                          f"{r['qps']:.0f} statements/s  CPU {r['cpu_ms_per_1k']} ms and "
+                          f"{r['ctx_switches_per_1k']} context switches per 1k statements  (load {r['loadavg_1m']})")
     finally:
         if relay is not None:
             relay.stop()
@@ -205,13 +226,14 @@ def main() -> None:
         except Exception as e:  # the temp home goes anyway
             print(f"sandbox teardown: {e}", file=sys.stderr)
     summary = {side: {k: round(median([r[k] for r in rs if r[k] is not None]), 3)
-                      for k in ("p50_ms", "p99_ms", "qps", "cpu_ms_per_1k")} for side, rs in runs.items()}
+                      for k in ("p50_ms", "p99_ms", "qps", "cpu_ms_per_1k", "ctx_switches_per_1k")}
+               for side, rs in runs.items()}
     hp, rl = summary["haproxy"], summary["relay"]
     added_p50 = (rl["p50_ms"] - hp["p50_ms"]) / hp["p50_ms"]
     added_p99 = (rl["p99_ms"] - hp["p99_ms"]) / hp["p99_ms"]
     ratio = rl["qps"] / hp["qps"]
     meets = added_p50 <= MAX_ADDED_P50 and ratio >= MIN_THROUGHPUT
-    result = {"commit": commit, "threads": a.threads, "seconds": a.seconds, "rounds": a.rounds,
+    result = {"commit": commit, "threads": a.threads, "relay_gomaxprocs": a.relay_gomaxprocs, "seconds": a.seconds, "rounds": a.rounds,
               "nice": os.nice(0), "cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in load_before],
               "loadavg_after": [round(x, 2) for x in os.getloadavg()], "haproxy": hp, "relay": rl,
               "added_p50_pct": round(added_p50 * 100, 1), "added_p99_pct": round(added_p99 * 100, 1),
@@ -219,13 +241,14 @@ def main() -> None:
     if a.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"\ncommit {commit}, {a.threads} connections, {a.rounds} x {a.seconds} s per side, nice {os.nice(0)}, "
+    procs = f", relay -gomaxprocs {a.relay_gomaxprocs}" if a.relay_gomaxprocs else ""
+    print(f"\ncommit {commit}{procs}, {a.threads} connections, {a.rounds} x {a.seconds} s per side, nice {os.nice(0)}, "
           f"{os.cpu_count()} CPUs, load average {result['loadavg_before'][0]} before, {result['loadavg_after'][0]} after")
     print("median of the rounds  (an event = 1 prepared INSERT + 1 prepared point SELECT)")
     for side in ("haproxy", "relay"):
         s = summary[side]
         print(f"  {side:>7}: p50 {s['p50_ms']} ms  p99 {s['p99_ms']} ms  {s['qps']:.0f} statements/s  "
-              f"CPU {s['cpu_ms_per_1k']} ms per 1k statements")
+              f"CPU {s['cpu_ms_per_1k']} ms and {s['ctx_switches_per_1k']:.0f} context switches per 1k statements")
     print(f"  relay vs HAProxy: added p50 {rl['p50_ms'] - hp['p50_ms']:+.3f} ms ({added_p50 * 100:+.1f}%), "
           f"added p99 {rl['p99_ms'] - hp['p99_ms']:+.3f} ms ({added_p99 * 100:+.1f}%), throughput {ratio:.2f}x, "
           f"CPU {rl['cpu_ms_per_1k'] / hp['cpu_ms_per_1k'] if hp['cpu_ms_per_1k'] else float('nan'):.2f}x")

@@ -228,7 +228,8 @@ func login(addr string, hr handshakeResponse, h1, h2 []byte, timeout time.Durati
 		return nil, nil, err
 	}
 	conn.SetDeadline(time.Now().Add(timeout))
-	b := &backendConn{conn: conn, r: bufio.NewReaderSize(conn, 16<<10), w: bufio.NewWriterSize(conn, 16<<10), addr: addr}
+	rw := newRawIO(conn)
+	b := &backendConn{conn: conn, r: bufio.NewReaderSize(rw, 16<<10), w: bufio.NewWriterSize(rw, 16<<10), addr: addr}
 	ok, err := b.authenticate(hr, h1, h2)
 	if err != nil {
 		conn.Close()

@@ -17,6 +17,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -35,7 +37,12 @@ func main() {
 	drain := flag.Float64("drain-s", 5, "after a move, sessions still in a transaction this long are ended")
 	verbose := flag.Bool("v", false, "log every session's connection")
 	statePath := flag.String("state", "", "file where every move saves the backend; read at start (it wins over -backend)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file until the relay stops (SIGTERM/SIGINT); off by default")
+	procs := flag.Int("gomaxprocs", 0, "threads running Go code at once (0: Go's default, one per CPU)")
 	flag.Parse()
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
+	}
 	if *backend == "" || *users == "" || *control == "" {
 		fmt.Fprintln(os.Stderr, "relay: -backend, -users and -control are required")
 		flag.Usage()
@@ -84,10 +91,21 @@ func main() {
 		cl.Close()
 		ln.Close()
 	}()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			log.Fatalf("relay: -cpuprofile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	log.Printf("relay: listening on %s, backend %s, control %s", ln.Addr(), *backend, *control)
 	err = r.serve(ln)
 	os.Remove(*control)
 	if err != nil && !strings.Contains(err.Error(), "use of closed") {
+		pprof.StopCPUProfile()
 		log.Fatalf("relay: %v", err)
 	}
 }

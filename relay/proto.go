@@ -90,13 +90,28 @@ const (
 	erConnectionKilled = 1927
 )
 
+// readHeader reads a packet header (payload length, sequence number) from the reader's buffer,
+// without allocating: it is read for every packet relayed. Errors as io.ReadFull's: io.EOF when
+// the stream ended before the header, io.ErrUnexpectedEOF inside it.
+func readHeader(r *bufio.Reader) (int, byte, error) {
+	h, err := r.Peek(4)
+	if err != nil {
+		if len(h) > 0 && err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, err
+	}
+	n, seq := int(h[0])|int(h[1])<<8|int(h[2])<<16, h[3]
+	r.Discard(4)
+	return n, seq, nil
+}
+
 // readPacket reads one physical packet into buf (grown as needed) and returns its payload.
 func readPacket(r *bufio.Reader, buf []byte) ([]byte, byte, error) {
-	var h [4]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
+	n, seq, err := readHeader(r)
+	if err != nil {
 		return buf[:0], 0, err
 	}
-	n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
 	if cap(buf) < n {
 		buf = make([]byte, n)
 	}
@@ -104,14 +119,67 @@ func readPacket(r *bufio.Reader, buf []byte) ([]byte, byte, error) {
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return buf, 0, err
 	}
-	return buf, h[3], nil
+	return buf, seq, nil
+}
+
+// nextPacket reads one physical packet and returns its payload, in place in the reader's buffer
+// when it fits there (no copy: a response is forwarded from the backend reader's buffer to the
+// client writer's), else read into *buf (grown as needed). The payload is valid until the next
+// read from r, and must not be written to.
+func nextPacket(r *bufio.Reader, buf *[]byte) ([]byte, byte, error) {
+	n, seq, err := readHeader(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	if n <= r.Size() {
+		p, err := r.Peek(n)
+		if err != nil {
+			if len(p) > 0 && err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, 0, err
+		}
+		r.Discard(n) // the bytes consumed stay where they are until the next read
+		return p, seq, nil
+	}
+	p := *buf
+	if cap(p) < n {
+		p = make([]byte, n)
+	}
+	p = p[:n]
+	*buf = p[:0]
+	if _, err := io.ReadFull(r, p); err != nil {
+		return nil, 0, err
+	}
+	return p, seq, nil
+}
+
+// packetBuffered: the next packet is whole in the reader's buffer (reading it will not wait).
+func packetBuffered(r *bufio.Reader) bool {
+	if r.Buffered() < 4 {
+		return false
+	}
+	h, _ := r.Peek(4)
+	return r.Buffered() >= 4+(int(h[0])|int(h[1])<<8|int(h[2])<<16)
+}
+
+// writeHeader writes a packet header without allocating (into the writer's free space).
+func writeHeader(w *bufio.Writer, n int, seq byte) error {
+	if w.Available() >= 4 {
+		_, err := w.Write(append(w.AvailableBuffer(), byte(n), byte(n>>8), byte(n>>16), seq))
+		return err
+	}
+	for _, c := range [4]byte{byte(n), byte(n >> 8), byte(n >> 16), seq} {
+		if err := w.WriteByte(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writePacket writes one physical packet (payload shorter than maxPayload+1).
 func writePacket(w *bufio.Writer, seq byte, payload []byte) error {
-	n := len(payload)
-	h := [4]byte{byte(n), byte(n >> 8), byte(n >> 16), seq}
-	if _, err := w.Write(h[:]); err != nil {
+	if err := writeHeader(w, len(payload), seq); err != nil {
 		return err
 	}
 	_, err := w.Write(payload)
@@ -124,11 +192,10 @@ func writePacket(w *bufio.Writer, seq byte, payload []byte) error {
 func readLogical(r *bufio.Reader, buf []byte) (payload []byte, packets int, err error) {
 	buf = buf[:0]
 	for {
-		var h [4]byte
-		if _, err = io.ReadFull(r, h[:]); err != nil {
+		var n int
+		if n, _, err = readHeader(r); err != nil {
 			return buf, packets, err
 		}
-		n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
 		start := len(buf)
 		buf = append(buf, make([]byte, n)...)
 		if _, err = io.ReadFull(r, buf[start:]); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"io"
 	"testing"
 )
 
@@ -187,6 +188,40 @@ func TestLogicalPacketsRoundTrip(t *testing.T) {
 	got, packets, err := readLogical(bufio.NewReader(&buf), nil)
 	if err != nil || packets != 2 || !bytes.Equal(got, payload) {
 		t.Fatalf("readLogical: %d packets, %v", packets, err)
+	}
+}
+
+// nextPacket: a packet that fits the reader's buffer is returned in place, a longer one in the
+// caller's buffer; a stream cut inside a packet is io.ErrUnexpectedEOF, at a packet's start io.EOF.
+func TestNextPacket(t *testing.T) {
+	short, long := bytes.Repeat([]byte{1}, 10), bytes.Repeat([]byte{2}, 40)
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	writePacket(w, 5, short)
+	writePacket(w, 6, long)
+	writePacket(w, 7, nil)
+	writePacket(w, 8, short)
+	w.Flush()
+	stream := buf.Bytes()
+	r := bufio.NewReaderSize(bytes.NewReader(stream[:len(stream)-3]), 16) // the last packet cut short
+	var scratch []byte
+	for i, want := range [][]byte{short, long, {}} {
+		p, seq, err := nextPacket(r, &scratch)
+		if err != nil || seq != byte(5+i) || !bytes.Equal(p, want) {
+			t.Fatalf("packet %d: seq %d, %d bytes, %v", i, seq, len(p), err)
+		}
+		if i == 1 && cap(scratch) < len(long) {
+			t.Fatalf("a packet longer than the reader's buffer is read into the caller's buffer")
+		}
+	}
+	if _, _, err := nextPacket(r, &scratch); err != io.ErrUnexpectedEOF {
+		t.Fatalf("cut packet: %v", err)
+	}
+	if _, _, err := nextPacket(bufio.NewReader(bytes.NewReader(nil)), &scratch); err != io.EOF {
+		t.Fatalf("empty stream: %v", err)
+	}
+	if _, _, err := nextPacket(bufio.NewReader(bytes.NewReader(stream[:2])), &scratch); err != io.ErrUnexpectedEOF {
+		t.Fatalf("cut header: %v", err)
 	}
 }
 

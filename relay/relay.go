@@ -112,8 +112,9 @@ func (r *Relay) serve(ln net.Listener) error {
 		}
 		r.mu.Lock()
 		r.nextID++
-		s := &session{id: r.nextID, r: r, client: c, cr: bufio.NewReaderSize(c, 16<<10),
-			cw: bufio.NewWriterSize(c, 16<<10), remote: c.RemoteAddr().String(), stmts: map[uint32]*stmt{}}
+		rw := newRawIO(c)
+		s := &session{id: r.nextID, r: r, client: c, cr: bufio.NewReaderSize(rw, 16<<10),
+			cw: bufio.NewWriterSize(rw, 16<<10), remote: c.RemoteAddr().String(), stmts: map[uint32]*stmt{}}
 		r.sessions[s.id] = s
 		r.mu.Unlock()
 		if r.verbose {

@@ -24,6 +24,7 @@ type fakeBackend struct {
 	base uint32
 	mu   sync.Mutex
 	seen []string
+	more chan struct{} // STREAM: the result set's end is sent once this is closed
 }
 
 func newFakeBackend(t *testing.T, h2 []byte, base uint32) *fakeBackend {
@@ -88,6 +89,15 @@ func (f *fakeBackend) serve(c net.Conn) {
 		case comQuery:
 			q := string(p[1:])
 			f.note(q)
+			if q == "STREAM" { // a result set whose end comes later
+				send(1, []byte{1})
+				send(2, colDef)
+				send(3, eof(status))
+				send(4, []byte{1, '1'})
+				<-f.more
+				send(5, eof(status))
+				continue
+			}
 			switch q {
 			case "BEGIN":
 				status |= statusInTrans
@@ -349,5 +359,32 @@ func TestATransactionStillOpenAfterTheDrainIsEndedWithAClearError(t *testing.T) 
 	}
 	if p, _ := idle.do(append([]byte{comQuery}, "SELECT 1"...), respResults); p[0] != 0 || !strings.Contains(b.log(), "SELECT 1") {
 		t.Fatal("the idle session works on the new backend")
+	}
+}
+
+// A row the backend sent reaches the client while the relay waits for the rest of the result.
+func TestRowsAreForwardedWhileTheResultIsStreamed(t *testing.T) {
+	h2 := sha1sum(sha1sum([]byte("pw")))
+	a := newFakeBackend(t, h2, 1)
+	a.more = make(chan struct{})
+	users := filepath.Join(t.TempDir(), "users")
+	os.WriteFile(users, []byte(fmt.Sprintf("app *%X\n", h2)), 0o600)
+	r, _ := newRelay(a.addr(), users, time.Second, time.Second)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	go r.serve(ln)
+	cl := dialRelay(t, ln.Addr().String(), "app", "pw", "")
+	writePacket(cl.w, 0, append([]byte{comQuery}, "STREAM"...))
+	cl.w.Flush()
+	cl.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	for i, want := range [][]byte{{1}, colDef, eof(statusAutocommit), {1, '1'}} {
+		p, _, err := readPacket(cl.r, nil)
+		if err != nil || string(p) != string(want) {
+			t.Fatalf("packet %d: %v %v (the relay kept back what it had)", i, p, err)
+		}
+	}
+	close(a.more)
+	if p, _, err := readPacket(cl.r, nil); err != nil || !isEOF(p) {
+		t.Fatalf("the end of the result: %v %v", p, err)
 	}
 }

@@ -66,7 +66,7 @@ type session struct {
 	status atomic.Uint32 // the server status flags of the last OK/EOF
 	ended  atomic.Pointer[string]
 	beConn atomic.Pointer[backendConn] // for end(), from another goroutine
-	buf    []byte                      // the response packet being forwarded, reused
+	buf    []byte                      // a response packet longer than the backend reader's buffer, reused
 	cmdBuf []byte                      // the command being relayed, reused
 }
 
@@ -304,8 +304,15 @@ func (s *session) command(cmd []byte, packets int) error {
 	next := clientSeq
 	w := newWalker(kind, s.deprecateEOF)
 	for first := true; ; first = false {
-		p, seq, err := readPacket(b.r, s.buf)
-		s.buf = p[:0]
+		// The response goes to the client in one write when it came whole (the usual case),
+		// but what was forwarded is never kept back while the relay waits for the backend
+		// (a result set streamed slowly reaches the client as it comes).
+		if s.cw.Buffered() > 0 && !packetBuffered(b.r) {
+			if err := s.cw.Flush(); err != nil {
+				return err
+			}
+		}
+		p, seq, err := nextPacket(b.r, &s.buf) // valid until the next read from b.r
 		if err != nil {
 			if w.cont { // in the middle of a long packet: nothing can be said, only closed
 				return err
@@ -317,7 +324,10 @@ func (s *session) command(cmd []byte, packets int) error {
 			return fmt.Errorf("backend %s: %v", b.addr, ferr)
 		}
 		if first && kind == respPrepare && w.err == nil {
-			// The client sees the relay's statement id, stable across backends.
+			// The client sees the relay's statement id, stable across backends (written into a
+			// copy: p may be the backend reader's own buffer).
+			p = append(s.buf[:0], p...)
+			s.buf = p[:0]
 			binary.LittleEndian.PutUint32(p[1:], s.prepared(cmd[1:], &w))
 		}
 		next = seq + shift + 1
@@ -334,7 +344,7 @@ func (s *session) command(cmd []byte, packets int) error {
 	if w.hasStatus {
 		s.status.Store(uint32(w.status))
 	}
-	s.after(cmd, st, &w)
+	s.after(cmd, st, &w) // w.err may point into b.r's buffer: only whether it is set counts here
 	return nil
 }
 
