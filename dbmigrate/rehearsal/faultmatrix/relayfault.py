@@ -59,9 +59,9 @@ class RelayOutage:
         self.back_at: float | None = None
 
     def __enter__(self) -> "RelayOutage":
-        sandbox_relay.kill(self.boxes, self.name)
         if self.started_at is None:
             self.started_at = time.monotonic()
+        sandbox_relay.kill(self.boxes, self.name)
         return self
 
     def __exit__(self, *exc: object) -> None:
