@@ -429,3 +429,28 @@ def test_the_consolidation_boundaries_name_the_first_old_servers_steps():
     assert len(CONSOLIDATE_BOUNDARIES) == len(names)  # one after each step
     kills = [s for s in all_scenarios() if s.procedure == "consolidate" and s.fault == "kill9"]
     assert len(kills) == 2 * len(names) and all(s.after_exit_s == 30 for s in kills)
+
+
+def test_the_relay_is_seen_stopped_and_its_log_read():
+    import os
+    import signal
+    import subprocess
+
+    from dbmigrate.rehearsal.faultmatrix import relayfault
+
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not relayfault.all_stopped(p.pid)
+        os.kill(p.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not relayfault.all_stopped(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert relayfault.all_stopped(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+    assert not relayfault.all_stopped(p.pid)  # gone
+    held = "x hold: sessions wait | y move: backend is now 1.2.3.4:5 (generation 2) | z relay: listening on a"
+    assert relayfault.moved_before_restart(held) is True
+    assert relayfault.moved_before_restart("x hold | z relay: listening on a | w move: backend is now b") is False
+    assert relayfault.moved_before_restart("x hold | w move: backend is now b") is None

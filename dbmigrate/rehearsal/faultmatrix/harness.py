@@ -318,7 +318,7 @@ class _Fault:
         for hold_s; at a `sending:` point the tool's request goes out into the frozen relay first."""
         boxes, name, delay = self.cluster.boxes, self.cluster.name, self.sc.hold_s or 0.0
         if self.sc.fault == "freeze-relay":
-            self.held = _Held(netfault.freeze(relayfault.relay_pid(self.cluster)), delay, None, fired=True).start()
+            self.held = _Held(relayfault.frozen(self.cluster), delay, None, fired=True).start()
             marker.unlink(missing_ok=True)
             return
         frozen_at = None
@@ -579,6 +579,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
         res.details["cut_off"] = fault.cut_off_target
     if sc.router == "relay":
         res.details["relay_log"] = relayfault.log_since(cluster, relay_log_at)
+        res.details["relay_moved_before_restart"] = relayfault.moved_before_restart(res.details["relay_log"])
         said = " ".join(_text(work / f) for f in ("run.out", "recovery.out"))
         # Did the run (or the operator's command) meet a relay change in doubt, and settle it?
         res.details["router_change_in_doubt"] = "in doubt" in said

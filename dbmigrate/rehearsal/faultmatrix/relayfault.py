@@ -18,11 +18,13 @@ The faults, at the row's pause:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from dbmigrate.rehearsal.faultmatrix import health
 from dbmigrate.rehearsal.sandbox import relay as sandbox_relay
@@ -79,10 +81,37 @@ def relay_pid(cluster: Any) -> int:
     return int(cluster.state.relay["pid"])
 
 
-def freeze_now(cluster: Any) -> float:
-    """SIGSTOP the relay; returns when."""
-    os.kill(relay_pid(cluster), signal.SIGSTOP)
-    return time.monotonic()
+def freeze_now(cluster: Any, timeout_s: float = 2.0) -> float:
+    """SIGSTOP the relay and wait until every thread of it is stopped (a thread stops when it next
+    runs, which on loaded cores may come after the tool's request); returns when it was sent."""
+    pid = relay_pid(cluster)
+    os.kill(pid, signal.SIGSTOP)
+    sent = time.monotonic()
+    while not all_stopped(pid) and time.monotonic() < sent + timeout_s:
+        time.sleep(0.001)
+    return sent
+
+
+@contextmanager
+def frozen(cluster: Any) -> Iterator[None]:
+    """The relay stopped (every thread seen stopped) until the block ends, then continued."""
+    pid = relay_pid(cluster)
+    freeze_now(cluster)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def all_stopped(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Is every thread of `pid` stopped (state T in /proc/PID/task/*/stat)?"""
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+        states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks]
+    except (OSError, IndexError):
+        return False
+    return bool(states) and all(st in ("T", "t") for st in states)
 
 
 def log_offset(cluster: Any) -> int:
@@ -106,3 +135,12 @@ def log_since(cluster: Any, offset: int, limit: int = 3000) -> str:
         return ""
     lines = [ln for ln in text.splitlines() if any(w in ln.lower() for w in WORTH_KEEPING)]
     return " | ".join(lines)[-limit:]
+
+
+def moved_before_restart(log: str) -> bool | None:
+    """From the row's relay log: did the relay run a move before it was started again (None: it
+    was not started again)? At `in-move` that says whether the killed relay ran the move it got."""
+    restart = log.find("relay: listening")
+    if restart < 0:
+        return None
+    return "move: backend is now" in log[:restart]
