@@ -30,6 +30,12 @@ and open) and consolidation's per-server cutover (fence, route change, open, rev
 right before the step's statement, its target cut off (port dropped both ways; HAProxy frozen for the
 flip), the statement sent into the cut, the tool killed 1.5 s later, the cut healed 7 s after the send,
 then `rollback`, `resume` or a new `run` of the same playbook.
+The relay in the path (`promote/kill-relay/*`, `promote/freeze-relay/*`): the cluster's router is the
+relay (relay/, router kind `relay`), sysbench and the verifier write through it, promote holds its
+sessions (hold_new_connections); the relay is killed -9 after the hold, inside the fence, with the move in
+flight (frozen with the move in its socket, then killed), after the move, after the open, and started
+again with the same flags (its -state file keeps the backend of its last move) at once or 5 s later; or
+frozen at the move for 2.5 s or 10 s. Needs Go (the relay is built once per version of its sources).
 The watcher reads @@read_only every 10 ms over unix sockets (a partition does not blind it)
 and every row is judged until --after-exit seconds after the tool and the operator's
 command exited (default 30): a statement given up on may still land.

@@ -12,7 +12,8 @@ import pytest
 from dbmigrate import faultpoint
 from dbmigrate.engine.events import Log, StepFinished, StepStarted
 from dbmigrate.rehearsal.faultmatrix.harness import Result, paused_target
-from dbmigrate.rehearsal.faultmatrix.scenarios import FAST, INFLIGHT_FAULT, INFLIGHT_KILL_AFTER_S, all_scenarios, select
+from dbmigrate.rehearsal.faultmatrix.scenarios import (FAST, INFLIGHT_FAULT, INFLIGHT_KILL_AFTER_S, RELAY_FAST,
+                                                       RELAY_POINTS, all_scenarios, select)
 from dbmigrate.rehearsal.writable_monitor import certain_spans, no_writer, two_writable
 
 
@@ -245,11 +246,29 @@ def test_scenario_ids_are_unique_and_cover_the_asked_faults():
         assert any(f"/{fault}/" in i for i in ids), fault
 
 
+def test_the_relay_rows_kill_it_at_each_point_of_a_held_promote():
+    rows = [s for s in all_scenarios() if s.router == "relay"]
+    ids = {s.id for s in rows}
+    assert RELAY_FAST <= ids
+    for where in ("after-hold", "in-fence", "in-move", "after-move", "after-open"):
+        for when in ("now", "5s"):
+            for rec in ("resume", "rollback"):
+                assert f"promote/kill-relay/{where}@{when}/{rec}" in ids
+    assert {"promote/freeze-relay/move@2.5s/rollback", "promote/freeze-relay/move@10s/rollback"} <= ids
+    for s in rows:
+        assert dict(s.settings)["hold_new_connections"] is True  # the relay holds, and moves at the open
+        assert s.after_exit_s == 30 and s.pause is not None
+        faultpoint.parse_point(s.pause)
+    # Every other row keeps HAProxy.
+    assert all(s.router == "haproxy" for s in all_scenarios() if "relay" not in s.fault)
+    assert RELAY_POINTS["in-move"].startswith("sending:")  # the move is sent into the frozen relay
+
+
 def test_select_by_glob_and_fast():
     picked = select(all_scenarios(), "promote/kill9/in-fence/*,*/huge-timeout/*")
     assert [s.id for s in picked] == ["promote/kill9/in-fence/resume", "promote/kill9/in-fence/rollback",
                                       "promote/bad-setting/huge-timeout/none"]
-    assert {s.id for s in select(all_scenarios(), fast=True)} == FAST
+    assert {s.id for s in select(all_scenarios(), fast=True)} == FAST | RELAY_FAST
     assert select(all_scenarios(), "nothing/like/this") == []
 
 
@@ -338,7 +357,7 @@ def test_bounds_of_a_partition_and_of_a_frozen_tool():
 
     sc, res = _held_result(fault="partition-old")
     fault = harness._Fault.__new__(harness._Fault)
-    fault.sc, fault.repair_ms = sc, 0.0
+    fault.sc, fault.repair_ms, fault.relay_outage = sc, 0.0, None
     base = SETTINGS["catchup_timeout_s"] * 1000 + harness.TOOL_OVERHEAD_MS
     # 3.5 s from a fence bounded at 3 s: its bound, then the partition's remaining 0.5 s.
     assert harness._bound_ms(res, fault) == base + 3500
@@ -348,6 +367,24 @@ def test_bounds_of_a_partition_and_of_a_frozen_tool():
     fault.sc = sc
     # Frozen 40 s: the fence expires on the server; the bound is the expiry's, not the freeze's.
     assert harness._bound_ms(res, fault) == base + harness.frozen_tool_bound_s(SETTINGS) * 1000 < base + 40_000
+
+
+def test_bounds_of_the_relay_rows_count_the_time_it_was_out():
+    from dbmigrate.rehearsal.faultmatrix import harness, relayfault
+    from dbmigrate.rehearsal.faultmatrix.scenarios import SETTINGS, relay_matrix
+
+    rows = {s.id: s for s in relay_matrix()}
+    base = SETTINGS["catchup_timeout_s"] * 1000 + harness.TOOL_OVERHEAD_MS
+    fault = harness._Fault.__new__(harness._Fault)
+    fault.sc, fault.repair_ms = rows["promote/kill-relay/in-move@5s/resume"], 0.0
+    fault.relay_outage = relayfault.RelayOutage(None, "x", frozen_at=100.0)
+    fault.relay_outage.back_at = 106.5  # frozen 1.5 s, then killed, started again 5 s later
+    res = harness.Result(fault.sc.id, False)
+    assert harness._bound_ms(res, fault) == base + 6500
+    res.action = "resume"
+    assert harness._bound_ms(res, fault) == base + 6500 + harness.RECOVERY_ALLOWANCE_MS
+    fault.sc, fault.relay_outage = rows["promote/freeze-relay/move@10s/rollback"], None
+    assert harness._bound_ms(harness.Result(fault.sc.id, False), fault) == base + 10_000
 
 
 def test_a_statement_belongs_to_the_step_of_the_thread_that_sends_it(tmp_path):
@@ -392,3 +429,28 @@ def test_the_consolidation_boundaries_name_the_first_old_servers_steps():
     assert len(CONSOLIDATE_BOUNDARIES) == len(names)  # one after each step
     kills = [s for s in all_scenarios() if s.procedure == "consolidate" and s.fault == "kill9"]
     assert len(kills) == 2 * len(names) and all(s.after_exit_s == 30 for s in kills)
+
+
+def test_the_relay_is_seen_stopped_and_its_log_read():
+    import os
+    import signal
+    import subprocess
+
+    from dbmigrate.rehearsal.faultmatrix import relayfault
+
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not relayfault.all_stopped(p.pid)
+        os.kill(p.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not relayfault.all_stopped(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert relayfault.all_stopped(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+    assert not relayfault.all_stopped(p.pid)  # gone
+    held = "x hold: sessions wait | y move: backend is now 1.2.3.4:5 (generation 2) | z relay: listening on a"
+    assert relayfault.moved_before_restart(held) is True
+    assert relayfault.moved_before_restart("x hold | z relay: listening on a | w move: backend is now b") is False
+    assert relayfault.moved_before_restart("x hold | w move: backend is now b") is None

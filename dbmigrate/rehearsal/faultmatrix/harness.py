@@ -30,9 +30,10 @@ from dbmigrate.config import load_inventory
 from dbmigrate.engine.journal import Journal
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.faultpoint import ENV_FILE, ENV_MAX_S, ENV_POINT
-from dbmigrate.rehearsal.faultmatrix import health, netfault
-from dbmigrate.rehearsal.faultmatrix.scenarios import (INFLIGHT_FAULT, INFLIGHT_KILL_AFTER_S, NETWORK_FAULTS, SETTINGS,
-                                                       Scenario, procedure_settings, statement_of)
+from dbmigrate.rehearsal.faultmatrix import health, netfault, relayfault
+from dbmigrate.rehearsal.faultmatrix.scenarios import (INFLIGHT_FAULT, INFLIGHT_KILL_AFTER_S, NETWORK_FAULTS,
+                                                       RELAY_FAULTS, SETTINGS, Scenario, procedure_settings,
+                                                       statement_of)
 from dbmigrate.rehearsal.faultmatrix.workload import BigStatement, LongStatement, swap_ddl
 from dbmigrate.rehearsal.sandbox import haproxy
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
@@ -258,6 +259,7 @@ class _Fault:
         self.frozen_pid: int | None = None
         self.held: _Held | None = None  # a partition or a frozen tool, undone by its own thread
         self.cut_off_target: str | None = None  # kill9-in-flight: the paused statement's target
+        self.relay_outage: relayfault.RelayOutage | None = None  # kill-relay: from its kill (or freeze) to its restart
         self.problems: list[str] = []
 
     def port(self, role: str) -> int:
@@ -280,6 +282,9 @@ class _Fault:
 
     def inject(self, proc: subprocess.Popen, marker: Path) -> None:
         f = self.sc.fault
+        if f in RELAY_FAULTS:
+            self._inject_relay_fault(marker)
+            return
         if f == INFLIGHT_FAULT:
             self.held, self.cut_off_target = kill_in_flight(proc, marker, self.sc.hold_s or 0.0, self._cut_off)
             if self.held is None:
@@ -307,6 +312,28 @@ class _Fault:
             self.cluster.small_disk.fill()  # right after the open: the new primary cannot commit
         self._inject_process_faults(proc)
         marker.unlink(missing_ok=True)  # release the pause
+
+    def _inject_relay_fault(self, marker: Path) -> None:
+        """The relay killed -9 (restarted at once, or hold_s later while the tool goes on), or frozen
+        for hold_s; at a `sending:` point the tool's request goes out into the frozen relay first."""
+        boxes, name, delay = self.cluster.boxes, self.cluster.name, self.sc.hold_s or 0.0
+        if self.sc.fault == "freeze-relay":
+            self.held = _Held(relayfault.frozen(self.cluster), delay, None, fired=True).start()
+            marker.unlink(missing_ok=True)
+            return
+        frozen_at = None
+        if self.sc.pause and self.sc.pause.startswith("sending:"):
+            # Frozen, the request is sent into its socket; killed before the tool's wait for an answer ends.
+            frozen_at = relayfault.freeze_now(self.cluster)
+            marker.unlink(missing_ok=True)
+            time.sleep(INFLIGHT_KILL_AFTER_S)
+        self.relay_outage = relayfault.RelayOutage(boxes, name, frozen_at)
+        if delay:
+            self.held = _Held(self.relay_outage, delay, None, fired=True).start()
+        else:
+            with self.relay_outage:
+                pass  # killed, and started again before the tool goes on
+        marker.unlink(missing_ok=True)
 
     def _cut_off(self, target: str):
         """The fault that cuts off the paused statement's target: its port both ways, or HAProxy frozen."""
@@ -446,6 +473,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
     started = time.monotonic()
     res = Result(sc.id, sc.fast)
     cluster.ensure()
+    relayfault.use_router(cluster, sc.router)
     inv, name = cluster.inventory, cluster.name
     before = health.check(inv, name, checksums=False)
     if not before.healthy:
@@ -464,6 +492,7 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
     marker = work / "paused"
     if sc.pause:
         env.update({ENV_POINT: sc.pause, ENV_FILE: str(marker), ENV_MAX_S: "60"})
+    relay_log_at = relayfault.log_offset(cluster) if sc.router == "relay" else 0
     say(f"{sc.id}: {old} -> {candidate}")
 
     after_exit_s = sc.after_exit_s if after_exit_s is None else after_exit_s
@@ -548,6 +577,15 @@ def run_scenario(cluster: FaultCluster, sc: Scenario, say: Say = lambda m: None,
         _finish_load(res, load, verifier, monitor, inv, name)
     if fault.cut_off_target:
         res.details["cut_off"] = fault.cut_off_target
+    if sc.router == "relay":
+        res.details["relay_log"] = relayfault.log_since(cluster, relay_log_at)
+        res.details["relay_moved_before_restart"] = relayfault.moved_before_restart(res.details["relay_log"])
+        said = " ".join(_text(work / f) for f in ("run.out", "recovery.out"))
+        # Did the run (or the operator's command) meet a relay change in doubt, and settle it?
+        res.details["router_change_in_doubt"] = "in doubt" in said
+        res.details["router_change_settled"] = "is settled" in said or "gone with the router's process" in said
+    if fault.relay_outage is not None:
+        res.details["relay_out_ms"] = round(fault.relay_outage.out_ms)
     if fault.held is not None:
         res.details["fault_started"] = fault.held.started_at is not None
         if fault.held.started_at is not None and fault.held.healed_at is not None:
@@ -569,6 +607,12 @@ def _bound_ms(res: Result, fault: _Fault) -> float:
         # The undo asks the frozen candidate once whether it is writable (never two writable
         # servers), bounded by probe_timeout_s, before the old primary takes writes again.
         bound += SETTINGS["probe_timeout_s"] * 1000
+    if fault.relay_outage is not None:
+        # Nothing routes writes while the relay is out (killed, or frozen then killed): from then
+        # until it answers again.
+        bound += fault.relay_outage.out_ms
+    if fault.sc.fault == "freeze-relay":
+        bound += (fault.sc.hold_s or 0.0) * 1000  # the relay frozen: every session waits in it
     if fault.sc.fault == INFLIGHT_FAULT:
         # The target cut off from the statement's send until it heals (the app through HAProxy
         # waits that long when the target is the primary or HAProxy itself).
@@ -675,6 +719,13 @@ def _judge_refusal(res: Result, sc: Scenario, rc: int | None, inv, name: str, be
     if after != before:
         res.problems.append(f"servers changed: {before} -> {after}")
     res.details["refusal"] = next((ln for ln in reversed(out.splitlines()) if "refused" in ln or "error" in ln), "")
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _tail(path: Path, lines: int = 8) -> str:

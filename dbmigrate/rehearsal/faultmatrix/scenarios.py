@@ -65,13 +65,16 @@ FAST = {
     "promote/kill9-in-flight/open/rollback",
     *(f"promote/bad-setting/{b}/none" for b in BAD_SETTINGS),
 }
+# The relay's rows in the suite (tests/integration/test_relay_faults.py, skipped without Go).
+RELAY_FAST = {"promote/kill-relay/in-fence@now/resume", "promote/kill-relay/in-move@now/rollback"}
 
 
 @dataclass(frozen=True)
 class Scenario:
     procedure: str
     fault: str  # kill9, sigterm, sigint, freeze-candidate, kill-old-primary, kill-haproxy, lock-at-fence, bad-setting,
-    # or one of NETWORK_FAULTS / freeze-tool / cut-repl-link / ddl-at-fence / big-trx-at-fence / kill9-in-flight
+    # or one of NETWORK_FAULTS / freeze-tool / cut-repl-link / ddl-at-fence / big-trx-at-fence / kill9-in-flight,
+    # or one of RELAY_FAULTS (kill-relay, freeze-relay: rows with router="relay")
     where: str  # a key of the pause points, or the bad setting's name, or `<statement>@<length>`
     recovery: str  # resume, rollback, rerun (a new `dbmigrate run` of the same playbook), none
     pause: str | None  # DBMIGRATE_FAULT_PAUSE for the run
@@ -79,6 +82,7 @@ class Scenario:
     hold_s: float | None = None  # how long a partition lasts from its statement, or the tool stays frozen
     settings: tuple[tuple[str, float], ...] = ()  # the playbook's settings that differ from the matrix's
     after_exit_s: float = 0.0  # the verdict also covers this long after the tool (and the operator's command) exit
+    router: str = "haproxy"  # the cluster's router for the row (and where the load writes): haproxy or relay
 
     @property
     def id(self) -> str:
@@ -86,7 +90,7 @@ class Scenario:
 
     @property
     def fast(self) -> bool:
-        return self.id in FAST
+        return self.id in FAST or self.id in RELAY_FAST
 
     @property
     def refusal(self) -> bool:
@@ -329,9 +333,44 @@ DISK_FULL = Scenario("promote", "disk-full-candidate", "after-open", "rollback",
                      after_exit_s=JUDGED_AFTER_EXIT_S)
 
 
+# The relay in the path (relay/, router kind `relay`): the load and the zero-loss writer write through
+# it, promote holds its sessions (hold_new_connections) and moves them at the open. The relay itself
+# is the fault: killed -9 at a point of the promote and started again as systemd would (same flags;
+# its -state file gives it the backend of its last move), at once or RELAY_RESTART_DELAY_S later; or
+# frozen (SIGSTOP) with the move in its socket, continued after a bound. The tool goes on throughout.
+RELAY_FAULTS = ("kill-relay", "freeze-relay")
+RELAY_POINTS = {
+    "after-hold": "in:fence:hold; seq",  # the relay holds every session; the old primary not fenced yet
+    "in-fence": "in:fence:read_only=on",  # held and fenced: inside the window, the candidate not open
+    "in-move": "sending:open:move ",  # the move in flight: the relay frozen with it in its socket, then killed
+    "after-move": "in:open:move ",  # moved and released (one line, answered); the hold's last release not sent
+    "after-open": "after:open",  # the open step done: the relay's backend is the new primary
+}
+RELAY_RESTART_DELAY_S = 5.0
+RELAY_RESTARTS = {"now": 0.0, f"{RELAY_RESTART_DELAY_S:g}s": RELAY_RESTART_DELAY_S}
+RELAY_CONTROL_TIMEOUT_S = 5.0  # RelayRouter's wait for an answer on the control socket
+# Frozen with the move in its socket: half the tool's wait for an answer (it comes late), and twice
+# it (the tool gives up: the move is in doubt until the relay goes on and runs it).
+RELAY_FREEZES_S = (0.5 * RELAY_CONTROL_TIMEOUT_S, 2 * RELAY_CONTROL_TIMEOUT_S)
+RELAY_SETTINGS: tuple[tuple[str, float], ...] = (("hold_new_connections", True),)
+
+
+def relay_matrix() -> list[Scenario]:
+    """The relay killed -9 at each point (restarted at once or after the delay), then the operator's
+    `resume` or `rollback`; the relay frozen with the move in its socket, then `rollback`. Each judged
+    30 s after exit."""
+    out = [Scenario("promote", "kill-relay", f"{where}@{when}", rec, pause, hold_s=delay, settings=RELAY_SETTINGS,
+                    after_exit_s=JUDGED_AFTER_EXIT_S, router="relay")
+           for where, pause in RELAY_POINTS.items() for when, delay in RELAY_RESTARTS.items() for rec in RECOVERIES]
+    out += [Scenario("promote", "freeze-relay", f"move@{s:g}s", "rollback", RELAY_POINTS["in-move"], hold_s=s,
+                     settings=RELAY_SETTINGS, after_exit_s=JUDGED_AFTER_EXIT_S, router="relay")
+            for s in RELAY_FREEZES_S]
+    return out
+
+
 def all_scenarios(settings: dict | None = None) -> list[Scenario]:
     return (promote_matrix() + swap_matrix() + network_matrix(settings or SETTINGS) + issue_reproductions()
-            + [DISK_FULL] + consolidate_matrix() + inflight_matrix())
+            + [DISK_FULL] + consolidate_matrix() + inflight_matrix() + relay_matrix())
 
 
 def select(scenarios: list[Scenario], only: str | None = None, fast: bool = False) -> list[Scenario]:
