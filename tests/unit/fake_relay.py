@@ -15,6 +15,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+def edges(sent: list[tuple[str, str]]) -> list[str]:
+    """What a fake topology recorded as sent, reduced to a switchover's edges: the relay's
+    commands (a move with its address), fences, opens and KILLs; `seq` markers left out."""
+    out = []
+    for who, what in sent:
+        if who == "relay":
+            out.append(what.split()[0] if not what.startswith("move") else f"move {what.split()[1]}")
+        elif "read_only=ON" in what:
+            out.append(f"fence {who}")
+        elif "read_only=OFF" in what:
+            out.append(f"open {who}")
+        elif "KILL" in what:
+            out.append(f"kill on {who}")
+    return [e for e in out if e != "seq"]
+
+
 class FakeRelay:
     def __init__(self, path: Path, backend: str, sent: list[tuple[str, str]] | None = None):
         self.path = str(path)

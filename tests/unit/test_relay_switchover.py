@@ -25,7 +25,7 @@ from dbmigrate.procedures.kit.cutover import CutoverState
 from dbmigrate.procedures.kit.switchover import Switchover, SwitchoverParams
 from dbmigrate.routing import relay_hold
 from dbmigrate.routing.relay import RelayRouter
-from tests.unit.fake_relay import FakeRelay
+from tests.unit.fake_relay import FakeRelay, edges
 from tests.unit.fake_topology import FakeTopology, cluster
 
 DB1, DB2 = "127.0.0.1:3301", "127.0.0.1:3302"
@@ -57,17 +57,7 @@ class World:
 
     def events(self) -> list[str]:
         """What was sent, reduced to the switchover's edges."""
-        out = []
-        for who, what in self.topo.sent:
-            if who == "relay":
-                out.append(what.split()[0] if not what.startswith("move") else f"move {what.split()[1]}")
-            elif "read_only=ON" in what:
-                out.append(f"fence {who}")
-            elif "read_only=OFF" in what:
-                out.append(f"open {who}")
-            elif "KILL" in what:
-                out.append(f"kill on {who}")
-        return [e for e in out if e != "seq"]
+        return edges(self.topo.sent)
 
 
 @pytest.fixture
