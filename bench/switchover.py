@@ -41,11 +41,17 @@ Targets on a quiet machine: p50 <= 10 ms, max <= 60 ms, 0 lost.
 
     python bench/switchover.py [--rounds 10] [--json] [--lagging] [--rate TPS] [--candidate-buffer-pool-mb MB]
                                [--tool-cpus LIST] [--in-process] [--hold-new-connections [on|off|both]]
-                               [--alternate-with TREE] [--router haproxy|relay]
+                               [--alternate-with TREE [--alternate-router haproxy|relay]] [--router haproxy|relay]
 
 --router relay puts the relay (relay/, docs/internals/relay.md) in front of the cluster as its
 router (HAProxy still starts, unused for writes): the writer, sysbench and the pools write through
 the relay, and promote drives it (with --hold-new-connections: hold, wait, fence, open, move).
+
+--alternate-router haproxy with --router relay: TREE's tool (a commit that predates the relay)
+drives HAProxy while this checkout's drives the relay, in the same run: each round's writer, load
+and pools write through that round's router (one zero-loss writer per router, pools started for
+each round), and after each round the router it did not drive is pointed at the new writer,
+outside every measured span.
 """
 
 from __future__ import annotations
