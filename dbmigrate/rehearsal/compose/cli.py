@@ -45,14 +45,16 @@ class ComposeCli:
         raise SandboxError("no Docker Compose found (tried: " + "; ".join(tried) + ")",
                            hint="run ./scripts/setup --compose (builds Compose v2, or installs Debian's docker-compose)")
 
-    def command(self, project: str, args: list[str]) -> list[str]:
+    def command(self, project: str, args: list[str], overrides: tuple[Path, ...] = ()) -> list[str]:
+        """`overrides`: compose files merged over docker-compose.yml, in order."""
         root = project_root()
-        return [*self.argv, "-f", str(root / "docker-compose.yml"), "-p", project, "--project-directory",
+        files = [a for f in overrides for a in ("-f", str(f))]
+        return [*self.argv, "-f", str(root / "docker-compose.yml"), *files, "-p", project, "--project-directory",
                 str(root), *args]
 
     def run(self, project: str, args: list[str], env: dict[str, str], *, what: str, check: bool = True,
-            timeout: float = 300) -> subprocess.CompletedProcess:
-        argv = self.command(project, args)
+            timeout: float = 300, overrides: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+        argv = self.command(project, args, overrides)
         try:
             res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=project_root(),
                                  timeout=timeout, stdin=subprocess.DEVNULL)
