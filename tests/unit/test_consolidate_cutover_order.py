@@ -415,9 +415,9 @@ def test_one_old_servers_cutover_is_the_kits_steps_in_order_each_journaled_under
     assert w.events.count(f"{OLD} read_only=ON") == 1
 
 
-def _killed_after(w: World, k: int) -> co.ServerCutover:
-    """The tool killed -9 right after the k-th step of the cutover finished: nothing of its
-    process runs after that (no undo in place); its window is no longer held by it."""
+def steps_then_killed(w: World, k: int) -> co.ServerCutover:
+    """The cutover's first k steps, then the tool killed -9: nothing of its process runs after
+    that (no undo in place); its window is no longer held by it."""
     run = co.ServerCutover(OLD)
     steps = run.steps()
     subs = SubSteps(w.ctx, steps)
@@ -426,6 +426,12 @@ def _killed_after(w: World, k: int) -> co.ServerCutover:
         subs.execute(step)
     run.leave_window(w.ctx)
     w.in_cutover = None  # a later process: no window of its own to check at its open
+    return run
+
+
+def _killed_after(w: World, k: int) -> co.ServerCutover:
+    """The tool killed -9 right after the k-th step of the cutover finished."""
+    run = steps_then_killed(w, k)
     if w.route == ADDR[INST] and not w.read_only[INST]:
         w.app_writes(3)  # the applications write on the instance meanwhile
     return run

@@ -15,7 +15,6 @@ from typing import Iterator
 
 import pytest
 
-from dbmigrate.engine.substeps import SubSteps
 from dbmigrate.exceptions import DbmigrateError
 from dbmigrate.procedures.consolidate import cutover as co
 from dbmigrate.procedures.consolidate.context import relay_route
@@ -23,7 +22,8 @@ from dbmigrate.procedures.consolidate.model import connection_name
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
 from dbmigrate.routing import relay_hold
 from tests.unit.fake_relay import FakeRelay
-from tests.unit.test_consolidate_cutover_order import ADDR, INST, OLD, REV, SHARD, World, make_world
+from tests.unit.test_consolidate_cutover_order import ADDR, INST, OLD, REV, SHARD, World, make_world, \
+    steps_then_killed
 
 STEPS = [s.name for s in co.server_steps(OLD)]
 
@@ -162,14 +162,7 @@ def _killed_after(r: Relayed, k: int) -> None:
     """The tool killed -9 right after the k-th step: nothing of its process runs after that, and
     a later process knows of the relay's hold only what the run state journaled."""
     w = r.w
-    run = co.ServerCutover(OLD)
-    steps = run.steps()
-    subs = SubSteps(w.ctx, steps)
-    w.in_cutover = True
-    for step in steps[:k]:
-        subs.execute(step)
-    run.leave_window(w.ctx)
-    w.in_cutover = None
+    steps_then_killed(w, k)
     r.new_process()
     if w.route == ADDR[INST] and not w.read_only[INST]:
         w.app_writes(3)
