@@ -15,6 +15,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+def relayed_cluster(tmp_path: Path) -> tuple[Any, "FakeRelay"]:
+    """The fake topology's cluster (db1 the writer) with a fake relay in front of db1, whose
+    commands land in the topology's record of what was sent; db1 shows the relay's own three
+    idle sessions (held and moved by a switchover, never ended)."""
+    from dbmigrate.db.inspector import Session
+    from tests.unit.fake_topology import cluster
+
+    topo = cluster()
+    topo.servers["db1"].sessions = [Session(100 + i, "app", f"127.0.0.1:{40000 + i}", "shop", "Sleep", 0, None)
+                                    for i in range(3)]
+    return topo, FakeRelay(tmp_path / "relay.sock", "127.0.0.1:3301", sent=topo.sent)
+
+
 def edges(sent: list[tuple[str, str]]) -> list[str]:
     """What a fake topology recorded as sent, reduced to a switchover's edges: the relay's
     commands (a move with its address), fences, opens and KILLs; `seq` markers left out."""

@@ -29,19 +29,16 @@ from dbmigrate.procedures.schema_swap.primary import primary_cutover, switch_bac
 from dbmigrate.procedures.schema_swap.resources import SchemaSwapResources, SchemaSwapState
 from dbmigrate.routing.base import RouterError
 from dbmigrate.routing.relay import RelayRouter
-from tests.unit.fake_relay import FakeRelay, edges
-from tests.unit.fake_topology import FakeTopology, cluster
+from tests.unit.fake_relay import edges, relayed_cluster
+from tests.unit.fake_topology import FakeTopology
 
 DB1, DB2 = "127.0.0.1:3301", "127.0.0.1:3302"
 
 
 class Swap:
     def __init__(self, tmp_path: Path, journal: Journal):
-        self.topo: FakeTopology = cluster()
-        # The relay's own sessions on db1, as the server shows them: held and moved, never ended.
-        self.topo.servers["db1"].sessions = [Session(100 + i, "app", f"127.0.0.1:{40000 + i}", "shop", "Sleep", 0, None)
-                                             for i in range(3)]
-        self.relay = FakeRelay(tmp_path / "relay.sock", DB1, sent=self.topo.sent)
+        self.topo: FakeTopology
+        self.topo, self.relay = relayed_cluster(tmp_path)  # the relay's sessions on db1: held and moved, never ended
         self.router = RelayRouter("c1", self.relay.path)
         params = SchemaSwapParams(ddl=["ALTER TABLE app.t ADD INDEX ix_a (a)"], fence_expiry="off",
                                   hold_new_connections=True, fence_drain_timeout_s=2, candidate="db2")
