@@ -51,3 +51,10 @@ def test_a_server_answers_with_a_handshake_or_an_error_packet_and_not_with_nothi
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert server_answers("127.0.0.1", port, timeout=1) is False
+
+
+def test_two_addresses_answering_as_one_server_are_both_waited_for_again():
+    from dbmigrate.rehearsal.compose.topology import _answering_as_another
+
+    assert _answering_as_another({"db1": 1, "db2": 1, "db3": 3}) == ["db1", "db2"]
+    assert _answering_as_another({"db1": 1, "db2": 2, "db3": 0, "db4": 0}) == []

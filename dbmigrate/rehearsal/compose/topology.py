@@ -211,6 +211,17 @@ def server_answers(address: str, port: int, timeout: float = 1.0) -> bool:
     return len(head) == 5 and head[4] in (0x0A, 0xFF)  # protocol 10 handshake, or an error packet
 
 
+def _answering_as_another(identities: dict[str, int]) -> list[str]:
+    """Services whose address answered with the server_id another service's address also answered
+    with (0: not known, never a clash). Each of them is waited for again, so that the one whose
+    container exits is seen exiting."""
+    by_id: dict[int, list[str]] = {}
+    for svc, sid in identities.items():
+        if sid:
+            by_id.setdefault(sid, []).append(svc)
+    return sorted(svc for group in by_id.values() if len(group) > 1 for svc in group)
+
+
 class ComposeTopology:
     """Up, reach and remove one compose topology on `engine`."""
 
@@ -278,10 +289,10 @@ class ComposeTopology:
                          overrides=(write_rehearsal_override(state.path, services),))
             state.containers = self._containers(state, started)
             state.save()
-            self._wait_healthy(state, services, hosts, router)
+            root = Credentials("root", root_password)
+            self._wait_healthy(state, services, hosts, router, root)
             state.timings["up_healthy_s"] = round(time.monotonic() - t0, 1)
             self.say(f"every server healthy {state.timings['up_healthy_s']:.1f}s after compose up")
-            root = Credentials("root", root_password)
             if standalone:
                 self._standalone(state, accounts, root)
             else:
@@ -309,9 +320,10 @@ class ComposeTopology:
         return out
 
     def _wait_healthy(self, state: TopologyState, services: tuple[str, ...], hosts: tuple[str, ...] = (),
-                      router: bool = True) -> None:
+                      router: bool = True, root: Credentials | None = None) -> None:
         deadline = time.monotonic() + HEALTHY_TIMEOUT_S
         pending = list(services)
+        identities: dict[str, int] = {}
         while pending:
             for svc in list(pending):
                 container = state.containers[svc]
@@ -323,7 +335,14 @@ class ComposeTopology:
                                        f"{self.last_log_lines(container)}",
                                        hint=f"the whole log: docker logs {container} (the topology was removed)")
                 if status and status[0] == "running" and server_answers(state.addresses[svc], SERVER_PORT):
+                    identities[svc] = self._server_id(state, svc, root)
                     pending.remove(svc)
+            # An address can answer for another container's server (one taken twice: the second
+            # server is still in its initialisation, which listens on no port, and exits on bind):
+            # each service must answer as a server of its own, or it is waited for again.
+            for svc in _answering_as_another(identities):
+                identities.pop(svc)
+                pending.append(svc)
             if pending and time.monotonic() > deadline:
                 c = state.containers[pending[0]]
                 raise SandboxError(f"{c} was not healthy within {HEALTHY_TIMEOUT_S} s: {self.last_log_lines(c)}")
@@ -338,6 +357,17 @@ class ComposeTopology:
                 raise SandboxError(f"container {c} exited during start-up (exit {status[1]}): "
                                    f"{self.last_log_lines(c)}",
                                    hint=f"the whole log: docker logs {c} (the topology was removed)")
+
+    def _server_id(self, state: TopologyState, svc: str, root: Credentials | None) -> int:
+        """The server_id of the server answering at svc's address (0 without root credentials,
+        where identity is not checked)."""
+        if root is None:
+            return 0
+        try:
+            with Server(svc, state.addresses[svc], SERVER_PORT, root, connect_timeout=5) as s:
+                return int(s.scalar("SELECT @@GLOBAL.server_id"))
+        except DbmigrateError:
+            return 0  # answered but not yet accepting root: its own server, still starting
 
     def last_log_lines(self, container: str, lines: int = 3) -> str:
         res = self.engine.run("logs", "--tail", "20", container, check=False)
