@@ -88,7 +88,7 @@ def run_bench(clean: int, regressed: int, say) -> dict:
         load.prepare()
         with inv.open(f"{name}-1") as p:
             create_orders(p)
-        reads, verifier, background = start_workload(inv, name, load, inv.cluster(name).router.writer_port, 3600)
+        reads, verifier, background = start_workload(inv, name, load, inv.cluster(name).write_address(), 3600)
         servers = [f"{name}-1", f"{name}-new"]
         primary = 0
         # Exactly `regressed` regressed rounds, spread out.

@@ -221,6 +221,25 @@ class ClusterSpec(Strict):
     def primary_hint(self) -> str | None:
         return next((n for n, s in self.servers.items() if s.role == "primary"), None)
 
+    def write_address(self) -> tuple[str, int] | None:
+        """Where the applications write: the relay's address, or HAProxy's writer port (None for
+        a router with no address of its own: a DSN file, none)."""
+        r = self.router
+        if r is not None and r.kind == "relay":
+            host, _, port = r.address.rpartition(":")
+            return host, int(port)
+        if r is not None and r.kind == "haproxy" and r.writer_port:
+            return r.address, r.writer_port
+        return None
+
+    def read_address(self) -> tuple[str, int] | None:
+        """Where the applications read: HAProxy's reader port; through a relay (writes only) or
+        without a reader port, where they write."""
+        r = self.router
+        if r is not None and r.kind == "haproxy" and r.reader_port:
+            return r.address, r.reader_port
+        return self.write_address()
+
 
 class HostSpec(Strict):
     """A target host for consolidation: what it offers and where its instances live."""

@@ -107,6 +107,10 @@ def progress_printer(json_out: bool) -> Callable[[str], None]:
 
 HOLD_HELP = ("Set hold_new_connections in the playbook: HAProxy holds the application's new connections "
              "while the writer moves, and the old writer's sessions end when idle.")
+ROUTER_HELP = ("Where the applications write: haproxy (writer and reader ports), or relay: the relay "
+               "(relay/, built with Go once) in front of the sandbox, which holds every session at its next "
+               "statement and moves it to the new primary, none ended (implies --hold-new-connections; not "
+               "with --compose). docs/operations/what-the-application-sees.md")
 
 
 @cmd.command("promote")
@@ -132,6 +136,7 @@ def promote(
                                 "table's rows (at least one row for a table that had rows)."),
     tui: bool = typer.Option(False, "--tui", help=TUI_HELP),
     hold: bool = typer.Option(False, "--hold-new-connections", help=HOLD_HELP),
+    router: str = typer.Option("haproxy", "--router", help=ROUTER_HELP),
 ):
     """Promote a new-hardware replica under live writes, then report loss, fenced window and load."""
     from dbmigrate.app.reports import all_tables, check_report_path, model_of_run, write_report
@@ -154,7 +159,7 @@ def promote(
         report = rehearse_promote(progress=say, load_seconds=load_seconds, keep=keep,
                                   subscribers=renderers(json_out, keep), regress=regress, guard=guard or regress,
                                   remote=remote, name=name, compose=compose, shape=shape, scale=scale,
-                                  driver=driver,
+                                  driver=driver, router=router,
                                   playbook_extra={"params": {"hold_new_connections": True}} if hold else None)
     model = model_of_run(report["run_id"])
     tables = all_tables(model)
@@ -314,6 +319,7 @@ def schema_swap(
                              "with --yes); accepted so that CI jobs read like production runs."),
     tui: bool = typer.Option(False, "--tui", help=TUI_HELP),
     hold: bool = typer.Option(False, "--hold-new-connections", help=HOLD_HELP),
+    router: str = typer.Option("haproxy", "--router", help=ROUTER_HELP),
 ):
     """The weekly A/B schema change under live reads and writes: each replica altered out of the reader
     pool with the binlog off, a switchover to an altered replica, the old primary altered, then back."""
@@ -334,7 +340,7 @@ def schema_swap(
         with removed_on_interrupt(keep):
             report = rehearse_schema_swap(progress=say, keep=keep, name=name, rows=rows, compose=compose,
                                           shape=shape, scale=scale, subscribers=renderers(json_out, keep),
-                                          driver=driver, hold=hold)
+                                          driver=driver, hold=hold, router=router)
         if checked_report is not None:
             from dbmigrate.app.reports import model_of_run, write_report
 

@@ -114,9 +114,12 @@ class ReadLoad:
             return [(t + offset, ms) for t, ms in self.latencies_ms]
 
     def summary(self, since: float | None = None) -> dict[str, float]:
+        """Queries answered (since `since`), their average and p95, and the errors of the whole run
+        (a connection refused or lost)."""
         with self._lock:
             values = sorted(ms for t, ms in self.latencies_ms if since is None or t >= since)
+            errors = self.errors
         if not values:
-            return {"queries": 0}
+            return {"queries": 0, "errors": errors}
         return {"queries": len(values), "avg_ms": round(sum(values) / len(values), 3),
-                "p95_ms": round(values[int(0.95 * (len(values) - 1))], 3)}
+                "p95_ms": round(values[int(0.95 * (len(values) - 1))], 3), "errors": errors}

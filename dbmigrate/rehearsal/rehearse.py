@@ -52,14 +52,14 @@ def replication_shape(inv, cluster: str) -> list[dict[str, Any]]:
     return out
 
 
-def start_workload(inv, cluster: str, bench, read_port: int, load_seconds: int) -> tuple[Any, Any, Any]:
-    """The application a rehearsal runs under: reads through `read_port`, the zero-loss verifier
-    writing through the router, sysbench at a steady 300 tps in the background. Returns
-    (reads, verifier, background), started; what started is stopped again if a later part fails."""
+def start_workload(inv, cluster: str, bench, reads_at: tuple[str, int], load_seconds: int) -> tuple[Any, Any, Any]:
+    """The application a rehearsal runs under: reads through `reads_at` (a router's address), the
+    zero-loss verifier writing through the router, sysbench at a steady 300 tps in the background.
+    Returns (reads, verifier, background), started; what started is stopped again if a later part fails."""
     from dbmigrate.rehearsal.readload import ReadLoad
     from dbmigrate.rehearsal.verify.writer import ZeroLossVerifier
 
-    reads = ReadLoad(inv.cluster(cluster).router.address, read_port, inv.app_credentials(cluster))
+    reads = ReadLoad(reads_at[0], reads_at[1], inv.app_credentials(cluster))
     reads.start()
     verifier = background = None
     try:
@@ -78,16 +78,18 @@ def start_workload(inv, cluster: str, bench, read_port: int, load_seconds: int) 
 
 
 def start_clients(inv, cluster: str, database: str = "app", *, reads: bool = True):
-    """The three application pools (rehearsal/clients) writing through the router's writer port,
-    a Go-like one reading through its readers' port; their table created on the primary first."""
+    """The three application pools (rehearsal/clients) writing through the router (HAProxy's
+    writer port or the relay), a Go-like one reading through HAProxy's readers' port where there
+    is one; their table created on the primary first."""
     from dbmigrate.rehearsal.clients import ClientProcess, FixedAddress, create_table
 
-    router = inv.cluster(cluster).router
-    primary = next(n for n, s in inv.cluster(cluster).servers.items() if s.role == "primary")
+    spec = inv.cluster(cluster)
+    writes_at, reads_at = spec.write_address(), spec.read_address()
+    primary = next(n for n, s in spec.servers.items() if s.role == "primary")
     with inv.open(primary) as p:
         create_table(p, database)
-    reader = FixedAddress(router.address, router.reader_port) if reads and router.reader_port else None
-    clients = ClientProcess(FixedAddress(router.address, router.writer_port), inv.app_credentials(cluster), database,
+    reader = FixedAddress(*reads_at) if reads and reads_at != writes_at else None
+    clients = ClientProcess(FixedAddress(*writes_at), inv.app_credentials(cluster), database,
                             reader=reader).start()
     if not clients.wait_for_calls(3, timeout_s=15):
         clients.stop()
@@ -225,6 +227,24 @@ def _drop_index_locally(inv, candidate: str) -> None:
         Applier(c).drop_index_locally("app", "orders", "idx_customer")
 
 
+ROUTERS = ("haproxy", "relay")
+
+
+def check_router(router: str, compose: bool) -> None:
+    """--router checked before anything is built: the relay is a Go program built here and run
+    beside the tool, in front of a local sandbox."""
+    if router not in ROUTERS:
+        raise UsageError(f"--router {router}: the router is one of {', '.join(ROUTERS)}")
+    if router == "relay" and compose:
+        raise UsageError("--router relay runs the relay in front of a local sandbox: a compose topology routes "
+                         "through its HAProxy container", hint="rehearse with --compose or with --router relay, "
+                         "not both")
+    if router == "relay":
+        from dbmigrate.rehearsal.sandbox import relay
+
+        relay.relay_binary()  # built once (cached); no Go toolchain is an error here, before any server
+
+
 def check_shape_options(shape: Path, scale: float):
     """--shape and --scale checked before any sandbox or compose topology is built."""
     from dbmigrate.exceptions import UsageError
@@ -254,8 +274,7 @@ def start_shape(boxes, name: str, inv, shape_files, scale: float, say: Progress,
     with root_server as root:
         loaded = load_shape(root, shape_files, scale, secrets_dir, progress=say)
     if address is None:
-        router = inv.cluster(name).router
-        address = (router.address, router.writer_port)
+        address = inv.cluster(name).write_address()
     replay = ShapeReplay(address, shape_files, loaded).start()
     shaped["summary"] = {**loaded.summary(), "dir": str(shape_files.path), "scale": scale,
                          "classes": len(replay.classes), "skipped_classes": shape_files.skipped,
@@ -291,13 +310,14 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
                      guard: bool = True, remote: bool = False,
                      before_cutover: Callable[[Any, str, str], None] | None = None,
                      name: str | None = None, compose: bool = False, shape: Path | None = None,
-                     scale: float = 0.01, driver: Driver | None = None) -> dict[str, Any]:
+                     scale: float = 0.01, driver: Driver | None = None, router: str = "haproxy") -> dict[str, Any]:
     from dbmigrate.app.evidence import ClusterSampler
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
 
     say = progress or (lambda m: None)
     shape_files = check_shape_options(shape, scale) if shape is not None else None
+    check_router(router, compose)
     if remote and driver is not None:
         raise UsageError("--remote runs the playbook in a child process of its own: it cannot be driven from "
                          "the terminal session", hint="rehearse with --remote or with --tui, not both")
@@ -322,7 +342,12 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
     try:
         if not compose:
             boxes.add_instance(name, candidate, replica_of=f"{name}-1", buffer_pool_mb=256)
-            haproxy.start(boxes, name)
+            if router == "relay":
+                from dbmigrate.rehearsal.sandbox import relay
+
+                relay.start(boxes, name, max_hold_s=15)  # the cluster's router: the inventory names it
+            else:
+                haproxy.start(boxes, name)
             if remote:
                 from dbmigrate.rehearsal.sandbox import sshd
 
@@ -330,7 +355,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             state = boxes.find(name)
         inv = load_inventory(state.inventory_file)
         say(f"{'compose topology' if compose else 'sandbox'} {name}: primary {name}-1, replicas {name}-2 {name}-3, "
-            f"candidate {candidate}, HAProxy in front"
+            f"candidate {candidate}, {'the relay' if router == 'relay' else 'HAProxy'} in front"
             f"{', every server a container of its own' if compose else ''}"
             f"{', every instance on a host of its own behind sshd' if remote else ''} ({time.monotonic() - t0:.1f}s)")
         shape_before = replication_shape(inv, name)
@@ -350,7 +375,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             _drop_index_locally(inv, candidate)
             say(f"regression built: idx_customer dropped on {candidate} only (sql_log_bin=0)")
         # Steady load through the switchover; sysbench is restarted afterwards (upstream #527).
-        reads, verifier, background = start_workload(inv, name, bench, inv.cluster(name).router.writer_port, 120)
+        reads, verifier, background = start_workload(inv, name, bench, inv.cluster(name).write_address(), 120)
         clients = start_clients(inv, name)
         if shape_files is not None:
             replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo)
@@ -359,6 +384,8 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
             before_cutover(inv, name, candidate)
 
         extra = dict(playbook_extra or {})
+        if router == "relay":  # what the relay is for: sessions held and moved, none ended
+            extra.setdefault("params", {}).setdefault("hold_new_connections", True)
         if guard:
             extra.setdefault("guard", GUARD_POLICY)
             extra.setdefault("params", {}).setdefault("baseline_seconds", 6)
@@ -440,6 +467,7 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         rolled_back = primary == f"{name}-1"
         return {
             "sandbox": name,
+            "router": router,
             "run_id": outcome.run_id,
             "run_status": outcome.status,
             "new_primary": primary,

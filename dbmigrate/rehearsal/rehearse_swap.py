@@ -22,7 +22,7 @@ from dbmigrate.config import load_inventory
 from dbmigrate.clock import Clock
 from dbmigrate.rehearsal.evidence import record_client_evidence, record_evidence, write_evidence
 from dbmigrate.rehearsal.rehearse import (
-    Progress, check_shape_options, client_summary, finish_shape, replication_shape, run_write_gaps, start_clients,
+    Progress, check_router, check_shape_options, client_summary, finish_shape, replication_shape, run_write_gaps, start_clients,
     start_shape, start_workload, stop_workload, tear_down, wait_applied,
 )
 from dbmigrate.rehearsal.driver import DirectDriver, Driver
@@ -54,7 +54,7 @@ def altered(inv, server: str) -> bool:
 def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False, subscribers=(),
                          name: str | None = None, rows: int = 5000, compose: bool = False,
                          shape: Path | None = None, scale: float = 0.01,
-                         driver: Driver | None = None, hold: bool = False) -> dict[str, Any]:
+                         driver: Driver | None = None, hold: bool = False, router: str = "haproxy") -> dict[str, Any]:
     from dbmigrate.rehearsal.readload import create_orders
     from dbmigrate.rehearsal.sandbox import haproxy
     from dbmigrate.rehearsal.sysbench import Sysbench
@@ -62,6 +62,8 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
     say = progress or (lambda m: None)
     driver = driver or DirectDriver(subscribers)
     shape_files = check_shape_options(shape, scale) if shape is not None else None
+    check_router(router, compose)
+    hold = hold or router == "relay"  # what the relay is for: sessions held and moved, none ended
     boxes = Sandboxes(progress=say)
     name = name or f"swap-{secrets.token_hex(2)}"
     t0 = time.monotonic()
@@ -76,7 +78,12 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
     verifier = background = reads = replay = clients = None
     shaped: dict[str, Any] = {}
     try:
-        if not compose:
+        if not compose and router == "relay":
+            from dbmigrate.rehearsal.sandbox import relay
+
+            relay.start(boxes, name, max_hold_s=15)  # the cluster's router: the inventory names it
+            state = boxes.find(name)
+        elif not compose:
             haproxy.start(boxes, name)
             state = boxes.find(name)
         inv = load_inventory(state.inventory_file)
@@ -85,14 +92,14 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
             create_orders(p, rows=rows, customers=500)
         for replica in (f"{name}-2", f"{name}-3"):
             wait_applied(inv, name, replica)
-        say(f"{'compose topology' if compose else 'sandbox'} {name}: primary {primary}, replicas {name}-2 {name}-3, HAProxy writer and reader backends, "
+        say(f"{'compose topology' if compose else 'sandbox'} {name}: primary {primary}, replicas {name}-2 {name}-3, "
+            f"{'the relay in front (writes; reads on the writer too)' if router == 'relay' else 'HAProxy writer and reader backends'}, "
             f"app.orders with {rows} rows ({time.monotonic() - t0:.1f}s)")
         shape_before = replication_shape(inv, name)
 
-        router = inv.cluster(name).router
         bench = Sysbench.for_cluster(inv, name, workload="oltp_write_only", tables=2, table_size=2000, threads=2)
         bench.prepare()
-        reads, verifier, background = start_workload(inv, name, bench, router.reader_port or router.writer_port, 180)
+        reads, verifier, background = start_workload(inv, name, bench, inv.cluster(name).read_address(), 180)
         clients = start_clients(inv, name)
         if shape_files is not None:
             replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo)
@@ -136,6 +143,7 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
         record_client_evidence(outcome.run_id, seen)
         return {
             "sandbox": name,
+            "router": router,
             "run_id": outcome.run_id,
             "run_status": outcome.status,
             "summary": outcome.summary,

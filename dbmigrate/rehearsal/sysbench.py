@@ -159,11 +159,9 @@ class Sysbench:
         if creds is None:
             raise UsageError(f"cluster {cluster} has no app_credentials in {inventory.path}",
                              hint="load runs as the application user, so that read_only fences it")
-        if spec.router is not None and spec.router.kind == "relay":  # where the applications write
-            relay_host, _, relay_port = spec.router.address.rpartition(":")
-            return cls(host or relay_host, int(relay_port), creds, **kw)
-        if spec.router is not None and spec.router.kind == "haproxy" and spec.router.writer_port:
-            return cls(host or spec.router.address, spec.router.writer_port, creds, **kw)
+        address = spec.write_address()  # where the applications write
+        if address is not None:
+            return cls(host or address[0], address[1], creds, **kw)
         primary = spec.primary_hint() or next(iter(spec.servers))
         s = spec.servers[primary]
         return cls(s.host, s.port, creds, **kw)

@@ -82,23 +82,15 @@ class ZeroLossVerifier:
     @classmethod
     def for_cluster(cls, inventory, cluster: str, host: str | None = None, **kw) -> "ZeroLossVerifier":
         """Writes through the cluster's HAProxy writer port (or its relay), as the cluster's application user."""
-        spec = inventory.cluster(cluster)
-        router = spec.router
-        if router is not None and router.kind == "relay":
-            relay_host, _, relay_port = router.address.rpartition(":")
-            creds = inventory.app_credentials(cluster)
-            if creds is None:
-                raise UsageError(f"cluster {cluster} has no app_credentials in {inventory.path}",
-                                 hint="the verifier writes as the application user, so that read_only fences it")
-            return cls(host or relay_host, int(relay_port), creds, **kw)
-        if router is None or router.kind != "haproxy" or not router.writer_port:
-            raise UsageError(f"cluster {cluster} has no HAProxy writer_port in {inventory.path}",
+        address = inventory.cluster(cluster).write_address()
+        if address is None:
+            raise UsageError(f"cluster {cluster} has no HAProxy writer_port nor relay in {inventory.path}",
                              hint="construct ZeroLossVerifier(host, port, credentials) with the address applications write to")
         creds = inventory.app_credentials(cluster)
         if creds is None:
             raise UsageError(f"cluster {cluster} has no app_credentials in {inventory.path}",
                              hint="the verifier writes as the application user, so that read_only fences it")
-        return cls(host or router.address, router.writer_port, creds, **kw)
+        return cls(host or address[0], address[1], creds, **kw)
 
     # -- connection ----------------------------------------------------------
     def _connect(self) -> tuple[Any, int | None]:

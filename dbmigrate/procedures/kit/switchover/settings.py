@@ -72,7 +72,8 @@ class SwitchoverParams(FenceParams):
                                        "candidate opens, and the old primary's writer sessions end when idle; "
                                        "through a relay router, every session waits at its next statement boundary "
                                        "and is moved to the candidate as it opens, none ended (the router's flip "
-                                       "then moves into the open step, not yet covered by the fault matrix); "
+                                       "then moves into the open step: the relay killed or frozen there is in "
+                                       "the fault matrix, the tool killed there is not yet); "
                                        "docs/operations/what-the-application-sees.md")
     admin_users: list[str] = Field(default_factory=list, description="accounts whose sessions on the fenced server "
                                    "are not ended (the tool's own and the replication account's never are)")
