@@ -365,6 +365,11 @@ def relay_matrix() -> list[Scenario]:
     out += [Scenario("promote", "freeze-relay", f"move@{s:g}s", "rollback", RELAY_POINTS["in-move"], hold_s=s,
                      settings=RELAY_SETTINGS, after_exit_s=JUDGED_AFTER_EXIT_S, router="relay")
             for s in RELAY_FREEZES_S]
+    # The tool itself killed -9 at each of the relay's points, the relay left running: it holds the
+    # sessions until its own bound (-max-hold-s) and sends them where its last move did.
+    out += [Scenario("promote", "kill9", f"{where}@relay", rec, pause, settings=RELAY_SETTINGS,
+                     after_exit_s=JUDGED_AFTER_EXIT_S, router="relay")
+            for where, pause in RELAY_POINTS.items() for rec in RECOVERIES]
     return out
 
 
