@@ -121,3 +121,38 @@ func TestALineNumberedBeforeAChangeThatRanIsRefusedWhole(t *testing.T) {
 		t.Fatalf("%v", out)
 	}
 }
+
+// A change in doubt (numbered 60, its sender dead before the answer) fenced off by a lone `seq 61`:
+// the fence's seq_before says whether it ran; once fenced, it is refused if it lands later.
+func TestALoneSeqFencesOffAChangeInDoubt(t *testing.T) {
+	h2 := sha1sum(sha1sum([]byte("pw")))
+	a, b := newFakeBackend(t, h2, 1), newFakeBackend(t, h2, 1)
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	os.WriteFile(users, []byte(fmt.Sprintf("app *%X\n", h2)), 0o600)
+	r, err := newRelay(a.addr(), users, 5*time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	controlLine(t, r, "seq 42")
+	// Not run before the fence: seq_before 42 < 60, and the late line is refused whole.
+	if out := controlLine(t, r, "seq 61"); out["ok"] != true || out["seq_before"].(float64) != 42 {
+		t.Fatalf("%v", out)
+	}
+	out := controlLine(t, r, "hold; move "+b.addr()+"; release; seq 60")
+	st := out["status"].(map[string]any)
+	if out["ok"] != false || st["backend"] != a.addr() || st["holding"] != false || st["seq"].(float64) != 61 {
+		t.Fatalf("the fenced-off change ran: %v", out)
+	}
+	// Run before the fence: seq_before reaches its number.
+	if out := controlLine(t, r, "move "+b.addr()+"; release; seq 70"); out["ok"] != true {
+		t.Fatalf("%v", out)
+	}
+	if out := controlLine(t, r, "seq 71"); out["seq_before"].(float64) != 70 {
+		t.Fatalf("%v", out)
+	}
+	// Only a line that changes something waits for the change line before it.
+	if !changes("hold; seq 3") || changes("status") || changes(" status ; status") {
+		t.Fatal("changes() misreads a line")
+	}
+}

@@ -42,6 +42,9 @@ type Relay struct {
 	statePath string        // -state: the backend saved on every move, read at start ("" = none)
 	started   time.Time     // this process's start (status: started_ms)
 	seq       atomic.Uint64 // the largest `seq N` marker run so far (status: seq)
+	// One changing control line at a time: its stale check, its commands and its marker are one
+	// step, so that a line fenced off by a later `seq N` is either wholly run before it or refused.
+	ctl sync.Mutex
 
 	mu        sync.Mutex // guards the fields below, and the hold's timer
 	holdTimer *time.Timer
@@ -309,42 +312,64 @@ func (r *Relay) status() status {
 // seq N, a marker that records N (the largest so far shows in status as seq): put last on a line,
 // a seq seen in status says that every command before it on its line has run. A line whose marker
 // is smaller than the largest already run is refused whole. Each command is idempotent.
+//
+// Changing lines run one at a time, and each answer carries seq_before: the largest marker run
+// before the line. A lone `seq N` is then a fence for a change in doubt numbered N-1 (sent by a
+// process that died before its answer): seq_before >= N-1 says it ran; otherwise it never will.
 func (r *Relay) control(c net.Conn) {
 	defer c.Close()
 	sc := bufio.NewScanner(c)
 	enc := json.NewEncoder(c)
 	for sc.Scan() {
-		out := map[string]any{"ok": true}
-		ran := 0
-		if n, ok := lineSeq(sc.Text()); ok && n < r.seq.Load() {
-			// A change numbered before one that already ran (sent by a process that died or was
-			// given up on, landing late): refused whole, so it can never undo the newer decision.
-			out["ok"], out["error"] = false, fmt.Sprintf("stale: seq %d is older than %d, a later change already ran; nothing run", n, r.seq.Load())
-			out["status"] = r.status()
-			if enc.Encode(out) != nil {
-				return
-			}
-			continue
-		}
-		for _, cmd := range strings.Split(sc.Text(), ";") {
-			args := strings.Fields(cmd)
-			if len(args) == 0 {
-				continue
-			}
-			ran++
-			if err := r.command(args, out); err != nil {
-				out["ok"], out["error"] = false, err.Error()
-				break
-			}
-		}
+		out, ran := r.controlLine(sc.Text())
 		if ran == 0 {
 			continue
 		}
-		out["status"] = r.status()
 		if enc.Encode(out) != nil {
 			return
 		}
 	}
+}
+
+// controlLine runs one control line and returns its answer and how many commands it held.
+func (r *Relay) controlLine(line string) (map[string]any, int) {
+	out := map[string]any{"ok": true}
+	if changes(line) {
+		r.ctl.Lock()
+		defer r.ctl.Unlock()
+	}
+	out["seq_before"] = r.seq.Load()
+	if n, ok := lineSeq(line); ok && n < r.seq.Load() {
+		// A change numbered before one that already ran (sent by a process that died or was
+		// given up on, landing late): refused whole, so it can never undo the newer decision.
+		out["ok"], out["error"] = false, fmt.Sprintf("stale: seq %d is older than %d, a later change already ran; nothing run", n, r.seq.Load())
+		out["status"] = r.status()
+		return out, 1
+	}
+	ran := 0
+	for _, cmd := range strings.Split(line, ";") {
+		args := strings.Fields(cmd)
+		if len(args) == 0 {
+			continue
+		}
+		ran++
+		if err := r.command(args, out); err != nil {
+			out["ok"], out["error"] = false, err.Error()
+			break
+		}
+	}
+	out["status"] = r.status()
+	return out, ran
+}
+
+// changes: the line holds a command other than status (a read never waits for a change).
+func changes(line string) bool {
+	for _, cmd := range strings.Split(line, ";") {
+		if args := strings.Fields(cmd); len(args) > 0 && args[0] != "status" {
+			return true
+		}
+	}
+	return false
 }
 
 // lineSeq is the `seq N` marker of a control line, if it has one.

@@ -110,7 +110,7 @@ HOLD_HELP = ("Set hold_new_connections in the playbook: HAProxy holds the applic
 ROUTER_HELP = ("Where the applications write: haproxy (writer and reader ports), or relay: the relay "
                "(relay/, built with Go once) in front of the sandbox, which holds every session at its next "
                "statement and moves it to the new primary, none ended (implies --hold-new-connections; not "
-               "with --compose). docs/operations/what-the-application-sees.md")
+               "with --compose).")
 
 
 @cmd.command("promote")

@@ -182,6 +182,14 @@ class Router(ABC):
         self.current()
         return True
 
+    can_fence_off = False  # see fence_off
+
+    def fence_off(self, seq: int) -> bool:
+        """Where `can_fence_off`: make sure the change numbered `seq`, in doubt, can never run
+        from now on, and say whether it ran before it. Other routers cannot (a frozen HAProxy
+        keeps its requests): the caller waits for `settled`."""
+        raise RouterError(f"the {self.kind} router cannot fence off a change in doubt")
+
     def prepare_switch(self, new: ServerLike, old: ServerLike | None = None) -> None:
         """Work out the writer switch ahead of time (before a fence), so that
         switch_writer does only the flip. Routers with nothing to prepare ignore it."""

@@ -128,6 +128,19 @@ class RelayRouter(Router):
         st = self.status()
         return int(st.get("seq") or 0) >= seq or int(st.get("started_ms") or 0) > seq
 
+    can_fence_off = True
+
+    def fence_off(self, seq: int) -> bool:
+        """A lone `seq seq+1` line: the relay refuses whole any line numbered below it from now
+        on, and runs changing lines one at a time, so the change `seq` either ran before the
+        fence (its answer's seq_before reaches `seq`) or never will."""
+        answer = self.control.request([f"seq {int(seq) + 1}"])
+        if answer.get("ok") is not True or "seq_before" not in answer:
+            raise RouterError(f"the relay at {self.control.path} could not fence off the change numbered {seq}: "
+                              f"{answer.get('error') or 'its answer has no seq_before (a build older than this tool)'}",
+                              hint="build the relay from this tool's relay/ sources and restart it")
+        return int(answer["seq_before"]) >= int(seq)
+
     def send_change(self, cmds: Sequence[str], back: Sequence[str] = (), *, log: RouteLog | None = None,
                     seq: int | None = None) -> dict[str, Any]:
         """One change line: the marker last (when `seq` is given), the intent to `log` before it

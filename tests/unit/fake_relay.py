@@ -1,6 +1,7 @@
 """A stand-in for the relay's control socket (relay/relay.go `control`): a unix-socket server in
 a thread that answers each line as the relay does (commands separated by ";", run in order until
-one fails, one JSON line with the status), keeps the backend, generation, hold and seq marker,
+one fails, one JSON line with the status and seq_before; a line numbered below the largest marker
+run is refused whole), keeps the backend, generation, hold and seq marker,
 and records every command, in `sent` (shared with a fake topology's when given) as
 ("relay", command)."""
 
@@ -105,7 +106,12 @@ class FakeRelay:
                 conn.sendall((json.dumps(self.answer(line)) + "\n").encode())
 
     def answer(self, line: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": True}
+        out: dict[str, Any] = {"ok": True, "seq_before": self.seq}
+        marker = [int(c.split()[1]) for c in line.split(";") if len(c.split()) == 2 and c.split()[0] == "seq"]
+        if marker and marker[0] < self.seq:  # numbered before a change that already ran: refused whole
+            out["ok"], out["error"] = False, f"stale: seq {marker[0]} is older than {self.seq}; nothing run"
+            out["status"] = self.status()
+            return out
         for cmd in (c.strip() for c in line.split(";")):
             if not cmd:
                 continue

@@ -255,12 +255,15 @@ def test_the_relay_rows_kill_it_at_each_point_of_a_held_promote():
             for rec in ("resume", "rollback"):
                 assert f"promote/kill-relay/{where}@{when}/{rec}" in ids
     assert {"promote/freeze-relay/move@2.5s/rollback", "promote/freeze-relay/move@10s/rollback"} <= ids
+    for where in RELAY_POINTS:  # and the tool itself killed at each of them, the relay left running
+        for rec in ("resume", "rollback"):
+            assert f"promote/kill9/{where}@relay/{rec}" in ids
     for s in rows:
         assert dict(s.settings)["hold_new_connections"] is True  # the relay holds, and moves at the open
         assert s.after_exit_s == 30 and s.pause is not None
         faultpoint.parse_point(s.pause)
     # Every other row keeps HAProxy.
-    assert all(s.router == "haproxy" for s in all_scenarios() if "relay" not in s.fault)
+    assert all(s.router == "haproxy" for s in all_scenarios() if "relay" not in s.fault + s.where)
     assert RELAY_POINTS["in-move"].startswith("sending:")  # the move is sent into the frozen relay
 
 

@@ -130,3 +130,21 @@ def test_router_for_builds_the_relay_from_the_inventory(tmp_path: Path) -> None:
     router = router_for(load_inventory(inv), "c1")
     assert isinstance(router, RelayRouter)
     assert router.control.path == str(tmp_path / "run" / "relay.sock") and router.address == "127.0.0.1:6033"
+
+
+def test_a_change_in_doubt_is_fenced_off_and_refused_if_it_lands_later(relay: FakeRelay) -> None:
+    router = RelayRouter("c1", relay.path)
+    assert router.can_fence_off
+    router.send_change(["seq 40"])
+    assert router.fence_off(50) is False  # never reached the relay: it says so, and fences it off
+    late = router.control.request([f"move {NEW.address}", "release", "seq 50"])
+    assert late["ok"] is False and "stale" in late["error"] and relay.backend == OLD.address
+    router.send_change([f"move {NEW.address}", "release"], seq=60)
+    assert router.fence_off(60) is True  # it ran before the fence
+
+
+def test_a_relay_that_cannot_say_whether_the_change_ran_is_an_error(relay: FakeRelay, monkeypatch) -> None:
+    router = RelayRouter("c1", relay.path)
+    monkeypatch.setattr(router.control, "request", lambda cmds: {"ok": True, "status": relay.status()})
+    with pytest.raises(RouterError, match="no seq_before"):
+        router.fence_off(50)

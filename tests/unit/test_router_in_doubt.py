@@ -140,3 +140,30 @@ def test_a_change_in_doubt_goes_with_a_killed_router_and_the_undo_says_not_chang
     sentence = switch_back(sw, candidate_opened=False, router_switched=False)
     assert "router not changed" in sentence and topo.clock.monotonic() - started < 1
     assert topo.writable() == ["db1"] and raw.switches == []
+
+
+def test_a_relay_change_its_sender_died_before_sending_is_fenced_off_at_once(tmp_path):
+    """The tool killed between journaling the relay's move and sending it: the next process does
+    not wait for a change no one will send; it fences it off (the relay refuses it from then on),
+    journals the fence like any change, and decides from the route the relay reports."""
+    from dbmigrate.routing.relay import RelayRouter
+    from tests.unit.fake_relay import FakeRelay
+
+    relay = FakeRelay(tmp_path / "relay.sock", "127.0.0.1:3301")
+    try:
+        clock = ScheduledClock()
+        journal, said = MemoryJournal(), []
+        router = JournaledRouter(RelayRouter("c1", relay.path), journal, clock, wait_s=10.0,
+                                 log=lambda m, level="info": said.append(m))
+        seq = relay.started_ms + 1000  # numbered while this relay runs: it may still receive it
+        journal.sent({"seq": seq, "request": f"move 127.0.0.1:3302; release; seq {seq}", "back": "",
+                      "by_hand": "{request}", "to": "db2", "from": "db1"})
+        t0 = clock.monotonic()
+        assert router.current().writer == "127.0.0.1:3301"
+        assert clock.monotonic() == t0  # no wait
+        assert journal.pending() is None and journal.last_seq() == seq + 1
+        assert "fenced off" in said[-1] and "had not run" in said[-1]
+        late = RelayRouter("c1", relay.path).control.request(["move 127.0.0.1:3302", "release", f"seq {seq}"])
+        assert late["ok"] is False and relay.backend == "127.0.0.1:3301"
+    finally:
+        relay.close()

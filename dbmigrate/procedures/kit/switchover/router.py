@@ -86,6 +86,8 @@ class JournaledRouter:
                     self.log(f"the router change in doubt ({change['request']}) is settled: it ran, or the router "
                              f"restarted since; the route is read from the router", "warning")
                     return
+                if self._fenced_off(change):
+                    return
                 last = "it answers, but has not run it yet"
             except RouterGone:
                 if self.change_gone():
@@ -96,6 +98,23 @@ class JournaledRouter:
             if self.clock.monotonic() >= deadline:
                 raise self._in_doubt(change, last)
             self.clock.sleep(SETTLE_POLL_S)
+
+    def _fenced_off(self, change: dict[str, Any]) -> bool:
+        """The change in doubt fenced off where the router can (the relay): a change numbered
+        after it, journaled like any, after which the router refuses it. Then the route read
+        next is final, whichever way it went, instead of waiting for a sender that may be dead."""
+        if not getattr(self.router, "can_fence_off", False):
+            return False
+        seq = int(change["seq"])
+        fence = {"seq": seq + 1, "request": f"seq {seq + 1}", "back": "", "by_hand": change.get("by_hand", "{request}"),
+                 "what": f"to fence off the change in doubt ('{change['request']}')"}
+        self.journal.sent(fence)
+        ran = bool(self.router.fence_off(seq))  # RouterError: the fence is now the change in doubt
+        self.journal.answered(seq + 1)
+        self.log(f"the router change in doubt ({change['request']}) is fenced off: it "
+                 f"{'had run' if ran else 'had not run, and the router now refuses it'}; the route is read "
+                 f"from the router", "warning")
+        return True
 
     def _in_doubt(self, change: dict[str, Any], last: str) -> RouterInDoubt:
         intent = RouteIntent(int(change["seq"]), change["request"], change.get("back", ""),
