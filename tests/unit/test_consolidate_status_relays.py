@@ -56,7 +56,7 @@ def world(tmp_path: Path, monkeypatch, relay: FakeRelay | None, *, moved: bool) 
                      connections={"h1_1": running()} if moved else {})
 
     monkeypatch.setattr(app_status, "_probe", probe)
-    monkeypatch.setenv("RCONS_TEST_PASSWORD", "x")  # never used: no server is reached
+    monkeypatch.setenv("RCONS_TEST_PASSWORD", "status-fake-unused-9d1")  # never used: no server is reached
     return plan_file, inv
 
 
