@@ -118,18 +118,23 @@ def register(app: typer.Typer) -> None:
         plan_file: Path = typer.Option(..., "--plan", help="plan written by `consolidate plan --out`"),
         inventory: Path = typer.Option(..., "--inventory", help="inventory with the old servers and credentials"),
         routes: Optional[Path] = typer.Option(None, "--routes", help="DSN file with one entry per shard "
-                                              "(default: the cluster's dsn-file router)"),
+                                              "(default: the cluster's dsn-file router); a shard with a relay "
+                                              "in the cluster's shard_routers is read on its relay instead"),
         cluster: Optional[str] = typer.Option(None, "--cluster", help="cluster whose dsn-file router to read"),
         as_json: bool = typer.Option(False, "--json", help="print the status as JSON"),
     ) -> None:
-        """Per shard: served by its old server or its new instance, and how far the move is. Exit 1 on a problem."""
+        """Per shard: served by its old server or its new instance (where its relay or the DSN file sends its
+        writes), and how far the move is. Exit 1 on a problem."""
         from dbmigrate.app.consolidate.status import consolidation_status
 
         result = consolidation_status(plan_file, inventory, routes, cluster)
         if as_json:
             print_json(result.to_dict())
         else:
-            t = Table(title=f"shards (routes: {result.routes or 'none: served by = the only writable side'})")
+            dsn = str(result.routes or "none: served by = the only writable side")
+            where = (f"{len(result.relays)} shard(s) through their relays, the others {dsn}" if result.relays
+                     else dsn)
+            t = Table(title=f"shards (routes: {where})")
             for c in ("shard", "old server", "instance", "served by", "stage", "problems"):
                 t.add_column(c)
             for sh in result.shards:

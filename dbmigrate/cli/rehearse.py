@@ -111,6 +111,11 @@ ROUTER_HELP = ("Where the applications write: haproxy (writer and reader ports),
                "(relay/, built with Go once) in front of the sandbox, which holds every session at its next "
                "statement and moves it to the new primary, none ended (implies --hold-new-connections; not "
                "with --compose).")
+CONSOLIDATE_ROUTER_HELP = ("Where each shard's applications write: dsn-file (they read the shard's writer from the "
+                           "DSN file when they connect), or relay: a relay per shard (relay/, built with Go once) "
+                           "in front of its old server, named in the inventory's shard_routers; the cutover and "
+                           "the rollback hold every session at its next statement and move it to the instance and "
+                           "back, none ended (not with --compose).")
 
 
 @cmd.command("promote")
@@ -404,19 +409,22 @@ def consolidate(
     compose: bool = typer.Option(False, "--compose", help=COMPOSE_HELP + " The target hosts are containers too: "
                                  "the instances are provisioned into them and seeded physically."),
     shape: Optional[Path] = typer.Option(None, "--shape", help=SHAPE_HELP + " Its schemas are shards of the first "
-                                         "old server, and the pool follows the DSN file when it opens a connection."),
+                                         "old server, and the pool follows the DSN file when it opens a connection "
+                                         "(with --router relay: writes through their relays)."),
     scale: float = typer.Option(0.01, "--scale", help="With --shape: generate this share of each captured "
                                 "table's rows (at least one row for a table that had rows)."),
     report_file: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report (charts, tables) "
                                                "to this file and the same numbers as JSON beside it."),
     tui: bool = typer.Option(False, "--tui", help=TUI_HELP + " The one-server rollback is b on the board (the "
                              "rehearsal rolls back its last old server itself if the session did not)."),
+    router: str = typer.Option("dsn-file", "--router", help=CONSOLIDATE_ROUTER_HELP),
 ):
     """4 old servers (10 shards, a writer on each) onto 2 hosts x 2 instances: plan, provision, physical
-    seeding, fleet cutover, DSN routes, one server rolled back; reports loss, checksums and reverse replication."""
+    seeding, fleet cutover, DSN routes (or a relay per shard), one server rolled back; reports loss, checksums and reverse replication."""
     from dbmigrate.cli.common import guarded
     from dbmigrate.exceptions import UsageError
-    from dbmigrate.rehearsal.consolidate import rehearse_consolidate
+    from dbmigrate.rehearsal.consolidate import ROUTERS, rehearse_consolidate
+    from dbmigrate.rehearsal.rehearse import check_router
 
     def go() -> None:
         if rows < 1 or rows > 1_000_000:
@@ -425,6 +433,7 @@ def consolidate(
             raise UsageError(f"--throttle must be 0 or more MB/s, not {throttle:g}")
         if compose and remote:
             raise UsageError("--compose and --remote are two ways to give every server a host of its own: choose one")
+        check_router(router, compose, ROUTERS, compose_routes="the DSN file")  # before anything is started
         if name is not None:
             from dbmigrate.rehearsal.sandbox.manager import check_name
 
@@ -435,7 +444,8 @@ def consolidate(
         with removed_on_interrupt(keep):
             report = rehearse_consolidate(progress=say, remote=remote, rows=rows, throttle_mb_s=throttle,
                                           keep=keep, subscribers=renderers(json_out, keep), name=name,
-                                          compose=compose, shape=shape, scale=scale, driver=driver)
+                                          compose=compose, shape=shape, scale=scale, driver=driver,
+                                          router=router)
         if checked_report is not None and report.get("run_id"):
             from dbmigrate.app.reports import model_of_run, write_report
 
@@ -466,7 +476,8 @@ def consolidate(
 
 def render_consolidation(r: dict) -> None:
     where = "containers (compose)" if r.get("compose") else "remote hosts over ssh" if r["remote"] else "local hosts"
-    t = Table(title=f"consolidation rehearsal ({where})")
+    through = ", a relay per shard" if r.get("router") == "relay" else ""
+    t = Table(title=f"consolidation rehearsal ({where}{through})")
     for c in ("shard", "old server", "instance", "served by", "consolidate status", "acked", "on new", "lost",
               "checksum"):
         t.add_column(c)

@@ -12,6 +12,12 @@ status` says) and whether every acknowledged write is there, compares checksums 
 vs new, checks that each moved old server replicates back, and that every instance
 listens at its planned port.
 
+With `router="relay"`, each shard's applications write through a relay of its own (the
+legacy inventory's `shard_routers`, its backend the shard's old server): the shard writers,
+the three application pools and the shape's replay connect to the relay, the cutover and the
+rollback hold the relays' sessions and move them, and the report reads where each relay sends
+its writes (its control socket) instead of the DSN file.
+
 With `remote`, each old server and each target host is a host of its own behind a
 real sshd: files and programs are reached only over ssh. With `compose`, the old
 servers are containers of docker-compose.yml and the target hosts empty containers
@@ -41,17 +47,22 @@ from dbmigrate.exceptions import DbmigrateError, SandboxError
 from dbmigrate.procedures.consolidate.plan import connection_name, measure_shards, plan
 from dbmigrate.procedures.consolidate.provision import pid_file
 from dbmigrate.procedures.consolidate.resources import ConsolidateState
-from dbmigrate.rehearsal.clients import ClientProcess, DsnAddress, create_table
+from dbmigrate.rehearsal.clients import ClientProcess, DsnAddress, FixedAddress, create_table
 from dbmigrate.rehearsal.evidence import record_client_evidence
 from dbmigrate.rehearsal.driver import DirectDriver, Driver
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
 from dbmigrate.rehearsal.sandbox.ports import free_port_range
-from dbmigrate.rehearsal.verify.shard_writer import ShardWriter, create_shard, ids_on
+from dbmigrate.rehearsal.sandbox import shard_relays
+from dbmigrate.rehearsal.verify.shard_writer import RelayShardWriter, ShardWriter, create_shard, ids_on
+from dbmigrate.routing.base import RouterError, same_address
 from dbmigrate.routing.dsn_file import DsnFileRouter
+from dbmigrate.routing.relay import RelayRouter
 
 Progress = Callable[[str], None]
 SHARDS_PER_OLD = (2, 3, 2, 3)  # 10 shards on 4 old servers
 HOSTS = ("h1", "h2")
+ROUTERS = ("dsn-file", "relay")  # where each shard's applications write: the DSN file, or a relay per shard
+RELAY_FENCE_DRAIN_S = 2  # through relays: how long the held sessions may take to finish what they do
 
 
 def old_names(name: str) -> list[str]:
@@ -67,16 +78,18 @@ def _shards(name: str) -> dict[str, list[str]]:
 def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = False, rows: int = 2000,
                          throttle_mb_s: float = 0, keep: bool = False, subscribers=(),
                          name: str | None = None, driver: Driver | None = None,
-                         compose: bool = False, shape: Path | None = None, scale: float = 0.01) -> dict[str, Any]:
+                         compose: bool = False, shape: Path | None = None, scale: float = 0.01,
+                         router: str = "dsn-file") -> dict[str, Any]:
     from dbmigrate.app.consolidate.provision import ProvisionRequest, provision
     from dbmigrate.app.consolidate.status import consolidation_status
     from dbmigrate.app.runs import resolve_journal_path
     from dbmigrate.engine.journal import Journal
     from dbmigrate.rehearsal.provision import install
 
-    from dbmigrate.rehearsal.rehearse import check_shape_options
+    from dbmigrate.rehearsal.rehearse import check_router, check_shape_options
 
     shape_files = check_shape_options(shape, scale) if shape is not None else None
+    check_router(router, compose, ROUTERS, compose_routes="the DSN file")
     install()  # the planned instances are created in this rehearsal's sandbox
     say = progress or (lambda m: None)
     driver = driver or DirectDriver(subscribers)
@@ -85,6 +98,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
     t0 = time.monotonic()
     host_sshd: list[Any] = []
     writers: dict[str, ShardWriter] = {}
+    relays: dict[str, dict[str, Any]] = {}  # shard -> its relay, with router="relay"
     replay = clients = None
     shaped: dict[str, Any] = {}
     placed = None
@@ -137,6 +151,9 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
             say("every old server and target host reached over its own sshd")
             state = boxes.find(name)
         inv_path, routes = _legacy_inventory(state, name, shards, host_sshd, topo)
+        if router == "relay":
+            relays = _start_relays(boxes, name, shards, inv_path)
+            say(f"{len(relays)} relays, one per shard, each in front of its shard's old server (shard_routers)")
         inv = load_inventory(inv_path)
 
         plan_file = state.path / "plan.json"
@@ -160,16 +177,23 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         say(f"provisioned {len(provisioned.instances)} instances through ansible-playbook "
             f"({how}, mariadbd started directly) in {time.monotonic() - t1:.1f}s")
 
+        through = "their relays" if relays else "the DSN file"
         for sh in [s for names in shards.values() for s in names]:
-            writers[sh] = ShardWriter(routes, sh, app)
+            writers[sh] = (RelayShardWriter(relays[sh]["address"], relays[sh]["control_socket"], sh, app)
+                           if relays else ShardWriter(routes, sh, app))
             writers[sh].start()
         for sh, w in writers.items():
             if not w.wait_acks_on(w.writer(), 10, timeout_s=30):
                 raise RuntimeError(f"the writer of {sh} could not write to {w.writer()}: {w.errors}")
-        say(f"{len(writers)} shard writers running through the DSN file")
-        clients = ClientProcess(DsnAddress(str(routes), client_shard), app, client_shard).start()
+        say(f"{len(writers)} shard writers running through {through}")
+        if relays:
+            host, _, port = relays[client_shard]["address"].rpartition(":")
+            pools_at: Callable[[], tuple[str, int]] = FixedAddress(host, int(port))
+        else:
+            pools_at = DsnAddress(str(routes), client_shard)
+        clients = ClientProcess(pools_at, app, client_shard).start()
         if not clients.wait_for_calls(3, timeout_s=15):
-            raise RuntimeError(f"the application pools could not write {client_shard} through the DSN file")
+            raise RuntimeError(f"the application pools could not write {client_shard} through {through}")
         if shape_files is not None:
             from dbmigrate.rehearsal.rehearse import start_shape
 
@@ -179,11 +203,22 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                 host, _, port = DsnFileRouter(first, routes).current().writer.rpartition(":")
                 return host, int(port)
 
-            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, server=olds[0], address=route,
-                                 compose=topo)
+            shape_at: Callable[[], tuple[str, int]] = route
+            learn = None
+            if relays:  # the shape's accounts are created by its load: their relays learn them before they log in
+                schemas = list(shape_files.schemas)
+
+                def learn() -> None:
+                    shard_relays.reload_users(boxes, name, {s: olds[0] for s in schemas})
+
+                host, _, port = relays[first]["address"].rpartition(":")
+                shape_at = FixedAddress(host, int(port))
+            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, server=olds[0],
+                                 address=shape_at, compose=topo, loaded=learn)
             time.sleep(2)  # the classes' "before"
 
-        playbook = _playbook(state.path, name, plan_file, throttle_mb_s)
+        playbook = _playbook(state.path, name, plan_file, throttle_mb_s,
+                             fence_drain_s=RELAY_FENCE_DRAIN_S if relays else None)
         shaped["cutover_began"] = time.time()
         outcome = driver.run(playbook)
         if replay is not None:
@@ -220,10 +255,11 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         with Journal(resolve_journal_path()) as j:  # again: the rollback journaled that server's new stage
             st = ConsolidateState.load(j.all_state(outcome.run_id))
         report = _check(inv, name, placed, new_addr, shards, writers, rolled if rollback_sentence else None, routes,
-                        cut=set(st.cut))
+                        cut=set(st.cut), relays=relays)
         from dbmigrate.rehearsal.evidence import record_consolidation_evidence
 
-        record_consolidation_evidence(outcome.run_id, writers, report["lost_writes"])  # for --report / runs report
+        record_consolidation_evidence(outcome.run_id, writers, report["lost_writes"],  # for --report / runs report
+                                      through=through)
         report["status"] = consolidation_status(plan_file, inv_path, routes).to_dict()
         report["provision"] = {"by": "ansible-playbook", "files": sorted(provisioned.files),
                                "recap": provisioned.recap.hosts if provisioned.recap else None,
@@ -234,7 +270,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
         if shape_files is not None:
             report.update(shape=shaped["summary"], classes=shaped["classes"])
         report.update({
-            "sandbox": name, "remove_with": removal_command(name, compose) if keep else None,
+            "sandbox": name, "router": router, "remove_with": removal_command(name, compose) if keep else None,
             "remote": remote, "run_id": outcome.run_id, "run_status": outcome.status,
             "summary": outcome.summary, "rolled_back_server": rolled if rollback_sentence else None,
             "rollback": rollback_sentence, "seeds": st.seeds, "fleet": st.servers,
@@ -329,24 +365,53 @@ def _legacy_inventory(state, name: str, shards: dict[str, list[str]], host_sshd:
     return path, routes
 
 
-def _playbook(base: Path, cluster: str, plan_file: Path, throttle_mb_s: float) -> Path:
+def _start_relays(boxes: Sandboxes, name: str, shards: dict[str, list[str]], inv_path: Path) -> dict[str, dict[str, Any]]:
+    """A relay per shard, its backend the shard's old server, named in the legacy inventory's
+    `shard_routers`: the cutover and the rollback hold and move them (relay_edges.py)."""
+    relays = shard_relays.start(boxes, name, {sh: old for old, names in shards.items() for sh in names},
+                                max_hold_s=15, drain_s=5)
+    doc = yaml.safe_load(inv_path.read_text())
+    doc["clusters"][name]["shard_routers"] = shard_relays.inventory_entries(relays)
+    inv_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return relays
+
+
+def _playbook(base: Path, cluster: str, plan_file: Path, throttle_mb_s: float,
+              fence_drain_s: float | None = None) -> Path:
+    """`fence_drain_s`: through relays, the time their held sessions have to become idle before
+    the fence (none is ended: they move); through the DSN file, a short drain."""
     path = base / "consolidate.yaml"
     path.write_text(yaml.safe_dump({
         "procedure": "consolidate", "inventory": "legacy.yaml", "cluster": cluster,
         "params": {"plan": plan_file.name, "strategy": "instance-per-group", "catchup_timeout_s": 10,
-                   "fence_drain_timeout_s": 0.3, "gate_timeout_s": 60, **REHEARSAL_FENCE,
+                   "fence_drain_timeout_s": 0.3 if fence_drain_s is None else fence_drain_s, "gate_timeout_s": 60,
+                   **REHEARSAL_FENCE,
                    "seed": {"method": "physical", "throttle_mb_s": throttle_mb_s, "max_source_p999_ms": 250,
                             "progress_every_s": 2},
                    "fleet": {"concurrency": 2, "on_failure": "continue"}}}, sort_keys=False))
     return path
 
 
+def _served_by(shard: str, routes: Path, relay: dict[str, Any] | None) -> str:
+    """Where the shard's writes go now: its relay's backend (read on its control socket), or
+    the DSN file's writer. A relay that does not answer serves nothing known."""
+    if relay is None:
+        return str(DsnFileRouter(shard, routes).current().writer)
+    try:
+        return str(RelayRouter(shard, relay["control_socket"], relay["address"]).current().writer)
+    except RouterError as e:
+        return f"unknown (the relay does not answer: {e.message})"
+
+
 def _check(inv, name: str, placed, new_addr: dict[str, str], shards: dict[str, list[str]],
            writers: dict[str, ShardWriter], rolled: str | None, routes: Path,
-           cut: set[str] | None = None) -> dict[str, Any]:
+           cut: set[str] | None = None, relays: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """`cut`: the old servers the run cut over (journaled); one it left unmoved (its cutover
     failed, or the run stopped first) still serves its shards, and its instance, perhaps
-    never seeded, is not read. None: every old server was cut over."""
+    never seeded, is not read. None: every old server was cut over. `relays`: shard -> its
+    relay; such a shard is served where its relay sends writes now (its backend), not where
+    the DSN file says."""
+    relays = relays or {}
     creds = inv.defaults.credentials.resolve(inv.base)
     per_shard, lost, diffs, misrouted = {}, 0, 0, 0
     instance_of = {sh: i.name for i in placed.instances for sh in i.shards}
@@ -376,7 +441,7 @@ def _check(inv, name: str, placed, new_addr: dict[str, str], shards: dict[str, l
                 replicating_back[old] = {"read_only": Inspector(old_srv).read_only(), "from": back}
             for sh in names:
                 expected = _address(inv, old) if not moved else new_addr[instance_of[sh]]
-                route = DsnFileRouter(sh, routes).current().writer
+                route = _served_by(sh, routes, relays.get(sh))
                 on = server(expected)
                 acked = {i for i, _, _ in writers[sh].acks}
                 missing = acked - ids_on(on, sh)
@@ -387,8 +452,9 @@ def _check(inv, name: str, placed, new_addr: dict[str, str], shards: dict[str, l
                     differ = sorted(t for t in set(a) | set(b) if a.get(t) != b.get(t))
                 lost += len(missing)
                 diffs += len(differ)
-                misrouted += route != expected
+                misrouted += route.startswith("unknown") or not same_address(route, expected)
                 per_shard[sh] = {"old_server": old, "instance": instance_of[sh], "served_by": route,
+                                 "through": relays[sh]["address"] if sh in relays else "DSN file",
                                  "expected": expected, "acknowledged": len(acked),
                                  "moved": moved,
                                  "acked_on_new": writers[sh].acked_on(new_addr[instance_of[sh]]),

@@ -82,25 +82,27 @@ def record_client_evidence(run_id: str, clients: dict[str, Any], journal_path=No
                                                             "writing through the router", **clients})
 
 
-def consolidation_evidence(writers: dict[str, Any], lost: int) -> dict[str, Any]:
-    """The shard writers' acknowledgements (one per shard, each through the DSN file) as the
-    verifier's series and summary: the same timeline and counts as a promote's report."""
+def consolidation_evidence(writers: dict[str, Any], lost: int, through: str = "the DSN file") -> dict[str, Any]:
+    """The shard writers' acknowledgements (one per shard, each through the DSN file or its
+    relay: `through`) as the verifier's series and summary: the same timeline and counts as a
+    promote's report."""
     walls = [t for w in writers.values() for _, _, t in list(w.acks)]
     errors: dict[str, int] = {}
     for w in writers.values():
         for code, n in w.errors.items():
             errors[code] = errors.get(code, 0) + n
     return {
-        m.ACKS: {**bin_counts(walls, 10.0), "source": f"{len(writers)} shard writers through the DSN file"},
+        m.ACKS: {**bin_counts(walls, 10.0), "source": f"{len(writers)} shard writers through {through}"},
         m.VERIFIER: {"acknowledged": len(walls), "lost_total": lost,
                      "max_gap_ms": round(max((w.longest_gap_ms() for w in writers.values()), default=0.0), 1),
                      "errors": errors},
     }
 
 
-def record_consolidation_evidence(run_id: str, writers: dict[str, Any], lost: int, journal_path=None) -> None:
+def record_consolidation_evidence(run_id: str, writers: dict[str, Any], lost: int, journal_path=None,
+                                  through: str = "the DSN file") -> None:
     from dbmigrate.app.runs import resolve_journal_path
 
     with Journal(resolve_journal_path(journal_path)) as journal:
-        for name, value in consolidation_evidence(writers, lost).items():
+        for name, value in consolidation_evidence(writers, lost, through).items():
             journal.record_evidence(run_id, name, value)

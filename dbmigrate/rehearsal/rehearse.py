@@ -230,14 +230,16 @@ def _drop_index_locally(inv, candidate: str) -> None:
 ROUTERS = ("haproxy", "relay")
 
 
-def check_router(router: str, compose: bool) -> None:
+def check_router(router: str, compose: bool, routers: tuple[str, ...] = ROUTERS,
+                 compose_routes: str = "its HAProxy container") -> None:
     """--router checked before anything is built: the relay is a Go program built here and run
-    beside the tool, in front of a local sandbox."""
-    if router not in ROUTERS:
-        raise UsageError(f"--router {router}: the router is one of {', '.join(ROUTERS)}")
+    beside the tool, in front of a local sandbox. `routers`: the kinds this rehearsal knows;
+    `compose_routes`: what routes a compose topology's applications instead."""
+    if router not in routers:
+        raise UsageError(f"--router {router}: the router is one of {', '.join(routers)}")
     if router == "relay" and compose:
         raise UsageError("--router relay runs the relay in front of a local sandbox: a compose topology routes "
-                         "through its HAProxy container", hint="rehearse with --compose or with --router relay, "
+                         f"through {compose_routes}", hint="rehearse with --compose or with --router relay, "
                          "not both")
     if router == "relay":
         from dbmigrate.rehearsal.sandbox import relay
@@ -257,7 +259,8 @@ def check_shape_options(shape: Path, scale: float):
 
 
 def start_shape(boxes, name: str, inv, shape_files, scale: float, say: Progress, shaped: dict[str, Any], *,
-                server: str | None = None, address=None, compose=None):
+                server: str | None = None, address=None, compose=None,
+                loaded: Callable[[], None] | None = None):
     """The shape loaded on the primary (or `server`): schema, generated rows, accounts and
     grants; its classes replayed by a pooled client through the router (or `address`, a
     callable reading a route); the replay, started. Loaded through the sandbox's local root
@@ -272,16 +275,18 @@ def start_shape(boxes, name: str, inv, shape_files, scale: float, say: Progress,
         state = boxes.find(name)
         root_server, secrets_dir = state.instance(target).root_server(), state.path
     with root_server as root:
-        loaded = load_shape(root, shape_files, scale, secrets_dir, progress=say)
+        shape_loaded = load_shape(root, shape_files, scale, secrets_dir, progress=say)
+    if loaded is not None:  # e.g. relays learning the shape's accounts before its pools log in
+        loaded()
     if address is None:
         address = inv.cluster(name).write_address()
-    replay = ShapeReplay(address, shape_files, loaded).start()
-    shaped["summary"] = {**loaded.summary(), "dir": str(shape_files.path), "scale": scale,
+    replay = ShapeReplay(address, shape_files, shape_loaded).start()
+    shaped["summary"] = {**shape_loaded.summary(), "dir": str(shape_files.path), "scale": scale,
                          "classes": len(replay.classes), "skipped_classes": shape_files.skipped,
                          "sessions_from": shape_files.sessions_source(),
                          "sessions": shape_files.sessions}
     say(f"replaying {len(replay.classes)} captured class(es) at their rates, one pool per "
-        f"account ({', '.join(sorted(loaded.accounts))}), session settings from {shape_files.sessions_source()}")
+        f"account ({', '.join(sorted(shape_loaded.accounts))}), session settings from {shape_files.sessions_source()}")
     if not replay.wait_for(1, timeout_s=10):
         idle = [c.label for c in replay.classes if not any(r[2] is None for r in c.records)]
         say(f"class(es) with no successful execution yet: {'; '.join(idle)}")

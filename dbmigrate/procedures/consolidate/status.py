@@ -8,7 +8,8 @@ routes, read_only flags and replication states is decided by one rule set:
   instance, instance writable, old server fenced) -> back on the old server after a
   rollback (the old server writable again, replicating back from the instance);
 - problems: both sides writable, the route naming a read-only or silent server,
-  replication stopped with an error.
+  a route that cannot be read (a relay that does not answer), replication stopped
+  with an error.
 """
 
 from __future__ import annotations
@@ -65,9 +66,15 @@ def _replication(conn: ReplicaStatus | None) -> tuple[str, list[str]]:
     return "replication stopped", []
 
 
-def shard_status(shard: str, old: Probe, inst: Probe, route: str | None, connection: str) -> ShardStatus:
+def shard_status(shard: str, old: Probe, inst: Probe, route: str | None, connection: str,
+                 route_unread: str | None = None) -> ShardStatus:
+    """`route_unread`: why the shard's route could not be read (its relay does not answer): who
+    serves it is then not known, whatever the servers say, and that is a problem."""
     problems: list[str] = []
-    if route is None:
+    if route_unread is not None:
+        served = "unknown (route not read)"
+        problems.append(route_unread)
+    elif route is None:
         sides = [p for p in (old, inst) if _writable(p)]
         served = "unknown (no route)" if len(sides) != 1 else ("old server" if sides[0] is old else "new instance")
     elif route == old.address:

@@ -56,6 +56,22 @@ def start(boxes: Any, sandbox_name: str, backends: dict[str, str], *, max_hold_s
     return out
 
 
+def reload_users(boxes: Any, sandbox_name: str, backends: dict[str, str]) -> None:
+    """Accounts created on a shard's server after its relay started (a shape's) made known to the
+    relay: its users file written again from that server, then `reload`."""
+    from dbmigrate.config import load_inventory
+    from dbmigrate.db.inspector import Inspector
+    from dbmigrate.routing.relay import RelayControl
+
+    state = boxes.find(sandbox_name)
+    inv = load_inventory(state.inventory_file)
+    for shard, server in backends.items():
+        r = state.shard_relays[shard]
+        with inv.open(server) as s:
+            write_users_file(Path(r["users_file"]), Inspector(s).native_password_hashes())
+        RelayControl(r["control_socket"]).run(["reload"])
+
+
 def inventory_entries(relays: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
     """The cluster's `shard_routers` for these relays."""
     return {shard: {"kind": "relay", "address": r["address"], "control_socket": r["control_socket"]}

@@ -1,7 +1,9 @@
 """One application writer per shard that finds its writer in the DSN file, as a
 sharded application must: it re-reads the file on every reconnect, treats error
 1290 (fenced) like a lost connection, and retries an unknown outcome with the
-same id (a duplicate key on that retry means it did commit).
+same id (a duplicate key on that retry means it did commit). Or, for a shard
+whose route is a relay of its own (RelayShardWriter), one that always connects
+to that relay, as its application does.
 
 It stands in for the application, so its statements (its table, its inserts and
 the read-back of ids) stay here, like the zero-loss verifier's.
@@ -66,7 +68,7 @@ class AckedWrites:
 class ShardWriter(AckedWrites, threading.Thread):
     """Writes ids 1, 2, ... into SHARD.seq at whatever the DSN file names as the shard's writer."""
 
-    def __init__(self, routes: Path, shard: str, creds: Credentials, interval_s: float = 0.01):
+    def __init__(self, routes: Path | None, shard: str, creds: Credentials, interval_s: float = 0.01):
         super().__init__(daemon=True, name=f"writer-{shard}")
         self.routes, self.shard, self.creds, self.interval_s = routes, shard, creds, interval_s
         self.acks: list[tuple[int, str, float]] = []  # (id, address that acknowledged it, when)
@@ -74,14 +76,24 @@ class ShardWriter(AckedWrites, threading.Thread):
         self.stop_flag = threading.Event()
 
     def writer(self) -> str:
-        return json.loads(self.routes.read_text())["clusters"][self.shard]["writer"]
+        """The server that takes the shard's writes now."""
+        assert self.routes is not None
+        return str(json.loads(self.routes.read_text())["clusters"][self.shard]["writer"])
+
+    def connect_to(self) -> str:
+        """Where a new connection goes: the DSN file's writer."""
+        return self.writer()
+
+    def acked_by(self, connected_to: str) -> str:
+        """The address an acknowledgement is counted on: the server connected to."""
+        return connected_to
 
     def run(self) -> None:
         conn, addr, next_id, unknown = None, None, None, False
         while not self.stop_flag.is_set():
             try:
                 if conn is None:
-                    addr = self.writer()
+                    addr = self.connect_to()
                     host, _, port = addr.rpartition(":")
                     conn = pymysql.connect(host=host, port=int(port), user=self.creds.user,
                                            password=self.creds.password or "", connect_timeout=1, read_timeout=2,
@@ -92,14 +104,14 @@ class ShardWriter(AckedWrites, threading.Thread):
                         next_id = int(cur.fetchone()[0])
                 with conn.cursor() as cur:
                     cur.execute(f"INSERT INTO `{self.shard}`.`{TABLE}` (id, ts) VALUES (%s, NOW(6))", (next_id,))
-                self.acks.append((next_id, addr, time.time()))
+                self.acks.append((next_id, self.acked_by(addr), time.time()))
                 next_id, unknown = next_id + 1, False
                 time.sleep(self.interval_s)
             except (pymysql.MySQLError, OSError, KeyError, ValueError) as e:
                 code = e.args[0] if e.args and isinstance(e.args[0], int) else 0
                 self.errors[str(code)] = self.errors.get(str(code), 0) + 1
                 if code == 1062 and unknown:  # the lost attempt did commit
-                    self.acks.append((next_id, addr, time.time()))
+                    self.acks.append((next_id, self.acked_by(str(addr)), time.time()))
                     next_id, unknown = next_id + 1, False
                     continue
                 unknown = unknown or code in (2013, 2006)
@@ -116,6 +128,48 @@ class ShardWriter(AckedWrites, threading.Thread):
     def longest_gap_ms(self) -> float:
         times = [t for _, _, t in list(self.acks)]
         return max(((b - a) * 1000 for a, b in zip(times, times[1:])), default=0.0)
+
+
+class RelayShardWriter(ShardWriter):
+    """A shard's writer through the shard's relay (the cluster's `shard_routers`): every connection
+    goes to the relay, which moves it between servers. An acknowledgement is counted on the relay's
+    backend when the relay's generation (it grows with each move) is the same after the insert as
+    it was after the write before (or before this one): no move came in between, so the insert ran
+    there. Otherwise, or when the control socket does not answer, it is counted on the relay's own
+    address: through the relay, the server not known."""
+
+    def __init__(self, address: str, control_socket: str, shard: str, creds: Credentials,
+                 interval_s: float = 0.01):
+        from dbmigrate.routing.relay import RelayRouter
+
+        super().__init__(None, shard, creds, interval_s)
+        self.address = address
+        self.relay = RelayRouter(shard, control_socket, address, timeout=2.0)
+        self._last: tuple[int, str] | None = None  # (generation, backend) read after the last write
+
+    def _read(self) -> tuple[int, str] | None:
+        from dbmigrate.routing.base import RouterError
+
+        try:
+            st = self.relay.status()
+        except RouterError:
+            return None
+        return int(st.get("generation") or 0), str(st.get("backend") or "")
+
+    def writer(self) -> str:
+        now = self._read()
+        return now[1] if now is not None else self.address
+
+    def connect_to(self) -> str:
+        self._last = self._read()  # the bracket's start for the first write of this connection
+        return self.address
+
+    def acked_by(self, connected_to: str) -> str:
+        before, now = self._last, self._read()
+        self._last = now
+        if before is None or now is None or before[0] != now[0] or not now[1]:
+            return self.address
+        return now[1]
 
 
 
