@@ -247,6 +247,16 @@ def check_router(router: str, compose: bool, routers: tuple[str, ...] = ROUTERS,
         relay.relay_binary()  # built once (cached); no Go toolchain is an error here, before any server
 
 
+def relay_users_reloaded(boxes, name: str) -> Callable[[], None]:
+    """After a shape is loaded: its accounts made known to the sandbox's relay, which read its
+    users file when it started, before its pools log in through it."""
+    def reload() -> None:
+        from dbmigrate.rehearsal.sandbox import relay
+
+        relay.reload_users(boxes, name)
+    return reload
+
+
 def check_shape_options(shape: Path, scale: float):
     """--shape and --scale checked before any sandbox or compose topology is built."""
     from dbmigrate.exceptions import UsageError
@@ -383,7 +393,8 @@ def rehearse_promote(*, progress: Progress | None = None, load_seconds: int = 5,
         reads, verifier, background = start_workload(inv, name, bench, inv.cluster(name).write_address(), 120)
         clients = start_clients(inv, name)
         if shape_files is not None:
-            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo)
+            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo,
+                                 loaded=relay_users_reloaded(boxes, name) if router == "relay" else None)
             Clock().sleep(max(2, load_seconds))  # the classes' "before"
         if before_cutover:
             before_cutover(inv, name, candidate)

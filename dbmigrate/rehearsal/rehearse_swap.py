@@ -22,8 +22,9 @@ from dbmigrate.config import load_inventory
 from dbmigrate.clock import Clock
 from dbmigrate.rehearsal.evidence import record_client_evidence, record_evidence, write_evidence
 from dbmigrate.rehearsal.rehearse import (
-    Progress, check_router, check_shape_options, client_summary, finish_shape, replication_shape, run_write_gaps, start_clients,
-    start_shape, start_workload, stop_workload, tear_down, wait_applied,
+    Progress, check_router, check_shape_options, client_summary, finish_shape, relay_users_reloaded,
+    replication_shape, run_write_gaps, start_clients, start_shape, start_workload, stop_workload, tear_down,
+    wait_applied,
 )
 from dbmigrate.rehearsal.driver import DirectDriver, Driver
 from dbmigrate.rehearsal.sandbox.manager import Sandboxes
@@ -102,7 +103,8 @@ def rehearse_schema_swap(*, progress: Progress | None = None, keep: bool = False
         reads, verifier, background = start_workload(inv, name, bench, inv.cluster(name).read_address(), 180)
         clients = start_clients(inv, name)
         if shape_files is not None:
-            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo)
+            replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, compose=topo,
+                                 loaded=relay_users_reloaded(boxes, name) if router == "relay" else None)
             Clock().sleep(2)  # the classes' "before"
 
         playbook = swap_playbook(state.path / "schema-swap.yaml", state.inventory_file, name, candidate, hold)

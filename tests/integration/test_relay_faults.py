@@ -3,7 +3,8 @@ the relay (router kind `relay`) in the path of sysbench and the zero-loss writer
 its sessions (hold_new_connections), and the relay killed -9 inside the fenced window (restarted
 at once: the new process starts unheld, on the old primary, from its -state file), or with the
 move in flight (frozen with the move in its socket, then killed: the move is in doubt, and the
-relay that answers next never ran it). Then at most one `resume` or `rollback`: no acknowledged
+relay that answers next never ran it); or the tool itself killed -9 with the move journaled and not
+sent (the next process fences it off). Then at most one `resume` or `rollback`: no acknowledged
 write lost, never two writable servers, healthy (one writer, the others replicating from it,
 the relay sending writes to it, equal checksums). Skipped without Go, as the other relay tests."""
 

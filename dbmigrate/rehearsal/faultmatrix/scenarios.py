@@ -66,7 +66,8 @@ FAST = {
     *(f"promote/bad-setting/{b}/none" for b in BAD_SETTINGS),
 }
 # The relay's rows in the suite (tests/integration/test_relay_faults.py, skipped without Go).
-RELAY_FAST = {"promote/kill-relay/in-fence@now/resume", "promote/kill-relay/in-move@now/rollback"}
+RELAY_FAST = {"promote/kill-relay/in-fence@now/resume", "promote/kill-relay/in-move@now/rollback",
+              "promote/kill9/in-move@relay/resume"}  # the tool killed with the move journaled, not sent
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,24 @@ def start(boxes: Any, sandbox_name: str, *, max_hold_s: float = 10, drain_s: flo
     return dict(r)
 
 
+def reload_users(boxes: Any, sandbox_name: str) -> int:
+    """Accounts created on the writer after the relay started (a shape's) made known to it: its
+    users file written again from the writable instance, then `reload`. Returns the count."""
+    from dbmigrate.config import load_inventory
+    from dbmigrate.db.inspector import Inspector
+    from dbmigrate.rehearsal.sandbox.haproxy import writable_instance
+
+    state = boxes.find(sandbox_name)
+    if not state.relay:
+        raise SandboxError(f"sandbox {sandbox_name} has no relay")
+    names = [n for n, i in state.instances.items() if i.cluster == state.name]
+    writer = writable_instance(boxes, state, names)
+    with load_inventory(state.inventory_file).open(writer) as server:
+        count = write_users_file(Path(state.relay["users_file"]), Inspector(server).native_password_hashes())
+    RelayControl(state.relay["control_socket"], timeout=5.0).run(["reload"])
+    return count
+
+
 def restart(boxes: Any, sandbox_name: str) -> dict[str, Any]:
     """Start the relay again with the same settings (after a kill): its -state file gives it the
     backend of its last move."""
