@@ -31,16 +31,22 @@ func controlLine(t *testing.T, r *Relay, line string) map[string]any {
 	return out
 }
 
-func TestControlLineOfSeveralCommandsAndTheSeqMarker(t *testing.T) {
+// relayBeforeTwoBackends: a relay in front of backend a, with b to move to (one account, "pw").
+func relayBeforeTwoBackends(t *testing.T) (*Relay, *fakeBackend, *fakeBackend) {
+	t.Helper()
 	h2 := sha1sum(sha1sum([]byte("pw")))
 	a, b := newFakeBackend(t, h2, 1), newFakeBackend(t, h2, 1)
-	dir := t.TempDir()
-	users := filepath.Join(dir, "users")
+	users := filepath.Join(t.TempDir(), "users")
 	os.WriteFile(users, []byte(fmt.Sprintf("app *%X\n", h2)), 0o600)
 	r, err := newRelay(a.addr(), users, 5*time.Second, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r, a, b
+}
+
+func TestControlLineOfSeveralCommandsAndTheSeqMarker(t *testing.T) {
+	r, _, b := relayBeforeTwoBackends(t)
 	st := controlLine(t, r, "status")["status"].(map[string]any)
 	if st["seq"].(float64) != 0 || st["started_ms"].(float64) < float64(time.Now().Add(-time.Minute).UnixMilli()) {
 		t.Fatalf("%v", st)
@@ -92,15 +98,7 @@ func TestStateFileSavedOnEveryMoveAndReadAtStart(t *testing.T) {
 }
 
 func TestALineNumberedBeforeAChangeThatRanIsRefusedWhole(t *testing.T) {
-	h2 := sha1sum(sha1sum([]byte("pw")))
-	a, b := newFakeBackend(t, h2, 1), newFakeBackend(t, h2, 1)
-	dir := t.TempDir()
-	users := filepath.Join(dir, "users")
-	os.WriteFile(users, []byte(fmt.Sprintf("app *%X\n", h2)), 0o600)
-	r, err := newRelay(a.addr(), users, 5*time.Second, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, a, b := relayBeforeTwoBackends(t)
 	if out := controlLine(t, r, "move "+b.addr()+"; release; seq 100"); out["ok"] != true {
 		t.Fatalf("%v", out)
 	}
@@ -125,15 +123,7 @@ func TestALineNumberedBeforeAChangeThatRanIsRefusedWhole(t *testing.T) {
 // A change in doubt (numbered 60, its sender dead before the answer) fenced off by a lone `seq 61`:
 // the fence's seq_before says whether it ran; once fenced, it is refused if it lands later.
 func TestALoneSeqFencesOffAChangeInDoubt(t *testing.T) {
-	h2 := sha1sum(sha1sum([]byte("pw")))
-	a, b := newFakeBackend(t, h2, 1), newFakeBackend(t, h2, 1)
-	dir := t.TempDir()
-	users := filepath.Join(dir, "users")
-	os.WriteFile(users, []byte(fmt.Sprintf("app *%X\n", h2)), 0o600)
-	r, err := newRelay(a.addr(), users, 5*time.Second, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, a, b := relayBeforeTwoBackends(t)
 	controlLine(t, r, "seq 42")
 	// Not run before the fence: seq_before 42 < 60, and the late line is refused whole.
 	if out := controlLine(t, r, "seq 61"); out["ok"] != true || out["seq_before"].(float64) != 42 {

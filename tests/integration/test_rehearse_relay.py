@@ -16,13 +16,24 @@ pytestmark = pytest.mark.integration
 KINDS = ("go_pool", "hikari_pool", "naive_pool")
 
 
-def test_the_rehearsal_through_the_relay_ends_no_session_there_and_back(cli):
+def needs_go() -> None:
+    """The relay is built with Go: without it these rehearsals are skipped, saying why."""
     from dbmigrate.rehearsal.sandbox import relay
 
     try:
         relay.go_binary()
     except Exception as e:  # noqa: BLE001 - the reason is the skip's message
         pytest.skip(str(e))
+
+
+def no_pool_saw_an_error(report: dict) -> None:
+    for kind in KINDS:  # the point: through every switch there and back
+        assert report["client_calls"][kind] > 0, report["client_calls"]
+        assert report["client_errors"][kind] == 0, (kind, report["client_error_classes"])
+
+
+def test_the_rehearsal_through_the_relay_ends_no_session_there_and_back(cli):
+    needs_go()
     r = cli("rehearse", "promote", "--router", "relay", "--regress", "--json", "--load-seconds", "2", timeout=400)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[:3000]
     report = jsonlines.result(r.stdout)
@@ -30,9 +41,7 @@ def test_the_rehearsal_through_the_relay_ends_no_session_there_and_back(cli):
     assert report["rolled_back"] is True and report["guard"]["rollback"] is True, report.get("guard_windows")
     assert report["lost_writes"] == 0 and report["acknowledged_writes"] > 0
     assert set(report["client_errors"]) == set(KINDS), report["client_errors"]
-    for kind in KINDS:
-        assert report["client_calls"][kind] > 0, report["client_calls"]
-        assert report["client_errors"][kind] == 0, (kind, report["client_error_classes"])
+    no_pool_saw_an_error(report)
     assert report["reads"]["queries"] > 0 and report["reads"]["errors"] == 0, report["reads"]
     print(f"through the relay, promote and the guard's rollback: {report['acknowledged_writes']} acknowledged, "
           f"0 lost, calls {report['client_calls']}, longest call {report['client_stall_max_ms']} ms, "
@@ -40,21 +49,14 @@ def test_the_rehearsal_through_the_relay_ends_no_session_there_and_back(cli):
 
 
 def test_the_schema_swap_rehearsal_through_the_relay_switches_there_and_back_with_no_error(cli):
-    from dbmigrate.rehearsal.sandbox import relay
-
-    try:
-        relay.go_binary()
-    except Exception as e:  # noqa: BLE001 - the reason is the skip's message
-        pytest.skip(str(e))
+    needs_go()
     r = cli("rehearse", "schema-swap", "--router", "relay", "--json", "--rows", "2000", timeout=400)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[:3000]
     report = jsonlines.result(r.stdout)
     assert report["router"] == "relay" and report["run_status"] == "done"
     assert report["primary_back"] is True and all(report["altered"].values()), report["altered"]
     assert report["lost_writes"] == 0 and report["acknowledged_writes"] > 0
-    for kind in KINDS:
-        assert report["client_calls"][kind] > 0, report["client_calls"]
-        assert report["client_errors"][kind] == 0, (kind, report["client_error_classes"])
+    no_pool_saw_an_error(report)
     assert report["reads"]["queries"] > 0 and report["reads"]["errors"] == 0, report["reads"]
     print(f"schema swap through the relay, there and back: {report['acknowledged_writes']} acknowledged, 0 lost, "
           f"calls {report['client_calls']}, longest call {report['client_stall_max_ms']} ms")
@@ -64,21 +66,14 @@ def test_the_consolidation_rehearsal_through_a_relay_per_shard_ends_no_session_t
     """`rehearse consolidate --router relay`: every shard behind a relay of its own; the fleet's
     cutover and the one-server rollback hold and move the relays' sessions. The report reads each
     shard's relay (not the DSN file, which nothing changes), and so does `consolidate status`."""
-    from dbmigrate.rehearsal.sandbox import relay
-
-    try:
-        relay.go_binary()
-    except Exception as e:  # noqa: BLE001 - the reason is the skip's message
-        pytest.skip(str(e))
+    needs_go()
     r = cli("rehearse", "consolidate", "--router", "relay", "--json", "--rows", "500", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[:3000]
     rep = jsonlines.result(r.stdout)
     assert rep["router"] == "relay" and rep["run_status"] == "done" and rep["ok"], rep["summary"]
     assert rep["lost_writes"] == 0 and rep["acknowledged_writes"] > 0 and rep["misrouted_shards"] == 0
     assert rep["checksum_differences"] == 0 and rep["old_servers_not_replicating_back"] == 0
-    for kind in KINDS:  # the point: no pool saw an error, through the cutover and the rollback
-        assert rep["client_calls"][kind] > 0, rep["client_calls"]
-        assert rep["client_errors"][kind] == 0, (kind, rep["client_error_classes"])
+    no_pool_saw_an_error(rep)
     # Each old server's app sessions moved by its shards' relays, none ended (cutover and rollback).
     ends = [s["sentence"] for s in rep["steps"] if s["name"].endswith(": end sessions")]
     assert len(ends) == 4 and all("relays moved them" in s for s in ends), ends
