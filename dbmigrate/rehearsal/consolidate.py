@@ -187,8 +187,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                 raise RuntimeError(f"the writer of {sh} could not write to {w.writer()}: {w.errors}")
         say(f"{len(writers)} shard writers running through {through}")
         if relays:
-            host, _, port = relays[client_shard]["address"].rpartition(":")
-            pools_at: Callable[[], tuple[str, int]] = FixedAddress(host, int(port))
+            pools_at: Callable[[], tuple[str, int]] = FixedAddress.of(relays[client_shard]["address"])
         else:
             pools_at = DsnAddress(str(routes), client_shard)
         clients = ClientProcess(pools_at, app, client_shard).start()
@@ -211,8 +210,7 @@ def rehearse_consolidate(*, progress: Progress | None = None, remote: bool = Fal
                 def learn() -> None:
                     shard_relays.reload_users(boxes, name, {s: olds[0] for s in schemas})
 
-                host, _, port = relays[first]["address"].rpartition(":")
-                shape_at = FixedAddress(host, int(port))
+                shape_at = FixedAddress.of(relays[first]["address"])
             replay = start_shape(boxes, name, inv, shape_files, scale, say, shaped, server=olds[0],
                                  address=shape_at, compose=topo, loaded=learn)
             time.sleep(2)  # the classes' "before"

@@ -55,6 +55,12 @@ class FixedAddress:
     def __call__(self) -> tuple[str, int]:
         return self.host, self.port
 
+    @classmethod
+    def of(cls, address: str) -> "FixedAddress":
+        """From "HOST:PORT" (a relay's address)."""
+        host, _, port = address.rpartition(":")
+        return cls(host, int(port))
+
 
 @dataclass(frozen=True)
 class DsnAddress:

@@ -155,20 +155,26 @@ def start(boxes: Any, sandbox_name: str, *, max_hold_s: float = 10, drain_s: flo
 
 
 def reload_users(boxes: Any, sandbox_name: str) -> int:
-    """Accounts created on the writer after the relay started (a shape's) made known to it: its
-    users file written again from the writable instance, then `reload`. Returns the count."""
+    """Accounts created on the writer after the relay started (a shape's) made known to it.
+    Returns the count."""
     from dbmigrate.config import load_inventory
-    from dbmigrate.db.inspector import Inspector
     from dbmigrate.rehearsal.sandbox.haproxy import writable_instance
 
     state = boxes.find(sandbox_name)
     if not state.relay:
         raise SandboxError(f"sandbox {sandbox_name} has no relay")
     names = [n for n, i in state.instances.items() if i.cluster == state.name]
-    writer = writable_instance(boxes, state, names)
-    with load_inventory(state.inventory_file).open(writer) as server:
-        count = write_users_file(Path(state.relay["users_file"]), Inspector(server).native_password_hashes())
-    RelayControl(state.relay["control_socket"], timeout=5.0).run(["reload"])
+    with load_inventory(state.inventory_file).open(writable_instance(boxes, state, names)) as server:
+        return refresh_users(state.relay, server)
+
+
+def refresh_users(r: dict[str, Any], server: Any) -> int:
+    """Relay `r`'s users file written again from `server`'s accounts, then `reload`: accounts
+    created after it started can log in through it. Returns the count."""
+    from dbmigrate.db.inspector import Inspector
+
+    count = write_users_file(Path(r["users_file"]), Inspector(server).native_password_hashes())
+    RelayControl(r["control_socket"], timeout=5.0).run(["reload"])
     return count
 
 

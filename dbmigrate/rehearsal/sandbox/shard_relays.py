@@ -13,7 +13,7 @@ from typing import Any
 from dbmigrate.exceptions import SandboxError
 from dbmigrate.rehearsal.sandbox.ports import free_port
 from dbmigrate.rehearsal.sandbox.relay import (
-    is_our_relay, launch, relay_binary, socket_path, stop_pid_of, write_users_file,
+    is_our_relay, launch, refresh_users, relay_binary, socket_path, stop_pid_of, write_users_file,
 )
 
 
@@ -58,18 +58,14 @@ def start(boxes: Any, sandbox_name: str, backends: dict[str, str], *, max_hold_s
 
 def reload_users(boxes: Any, sandbox_name: str, backends: dict[str, str]) -> None:
     """Accounts created on a shard's server after its relay started (a shape's) made known to the
-    relay: its users file written again from that server, then `reload`."""
+    relay (relay.refresh_users)."""
     from dbmigrate.config import load_inventory
-    from dbmigrate.db.inspector import Inspector
-    from dbmigrate.routing.relay import RelayControl
 
     state = boxes.find(sandbox_name)
     inv = load_inventory(state.inventory_file)
     for shard, server in backends.items():
-        r = state.shard_relays[shard]
         with inv.open(server) as s:
-            write_users_file(Path(r["users_file"]), Inspector(s).native_password_hashes())
-        RelayControl(r["control_socket"]).run(["reload"])
+            refresh_users(state.shard_relays[shard], s)
 
 
 def inventory_entries(relays: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
